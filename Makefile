@@ -1,0 +1,47 @@
+# agentmesh developer entry points. `make test` is all a fresh clone needs: it creates .venv,
+# installs the pinned dependencies and the pinned buf CLI, lints, then runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
+PYTEST_ARGS ?=
+
+.PHONY: test lint protos demo bench venv clean up
+
+venv: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+# buf is pinned in package.json/package-lock.json and installed from the npm registry.
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+protos: $(VENV)/.installed
+	$(PY) -m agentmesh.codegen agentmesh/v1
+
+lint: venv
+	npx --no-install buf lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+demo: venv
+	$(BIN)/agentmesh demo
+
+bench: venv
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+up: venv
+	$(BIN)/agentmesh up
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache

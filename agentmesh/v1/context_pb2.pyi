@@ -1,0 +1,277 @@
+import datetime
+
+from agentmesh.v1 import common_pb2 as _common_pb2
+from agentmesh.v1 import tool_pb2 as _tool_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ContextBlockKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONTEXT_BLOCK_KIND_UNSPECIFIED: _ClassVar[ContextBlockKind]
+    CONTEXT_BLOCK_KIND_SYSTEM: _ClassVar[ContextBlockKind]
+    CONTEXT_BLOCK_KIND_SUMMARY: _ClassVar[ContextBlockKind]
+    CONTEXT_BLOCK_KIND_RECENT: _ClassVar[ContextBlockKind]
+    CONTEXT_BLOCK_KIND_OBSERVATIONS: _ClassVar[ContextBlockKind]
+CONTEXT_BLOCK_KIND_UNSPECIFIED: ContextBlockKind
+CONTEXT_BLOCK_KIND_SYSTEM: ContextBlockKind
+CONTEXT_BLOCK_KIND_SUMMARY: ContextBlockKind
+CONTEXT_BLOCK_KIND_RECENT: ContextBlockKind
+CONTEXT_BLOCK_KIND_OBSERVATIONS: ContextBlockKind
+
+class BudgetSettings(_message.Message):
+    __slots__ = ("max_context_tokens", "reserve_system_prompt_tokens", "summary_trigger_tokens", "keep_recent_messages", "encoding")
+    MAX_CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_SYSTEM_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_TRIGGER_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_RECENT_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    max_context_tokens: int
+    reserve_system_prompt_tokens: int
+    summary_trigger_tokens: int
+    keep_recent_messages: int
+    encoding: str
+    def __init__(self, max_context_tokens: _Optional[int] = ..., reserve_system_prompt_tokens: _Optional[int] = ..., summary_trigger_tokens: _Optional[int] = ..., keep_recent_messages: _Optional[int] = ..., encoding: _Optional[str] = ...) -> None: ...
+
+class Session(_message.Message):
+    __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget", "message_count", "total_tokens", "summary_count", "create_time")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    SUB_GOALS_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    agent_id: str
+    goal: str
+    sub_goals: _containers.RepeatedScalarFieldContainer[str]
+    system_prompt: str
+    budget: BudgetSettings
+    message_count: int
+    total_tokens: int
+    summary_count: int
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ..., message_count: _Optional[int] = ..., total_tokens: _Optional[int] = ..., summary_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateSessionRequest(_message.Message):
+    __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    SUB_GOALS_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    agent_id: str
+    goal: str
+    sub_goals: _containers.RepeatedScalarFieldContainer[str]
+    system_prompt: str
+    budget: BudgetSettings
+    def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ...) -> None: ...
+
+class CreateSessionResponse(_message.Message):
+    __slots__ = ("session",)
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+
+class GetSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionResponse(_message.Message):
+    __slots__ = ("session", "entities")
+    class EntitiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    ENTITIES_FIELD_NUMBER: _ClassVar[int]
+    session: Session
+    entities: _containers.ScalarMap[str, str]
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., entities: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class AppendMessageRequest(_message.Message):
+    __slots__ = ("session_id", "message")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    message: _common_pb2.Message
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ...) -> None: ...
+
+class AppendMessageResponse(_message.Message):
+    __slots__ = ("index", "token_count")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    token_count: int
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ...) -> None: ...
+
+class AppendToolResultRequest(_message.Message):
+    __slots__ = ("session_id", "result")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    result: _tool_pb2.ToolResult
+    def __init__(self, session_id: _Optional[str] = ..., result: _Optional[_Union[_tool_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+
+class AppendToolResultResponse(_message.Message):
+    __slots__ = ("index", "token_count", "ref")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    token_count: int
+    ref: _common_pb2.PayloadRef
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ...) -> None: ...
+
+class ContextBlock(_message.Message):
+    __slots__ = ("kind", "tokens", "budget_tokens", "message_count", "text")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    kind: ContextBlockKind
+    tokens: int
+    budget_tokens: int
+    message_count: int
+    text: str
+    def __init__(self, kind: _Optional[_Union[ContextBlockKind, str]] = ..., tokens: _Optional[int] = ..., budget_tokens: _Optional[int] = ..., message_count: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
+
+class ContextView(_message.Message):
+    __slots__ = ("messages", "blocks", "total_tokens", "budget_tokens", "summarized_messages", "dropped_messages", "compacted", "debug_text")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_TEXT_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
+    blocks: _containers.RepeatedCompositeFieldContainer[ContextBlock]
+    total_tokens: int
+    budget_tokens: int
+    summarized_messages: int
+    dropped_messages: int
+    compacted: bool
+    debug_text: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., blocks: _Optional[_Iterable[_Union[ContextBlock, _Mapping]]] = ..., total_tokens: _Optional[int] = ..., budget_tokens: _Optional[int] = ..., summarized_messages: _Optional[int] = ..., dropped_messages: _Optional[int] = ..., compacted: _Optional[bool] = ..., debug_text: _Optional[str] = ...) -> None: ...
+
+class BuildContextRequest(_message.Message):
+    __slots__ = ("session_id", "budget_tokens", "debug")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    budget_tokens: int
+    debug: bool
+    def __init__(self, session_id: _Optional[str] = ..., budget_tokens: _Optional[int] = ..., debug: _Optional[bool] = ...) -> None: ...
+
+class BuildContextResponse(_message.Message):
+    __slots__ = ("view",)
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    view: ContextView
+    def __init__(self, view: _Optional[_Union[ContextView, _Mapping]] = ...) -> None: ...
+
+class LineRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class ByteRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class GetPayloadRequest(_message.Message):
+    __slots__ = ("session_id", "ref_id", "json_path", "line_range", "byte_range")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REF_ID_FIELD_NUMBER: _ClassVar[int]
+    JSON_PATH_FIELD_NUMBER: _ClassVar[int]
+    LINE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    BYTE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    ref_id: str
+    json_path: str
+    line_range: LineRange
+    byte_range: ByteRange
+    def __init__(self, session_id: _Optional[str] = ..., ref_id: _Optional[str] = ..., json_path: _Optional[str] = ..., line_range: _Optional[_Union[LineRange, _Mapping]] = ..., byte_range: _Optional[_Union[ByteRange, _Mapping]] = ...) -> None: ...
+
+class GetPayloadResponse(_message.Message):
+    __slots__ = ("ref", "content", "partial")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    PARTIAL_FIELD_NUMBER: _ClassVar[int]
+    ref: _common_pb2.PayloadRef
+    content: bytes
+    partial: bool
+    def __init__(self, ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ..., content: _Optional[bytes] = ..., partial: _Optional[bool] = ...) -> None: ...
+
+class CompactRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CompactResponse(_message.Message):
+    __slots__ = ("summarized_messages", "summary")
+    SUMMARIZED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    summarized_messages: int
+    summary: Summary
+    def __init__(self, summarized_messages: _Optional[int] = ..., summary: _Optional[_Union[Summary, _Mapping]] = ...) -> None: ...
+
+class Summary(_message.Message):
+    __slots__ = ("user_intent", "key_data", "open_questions", "actions_taken", "first_index", "last_index", "summarizer", "token_count")
+    USER_INTENT_FIELD_NUMBER: _ClassVar[int]
+    KEY_DATA_FIELD_NUMBER: _ClassVar[int]
+    OPEN_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_TAKEN_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    user_intent: str
+    key_data: _containers.RepeatedScalarFieldContainer[str]
+    open_questions: _containers.RepeatedScalarFieldContainer[str]
+    actions_taken: _containers.RepeatedScalarFieldContainer[str]
+    first_index: int
+    last_index: int
+    summarizer: str
+    token_count: int
+    def __init__(self, user_intent: _Optional[str] = ..., key_data: _Optional[_Iterable[str]] = ..., open_questions: _Optional[_Iterable[str]] = ..., actions_taken: _Optional[_Iterable[str]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., summarizer: _Optional[str] = ..., token_count: _Optional[int] = ...) -> None: ...
+
+class DeleteSessionRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSessionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
