@@ -1,0 +1,477 @@
+"""Signed identity tokens and the server interceptor that checks them (DESIGN.md §7, §9).
+
+Identity is never a request field: the dispatcher mints a token per task (agent, instance,
+environment, roles, permissions, task id, expiry) signed with HMAC-SHA256 under `auth.key`, and
+every downstream call carries it in the `x-agentmesh-identity` metadata. Services verify it in
+`AuthInterceptor`; servicers read the result with `current_identity()` / `require_identity()`.
+
+Token format (v1): ``base64url(claims JSON) "." base64url(HMAC-SHA256(key, first part))``,
+unpadded. The signature covers the exact ASCII text of the first part, so nothing is parsed
+before the signature is checked.
+
+Roles: "agent", "operator", "admin". `Identity.has_role` treats admin as a superset of operator
+(an admin may do whatever an operator may); "agent" is separate and implied by nothing. Check
+roles with `has_role`, never with ``role in identity.roles``.
+
+A token is a bearer credential: never log it, never put it in an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import getpass
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from agentmesh import callctx, rpcstatus
+from agentmesh.config import AuthSettings, ConfigError, Settings
+from agentmesh.errors import PermissionDeniedError, UnauthenticatedError
+
+__all__ = [
+    "KNOWN_ROLES",
+    "PUBLIC_METHOD_PREFIXES",
+    "TOKEN_VERSION",
+    "AuthInterceptor",
+    "Authenticator",
+    "Identity",
+    "TokenError",
+    "current_identity",
+    "identity_var",
+    "mint_token",
+    "require_identity",
+    "token_command",
+    "verify_token",
+]
+
+logger = logging.getLogger(__name__)
+
+TOKEN_VERSION = 1
+KNOWN_ROLES: frozenset[str] = frozenset({"agent", "operator", "admin"})
+# Role implication: holding the key role grants the listed roles too.
+_IMPLIED_ROLES: Mapping[str, frozenset[str]] = {"admin": frozenset({"operator"})}
+
+# Health probes and grpcurl's reflection must work without a token.
+PUBLIC_METHOD_PREFIXES: tuple[str, ...] = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+# A token is a few hundred bytes; refusing huge ones bounds the work an unauthenticated caller causes.
+_MAX_TOKEN_CHARS = 16 * 1024
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+_DEV_SUBJECT = "dev"
+
+
+class TokenError(UnauthenticatedError):
+    """A token was rejected; `reason` says why (never contains the token itself)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling, as proven by a verified token (or the dev identity when auth is disabled)."""
+
+    subject: str
+    """The agent id for agents; the operator's or admin's name for humans."""
+    agent_id: str
+    instance: str
+    """The agent instance acting (e.g. task-scoped)."""
+    environment: str
+    roles: frozenset[str]
+    permissions: tuple[str, ...]
+    """Grants "environment:group:access" (e.g. "prod:ops.read:read", "*:k8s:write"); tool_svc checks them."""
+    task_id: str
+    issued_at: int
+    expires_at: int
+    token_id: str
+
+    def has_role(self, role: str) -> bool:
+        """Whether the identity holds `role`, directly or by implication (admin implies operator)."""
+        return any(role == held or role in _IMPLIED_ROLES.get(held, ()) for held in self.roles)
+
+    def has_any_role(self, roles: Iterable[str]) -> bool:
+        """Whether the identity holds at least one of `roles`."""
+        return any(self.has_role(role) for role in roles)
+
+    @classmethod
+    def dev(cls, environment: str = "dev", now: int | None = None) -> Identity:
+        """The identity every call gets while auth is disabled: all roles, every permission."""
+        issued = int(time.time()) if now is None else now
+        return cls(
+            subject=_DEV_SUBJECT,
+            agent_id="",
+            instance="",
+            environment=environment,
+            roles=KNOWN_ROLES,
+            permissions=("*:*:*",),
+            task_id="",
+            issued_at=issued,
+            expires_at=issued + 365 * 24 * 3600,
+            token_id="",
+        )
+
+
+# --- tokens ---------------------------------------------------------------------------------------
+
+
+def _b64encode(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64decode(text: str, what: str) -> bytes:
+    # Strict: urlsafe_b64decode alone silently drops characters outside the alphabet.
+    if not _B64URL.fullmatch(text) or len(text) % 4 == 1:
+        raise TokenError(f"malformed token: {what} is not unpadded base64url")
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise TokenError(f"malformed token: {what} is not unpadded base64url") from None
+
+
+def _signature(key: bytes, signed_part: str) -> str:
+    return _b64encode(hmac.new(key, signed_part.encode("ascii"), hashlib.sha256).digest())
+
+
+def _check_key(key: bytes) -> None:
+    # An empty key is a configuration error, not the caller's fault: it must not read as UNAUTHENTICATED.
+    if not isinstance(key, bytes | bytearray) or not key:
+        raise ValueError("the auth key must be non-empty bytes")
+
+
+def _iso(ts: int | float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def mint_token(
+    key: bytes,
+    *,
+    subject: str,
+    roles: Iterable[str],
+    ttl_s: int,
+    agent_id: str = "",
+    instance: str = "",
+    environment: str = "dev",
+    permissions: Iterable[str] = (),
+    task_id: str = "",
+    now: int | float | None = None,
+) -> str:
+    """A signed token for these claims, valid from `now` for `ttl_s` seconds.
+
+    Raises ValueError for an empty key, an empty subject, no or unknown roles, or ttl_s <= 0:
+    these are bugs of the minting code, caught here rather than at some verifier.
+    """
+    _check_key(key)
+    role_set = frozenset(roles)
+    if not subject:
+        raise ValueError("a token needs a subject")
+    if not role_set:
+        raise ValueError("a token needs at least one role")
+    unknown = role_set - KNOWN_ROLES
+    if unknown:
+        raise ValueError(f"unknown roles {sorted(unknown)}; known: {sorted(KNOWN_ROLES)}")
+    if ttl_s <= 0:
+        raise ValueError(f"ttl_s must be > 0, got {ttl_s}")
+    issued = int(time.time() if now is None else now)
+    claims = {
+        "v": TOKEN_VERSION,
+        "sub": subject,
+        "agent_id": agent_id,
+        "instance": instance,
+        "env": environment,
+        "roles": sorted(role_set),
+        "perms": list(permissions),
+        "task_id": task_id,
+        "iat": issued,
+        "exp": issued + int(ttl_s),
+        "jti": secrets.token_hex(16),
+    }
+    payload = _b64encode(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+    return f"{payload}.{_signature(key, payload)}"
+
+
+def verify_token(key: bytes, token: str, *, now: int | float | None = None, clock_skew_s: int = 30) -> Identity:
+    """The Identity a token proves; raises TokenError (and nothing else) for any bad token.
+
+    `clock_skew_s` tolerates clocks that disagree: a token is accepted until exp + skew and from
+    iat - skew. ValueError only for an empty key (a configuration error).
+    """
+    _check_key(key)
+    if not isinstance(token, str) or not token:
+        raise TokenError("malformed token: empty")
+    if len(token) > _MAX_TOKEN_CHARS:
+        raise TokenError(f"malformed token: longer than {_MAX_TOKEN_CHARS} characters")
+    parts = token.split(".")
+    if len(parts) != 2:
+        raise TokenError(f"malformed token: expected 2 dot-separated parts, got {len(parts)}")
+    payload, signature = parts
+    # Shape checks on both parts first, then the signature, and only then is the payload parsed.
+    _b64decode(payload, "claims")
+    _b64decode(signature, "signature")
+    # Comparing the canonical encodings also rejects non-canonical base64 of a right signature.
+    if not hmac.compare_digest(_signature(key, payload), signature):
+        raise TokenError("bad signature")
+    claims = _parse_claims(_b64decode(payload, "claims"))
+    return _check_times(_identity_from_claims(claims), now=now, clock_skew_s=clock_skew_s)
+
+
+def _parse_claims(raw: bytes) -> dict[str, Any]:
+    try:
+        claims = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors.
+        raise TokenError("malformed token: claims are not JSON") from None
+    if not isinstance(claims, dict):
+        raise TokenError("malformed token: claims are not a JSON object")
+    return claims
+
+
+def _claim(claims: Mapping[str, Any], name: str, kind: type) -> Any:
+    if name not in claims:
+        raise TokenError(f"malformed token: missing claim {name!r}")
+    value = claims[name]
+    # bool is an int in Python; a boolean timestamp is still ill-typed.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TokenError(f"malformed token: claim {name!r} must be {kind.__name__}")
+    return value
+
+
+def _str_list(claims: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    values = _claim(claims, name, list)
+    if not all(isinstance(v, str) for v in values):
+        raise TokenError(f"malformed token: claim {name!r} must be a list of strings")
+    return tuple(values)
+
+
+def _identity_from_claims(claims: Mapping[str, Any]) -> Identity:
+    version = _claim(claims, "v", int)
+    if version != TOKEN_VERSION:
+        raise TokenError(f"malformed token: unknown version {version}")
+    identity = Identity(
+        subject=_claim(claims, "sub", str),
+        agent_id=_claim(claims, "agent_id", str),
+        instance=_claim(claims, "instance", str),
+        environment=_claim(claims, "env", str),
+        # Roles a newer minter knows are kept (signed by our key); has_role ignores them.
+        roles=frozenset(_str_list(claims, "roles")),
+        permissions=_str_list(claims, "perms"),
+        task_id=_claim(claims, "task_id", str),
+        issued_at=_claim(claims, "iat", int),
+        expires_at=_claim(claims, "exp", int),
+        token_id=_claim(claims, "jti", str),
+    )
+    if not identity.subject:
+        raise TokenError("malformed token: empty subject")
+    if not identity.roles:
+        raise TokenError("malformed token: no roles")
+    if identity.expires_at <= identity.issued_at:
+        raise TokenError("malformed token: expires before it is issued")
+    return identity
+
+
+def _check_times(identity: Identity, *, now: int | float | None, clock_skew_s: int) -> Identity:
+    current = time.time() if now is None else now
+    if current >= identity.expires_at + clock_skew_s:
+        raise TokenError(f"token expired at {_iso(identity.expires_at)} (now {_iso(current)})")
+    if current < identity.issued_at - clock_skew_s:
+        raise TokenError(f"token not valid before {_iso(identity.issued_at)} (now {_iso(current)})")
+    return identity
+
+
+# --- the configured authenticator -----------------------------------------------------------------
+
+
+class Authenticator:
+    """Mints and verifies tokens with the configured key; knows whether auth is disabled."""
+
+    def __init__(self, auth: AuthSettings, environment: str = "dev") -> None:
+        self.settings = auth
+        self.environment = environment
+        self.enabled = auth.mode == "enabled"
+        secret = auth.key.get_secret_value().encode("utf-8") if auth.key is not None else b""
+        if self.enabled:
+            if not secret:
+                raise ConfigError("auth.key is required when auth.mode is enabled (set AGENTMESH_AUTH_KEY)")
+            self._key = secret
+        else:
+            if environment != "dev":
+                raise ConfigError(
+                    f"auth.mode is disabled but environment is {environment!r}: refusing to run "
+                    "unauthenticated outside dev (set auth.mode: enabled and AGENTMESH_AUTH_KEY)"
+                )
+            logger.warning("auth is DISABLED: every caller is trusted; dev only")
+            # Without a key, a per-process key still lets this process mint well-formed tokens
+            # (the dispatcher always sends one); other processes fall back to the dev identity.
+            self._key = secret or secrets.token_bytes(32)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Authenticator:
+        return cls(settings.auth, settings.environment)
+
+    def mint(
+        self,
+        *,
+        subject: str,
+        roles: Iterable[str],
+        ttl_s: int | None = None,
+        agent_id: str = "",
+        instance: str = "",
+        environment: str | None = None,
+        permissions: Iterable[str] = (),
+        task_id: str = "",
+        now: int | float | None = None,
+    ) -> str:
+        """A token signed with the configured key; ttl and environment default to the settings."""
+        return mint_token(
+            self._key,
+            subject=subject,
+            roles=roles,
+            ttl_s=self.settings.token_ttl_s if ttl_s is None else ttl_s,
+            agent_id=agent_id,
+            instance=instance,
+            environment=self.environment if environment is None else environment,
+            permissions=permissions,
+            task_id=task_id,
+            now=now,
+        )
+
+    def verify(self, token: str, *, now: int | float | None = None) -> Identity:
+        """The Identity of a token signed with the configured key; TokenError otherwise."""
+        return verify_token(self._key, token, now=now, clock_skew_s=self.settings.clock_skew_s)
+
+    def identify(self, token: str | None, *, now: int | float | None = None) -> Identity:
+        """The caller's identity for an incoming call's token (None: no token sent).
+
+        Enabled: the token must verify. Disabled: a token that verifies is honoured (so a shared
+        dev key still shows which agent acts); anything else gets the dev identity.
+        """
+        if self.enabled:
+            if not token:
+                raise TokenError(f"missing identity token ({callctx.IDENTITY_HEADER} metadata)")
+            return self.verify(token, now=now)
+        if token:
+            try:
+                return self.verify(token, now=now)
+            except TokenError as exc:
+                logger.debug("auth disabled: ignoring an unverifiable token: %s", exc.reason)
+        return Identity.dev(self.environment)
+
+
+# --- the identity of the call being served --------------------------------------------------------
+
+identity_var: ContextVar[Identity | None] = ContextVar("agentmesh_identity", default=None)
+"""The verified identity of the incoming call; set by AuthInterceptor."""
+
+
+def current_identity() -> Identity | None:
+    """The identity of the call being served, or None outside an authenticated call."""
+    return identity_var.get()
+
+
+def require_identity() -> Identity:
+    """The identity of the call being served; UnauthenticatedError when there is none."""
+    identity = identity_var.get()
+    if identity is None:
+        raise UnauthenticatedError("no caller identity (is AuthInterceptor installed?)")
+    return identity
+
+
+class AuthInterceptor(callctx.CallInterceptor):
+    """Verifies the identity token of every call and enforces per-method roles.
+
+    `method_roles` maps a full method name ("/agentmesh.v1.DispatcherService/ResolveApproval")
+    to the roles that may call it; other methods need `default_roles`. The caller needs at least
+    one of the roles (admin counts as operator); an empty set admits any valid token. Health and
+    reflection methods need no token.
+    """
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        method_roles: Mapping[str, frozenset[str]] | None = None,
+        default_roles: frozenset[str] = frozenset(),
+    ) -> None:
+        self.authenticator = authenticator
+        self.method_roles: dict[str, frozenset[str]] = dict(method_roles or {})
+        self.default_roles = default_roles
+        # A typo in a role name would lock a method for everyone; fail at startup instead.
+        for method, roles in [*self.method_roles.items(), ("(default)", default_roles)]:
+            unknown = set(roles) - KNOWN_ROLES
+            if unknown:
+                raise ValueError(f"{method}: unknown roles {sorted(unknown)}; known: {sorted(KNOWN_ROLES)}")
+
+    def required_roles(self, method: str) -> frozenset[str]:
+        return self.method_roles.get(method, self.default_roles)
+
+    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if method.startswith(PUBLIC_METHOD_PREFIXES):
+            return
+        token = callctx.metadata_value(context.invocation_metadata(), callctx.IDENTITY_HEADER)
+        try:
+            identity = self.authenticator.identify(token)
+        except TokenError as exc:
+            # The reason only: the token is a credential and must never reach a log.
+            logger.info("rejected call to %s: %s", method, exc.reason)
+            await rpcstatus.abort(context, exc)
+        required = self.required_roles(method)
+        if required and not identity.has_any_role(required):
+            wanted = " or ".join(sorted(required))
+            held = ", ".join(sorted(identity.roles)) or "none"
+            logger.info("denied %s to %s: needs role %s", method, identity.subject, wanted)
+            await rpcstatus.abort(
+                context,
+                PermissionDeniedError(
+                    missing_permission=f"role:{'|'.join(sorted(required))}",
+                    message=f"{method} requires role {wanted}; {identity.subject} has roles {held}",
+                ),
+            )
+        identity_var.set(identity)
+        # Downstream calls forward the caller's own token, so the identity travels unchanged.
+        callctx.identity_token_var.set(token or None)
+
+
+# --- CLI support -----------------------------------------------------------------------------------
+
+
+def token_command(settings: Settings, role: str, subject: str | None = None, ttl_s: int | None = None) -> str:
+    """The token `agentmesh token --role operator|admin [--subject NAME] [--ttl SECONDS]` prints.
+
+    Signed with `auth.key` for `settings.environment`; subject defaults to the login name. Raises
+    ValueError for another role and ConfigError when no key is configured.
+    """
+    if role not in ("operator", "admin"):
+        raise ValueError(f"--role must be operator or admin, got {role!r}")
+    key = settings.auth.key.get_secret_value() if settings.auth.key is not None else ""
+    if not key:
+        raise ConfigError(
+            "auth.key is not set (AGENTMESH_AUTH_KEY): cannot sign a token"
+            + ("; while auth is disabled no token is needed" if settings.auth.mode == "disabled" else "")
+        )
+    if not subject:
+        try:
+            subject = getpass.getuser()
+        except (OSError, KeyError):  # No login name (e.g. a container without a passwd entry).
+            subject = role
+    return mint_token(
+        key.encode("utf-8"),
+        subject=subject,
+        roles=(role,),
+        ttl_s=settings.auth.token_ttl_s if ttl_s is None else ttl_s,
+        environment=settings.environment,
+    )

@@ -1,0 +1,352 @@
+"""Channels from one agentmesh service to the others: deadlines, identity, request id, tracing, retries.
+
+Every outgoing call on these channels carries, without servicer code passing anything:
+- `x-request-id`: the incoming call's, or one minted here when there is none (an edge call);
+- `x-agentmesh-identity`: the token given to the channel, else the incoming call's token;
+- a deadline no later than the incoming call's (`min(explicit timeout, remaining time)`), the
+  configured default for edge calls, and an immediate DEADLINE_EXCEEDED (nothing sent) when the
+  incoming deadline has already passed;
+- W3C trace context and baggage (OTel client interceptors, when a Telemetry is given).
+
+Retries (gRPC's own, from the service config) are enabled for UNAVAILABLE on idempotent methods
+only: retrying ExecuteTool, AppendMessage, Generate or StartTask could run a side effect twice.
+
+These channels only ever dial our own services. Third-party HTTP APIs (provider_svc) use httpx with
+their own headers; nothing here patches httpx, global propagators or global instrumentation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Final
+
+import grpc
+import grpc.aio
+from opentelemetry import baggage
+from opentelemetry import context as otel_context
+from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+from agentmesh import callctx
+from agentmesh.config import ClientSettings, Settings
+from agentmesh.telemetry import BAGGAGE_REQUEST_ID, Telemetry, is_valid_request_id, traced_method
+from agentmesh.v1 import (
+    context_pb2_grpc,
+    dispatcher_pb2_grpc,
+    provider_pb2_grpc,
+    tool_pb2_grpc,
+)
+
+__all__ = [
+    "IDEMPOTENT_METHODS",
+    "SERVICE_NAMES",
+    "CallContextClientInterceptor",
+    "ServiceClients",
+    "channel_options",
+    "client_interceptors",
+    "create_channel",
+    "service_config",
+    "wire_rounding",
+]
+
+SERVICE_NAMES: Final = ("dispatcher", "context", "tool", "provider")
+
+IDEMPOTENT_METHODS: Final[tuple[tuple[str, str], ...]] = (
+    ("agentmesh.v1.ToolService", "ListTools"),
+    ("agentmesh.v1.ToolService", "DiscoverTools"),
+    ("agentmesh.v1.ToolService", "GetApproval"),
+    ("agentmesh.v1.ContextService", "GetSession"),
+    ("agentmesh.v1.ContextService", "BuildContext"),
+    ("agentmesh.v1.ContextService", "GetPayload"),
+    ("agentmesh.v1.ProviderService", "ListModels"),
+    ("agentmesh.v1.ProviderService", "GetUsage"),
+    ("agentmesh.v1.DispatcherService", "GetTask"),
+    ("agentmesh.v1.DispatcherService", "WatchTask"),
+    ("agentmesh.v1.DispatcherService", "ListAgents"),
+    ("grpc.health.v1.Health", "Check"),
+)
+"""(service, method) pairs safe to retry on UNAVAILABLE: reads, or replayable from `after`."""
+
+# gRPC ignores retry policies with more attempts than this.
+_GRPC_MAX_ATTEMPTS = 5
+
+
+def wire_rounding(timeout_s: float) -> float:
+    """How much later a callee may see a deadline than the caller set it (an upper bound).
+
+    gRPC sends a deadline as a relative `grpc-timeout` in a coarse unit rounded up: measured on
+    grpcio 1.85, a callee sees up to ~1 ms more below 1 s, ~10 ms more from 1 to 10 s, ~100 ms more
+    from 10 to 100 s. Uncorrected, each hop would push the deadline later by that much.
+    """
+    unit = 0.001
+    limit = 1.0
+    while timeout_s >= limit:
+        unit *= 10
+        limit *= 10
+    return unit
+
+
+def _duration(seconds: float) -> str:
+    """A protobuf JSON Duration ("0.1s", "2s")."""
+    return f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+
+
+def service_config(settings: Settings, idempotent_methods: Iterable[tuple[str, str]] = IDEMPOTENT_METHODS) -> str:
+    """The gRPC service config JSON: load balancing, and a retry policy on idempotent methods only."""
+    client = settings.client
+    config: dict[str, Any] = {"loadBalancingConfig": [{client.load_balancing: {}}]}
+    attempts = min(client.retry_max_attempts, _GRPC_MAX_ATTEMPTS)
+    names = [{"service": service, "method": method} for service, method in idempotent_methods]
+    # A policy needs maxAttempts >= 2; with 1 configured attempt there is nothing to retry.
+    if names and attempts >= 2:
+        config["methodConfig"] = [
+            {
+                "name": names,
+                "retryPolicy": {
+                    "maxAttempts": attempts,
+                    "initialBackoff": _duration(client.retry_initial_backoff_s),
+                    "maxBackoff": _duration(max(client.retry_max_backoff_s, client.retry_initial_backoff_s)),
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    return json.dumps(config, separators=(",", ":"))
+
+
+def channel_options(
+    settings: Settings, idempotent_methods: Iterable[tuple[str, str]] = IDEMPOTENT_METHODS
+) -> list[tuple[str, Any]]:
+    """Channel arguments: message limits, keepalive, retries via the service config."""
+    server = settings.server
+    return [
+        ("grpc.max_send_message_length", server.max_message_bytes),
+        ("grpc.max_receive_message_length", server.max_message_bytes),
+        # Pings only while calls are active: they detect a dead peer during a long call (Generate,
+        # WatchTask). No pings on idle connections: a server rejects those unless it permits them.
+        # Servers must accept a ping per keepalive_time_s without data (server.py allows 5 s).
+        ("grpc.keepalive_time_ms", int(server.keepalive_time_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(server.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", service_config(settings, idempotent_methods)),
+        # Our service config is the source of truth, not one a DNS TXT record might carry.
+        ("grpc.service_config_disable_resolution", 1),
+    ]
+
+
+# --- interceptors ----------------------------------------------------------------------------------
+
+
+class CallContextClientInterceptor:
+    """Adds request id, identity token and deadline to outgoing calls (shared by the four kinds).
+
+    Runs in the call's own interceptor task (grpc.aio copies the caller's context into it), so the
+    context variables of the incoming call are visible, and what it sets stays local to this call.
+    """
+
+    def __init__(self, settings: ClientSettings, identity_token: str | None = None) -> None:
+        self._default_timeout_s = settings.default_timeout_s
+        self._identity_token = identity_token
+
+    def prepare(self, details: grpc.aio.ClientCallDetails) -> tuple[grpc.aio.ClientCallDetails, str]:
+        """The call details to send, and the call's request id. Raises DEADLINE_EXCEEDED if late."""
+        # A copy: the caller's metadata is kept, and never mutated.
+        metadata = grpc.aio.Metadata(*tuple(details.metadata or ()))
+
+        rid = callctx.metadata_value(metadata, callctx.REQUEST_ID_HEADER)
+        if not rid or not is_valid_request_id(rid):
+            rid = callctx.request_id_var.get()
+        if not rid:
+            upstream = baggage.get_baggage(BAGGAGE_REQUEST_ID)
+            rid = str(upstream) if upstream else None
+        if not rid:
+            # An edge call (CLI, test, a task resumed outside any call): mint it once, here.
+            rid = callctx.new_request_id()
+        if callctx.REQUEST_ID_HEADER in metadata:
+            metadata.delete_all(callctx.REQUEST_ID_HEADER)  # KeyError when absent
+        metadata.add(callctx.REQUEST_ID_HEADER, rid)
+
+        if callctx.IDENTITY_HEADER not in metadata:
+            token = self._identity_token or callctx.identity_token_var.get()
+            if token:
+                metadata.add(callctx.IDENTITY_HEADER, token)
+
+        remaining = callctx.remaining_time()
+        if remaining is not None and (details.timeout is None or remaining <= details.timeout):
+            # Propagated: shave one wire unit so the callee's deadline is never later than ours.
+            timeout = remaining - wire_rounding(remaining)
+            source = "the incoming call's deadline"
+        elif details.timeout is not None:
+            timeout, source = details.timeout, "the timeout given"
+        else:
+            timeout, source = self._default_timeout_s, "the default timeout"
+        if timeout <= 0:
+            # Sending would only load the callee with work nobody waits for.
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                details=f"deadline exceeded before the call was sent ({source} has passed)",
+                debug_error_string=None,
+            )
+        new_details = grpc.aio.ClientCallDetails(
+            details.method, timeout, metadata, details.credentials, details.wait_for_ready
+        )
+        return new_details, rid
+
+    async def _call(self, continuation: Any, details: grpc.aio.ClientCallDetails, request: Any) -> Any:
+        new_details, rid = self.prepare(details)
+        # Local to this call's task: lets the OTel client span (started by the next interceptor)
+        # carry the id and puts it in the outgoing baggage, also for an edge call minted above.
+        callctx.request_id_var.set(rid)
+        token = otel_context.attach(baggage.set_baggage(BAGGAGE_REQUEST_ID, rid))
+        try:
+            return await continuation(new_details, request)
+        finally:
+            otel_context.detach(token)
+
+
+class _UnaryUnary(CallContextClientInterceptor, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request)
+
+
+class _UnaryStream(CallContextClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_unary_stream(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request)
+
+
+class _StreamUnary(CallContextClientInterceptor, grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_stream_unary(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request_iterator)
+
+
+class _StreamStream(CallContextClientInterceptor, grpc.aio.StreamStreamClientInterceptor):  # type: ignore[type-arg]
+    async def intercept_stream_stream(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request_iterator: Any
+    ) -> Any:
+        return await self._call(continuation, client_call_details, request_iterator)
+
+
+def _client_filter(details: Any) -> bool:
+    return traced_method(getattr(details, "method", "") or "")
+
+
+def client_interceptors(
+    settings: Settings, *, telemetry: Telemetry | None = None, identity_token: str | None = None
+) -> list[Any]:
+    """Our four call-context interceptors, then (with telemetry) the four OTel client interceptors.
+
+    grpc.aio files each interceptor under ONE kind (the first base class it matches), hence one
+    object per kind. Ours come first (outermost): the OTel span then starts with the request id
+    already known, and the injected baggage carries it, even for an edge call.
+    """
+    client = settings.client
+    ours: list[Any] = [cls(client, identity_token) for cls in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)]
+    if telemetry is None:
+        return ours
+    otel: list[Any] = aio_client_interceptors(  # type: ignore[no-untyped-call]
+        tracer_provider=telemetry.tracer_provider, filter_=_client_filter
+    )
+    return ours + otel
+
+
+def create_channel(
+    target: str,
+    settings: Settings,
+    *,
+    telemetry: Telemetry | None = None,
+    identity_token: str | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+    idempotent_methods: Iterable[tuple[str, str]] = IDEMPOTENT_METHODS,
+) -> grpc.aio.Channel:
+    """A channel to one of our services (plaintext unless `credentials`; in a mesh, mTLS is the
+    sidecar's job). Create it inside the event loop that will use it."""
+    options = channel_options(settings, idempotent_methods)
+    interceptors = client_interceptors(settings, telemetry=telemetry, identity_token=identity_token)
+    if credentials is not None:
+        return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+
+
+class ServiceClients:
+    """One lazily created channel per agentmesh service, with typed stubs.
+
+    Usage: `clients = ServiceClients(settings, telemetry=tel)`, `await clients.tool().ListTools(req)`,
+    `await clients.close()` on shutdown (or `async with ServiceClients(...) as clients`).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        telemetry: Telemetry | None = None,
+        identity_token: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        self._settings = settings
+        self._telemetry = telemetry
+        self._identity_token = identity_token
+        self._credentials = credentials
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, Any] = {}
+
+    def channel(self, service: str) -> grpc.aio.Channel:
+        """The channel to `dispatcher`, `context`, `tool` or `provider`, created on first use."""
+        if service not in SERVICE_NAMES:
+            raise KeyError(f"unknown service {service!r}")
+        channel = self._channels.get(service)
+        if channel is None:
+            channel = create_channel(
+                self._settings.services.endpoint(service).dial_target,
+                self._settings,
+                telemetry=self._telemetry,
+                identity_token=self._identity_token,
+                credentials=self._credentials,
+            )
+            self._channels[service] = channel
+        return channel
+
+    def _stub(self, service: str, factory: Any) -> Any:
+        stub = self._stubs.get(service)
+        if stub is None:
+            stub = factory(self.channel(service))
+            self._stubs[service] = stub
+        return stub
+
+    def dispatcher(self) -> dispatcher_pb2_grpc.DispatcherServiceStub:
+        stub: dispatcher_pb2_grpc.DispatcherServiceStub = self._stub(
+            "dispatcher", dispatcher_pb2_grpc.DispatcherServiceStub
+        )
+        return stub
+
+    def context(self) -> context_pb2_grpc.ContextServiceStub:
+        stub: context_pb2_grpc.ContextServiceStub = self._stub("context", context_pb2_grpc.ContextServiceStub)
+        return stub
+
+    def tool(self) -> tool_pb2_grpc.ToolServiceStub:
+        stub: tool_pb2_grpc.ToolServiceStub = self._stub("tool", tool_pb2_grpc.ToolServiceStub)
+        return stub
+
+    def provider(self) -> provider_pb2_grpc.ProviderServiceStub:
+        stub: provider_pb2_grpc.ProviderServiceStub = self._stub("provider", provider_pb2_grpc.ProviderServiceStub)
+        return stub
+
+    async def close(self, grace: float | None = None) -> None:
+        """Closes every channel opened so far (in-flight calls get `grace` seconds)."""
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for channel in channels:
+            await channel.close(grace)
+
+    async def __aenter__(self) -> ServiceClients:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,238 @@
+"""The grpc.aio bootstrap every service shares: limits, health, reflection, interceptors, drain.
+
+A service's `__main__` calls `run_service(spec)`; tests build a `ServiceHost` directly on an
+ephemeral port. The host owns what is the same for every service so a servicer only maps protobuf
+to domain calls:
+- health per service name (and "" for the whole server), flipped to NOT_SERVING on shutdown;
+- reflection, so grpcurl and polyglot tools can discover the API;
+- 32 MiB message limits and keepalive from configuration;
+- load shedding: beyond `max_concurrent_rpcs` calls answer RESOURCE_EXHAUSTED + RetryInfo at once;
+- SIGTERM/SIGINT: NOT_SERVING first, then in-flight calls get `grace_period_s` to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
+from grpc_reflection.v1alpha import reflection
+
+from agentmesh.auth import Authenticator, AuthInterceptor
+from agentmesh.callctx import CallInterceptor
+from agentmesh.config import ConfigError, Settings, load_settings
+from agentmesh.errors import OverloadedError, UnavailableError
+from agentmesh.rpcstatus import abort
+from agentmesh.store import Store, StoreMisconfiguredError
+from agentmesh.supervisor import die_with_supervisor
+from agentmesh.telemetry import Telemetry, server_interceptors, setup_telemetry
+
+log = logging.getLogger(__name__)
+
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+# Probes must always get through, even when the server sheds load.
+_UNLIMITED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class ConcurrencyLimitInterceptor(CallInterceptor):
+    """Sheds load with RESOURCE_EXHAUSTED + RetryInfo instead of queueing without limit.
+
+    grpc's own `maximum_concurrent_rpcs` answers without details; this one says when to retry, and
+    exempts health checks so an overloaded replica is not also marked dead.
+    """
+
+    def __init__(self, limit: int, retry_after_s: float = 0.5) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.in_flight = 0
+
+    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if method.startswith(_UNLIMITED_PREFIXES):
+            return
+        if self.in_flight >= self.limit:
+            await abort(
+                context,
+                OverloadedError(
+                    f"server is at its limit of {self.limit} concurrent calls; retry later",
+                    retry_after=self.retry_after_s,
+                ),
+            )
+        self.in_flight += 1
+
+    def leave(self, method: str) -> None:
+        if not method.startswith(_UNLIMITED_PREFIXES):
+            self.in_flight -= 1
+
+
+@dataclass
+class ServiceHost:
+    """One grpc.aio server with agentmesh's standard plumbing."""
+
+    name: str
+    settings: Settings
+    telemetry: Telemetry
+    authenticator: Authenticator
+    method_roles: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    extra_interceptors: Sequence[Any] = ()
+    store: Store | None = None
+    """The Redis store, connected and checked by run_service; tests may leave it unset."""
+    server: grpc.aio.Server = field(init=False)
+    health: health_aio.HealthServicer = field(init=False)
+    limiter: ConcurrencyLimitInterceptor = field(init=False)
+    port: int = field(init=False, default=0)
+    _service_names: list[str] = field(init=False, default_factory=list)
+    _stopping: asyncio.Event | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        server_settings = self.settings.server
+        self.limiter = ConcurrencyLimitInterceptor(server_settings.max_concurrent_rpcs)
+        interceptors = [
+            *server_interceptors(self.telemetry),
+            self.limiter,
+            AuthInterceptor(self.authenticator, self.method_roles),
+            *self.extra_interceptors,
+        ]
+        options = [
+            ("grpc.max_send_message_length", server_settings.max_message_bytes),
+            ("grpc.max_receive_message_length", server_settings.max_message_bytes),
+            ("grpc.keepalive_time_ms", int(server_settings.keepalive_time_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(server_settings.keepalive_timeout_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            # Clients in a mesh ping; accept pings as often as our own keepalive interval.
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            ("grpc.http2.max_pings_without_data", 0),
+        ]
+        # grpc's own limit stays as a backstop above ours (health checks are not counted by ours).
+        self.server = grpc.aio.server(
+            interceptors=interceptors,
+            options=options,
+            maximum_concurrent_rpcs=server_settings.max_concurrent_rpcs + 16,
+        )
+        self.health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+
+    def add_servicer(
+        self, full_service_name: str, add_to_server: Callable[[Any, grpc.aio.Server], None], servicer: Any
+    ) -> None:
+        """Registers a servicer (`add_XServicer_to_server`) under its full proto service name."""
+        add_to_server(servicer, self.server)
+        self._service_names.append(full_service_name)
+
+    async def start(self, address: str | None = None) -> int:
+        """Binds (default: the service's configured address), starts, marks every service SERVING."""
+        bind = address or self.settings.services.endpoint(self.name).bind_address
+        reflection.enable_server_reflection(
+            [*self._service_names, HEALTH_SERVICE, reflection.SERVICE_NAME], self.server
+        )
+        self.port = self.server.add_insecure_port(bind)
+        if self.port == 0:
+            raise OSError(f"{self.name}: cannot bind {bind}")
+        await self.server.start()
+        for service in ["", *self._service_names]:
+            await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("%s serving on port %d", self.name, self.port, extra={"port": self.port})
+        return self.port
+
+    async def stop(self, grace: float | None = None, drain_delay: float | None = None) -> None:
+        """NOT_SERVING first so balancers stop sending, then drain in-flight calls within grace.
+
+        Between the two, the server keeps accepting calls for `drain_delay_s`: a balancer that has
+        not yet seen NOT_SERVING still gets answers, and health checks report NOT_SERVING rather
+        than a refused connection.
+        """
+        grace_s = self.settings.server.grace_period_s if grace is None else grace
+        delay_s = self.settings.server.drain_delay_s if drain_delay is None else drain_delay
+        log.info("%s draining (delay %.1fs, grace %.1fs)", self.name, delay_s, grace_s)
+        await self.health.enter_graceful_shutdown()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        await self.server.stop(grace_s)
+        log.info("%s stopped", self.name)
+
+    async def serve_until_signal(self) -> None:
+        """Serves until SIGTERM or SIGINT, then stops gracefully."""
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        self._stopping = stopping
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        waiter = asyncio.create_task(self.server.wait_for_termination())
+        signalled = asyncio.create_task(stopping.wait())
+        done, _ = await asyncio.wait({waiter, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        if signalled in done:
+            await self.stop()
+        for task in (waiter, signalled):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+Setup = Callable[[ServiceHost], Awaitable[Callable[[], Awaitable[None]] | None]]
+"""Registers a service's servicers on the host; may return an async cleanup to run after stop."""
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What distinguishes one service process from another."""
+
+    name: str
+    """Configuration key and log name: dispatcher, context, tool or provider."""
+    setup: Setup
+    method_roles: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+async def _serve(spec: ServiceSpec, settings: Settings) -> None:
+    telemetry = setup_telemetry(f"{spec.name}_svc", settings)
+    store: Store | None = None
+    try:
+        # Refuse to start on an unreachable or evicting Redis rather than fail on the first call.
+        store = await Store.connect(settings.redis, settings.environment)
+        host = ServiceHost(
+            name=spec.name,
+            settings=settings,
+            telemetry=telemetry,
+            authenticator=Authenticator(settings.auth, settings.environment),
+            method_roles=spec.method_roles,
+            store=store,
+        )
+        cleanup = await spec.setup(host)
+        await host.start()
+        try:
+            await host.serve_until_signal()
+        finally:
+            if cleanup is not None:
+                await cleanup()
+    finally:
+        if store is not None:
+            await store.close()
+        await telemetry.aclose()
+
+
+def run_service(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m <svc>`: exit 2 with a clear message on bad configuration."""
+    die_with_supervisor()
+    args = list(sys.argv[1:] if argv is None else argv)
+    config_file = args[0] if args else None
+    try:
+        settings = load_settings(config_file)
+    except ConfigError as exc:
+        print(f"{spec.name}_svc: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(spec, settings))
+    except (ConfigError, StoreMisconfiguredError) as exc:
+        print(f"{spec.name}_svc: {exc}", file=sys.stderr)
+        return 2
+    except (UnavailableError, OSError) as exc:
+        print(f"{spec.name}_svc: {exc}", file=sys.stderr)
+        return 1
+    return 0

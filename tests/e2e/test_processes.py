@@ -1,0 +1,184 @@
+"""The services as real processes: `agentmesh up` / `status`, reflection, SIGTERM drain, no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentmesh.demo import list_services
+from agentmesh.store import LocalRedis
+from agentmesh.supervisor import health_status
+from tests.e2e.conftest import REPO, alive, children_of, free_port, spawn, wait_for, wait_serving
+
+pytestmark = pytest.mark.e2e
+
+DEFAULT_PORTS = {"dispatcher": 50051, "context": 50052, "tool": 50053, "provider": 50054}
+FULL_NAMES = {
+    "dispatcher": "agentmesh.v1.DispatcherService",
+    "context": "agentmesh.v1.ContextService",
+    "tool": "agentmesh.v1.ToolService",
+    "provider": "agentmesh.v1.ProviderService",
+}
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentmesh.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def start_up(env: dict[str, str], tmp_path: Path) -> subprocess.Popen[bytes]:
+    up = spawn(["-m", "agentmesh.cli", "up"], env, tmp_path / "up.log")
+    try:
+        for port in DEFAULT_PORTS.values():
+            wait_serving(f"127.0.0.1:{port}", timeout_s=60)
+    except TimeoutError:
+        up.kill()
+        pytest.fail("agentmesh up did not serve:\n" + (tmp_path / "up.log").read_text())
+    return up
+
+
+def test_up_status_reflection_and_clean_stop(process_env: dict[str, str], tmp_path: Path) -> None:
+    up = start_up(process_env, tmp_path)
+    try:
+        children = children_of(up.pid)
+        # four services and the local redis-server (AGENTMESH_REDIS_URL is unset)
+        assert len(children) == 5, (tmp_path / "up.log").read_text()
+
+        status = run_cli(["status"], process_env)
+        assert status.returncode == 0, status.stdout + status.stderr
+        lines = status.stdout.strip().splitlines()
+        assert len(lines) == 4
+        for name, port in DEFAULT_PORTS.items():
+            line = next(line for line in lines if line.startswith(f"{name}_svc"))
+            assert f"127.0.0.1:{port}" in line and line.endswith("SERVING")
+
+        for name, port in DEFAULT_PORTS.items():
+            assert FULL_NAMES[name] in list_services(f"127.0.0.1:{port}")
+    finally:
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(timeout=60)
+    assert code == 0, (tmp_path / "up.log").read_text()
+    wait_for(lambda: not any(alive(pid) for pid in children), timeout_s=10)
+    log = (tmp_path / "up.log").read_text()
+    assert "stopped: " in log
+    for name in DEFAULT_PORTS:
+        assert f"{name}_svc=0" in log
+    # Nothing answers any more.
+    assert run_cli(["status"], process_env).returncode == 1
+
+
+def test_killed_supervisor_leaves_no_children(process_env: dict[str, str], tmp_path: Path) -> None:
+    up = start_up(process_env, tmp_path)
+    children = children_of(up.pid)
+    services = [pid for pid in children if b"_svc" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(services) == 4
+    up.kill()  # SIGKILL: no chance to clean up; the services must notice on their own
+    up.wait(timeout=10)
+    wait_for(lambda: not any(alive(pid) for pid in services), timeout_s=30)
+    # The local redis-server, orphaned by SIGKILL, is reaped by its own parent-death check
+    # or killed here so the machine stays clean.
+    for pid in children:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_lets_a_slow_call_finish(process_env: dict[str, str], tmp_path: Path, e2e_redis: LocalRedis) -> None:
+    port = free_port()
+    env = {
+        **process_env,
+        "AGENTMESH_REDIS_URL": e2e_redis.url,
+        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}}}}}',
+    }
+    service = spawn(["-m", "tests.e2e.slow_service"], env, tmp_path / "slow.log")
+    target = f"127.0.0.1:{port}"
+    try:
+        wait_serving(target)
+        from agentmesh.auth import Authenticator
+        from agentmesh.config import load_settings
+
+        token = Authenticator(load_settings(overrides={"auth": {"key": env["AGENTMESH_AUTH_KEY"]}}).auth).mint(
+            subject="tester", roles=["agent"]
+        )
+        result: dict[str, object] = {}
+
+        def slow_call() -> None:
+            with grpc.insecure_channel(target) as channel:
+                wait = channel.unary_unary("/test.Slow/Wait")  # type: ignore[call-arg]
+                try:
+                    result["reply"] = wait(b"2.0", metadata=(("x-agentmesh-identity", token),), timeout=30)
+                except grpc.RpcError as exc:
+                    result["error"] = exc
+
+        caller = threading.Thread(target=slow_call)
+        caller.start()
+        time.sleep(0.5)  # the call is in flight (it sleeps 2 s)
+        service.send_signal(signal.SIGTERM)
+        # Health flips to NOT_SERVING while the call drains.
+        wait_for(lambda: health_status(target, timeout_s=1.0) == "NOT_SERVING", timeout_s=5, interval_s=0.02)
+        caller.join(timeout=30)
+        assert result.get("reply") == b"done", result
+        assert service.wait(timeout=30) == 0, (tmp_path / "slow.log").read_text()
+    finally:
+        if service.poll() is None:
+            service.kill()
+
+
+def test_service_refuses_an_evicting_redis(process_env: dict[str, str], tmp_path: Path) -> None:
+    with LocalRedis(extra_args=["--maxmemory-policy", "allkeys-lru"]) as evicting:
+        env = {**process_env, "AGENTMESH_REDIS_URL": evicting.url}
+        result = subprocess.run(
+            [sys.executable, "-m", "context_svc"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 2
+    assert "allkeys-lru" in result.stderr and "noeviction" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_health_watch_sees_not_serving(process_env: dict[str, str], tmp_path: Path, e2e_redis: LocalRedis) -> None:
+    """A balancer watching health sees NOT_SERVING before the process goes away."""
+    port = free_port()
+    env = {
+        **process_env,
+        "AGENTMESH_REDIS_URL": e2e_redis.url,
+        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}}}}}',
+    }
+    service = spawn(["-m", "tool_svc"], env, tmp_path / "tool.log")
+    try:
+        wait_serving(f"127.0.0.1:{port}")
+        seen: list[int] = []
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stream = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(service="agentmesh.v1.ToolService"), timeout=30
+            )
+            for reply in stream:
+                seen.append(reply.status)
+                if len(seen) == 1:
+                    service.send_signal(signal.SIGTERM)
+                if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                    break
+        assert seen[0] == health_pb2.HealthCheckResponse.SERVING
+        assert seen[-1] == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert service.wait(timeout=30) == 0
+    finally:
+        if service.poll() is None:
+            service.kill()

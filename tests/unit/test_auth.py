@@ -1,0 +1,383 @@
+"""Identity tokens: minting, verification and every way a token can be rejected (DESIGN.md §9)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from agentmesh import auth
+from agentmesh.auth import Authenticator, Identity, TokenError, mint_token, verify_token
+from agentmesh.config import AuthSettings, ConfigError, Settings
+from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
+
+KEY = b"unit-test-key-0123456789abcdef0123"
+NOW = 1_700_000_000
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def signed(payload: str, key: bytes = KEY) -> str:
+    """A token whose signature is right for an arbitrary first part (written independently of auth)."""
+    return payload + "." + b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+
+
+def claims_token(claims: Any) -> str:
+    return signed(b64(json.dumps(claims).encode()))
+
+
+def good_claims(**changes: Any) -> dict[str, Any]:
+    claims: dict[str, Any] = {
+        "v": 1,
+        "sub": "sre-bot",
+        "agent_id": "sre-bot",
+        "instance": "sre-bot/t-1",
+        "env": "prod",
+        "roles": ["agent"],
+        "perms": ["prod:ops.read:read"],
+        "task_id": "t-1",
+        "iat": NOW,
+        "exp": NOW + 60,
+        "jti": "abc",
+    }
+    claims.update(changes)
+    return claims
+
+
+def mint(**changes: Any) -> str:
+    kwargs: dict[str, Any] = {
+        "subject": "sre-bot",
+        "roles": ("agent",),
+        "ttl_s": 60,
+        "agent_id": "sre-bot",
+        "instance": "sre-bot/t-1",
+        "environment": "prod",
+        "permissions": ("prod:ops.read:read", "*:k8s:write"),
+        "task_id": "t-1",
+        "now": NOW,
+    }
+    kwargs.update(changes)
+    return mint_token(KEY, **kwargs)
+
+
+def test_round_trip_keeps_every_claim() -> None:
+    identity = verify_token(KEY, mint(), now=NOW + 1)
+    assert identity == Identity(
+        subject="sre-bot",
+        agent_id="sre-bot",
+        instance="sre-bot/t-1",
+        environment="prod",
+        roles=frozenset({"agent"}),
+        permissions=("prod:ops.read:read", "*:k8s:write"),
+        task_id="t-1",
+        issued_at=NOW,
+        expires_at=NOW + 60,
+        token_id=identity.token_id,
+    )
+    assert len(identity.token_id) == 32
+
+
+def test_format_is_two_unpadded_base64url_parts() -> None:
+    token = mint()
+    payload, _signature = token.split(".")
+    assert "=" not in token
+    assert json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["sub"] == "sre-bot"
+    assert signed(payload) == token
+
+
+def test_token_ids_are_unique() -> None:
+    assert verify_token(KEY, mint(), now=NOW).token_id != verify_token(KEY, mint(), now=NOW).token_id
+
+
+def test_tampered_claims_are_rejected() -> None:
+    payload, signature = mint().split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["roles"] = ["admin"]
+    forged = b64(json.dumps(claims).encode()) + "." + signature
+    with pytest.raises(TokenError, match="bad signature"):
+        verify_token(KEY, forged, now=NOW)
+
+
+def test_tampered_signature_is_rejected() -> None:
+    payload, signature = mint().split(".")
+    flipped = ("A" if signature[0] != "A" else "B") + signature[1:]
+    with pytest.raises(TokenError, match="bad signature"):
+        verify_token(KEY, f"{payload}.{flipped}", now=NOW)
+
+
+def test_non_canonical_signature_encoding_is_rejected() -> None:
+    # 32 bytes -> 43 chars whose last char carries 2 unused bits; changing them decodes the same.
+    payload, signature = mint().split(".")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    last = alphabet.index(signature[-1])
+    twin = signature[:-1] + alphabet[last ^ 1]
+    assert base64.urlsafe_b64decode(twin + "=") == base64.urlsafe_b64decode(signature + "=")
+    with pytest.raises(TokenError, match="bad signature"):
+        verify_token(KEY, f"{payload}.{twin}", now=NOW)
+
+
+def test_token_signed_with_another_key_is_rejected() -> None:
+    token = mint_token(b"another-key", subject="x", roles=("admin",), ttl_s=60, now=NOW)
+    with pytest.raises(TokenError, match="bad signature"):
+        verify_token(KEY, token, now=NOW)
+
+
+def test_expired_token_is_rejected_after_the_skew() -> None:
+    token = mint(ttl_s=60)
+    verify_token(KEY, token, now=NOW + 60 + 29, clock_skew_s=30)
+    with pytest.raises(TokenError, match=r"token expired at 2023-11-14T22:14:20Z"):
+        verify_token(KEY, token, now=NOW + 60 + 30, clock_skew_s=30)
+    with pytest.raises(TokenError, match="token expired"):
+        verify_token(KEY, token, now=NOW + 60, clock_skew_s=0)
+
+
+def test_not_yet_valid_token_is_rejected_beyond_the_skew() -> None:
+    token = mint()
+    verify_token(KEY, token, now=NOW - 30, clock_skew_s=30)
+    with pytest.raises(TokenError, match="not valid before"):
+        verify_token(KEY, token, now=NOW - 31, clock_skew_s=30)
+
+
+def test_token_error_is_an_unauthenticated_agentmesh_error() -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        verify_token(KEY, "nope", now=NOW)
+    assert isinstance(info.value, AgentmeshError)
+    assert info.value.code == ErrorCode.UNAUTHENTICATED
+    assert info.value.reason.startswith("malformed token")  # type: ignore[attr-defined]
+
+
+MALFORMED: dict[str, str] = {
+    "empty": "",
+    "one part": "a",
+    "three parts": "a.b.c",
+    "empty parts": ".",
+    "not base64": "a$b.c%d",
+    "padded": b64(b"{}") + "==." + "A" * 43,
+    "impossible base64 length": "abcde." + "A" * 43,
+    "huge": "A" * 20_000 + "." + "A" * 43,
+    "non-JSON": signed(b64(b"not json")),
+    "non-UTF-8": signed(b64(b"\xff\xfe")),
+    "JSON array": claims_token([1, 2]),
+    "JSON string": claims_token("hi"),
+    "missing sub": claims_token({k: v for k, v in good_claims().items() if k != "sub"}),
+    "missing exp": claims_token({k: v for k, v in good_claims().items() if k != "exp"}),
+    "missing v": claims_token({k: v for k, v in good_claims().items() if k != "v"}),
+    "empty object": claims_token({}),
+    "unknown version": claims_token(good_claims(v=2)),
+    "version as string": claims_token(good_claims(v="1")),
+    "exp as string": claims_token(good_claims(exp=str(NOW + 60))),
+    "exp as float": claims_token(good_claims(exp=NOW + 60.5)),
+    "exp as bool": claims_token(good_claims(exp=True)),
+    "roles as string": claims_token(good_claims(roles="agent")),
+    "roles with a number": claims_token(good_claims(roles=["agent", 1])),
+    "no roles": claims_token(good_claims(roles=[])),
+    "perms as dict": claims_token(good_claims(perms={"a": 1})),
+    "sub as null": claims_token(good_claims(sub=None)),
+    "empty sub": claims_token(good_claims(sub="")),
+    "exp before iat": claims_token(good_claims(exp=NOW - 1)),
+    # Within the size cap but past json's recursion limit: RecursionError must not leak.
+    "deeply nested": signed(b64(b"[" * 5000 + b"]" * 5000)),
+}
+
+
+@pytest.mark.parametrize("token", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_tokens_raise_only_token_error(token: str) -> None:
+    with pytest.raises(TokenError) as info:
+        verify_token(KEY, token, now=NOW)
+    # A typed reason a human can act on; never the token itself.
+    assert info.value.reason.startswith("malformed token")
+    if len(token) > 8:
+        assert token not in str(info.value)
+
+
+def test_signature_is_checked_before_the_claims_are_parsed() -> None:
+    # Garbage claims with a wrong signature read as "bad signature": nothing unsigned is parsed.
+    with pytest.raises(TokenError, match="bad signature"):
+        verify_token(KEY, b64(b"not json") + "." + "A" * 43, now=NOW)
+
+
+def test_non_string_token_is_malformed() -> None:
+    with pytest.raises(TokenError, match="malformed"):
+        verify_token(KEY, None, now=NOW)  # type: ignore[arg-type]
+
+
+def test_unknown_claims_are_ignored() -> None:
+    identity = verify_token(KEY, claims_token(good_claims(extra="x")), now=NOW)
+    assert identity.subject == "sre-bot"
+
+
+@pytest.mark.parametrize("key", [b"", ""])
+def test_empty_key_is_refused(key: Any) -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        mint_token(key, subject="x", roles=("agent",), ttl_s=60)
+    with pytest.raises(ValueError, match="non-empty"):
+        verify_token(key, mint())
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"subject": ""}, "subject"),
+        ({"roles": ()}, "at least one role"),
+        ({"roles": ("agent", "root")}, "unknown roles"),
+        ({"ttl_s": 0}, "ttl_s"),
+    ],
+)
+def test_mint_refuses_bad_claims(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        mint(**changes)
+
+
+def test_admin_implies_operator_but_not_agent() -> None:
+    admin = verify_token(KEY, mint(roles=("admin",)), now=NOW)
+    assert admin.has_role("admin")
+    assert admin.has_role("operator")
+    assert not admin.has_role("agent")
+    operator = verify_token(KEY, mint(roles=("operator",)), now=NOW)
+    assert operator.has_role("operator")
+    assert not operator.has_role("admin")
+    agent = verify_token(KEY, mint(roles=("agent",)), now=NOW)
+    assert not agent.has_any_role({"operator", "admin"})
+    assert agent.has_any_role({"agent", "operator"})
+
+
+def test_identity_repr_holds_no_token() -> None:
+    token = mint()
+    identity = verify_token(KEY, token, now=NOW)
+    assert token not in repr(identity)
+    assert token.split(".")[1] not in repr(identity)
+
+
+# --- Authenticator ---------------------------------------------------------------------------------
+
+
+def enabled(**changes: Any) -> AuthSettings:
+    return AuthSettings(mode="enabled", key=SecretStr(KEY.decode()), **changes)
+
+
+def test_authenticator_mints_with_configured_ttl_and_environment() -> None:
+    authenticator = Authenticator(enabled(token_ttl_s=120), environment="staging")
+    identity = authenticator.verify(authenticator.mint(subject="alice", roles={"operator"}, now=NOW), now=NOW)
+    assert identity.expires_at == NOW + 120
+    assert identity.environment == "staging"
+    # The module function agrees: the configured key is the secret's UTF-8 bytes.
+    assert verify_token(KEY, authenticator.mint(subject="a", roles={"agent"}))
+
+
+def test_authenticator_uses_configured_clock_skew() -> None:
+    authenticator = Authenticator(enabled(clock_skew_s=0))
+    token = authenticator.mint(subject="a", roles={"agent"}, ttl_s=10, now=NOW)
+    with pytest.raises(TokenError, match="expired"):
+        authenticator.verify(token, now=NOW + 10)
+
+
+def test_enabled_authenticator_needs_a_key() -> None:
+    with pytest.raises(ConfigError, match=r"auth\.key is required"):
+        Authenticator(AuthSettings(mode="enabled", key=None))
+    with pytest.raises(ConfigError, match=r"auth\.key is required"):
+        Authenticator(AuthSettings(mode="enabled", key=SecretStr("")))
+
+
+def test_enabled_identify_requires_a_valid_token() -> None:
+    authenticator = Authenticator(enabled())
+    with pytest.raises(TokenError, match="missing identity token"):
+        authenticator.identify(None)
+    with pytest.raises(TokenError, match="missing identity token"):
+        authenticator.identify("")
+    with pytest.raises(TokenError, match="malformed"):
+        authenticator.identify("garbage")
+    assert authenticator.identify(authenticator.mint(subject="a", roles={"agent"})).subject == "a"
+
+
+def test_disabled_mode_warns_loudly_and_trusts_everyone(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="agentmesh.auth"):
+        authenticator = Authenticator(AuthSettings(mode="disabled"), environment="dev")
+    assert any(
+        r.levelno == logging.WARNING and "auth is DISABLED" in r.getMessage() and "dev only" in r.getMessage()
+        for r in caplog.records
+    )
+    for token in (None, "", "garbage", mint_token(b"other", subject="x", roles={"agent"}, ttl_s=60)):
+        identity = authenticator.identify(token)
+        assert identity.subject == "dev"
+        assert identity.roles == frozenset({"agent", "operator", "admin"})
+        assert identity.environment == "dev"
+
+
+def test_disabled_mode_honours_a_token_signed_with_the_configured_key() -> None:
+    authenticator = Authenticator(AuthSettings(mode="disabled", key=SecretStr("k")))
+    token = authenticator.mint(subject="sre-bot", roles={"agent"}, agent_id="sre-bot")
+    assert authenticator.identify(token).subject == "sre-bot"
+
+
+def test_disabled_mode_without_key_still_mints_tokens_it_can_verify() -> None:
+    authenticator = Authenticator(AuthSettings(mode="disabled"))
+    token = authenticator.mint(subject="sre-bot", roles={"agent"})
+    assert authenticator.verify(token).subject == "sre-bot"
+
+
+@pytest.mark.parametrize("environment", ["staging", "prod"])
+def test_disabled_mode_is_refused_outside_dev(environment: str) -> None:
+    with pytest.raises(ConfigError, match=f"disabled but environment is '{environment}'"):
+        Authenticator(AuthSettings(mode="disabled"), environment=environment)
+
+
+def test_from_settings_refuses_disabled_in_prod() -> None:
+    # Settings validation refuses this too; the Authenticator must not rely on it.
+    settings = Settings.model_construct(environment="prod", auth=AuthSettings(mode="disabled"))
+    with pytest.raises(ConfigError):
+        Authenticator.from_settings(settings)
+
+
+# --- the current identity --------------------------------------------------------------------------
+
+
+def test_require_identity_outside_a_call_is_unauthenticated() -> None:
+    assert auth.current_identity() is None
+    with pytest.raises(UnauthenticatedError):
+        auth.require_identity()
+
+
+def test_require_identity_returns_the_identity_set_for_the_call() -> None:
+    identity = Identity.dev()
+    reset = auth.identity_var.set(identity)
+    try:
+        assert auth.current_identity() is identity
+        assert auth.require_identity() is identity
+    finally:
+        auth.identity_var.reset(reset)
+
+
+# --- agentmesh token ------------------------------------------------------------------------------
+
+
+def test_token_command_mints_an_operator_token() -> None:
+    settings = Settings(environment="staging", auth=enabled(token_ttl_s=900))
+    token = auth.token_command(settings, "operator", "alice", None)
+    identity = verify_token(KEY, token)
+    assert identity.subject == "alice"
+    assert identity.roles == frozenset({"operator"})
+    assert identity.environment == "staging"
+    assert identity.expires_at - identity.issued_at == 900
+
+
+def test_token_command_admin_with_ttl_and_default_subject() -> None:
+    token = auth.token_command(Settings(auth=enabled()), "admin", None, 30)
+    identity = verify_token(KEY, token)
+    assert identity.has_role("operator")
+    assert identity.subject
+    assert identity.expires_at - identity.issued_at == 30
+
+
+def test_token_command_refuses_agent_role_and_missing_key() -> None:
+    with pytest.raises(ValueError, match="operator or admin"):
+        auth.token_command(Settings(auth=enabled()), "agent", "x", None)
+    with pytest.raises(ConfigError, match="no token is needed"):
+        auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)

@@ -1,0 +1,163 @@
+"""Configuration: YAML + AGENTMESH_* overrides + ${VAR} secrets, and errors that name the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentmesh.config import DEV_AUTH_KEY, ConfigError, load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+GOOD_KEY = "k" * 40
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Tests control every AGENTMESH_* variable themselves, and never pick up ./agentmesh.yaml.
+    import os
+
+    for name in [n for n in os.environ if n.startswith("AGENTMESH_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agentmesh.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_follow_design(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    settings = load_settings()
+    ports = {name: settings.services.endpoint(name).port for name in ("dispatcher", "context", "tool", "provider")}
+    assert ports == {"dispatcher": 50051, "context": 50052, "tool": 50053, "provider": 50054}
+    assert settings.server.max_message_bytes == 32 * 1024 * 1024
+    assert settings.redis.url is None
+
+
+def test_yaml_values_and_interpolation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SECRET", "s3cret-value")
+    path = write(
+        tmp_path,
+        "auth:\n  key: ${MY_SECRET}\nredis:\n  url: ${REDIS_URL_UNSET:-redis://127.0.0.1:7000}\n"
+        "services:\n  tool: {host: 0.0.0.0, port: 6053}\n",
+    )
+    settings = load_settings(path)
+    assert settings.auth.key is not None and settings.auth.key.get_secret_value() == "s3cret-value"
+    assert settings.redis.url == "redis://127.0.0.1:7000"
+    assert settings.services.tool.bind_address == "0.0.0.0:6053"
+    # A wildcard bind is dialled on loopback.
+    assert settings.services.tool.dial_target == "127.0.0.1:6053"
+    # The secret never shows in a repr (logs print settings).
+    assert "s3cret-value" not in repr(settings)
+
+
+def test_env_overrides_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, f"auth:\n  key: {GOOD_KEY}\nredis:\n  url: redis://file:1\n  socket_timeout_s: 9\n")
+    monkeypatch.setenv("AGENTMESH_REDIS_URL", "redis://env:2")
+    monkeypatch.setenv("AGENTMESH_SERVER_MAX_CONCURRENT_RPCS", "17")
+    monkeypatch.setenv("AGENTMESH_SERVICES", '{"tool": {"port": 6001, "target": "dns:///tool:6001"}}')
+    settings = load_settings(path)
+    assert settings.redis.url == "redis://env:2"
+    assert settings.redis.socket_timeout_s == 9  # the file's value survives a sibling override
+    assert settings.server.max_concurrent_rpcs == 17
+    assert settings.services.tool.dial_target == "dns:///tool:6001"
+
+
+def test_config_file_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "other.yaml"
+    path.write_text(f"environment: staging\nauth:\n  key: {GOOD_KEY}\n", encoding="utf-8")
+    monkeypatch.setenv("AGENTMESH_CONFIG", str(path))
+    assert load_settings().environment == "staging"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "expected"),
+    [
+        # unknown key, top level and nested
+        ("colour: blue\n", {}, ["agentmesh.yaml", "colour", "unknown key"]),
+        ("redis:\n  urll: redis://x\n", {}, ["agentmesh.yaml", "redis.urll", "unknown key"]),
+        # wrong type
+        (
+            "server:\n  max_concurrent_rpcs: many\n",
+            {},
+            ["agentmesh.yaml", "server.max_concurrent_rpcs", "integer"],
+        ),
+        ("services:\n  tool: {port: 70000}\n", {}, ["agentmesh.yaml", "services.tool.port", "65535"]),
+        ("environment: production\n", {}, ["agentmesh.yaml", "environment"]),
+        # missing secret env var
+        (
+            "auth:\n  key: ${NOT_SET_ANYWHERE}\n",
+            {},
+            ["agentmesh.yaml", "auth.key", "NOT_SET_ANYWHERE", "not set"],
+        ),
+        # bad value from an environment override names the variable
+        ("{}\n", {"AGENTMESH_REDIS_SOCKET_TIMEOUT_S": "soon"}, ["AGENTMESH_REDIS_SOCKET_TIMEOUT_S", "redis"]),
+        ("{}\n", {"AGENTMESH_REDIS_NOPE": "1"}, ["AGENTMESH_REDIS_NOPE", "redis.nope", "unknown key"]),
+        # not a mapping / not YAML
+        ("- a\n- b\n", {}, ["agentmesh.yaml", "mapping"]),
+        ("redis: [unclosed\n", {}, ["agentmesh.yaml", "YAML"]),
+    ],
+)
+def test_bad_config_names_file_and_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, env: dict[str, str], expected: list[str]
+) -> None:
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    for fragment in expected:
+        assert fragment in str(info.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path / "absent.yaml")
+
+
+def test_auth_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match=r"auth\.key: required"):
+        load_settings()
+    with pytest.raises(ConfigError, match="at least 32 bytes"):
+        load_settings(overrides={"environment": "prod", "auth": {"key": DEV_AUTH_KEY}})
+    with pytest.raises(ConfigError, match="dev only"):
+        load_settings(overrides={"environment": "staging", "auth": {"mode": "disabled"}})
+    assert load_settings(overrides={"auth": {"mode": "disabled"}}).auth.mode == "disabled"
+    assert load_settings(overrides={"environment": "prod", "auth": {"key": GOOD_KEY}}).environment == "prod"
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "fragment"),
+    [
+        ("bogus_section: 1\n", {}, "bogus_section: unknown key"),
+        ("server:\n  grace_period_s: soon\n", {}, "server.grace_period_s"),
+        (
+            "auth:\n  key: ${UNSET_SECRET_FOR_TEST}\n",
+            {},
+            "auth.key: environment variable UNSET_SECRET_FOR_TEST",
+        ),
+    ],
+)
+def test_service_process_exits_nonzero_on_bad_config(
+    tmp_path: Path, text: str, env: dict[str, str], fragment: str
+) -> None:
+    """A service started on a bad config exits 2 and says which key in which file."""
+    path = write(tmp_path, text)
+    result = subprocess.run(
+        [sys.executable, "-m", "tool_svc", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "AGENTMESH_AUTH_KEY": GOOD_KEY, **env},
+    )
+    assert result.returncode == 2, result.stderr
+    assert str(path) in result.stderr
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,203 @@
+"""Unit tests of agentmesh.telemetry: JSONL span export, request-id processor, JSON log lines."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import baggage, trace
+from opentelemetry import context as otel_context
+
+from agentmesh import callctx
+from agentmesh.config import Settings
+from agentmesh.telemetry import (
+    ATTR_REQUEST_ID,
+    BAGGAGE_REQUEST_ID,
+    JsonFormatter,
+    Telemetry,
+    configure_logging,
+    setup_telemetry,
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_otlp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+
+
+@pytest.fixture
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
+def _settings(**telemetry: object) -> Settings:
+    return Settings(auth={"mode": "disabled"}, telemetry=telemetry)
+
+
+@pytest.fixture
+def telemetry(tmp_path: Path) -> Iterator[Telemetry]:
+    tel = setup_telemetry("svc-unit", _settings(), span_file=tmp_path / "spans" / "s.jsonl", configure_logs=False)
+    yield tel
+    tel.shutdown()
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_jsonl_exporter_writes_one_valid_object_per_span(telemetry: Telemetry) -> None:
+    tracer = telemetry.tracer("test")
+    with tracer.start_as_current_span("parent", kind=trace.SpanKind.SERVER) as parent:
+        parent.set_attribute("tags", ("a", "b"))
+        with tracer.start_as_current_span("child") as child:
+            child.add_event("checkpoint", {"step": 1})
+            child.set_status(trace.Status(trace.StatusCode.ERROR, "boom"))
+
+    assert telemetry.exporter == "jsonl"
+    assert telemetry.span_file is not None
+    lines = telemetry.span_file.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2
+    child_rec, parent_rec = (json.loads(line) for line in lines)  # children end first
+    for rec in (child_rec, parent_rec):
+        assert set(rec) >= {
+            "trace_id",
+            "span_id",
+            "parent_span_id",
+            "name",
+            "kind",
+            "service",
+            "start_time_unix_nano",
+            "end_time_unix_nano",
+            "status",
+            "attributes",
+            "events",
+            "links",
+        }
+        assert rec["service"] == "svc-unit"
+        assert len(rec["trace_id"]) == 32
+        assert len(rec["span_id"]) == 16
+        assert rec["end_time_unix_nano"] >= rec["start_time_unix_nano"]
+    assert parent_rec["parent_span_id"] is None
+    assert parent_rec["kind"] == "SERVER"
+    assert parent_rec["attributes"]["tags"] == ["a", "b"]
+    assert child_rec["parent_span_id"] == parent_rec["span_id"]
+    assert child_rec["trace_id"] == parent_rec["trace_id"]
+    assert child_rec["status"] == {"code": "ERROR", "description": "boom"}
+    assert child_rec["events"][0]["name"] == "checkpoint"
+    assert child_rec["events"][0]["attributes"] == {"step": 1}
+
+
+def test_jsonl_exporter_appends_across_providers(tmp_path: Path) -> None:
+    path = tmp_path / "shared.jsonl"
+    tels = [setup_telemetry(name, _settings(), span_file=path, configure_logs=False) for name in ("a", "b")]
+    try:
+        for tel in tels:
+            with tel.tracer().start_as_current_span("op"):
+                pass
+    finally:
+        for tel in tels:
+            tel.shutdown()
+    assert [rec["service"] for rec in _read(path)] == ["a", "b"]
+
+
+def test_processor_sets_request_id_on_child_spans(telemetry: Telemetry) -> None:
+    tracer = telemetry.tracer("test")
+    token = callctx.request_id_var.set("req-123")
+    try:
+        with tracer.start_as_current_span("server"), tracer.start_as_current_span("child"):
+            pass
+    finally:
+        callctx.request_id_var.reset(token)
+    assert telemetry.span_file is not None
+    records = _read(telemetry.span_file)
+    assert [r["attributes"][ATTR_REQUEST_ID] for r in records] == ["req-123", "req-123"]
+
+
+def test_processor_falls_back_to_baggage(telemetry: Telemetry) -> None:
+    token = otel_context.attach(baggage.set_baggage(BAGGAGE_REQUEST_ID, "from-baggage"))
+    try:
+        with telemetry.tracer().start_as_current_span("op"):
+            pass
+    finally:
+        otel_context.detach(token)
+    with telemetry.tracer().start_as_current_span("no-id"):
+        pass
+    assert telemetry.span_file is not None
+    first, second = _read(telemetry.span_file)
+    assert first["attributes"][ATTR_REQUEST_ID] == "from-baggage"
+    assert ATTR_REQUEST_ID not in second["attributes"]
+
+
+def test_log_formatter_emits_json_with_ids(telemetry: Telemetry) -> None:
+    formatter = JsonFormatter("svc-unit")
+    logger = logging.getLogger("agentmesh.test")
+    token = callctx.request_id_var.set("req-log")
+    try:
+        with telemetry.tracer().start_as_current_span("op") as span:
+            record = logger.makeRecord(
+                logger.name, logging.INFO, __file__, 1, "hello %s", ("world",), None, extra={"tool": "x"}
+            )
+            line = formatter.format(record)
+            ctx = span.get_span_context()
+    finally:
+        callctx.request_id_var.reset(token)
+    assert "\n" not in line
+    payload = json.loads(line)
+    assert payload["message"] == "hello world"
+    assert payload["level"] == "INFO"
+    assert payload["service"] == "svc-unit"
+    assert payload["logger"] == "agentmesh.test"
+    assert payload["request_id"] == "req-log"
+    assert payload["trace_id"] == format(ctx.trace_id, "032x")
+    assert payload["span_id"] == format(ctx.span_id, "016x")
+    assert payload["tool"] == "x"
+    assert payload["time"].endswith("Z")
+
+
+def test_log_formatter_includes_exception_text() -> None:
+    formatter = JsonFormatter("svc-unit")
+    try:
+        raise ValueError("bad value")
+    except ValueError:
+        record = logging.getLogger("t").makeRecord("t", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    payload = json.loads(formatter.format(record))
+    assert "ValueError: bad value" in payload["exc_info"]
+    assert payload["request_id"] is None
+    assert payload["trace_id"] is None
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_configure_logging_is_idempotent_and_writes_the_log_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_file = tmp_path / "logs" / "svc.log"
+    settings = _settings(log_file=str(log_file))
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    root = logging.getLogger()
+    before = len(root.handlers)
+    configure_logging("svc-log", settings)
+    configure_logging("svc-log", settings)
+    assert len(root.handlers) == before + 2  # stderr + file, once
+    logging.getLogger("agentmesh.test").warning("once", extra={"n": 1})
+    for handler in root.handlers:
+        handler.flush()
+    file_lines = log_file.read_text(encoding="utf-8").splitlines()
+    assert len(file_lines) == 1
+    assert json.loads(file_lines[0])["message"] == "once"
+    assert json.loads(file_lines[0])["n"] == 1
+    assert json.loads(stderr.getvalue().splitlines()[-1])["service"] == "svc-log"
