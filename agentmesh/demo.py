@@ -44,7 +44,8 @@ def run_demo(settings: Settings, config: Path | None) -> int:
     """Runs the demo; 0 when every step behaved as shown."""
     from agentmesh.auth import Authenticator
 
-    supervisor = Supervisor(settings, config_file=config)
+    # The services' JSON logs would drown the demo's output; warnings and errors still show.
+    supervisor = Supervisor(settings, config_file=config, extra_env={"AGENTMESH_TELEMETRY_LOG_LEVEL": "WARNING"})
     ok = True
     try:
         print("== starting redis + four services")

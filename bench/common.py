@@ -1,0 +1,143 @@
+"""Shared bench plumbing: the bare gRPC round-trip floor, latency stats, tables and plots.
+
+Every benchmark measures our hop beside a bare grpc.aio round trip in the same run, so the figures
+we quote are ratios on this machine at this moment, not absolute times on a noisy shared host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Latency distribution and throughput of one measured workload."""
+
+    name: str
+    concurrency: int
+    calls: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    throughput_per_s: float
+
+    def row(self) -> list[str]:
+        """The stats as table cells."""
+        return [
+            self.name,
+            str(self.concurrency),
+            str(self.calls),
+            f"{self.p50_ms:.3f}",
+            f"{self.p99_ms:.3f}",
+            f"{self.throughput_per_s:.0f}",
+        ]
+
+
+STATS_HEADER = ["workload", "conc", "calls", "p50 ms", "p99 ms", "calls/s"]
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of samples, nearest-rank."""
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def measure(
+    name: str, call: Callable[[], Awaitable[Any]], *, calls: int, concurrency: int, warmup: int = 20
+) -> Stats:
+    """Runs `call` `calls` times from `concurrency` workers; latency per call, throughput overall."""
+    for _ in range(warmup):
+        await call()
+    latencies: list[float] = []
+    remaining = calls
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            start = time.perf_counter()
+            await call()
+            latencies.append((time.perf_counter() - start) * 1000)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - began
+    return Stats(
+        name=name,
+        concurrency=concurrency,
+        calls=len(latencies),
+        p50_ms=percentile(latencies, 0.50),
+        p99_ms=percentile(latencies, 0.99),
+        mean_ms=statistics.fmean(latencies),
+        throughput_per_s=len(latencies) / elapsed,
+    )
+
+
+class BareEchoServer:
+    """A grpc.aio server with one echo method and no interceptors: the floor every hop is compared to."""
+
+    def __init__(self) -> None:
+        self.server = grpc.aio.server()
+        self.port = 0
+
+        async def echo(request: bytes, context: Any) -> bytes:
+            return request
+
+        handler = grpc.unary_unary_rpc_method_handler(
+            echo, request_deserializer=lambda b: b, response_serializer=lambda b: b
+        )
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {"Echo": handler}),))
+
+    async def __aenter__(self) -> BareEchoServer:
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop(0)
+
+
+async def bare_roundtrip(calls: int, concurrency: int, payload: bytes = b"x" * 64) -> Stats:
+    """Stats of bare unary round trips to a local echo server (new server, one channel)."""
+    async with BareEchoServer() as server, grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
+        return await measure("bare gRPC round trip", lambda: echo(payload), calls=calls, concurrency=concurrency)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain aligned text table."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(header, widths, strict=False))]
+    lines.append("  ".join("-" * width for width in widths))
+    lines += ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)) for row in rows]
+    return "\n".join(lines)
+
+
+def bar_plot(path: Path, title: str, labels: Sequence[str], values: Sequence[float], ylabel: str) -> Path:
+    """Writes a bar chart PNG (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ax.bar(list(labels), list(values), color="#4c72b0")
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
