@@ -263,7 +263,7 @@ def load_settings(
             raise ConfigError(f"{file}: the top level must be a mapping, got {type(loaded).__name__}")
         data = interpolate(loaded, os.environ, where=where)
     if overrides:
-        data = _deep_merge(data, dict(overrides))
+        data = deep_merge(data, dict(overrides))
     try:
         return Settings(**data)
     except ValidationError as exc:
@@ -293,11 +293,12 @@ def _origin(loc: list[str], where: str) -> str:
     return where
 
 
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` merged into `base`, recursively for nested mappings (neither is modified)."""
     merged = dict(base)
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged

