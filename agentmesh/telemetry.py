@@ -225,6 +225,8 @@ class JsonlSpanExporter(SpanExporter):
         self.path = Path(path)
         self._lock = threading.Lock()
         self._closed = False
+        # Opened once: an open/close per span cost about a tenth of a request's CPU.
+        self._fd: int | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
@@ -236,19 +238,21 @@ class JsonlSpanExporter(SpanExporter):
             return SpanExportResult.SUCCESS
         try:
             with self._lock:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
+                if self._fd is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                os.write(self._fd, data)
         except OSError:
             logging.getLogger(__name__).exception("cannot write spans to %s", self.path)
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True

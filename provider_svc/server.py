@@ -1,27 +1,341 @@
-"""provider_svc's gRPC surface: maps protobuf to the provider adapters and back.
+"""provider_svc's gRPC surface: maps protobuf to the provider domain (`provider_svc.service`) and back.
 
-Adapters and routing are built by the provider_svc issue; until then every RPC answers
-UNIMPLEMENTED (the generated base class does that), while health, reflection and auth already work.
+RPC-level faults (bad request, unknown model, upstream failures after retries and fallbacks) end
+the call with a rich status (DESIGN.md §3): 429 -> RESOURCE_EXHAUSTED + RetryInfo, timeout ->
+DEADLINE_EXCEEDED, 5xx/529 -> UNAVAILABLE, 400 -> INVALID_ARGUMENT, upstream 401/403 ->
+FAILED_PRECONDITION. A failed call's attempts are summarized in the error's metadata["attempts"].
+
+The agent a call is accounted to is the verified identity's agent id (a request `agent_id` must
+match it); tokens without one (operators) may name any agent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import datetime as dt
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
+import grpc
+import grpc.aio
+from google.protobuf import duration_pb2
+
+from agentmesh import callctx
+from agentmesh.auth import Identity, require_identity
+from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, PermissionDeniedError
+from agentmesh.rpcstatus import abort, to_detail
 from agentmesh.server import ServiceHost, ServiceSpec
-from agentmesh.v1 import provider_pb2, provider_pb2_grpc
+from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
+from provider_svc.models.base import (
+    Attempt,
+    CallContext,
+    FinishReason,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Role,
+    Sampling,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolChoice,
+    ToolDef,
+)
+from provider_svc.service import Generation, Providers
+
+__all__ = ["SERVICE_NAME", "SPEC", "ProviderServicer"]
+
+log = logging.getLogger("provider_svc")
 
 SERVICE_NAME = provider_pb2.DESCRIPTOR.services_by_name["ProviderService"].full_name
+
+_ROLES = {
+    common_pb2.ROLE_SYSTEM: Role.SYSTEM,
+    common_pb2.ROLE_USER: Role.USER,
+    common_pb2.ROLE_ASSISTANT: Role.ASSISTANT,
+    common_pb2.ROLE_TOOL: Role.TOOL,
+}
+_ROLES_BACK = {v: k for k, v in _ROLES.items()}
+_CHOICES = {
+    provider_pb2.TOOL_CHOICE_MODE_AUTO: "auto",
+    provider_pb2.TOOL_CHOICE_MODE_NONE: "none",
+    provider_pb2.TOOL_CHOICE_MODE_REQUIRED: "required",
+    provider_pb2.TOOL_CHOICE_MODE_TOOL: "tool",
+}
+_FINISH = {
+    FinishReason.UNSPECIFIED: provider_pb2.FINISH_REASON_UNSPECIFIED,
+    FinishReason.STOP: provider_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: provider_pb2.FINISH_REASON_LENGTH,
+    FinishReason.TOOL_CALLS: provider_pb2.FINISH_REASON_TOOL_CALLS,
+    FinishReason.CONTENT_FILTER: provider_pb2.FINISH_REASON_CONTENT_FILTER,
+}
+_MAX_ATTEMPTS_TEXT = 600
+
+
+# --- protobuf -> domain ----------------------------------------------------------------------------
+
+
+def _json_object(text: str, field: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequestError(field, f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(field, "must be a JSON object")
+    return value
+
+
+def to_request(pb: provider_pb2.GenerateRequest) -> ModelRequest:
+    """The domain request of a GenerateRequest; InvalidRequestError naming the bad field."""
+    messages = []
+    for i, m in enumerate(pb.messages):
+        role = _ROLES.get(m.role)
+        if role is None:
+            raise InvalidRequestError(f"messages[{i}].role", "must be SYSTEM, USER, ASSISTANT or TOOL")
+        messages.append(
+            Message(
+                role=role,
+                content=m.content,
+                tool_calls=tuple(ToolCall(c.id, c.name, c.arguments_json) for c in m.tool_calls),
+                tool_call_id=m.tool_call_id,
+                name=m.name,
+            )
+        )
+    tools = tuple(
+        ToolDef(
+            name=t.name,
+            description=t.description,
+            input_schema=_json_object(t.input_schema_json, f"tools[{i}].input_schema_json")
+            if t.input_schema_json
+            else {"type": "object", "properties": {}},
+        )
+        for i, t in enumerate(pb.tools)
+    )
+    choice = None
+    if pb.HasField("tool_choice") and pb.tool_choice.mode != provider_pb2.TOOL_CHOICE_MODE_UNSPECIFIED:
+        mode = _CHOICES.get(pb.tool_choice.mode)
+        if mode is None:
+            raise InvalidRequestError("tool_choice.mode", f"unknown mode {pb.tool_choice.mode}")
+        choice = ToolChoice(mode=mode, tool_name=pb.tool_choice.tool_name)  # type: ignore[arg-type]
+    s = pb.sampling
+    sampling = Sampling(
+        temperature=s.temperature if s.HasField("temperature") else None,
+        top_p=s.top_p if s.HasField("top_p") else None,
+        max_tokens=s.max_tokens if s.HasField("max_tokens") else None,
+        stop=tuple(s.stop),
+        seed=s.seed if s.HasField("seed") else None,
+    )
+    schema = _json_object(pb.response_schema_json, "response_schema_json") if pb.response_schema_json else None
+    return ModelRequest(
+        messages=tuple(messages), tools=tools, tool_choice=choice, sampling=sampling, response_schema=schema
+    )
+
+
+def accounted_agent(identity: Identity, requested: str) -> str:
+    """The agent a call is billed to: the token's agent; a request may only repeat it."""
+    if identity.agent_id:
+        if requested and requested != identity.agent_id:
+            raise PermissionDeniedError(
+                "operator",
+                f"agent_id {requested[:64]!r} does not match the caller's identity ({identity.agent_id})",
+            )
+        return identity.agent_id
+    return requested or identity.subject
+
+
+def call_context(agent_id: str) -> CallContext:
+    """A domain call context carrying the incoming call's deadline."""
+    return CallContext(deadline=callctx.deadline_var.get(), agent_id=agent_id)
+
+
+# --- domain -> protobuf ----------------------------------------------------------------------------
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(round(max(seconds, 0) * 1e9))
+    return d
+
+
+def _message_pb(m: Message) -> common_pb2.Message:
+    return common_pb2.Message(
+        role=_ROLES_BACK[m.role],
+        content=m.content,
+        tool_calls=[common_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json) for c in m.tool_calls],
+        tool_call_id=m.tool_call_id,
+        name=m.name,
+    )
+
+
+def _attempt_pb(a: Attempt) -> provider_pb2.Attempt:
+    pb = provider_pb2.Attempt(model=a.model, http_status=a.http_status, duration=_duration(a.duration_s))
+    if a.error is not None:
+        pb.error.CopyFrom(to_detail(a.error))
+    return pb
+
+
+def _response_pb(response: ModelResponse) -> provider_pb2.GenerateResponse:
+    return provider_pb2.GenerateResponse(
+        message=_message_pb(response.message),
+        finish_reason=_FINISH[response.finish_reason],
+        usage=common_pb2.TokenUsage(
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            total_tokens=response.usage.total_tokens,
+        ),
+        model=response.model,
+        latency=_duration(response.latency_s),
+    )
+
+
+def generation_pb(generation: Generation) -> provider_pb2.GenerateResponse:
+    pb = _response_pb(generation.response)
+    pb.cost_usd = generation.cost_usd
+    pb.attempts.extend(_attempt_pb(a) for a in generation.attempts)
+    return pb
+
+
+def attempts_text(attempts: Sequence[Attempt]) -> str:
+    """ "openai/gpt-4o: UPSTREAM_UNAVAILABLE (503); anthropic/...: ok" for an error's metadata."""
+    parts = []
+    for a in attempts:
+        outcome = "ok" if a.error is None else a.error.code.name
+        parts.append(f"{a.model}: {outcome}" + (f" ({a.http_status})" if a.http_status else ""))
+    text = "; ".join(parts)
+    return text if len(text) <= _MAX_ATTEMPTS_TEXT else text[: _MAX_ATTEMPTS_TEXT - 3] + "..."
+
+
+def _with_attempts(err: AgentmeshError, attempts: Sequence[Attempt]) -> AgentmeshError:
+    if attempts:
+        err.metadata.setdefault("attempts", attempts_text(attempts))
+        err.metadata.setdefault("attempt_count", str(len(attempts)))
+    return err
+
+
+def _date(ts: Any) -> dt.date:
+    return ts.ToDatetime(tzinfo=dt.UTC).date()  # type: ignore[no-any-return]
 
 
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     """The ProviderService servicer."""
 
+    def __init__(self, providers: Providers) -> None:
+        self.providers = providers
+
+    async def _fail(self, context: grpc.aio.ServicerContext[Any, Any], exc: Exception, ctx: CallContext | None) -> None:
+        if isinstance(exc, AgentmeshError):
+            await abort(context, _with_attempts(exc, ctx.attempts if ctx is not None else ()))
+        log.exception("provider_svc internal error")
+        await abort(context, AgentmeshError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}"))
+
+    async def Generate(
+        self, request: provider_pb2.GenerateRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> provider_pb2.GenerateResponse:
+        ctx: CallContext | None = None
+        try:
+            agent = accounted_agent(require_identity(), request.agent_id)
+            domain = to_request(request)
+            ctx = call_context(agent)
+            generation = await self.providers.generate(domain, ctx, model=request.model, task_tag=request.task_tag)
+        except Exception as exc:
+            await self._fail(context, exc, ctx)
+            raise AssertionError("unreachable") from exc  # pragma: no cover
+        return generation_pb(generation)
+
+    async def GenerateStream(
+        self, request: provider_pb2.GenerateStreamRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[provider_pb2.GenerateStreamResponse]:
+        ctx: CallContext | None = None
+        inner = request.request
+        try:
+            agent = accounted_agent(require_identity(), inner.agent_id)
+            domain = to_request(inner)
+            ctx = call_context(agent)
+            async for event in self.providers.generate_stream(domain, ctx, model=inner.model, task_tag=inner.task_tag):
+                if isinstance(event, TextDelta):
+                    yield provider_pb2.GenerateStreamResponse(text_delta=event.text)
+                elif isinstance(event, ToolCallDelta):
+                    yield provider_pb2.GenerateStreamResponse(
+                        tool_call_delta=provider_pb2.ToolCallDelta(
+                            index=event.index, id=event.id, name=event.name, arguments_delta=event.arguments_delta
+                        )
+                    )
+                elif isinstance(event, Generation):
+                    yield provider_pb2.GenerateStreamResponse(final=generation_pb(event))
+        except Exception as exc:
+            await self._fail(context, exc, ctx)
+
+    async def ListModels(
+        self, request: provider_pb2.ListModelsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> provider_pb2.ListModelsResponse:
+        return provider_pb2.ListModelsResponse(
+            models=[
+                provider_pb2.ModelInfo(
+                    name=m.name,
+                    provider=m.provider,
+                    provider_type=m.provider_type,
+                    aliases=list(m.aliases),
+                    input_price_per_mtok=m.input_price_per_mtok,
+                    output_price_per_mtok=m.output_price_per_mtok,
+                    unavailable=not m.available,
+                    unavailable_reason=m.unavailable_reason,
+                )
+                for m in self.providers.list_models()
+            ],
+            routes=self.providers.routes(),
+        )
+
+    async def GetUsage(
+        self, request: provider_pb2.GetUsageRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> provider_pb2.GetUsageResponse:
+        try:
+            identity = require_identity()
+            agent = request.agent_id
+            if not identity.has_role("operator"):
+                # An agent sees its own usage only.
+                if not identity.agent_id:
+                    raise PermissionDeniedError("operator", "usage of other agents needs the operator role")
+                agent = accounted_agent(identity, agent)
+            start = _date(request.start_time) if request.HasField("start_time") else None
+            end = _date(request.end_time) if request.HasField("end_time") else None
+            if start is not None and end is not None and start > end:
+                raise InvalidRequestError("start_time", "must not be after end_time")
+            rows = await self.providers.usage(agent, start, end)
+        except Exception as exc:
+            await self._fail(context, exc, None)
+            raise AssertionError("unreachable") from exc  # pragma: no cover
+        return provider_pb2.GetUsageResponse(
+            rows=[
+                provider_pb2.UsageRow(
+                    agent_id=r.agent_id,
+                    provider=r.provider,
+                    model=r.model,
+                    day=r.day,
+                    calls=r.calls,
+                    usage=common_pb2.TokenUsage(
+                        input_tokens=r.input_tokens,
+                        output_tokens=r.output_tokens,
+                        total_tokens=r.input_tokens + r.output_tokens,
+                    ),
+                    cost_usd=r.cost_usd,
+                    total_latency=_duration(r.total_latency_s),
+                )
+                for r in rows
+            ]
+        )
+
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
-    """Registers ProviderService on the host."""
-    host.add_servicer(SERVICE_NAME, provider_pb2_grpc.add_ProviderServiceServicer_to_server, ProviderServicer())
-    return None
+    """Builds every configured model and registers ProviderService on the host."""
+    providers = Providers(host.settings.providers, store=host.store, tracer=host.telemetry.tracer("provider_svc"))
+    for listing in providers.list_models():
+        if not listing.available:
+            log.warning("model %s unavailable: %s", listing.name, listing.unavailable_reason)
+    host.add_servicer(
+        SERVICE_NAME, provider_pb2_grpc.add_ProviderServiceServicer_to_server, ProviderServicer(providers)
+    )
+    return providers.aclose
 
 
 SPEC = ServiceSpec(name="provider", setup=setup)

@@ -1,27 +1,362 @@
-"""tool_svc's gRPC surface: maps protobuf to the tool gateway and back.
+"""tool_svc's gRPC surface: maps protobuf to the tool gateway and back, nothing else.
 
-The gateway itself is built by the tool_svc issue; until then every RPC answers UNIMPLEMENTED
-(the generated base class does that), while health, reflection and auth already work.
+Tool outcomes (output, typed error, pending approval) travel in-band in ToolResult; a gRPC status is
+only used for faults of the RPC itself (malformed request, unknown approval, Redis down, ...). The
+caller's identity is the verified token (`agentmesh.auth.require_identity`), never a request field.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+import grpc.aio
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from agentmesh import rpcstatus
+from agentmesh.auth import require_identity
+from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError
 from agentmesh.server import ServiceHost, ServiceSpec
-from agentmesh.v1 import tool_pb2, tool_pb2_grpc
+from agentmesh.store import Keys
+from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
+from tool_svc.approvals import ApprovalRecord
+from tool_svc.gateway import Gateway
+from tool_svc.model import (
+    Caller,
+    CallRequest,
+    Output,
+    Pending,
+    Permission,
+    RetryPolicy,
+    ToolDef,
+    ToolResult,
+)
+
+log = logging.getLogger("tool_svc.server")
 
 SERVICE_NAME = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
+_MAX_CALL_ID = 256
+_MAX_GOAL_CHARS = 8192
+_KEYS = Keys()
+
+_RESULT_TYPE = {"structured": common_pb2.RESULT_TYPE_STRUCTURED, "text": common_pb2.RESULT_TYPE_TEXT}
+_ACCESS = {"read": common_pb2.ACCESS_MODE_READ, "write": common_pb2.ACCESS_MODE_WRITE}
+_STATE = {
+    "pending": tool_pb2.APPROVAL_STATE_PENDING,
+    "approved": tool_pb2.APPROVAL_STATE_APPROVED,
+    "denied": tool_pb2.APPROVAL_STATE_DENIED,
+    "expired": tool_pb2.APPROVAL_STATE_EXPIRED,
+}
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    value = duration_pb2.Duration()
+    value.FromNanoseconds(round(seconds * 1e9))
+    return value
+
+
+def _timestamp(unix_s: float) -> timestamp_pb2.Timestamp:
+    value = timestamp_pb2.Timestamp()
+    value.FromNanoseconds(round(unix_s * 1e9))
+    return value
+
+
+# --- ToolSpec <-> ToolDef ---------------------------------------------------------------------------
+
+
+def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
+    return common_pb2.ToolSpec(
+        name=spec.name,
+        description=spec.description,
+        examples=list(spec.examples),
+        input_schema_json=json.dumps(spec.input_schema, ensure_ascii=False, sort_keys=True),
+        output_schema_json=""
+        if spec.output_schema is None
+        else json.dumps(spec.output_schema, ensure_ascii=False, sort_keys=True),
+        result_type=_RESULT_TYPE[spec.result_type],
+        permission=common_pb2.ToolPermission(
+            environment=spec.permission.environment, group=spec.permission.group, access=_ACCESS[spec.permission.access]
+        ),
+        impact=spec.impact,
+        timeout=_duration(spec.timeout_s),
+        retry_policy=common_pb2.RetryPolicy(
+            max_attempts=spec.retry.max_attempts,
+            initial_backoff=_duration(spec.retry.initial_backoff_s),
+            max_backoff=_duration(spec.retry.max_backoff_s),
+            max_jitter=_duration(spec.retry.max_jitter_s),
+        ),
+        idempotent=spec.idempotent,
+        requires_approval=spec.requires_approval,
+        fallback_tool=spec.fallback_tool,
+        executor=spec.executor,
+        endpoint_url=spec.endpoint_url,
+    )
+
+
+def _schema(text: str, field: str, *, required: bool) -> dict[str, Any] | None:
+    if not text.strip():
+        if required:
+            raise InvalidRequestError(field, "is required (a Draft 2020-12 JSON Schema as JSON text)")
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidRequestError(field, f"is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(field, "must be a JSON object")
+    return value
+
+
+def spec_from_pb(pb: common_pb2.ToolSpec) -> ToolDef:
+    """A ToolDef from a RegisterTool request (the registry checks it further)."""
+    access = {v: k for k, v in _ACCESS.items()}.get(pb.permission.access)
+    if access is None:
+        raise InvalidRequestError("tool.permission.access", "must be ACCESS_MODE_READ or ACCESS_MODE_WRITE")
+    result_type = {v: k for k, v in _RESULT_TYPE.items()}.get(pb.result_type, "structured")
+    retry = pb.retry_policy
+    timeout = pb.timeout.ToNanoseconds() / 1e9 if pb.HasField("timeout") else 10.0
+    input_schema = _schema(pb.input_schema_json, "tool.input_schema_json", required=True)
+    assert input_schema is not None
+    return ToolDef(
+        name=pb.name,
+        description=pb.description,
+        examples=tuple(pb.examples),
+        input_schema=input_schema,
+        output_schema=_schema(pb.output_schema_json, "tool.output_schema_json", required=False),
+        result_type=result_type,  # type: ignore[arg-type]
+        permission=Permission(pb.permission.environment or "*", pb.permission.group or "default", access),  # type: ignore[arg-type]
+        impact=pb.impact,
+        timeout_s=timeout,
+        retry=RetryPolicy(
+            max_attempts=retry.max_attempts or 3,
+            initial_backoff_s=retry.initial_backoff.ToNanoseconds() / 1e9 if retry.HasField("initial_backoff") else 1.0,
+            max_backoff_s=retry.max_backoff.ToNanoseconds() / 1e9 if retry.HasField("max_backoff") else 4.0,
+            max_jitter_s=retry.max_jitter.ToNanoseconds() / 1e9 if retry.HasField("max_jitter") else 0.5,
+        ),
+        idempotent=pb.idempotent,
+        requires_approval=pb.requires_approval or access == "write",
+        fallback_tool=pb.fallback_tool,
+        executor=(pb.executor or "http"),  # type: ignore[arg-type]
+        endpoint_url=pb.endpoint_url,
+    )
+
+
+# --- results ---------------------------------------------------------------------------------------
+
+
+def error_to_pb(err: AgentmeshError) -> tool_pb2.ToolError:
+    detail = rpcstatus.to_detail(err)
+    out = tool_pb2.ToolError(
+        code=detail.code,
+        error_class=detail.error_class,
+        message=detail.message,
+        violations=detail.violations,
+        retryable=detail.retryable,
+        fallback_tool=detail.fallback_tool,
+        missing_permission=detail.missing_permission,
+        metadata=detail.metadata,
+    )
+    if detail.HasField("retry_after"):
+        out.retry_after.CopyFrom(detail.retry_after)
+    return out
+
+
+def pending_to_pb(pending: Pending) -> tool_pb2.PendingApproval:
+    return tool_pb2.PendingApproval(
+        approval_id=pending.approval_id,
+        plan=common_pb2.ToolCall(id=pending.call_id, name=pending.tool_name, arguments_json=pending.arguments_json),
+        impact=pending.impact,
+        arguments_sha256=pending.arguments_sha256,
+        expire_time=_timestamp(pending.expire_at),
+        requested_by=pending.requested_by,
+    )
+
+
+def output_to_pb(output: Output) -> tool_pb2.ToolOutput:
+    out = tool_pb2.ToolOutput(result_type=_RESULT_TYPE[output.result_type], redacted=output.redacted)
+    if output.ref is not None:
+        ref = output.ref
+        out.ref.CopyFrom(
+            common_pb2.PayloadRef(
+                ref_id=ref.ref_id,
+                session_id=ref.session_id,
+                size_bytes=ref.size_bytes,
+                media_type=ref.media_type,
+                sha256=ref.sha256,
+                expire_time=_timestamp(ref.expire_at),
+            )
+        )
+        out.digest = output.digest
+    else:
+        out.inline = output.inline
+    return out
+
+
+def result_to_pb(result: ToolResult) -> tool_pb2.ToolResult:
+    out = tool_pb2.ToolResult(
+        tool_call_id=result.call_id,
+        tool_name=result.tool_name,
+        stats=tool_pb2.ExecutionStats(
+            attempts=result.stats.attempts,
+            duration=_duration(result.stats.duration_s),
+            replayed=result.stats.replayed,
+            output_bytes=result.stats.output_bytes,
+        ),
+    )
+    outcome = result.outcome
+    if isinstance(outcome, Output):
+        out.output.CopyFrom(output_to_pb(outcome))
+    elif isinstance(outcome, Pending):
+        out.pending_approval.CopyFrom(pending_to_pb(outcome))
+    else:
+        out.error.CopyFrom(error_to_pb(outcome))
+    return out
+
+
+def approval_to_pb(record: ApprovalRecord) -> tool_pb2.Approval:
+    out = tool_pb2.Approval(
+        request=pending_to_pb(record.pending),
+        state=_STATE[record.state],
+        resolved_by=record.resolved_by,
+        reason=record.reason,
+    )
+    if record.resolve_time is not None:
+        out.resolve_time.CopyFrom(_timestamp(record.resolve_time))
+    return out
+
+
+def _check_id(field: str, value: str, *, required: bool) -> None:
+    if not value:
+        if required:
+            raise InvalidRequestError(field, "is required")
+        return
+    try:
+        # The key builders enforce what an id may contain (no braces, whitespace or control characters).
+        if field == "session_id":
+            _KEYS.session(value, "payloads")
+        elif field == "idempotency_key":
+            _KEYS.idempotency(value)
+        else:
+            _KEYS.approval(value)
+    except InvalidRequestError as exc:
+        raise InvalidRequestError(field, exc.message.split(": ", 1)[-1]) from None
+
+
+# --- the servicer ----------------------------------------------------------------------------------
+
 
 class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
-    """The ToolService servicer."""
+    """The ToolService servicer: protobuf in, gateway call, protobuf out."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def _guarded(self, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[Any]) -> Any:
+        try:
+            return await work
+        except AgentmeshError as err:
+            await rpcstatus.abort(context, err)
+        except Exception:
+            log.exception("unexpected failure in ToolService")
+            await rpcstatus.abort(context, AgentmeshError(ErrorCode.INTERNAL, "internal error in tool_svc"))
+
+    async def ListTools(
+        self, request: tool_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tool_pb2.ListToolsResponse:
+        tools = await self._guarded(context, self.gateway.list_tools(request.group))
+        return tool_pb2.ListToolsResponse(tools=[spec_to_pb(t) for t in tools])
+
+    async def DiscoverTools(
+        self, request: tool_pb2.DiscoverToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tool_pb2.DiscoverToolsResponse:
+        async def work() -> Any:
+            if not 0 <= request.k <= 50:
+                raise InvalidRequestError("k", f"must be 1..50 (0 for the default 5), got {request.k}")
+            if len(request.goal) > _MAX_GOAL_CHARS:
+                raise InvalidRequestError("goal", f"is limited to {_MAX_GOAL_CHARS} characters")
+            caller = Caller.from_identity(require_identity())
+            return await self.gateway.discover(
+                request.goal, request.k, caller=caller, permitted_only=request.permitted_only
+            )
+
+        scored = await self._guarded(context, work())
+        return tool_pb2.DiscoverToolsResponse(
+            tools=[tool_pb2.ScoredTool(tool=spec_to_pb(s.tool), score=s.score) for s in scored]
+        )
+
+    async def RegisterTool(
+        self, request: tool_pb2.RegisterToolRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tool_pb2.RegisterToolResponse:
+        async def work() -> ToolDef:
+            if not request.HasField("tool"):
+                raise InvalidRequestError("tool", "is required")
+            return await self.gateway.register(spec_from_pb(request.tool), replace=request.replace)
+
+        stored = await self._guarded(context, work())
+        return tool_pb2.RegisterToolResponse(tool=spec_to_pb(stored))
+
+    async def ExecuteTool(
+        self, request: tool_pb2.ExecuteToolRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tool_pb2.ExecuteToolResponse:
+        async def work() -> ToolResult:
+            if not request.HasField("call"):
+                raise InvalidRequestError("call", "is required")
+            if len(request.call.id) > _MAX_CALL_ID:
+                raise InvalidRequestError("call.id", f"is limited to {_MAX_CALL_ID} characters")
+            _check_id("session_id", request.session_id, required=True)
+            _check_id("idempotency_key", request.idempotency_key, required=False)
+            caller = Caller.from_identity(require_identity())
+            call = CallRequest(
+                call_id=request.call.id,
+                name=request.call.name,
+                arguments_json=request.call.arguments_json,
+                session_id=request.session_id,
+                idempotency_key=request.idempotency_key,
+                goal=request.goal[:_MAX_GOAL_CHARS],
+            )
+            return await self.gateway.execute(call, caller)
+
+        result = await self._guarded(context, work())
+        return tool_pb2.ExecuteToolResponse(result=result_to_pb(result))
+
+    async def ResolveApproval(
+        self, request: tool_pb2.ResolveApprovalRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tool_pb2.ResolveApprovalResponse:
+        async def work() -> tuple[ApprovalRecord, ToolResult]:
+            _check_id("approval_id", request.approval_id, required=True)
+            if not request.arguments_sha256:
+                raise InvalidRequestError("arguments_sha256", "is required: the hash of the arguments you approve")
+            approver = Caller.from_identity(require_identity())
+            return await self.gateway.resolve_approval(
+                request.approval_id,
+                approve=request.approve,
+                reason=request.reason,
+                arguments_sha256=request.arguments_sha256,
+                approver=approver,
+            )
+
+        record, result = await self._guarded(context, work())
+        return tool_pb2.ResolveApprovalResponse(approval=approval_to_pb(record), result=result_to_pb(result))
+
+    async def GetApproval(
+        self, request: tool_pb2.GetApprovalRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> tool_pb2.GetApprovalResponse:
+        async def work() -> ApprovalRecord:
+            _check_id("approval_id", request.approval_id, required=True)
+            return await self.gateway.get_approval(request.approval_id, Caller.from_identity(require_identity()))
+
+        record = await self._guarded(context, work())
+        return tool_pb2.GetApprovalResponse(approval=approval_to_pb(record))
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Registers ToolService on the host."""
-    host.add_servicer(SERVICE_NAME, tool_pb2_grpc.add_ToolServiceServicer_to_server, ToolServicer())
-    return None
+    gateway = Gateway(host.settings, host.store, tracer=host.telemetry.tracer("tool_svc"))
+    host.add_servicer(SERVICE_NAME, tool_pb2_grpc.add_ToolServiceServicer_to_server, ToolServicer(gateway))
+    return gateway.aclose
 
 
 SPEC = ServiceSpec(

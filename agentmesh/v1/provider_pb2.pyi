@@ -143,20 +143,24 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "provider", "provider_type", "aliases", "input_price_per_mtok", "output_price_per_mtok")
+    __slots__ = ("name", "provider", "provider_type", "aliases", "input_price_per_mtok", "output_price_per_mtok", "unavailable", "unavailable_reason")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_TYPE_FIELD_NUMBER: _ClassVar[int]
     ALIASES_FIELD_NUMBER: _ClassVar[int]
     INPUT_PRICE_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_PRICE_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
     name: str
     provider: str
     provider_type: str
     aliases: _containers.RepeatedScalarFieldContainer[str]
     input_price_per_mtok: float
     output_price_per_mtok: float
-    def __init__(self, name: _Optional[str] = ..., provider: _Optional[str] = ..., provider_type: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., input_price_per_mtok: _Optional[float] = ..., output_price_per_mtok: _Optional[float] = ...) -> None: ...
+    unavailable: bool
+    unavailable_reason: str
+    def __init__(self, name: _Optional[str] = ..., provider: _Optional[str] = ..., provider_type: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., input_price_per_mtok: _Optional[float] = ..., output_price_per_mtok: _Optional[float] = ..., unavailable: _Optional[bool] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models", "routes")

@@ -1,0 +1,332 @@
+"""`agentmesh run <agent> "<goal>"`: start a task and stream its events to the terminal.
+
+One readable line per event; on a terminal a progress indicator on stderr while nothing happens
+(heartbeats); approval prompts that show the change plan and its impact, answered interactively
+or by `--approve` / `--deny`. A broken stream is resumed with WatchTask(after_sequence), so no
+event is shown twice or missed. Exit code: 0 SUCCEEDED, 1 any other end, 2 bad request, 3 the
+dispatcher cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import grpc
+import grpc.aio
+
+from agentmesh.auth import Authenticator
+from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.config import Settings
+from agentmesh.errors import ErrorCode
+from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
+
+D = dispatcher_pb2
+
+_KIND_LABEL = {
+    D.TASK_EVENT_KIND_STATUS: "status",
+    D.TASK_EVENT_KIND_STEP_STARTED: "step",
+    D.TASK_EVENT_KIND_CONTEXT: "context",
+    D.TASK_EVENT_KIND_MODEL_REPLY: "model",
+    D.TASK_EVENT_KIND_TOOL_CALL: "tool call",
+    D.TASK_EVENT_KIND_TOOL_RESULT: "tool result",
+    D.TASK_EVENT_KIND_CORRECTION: "CORRECTION",
+    D.TASK_EVENT_KIND_FALLBACK: "FALLBACK",
+    D.TASK_EVENT_KIND_APPROVAL_REQUIRED: "APPROVAL",
+    D.TASK_EVENT_KIND_APPROVAL_RESOLVED: "approved",
+    D.TASK_EVENT_KIND_INCIDENT: "INCIDENT",
+    D.TASK_EVENT_KIND_ANSWER: "ANSWER",
+}
+_COLOR = {
+    D.TASK_EVENT_KIND_CORRECTION: "33",  # yellow: CONTRACT
+    D.TASK_EVENT_KIND_FALLBACK: "35",  # magenta: ENGINEERING
+    D.TASK_EVENT_KIND_APPROVAL_REQUIRED: "36",
+    D.TASK_EVENT_KIND_APPROVAL_RESOLVED: "36",
+    D.TASK_EVENT_KIND_INCIDENT: "31;1",  # red: FATAL
+    D.TASK_EVENT_KIND_ANSWER: "32;1",
+}
+_TERMINAL = {D.TASK_STATUS_SUCCEEDED, D.TASK_STATUS_FAILED, D.TASK_STATUS_ABORTED, D.TASK_STATUS_CANCELLED}
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_RECONNECTS = 5
+
+Decide = Callable[[D.TaskEvent], "tuple[bool, str] | None"]
+"""Answers an approval: (approve, reason), or None to leave it to someone else."""
+
+
+def status_name(status: int) -> str:
+    return D.TaskStatus.Name(status).removeprefix("TASK_STATUS_")
+
+
+def format_event(event: D.TaskEvent, *, color: bool = False) -> str:
+    """One line for one event: sequence, step, kind, message."""
+    label = _KIND_LABEL.get(event.kind, D.TaskEventKind.Name(event.kind).removeprefix("TASK_EVENT_KIND_").lower())
+    message = " ".join(event.message.split()) if event.kind != D.TASK_EVENT_KIND_ANSWER else event.message
+    if event.kind == D.TASK_EVENT_KIND_STATUS:
+        message = status_name(event.status) + (f" ({event.error.message})" if event.HasField("error") else "")
+    step = f"step {event.step:<2}" if event.step else "       "
+    text = f"{event.sequence:>4}  {step}  {label:<11}  {message}"
+    code = _COLOR.get(event.kind)
+    return f"\x1b[{code}m{text}\x1b[0m" if color and code else text
+
+
+def format_plan(event: D.TaskEvent) -> str:
+    """The change plan of an approval request, as shown to the approver."""
+    pending = event.pending_approval
+    try:
+        args = json.dumps(json.loads(pending.plan.arguments_json), ensure_ascii=False, sort_keys=True)
+    except ValueError:
+        args = pending.plan.arguments_json
+    lines = [
+        f"      approval {pending.approval_id} requested by {pending.requested_by or 'the agent'}",
+        f"      plan:    {pending.plan.name} {args}",
+        f"      impact:  {pending.impact or '(none stated)'}",
+        f"      sha256:  {pending.arguments_sha256}",
+    ]
+    return "\n".join(lines)
+
+
+def operator_token(settings: Settings, subject: str | None = None) -> str | None:
+    """A short-lived operator token signed with the configured key (None when there is no key)."""
+    if settings.auth.key is None or not settings.auth.key.get_secret_value():
+        return None
+    if not subject:
+        try:
+            subject = getpass.getuser()
+        except (OSError, KeyError):
+            subject = "operator"
+    return Authenticator(settings.auth, settings.environment).mint(subject=subject, roles=("operator",))
+
+
+@dataclass
+class RunOutcome:
+    task_id: str = ""
+    status: int = 0
+    answer: str = ""
+    request_id: str = ""
+    events: list[D.TaskEvent] = field(default_factory=list)
+    error: str = ""
+
+
+class _Progress:
+    """A one-line spinner on stderr while the stream is idle (terminals only)."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.shown = False
+        self.ticks = 0
+        self.since = time.monotonic()
+        self.state = "running"
+
+    def event(self, event: D.TaskEvent) -> None:
+        self.clear()
+        self.since = time.monotonic()
+        if event.kind == D.TASK_EVENT_KIND_STATUS:
+            self.state = status_name(event.status).lower().replace("_", " ")
+
+    def beat(self) -> None:
+        if not self.enabled:
+            return
+        self.ticks += 1
+        spinner = _SPINNER[self.ticks % len(_SPINNER)]
+        idle = time.monotonic() - self.since
+        self.stream.write(f"\r\x1b[2K{spinner} {self.state}, idle {idle:.0f}s")
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.stream.write("\r\x1b[2K")
+            self.stream.flush()
+            self.shown = False
+
+
+async def stream_task(
+    stub: dispatcher_pb2_grpc.DispatcherServiceStub,
+    start: D.StartTaskRequest,
+    metadata: tuple[tuple[str, str], ...],
+    *,
+    decide: Decide | None,
+    on_event: Callable[[D.TaskEvent], None],
+    on_heartbeat: Callable[[], None] = lambda: None,
+    timeout_s: float | None = None,
+) -> RunOutcome:
+    """RunTask, resumed with WatchTask(after_sequence) if the stream breaks; approvals via `decide`."""
+    outcome = RunOutcome()
+    last = 0
+    reconnects = 0
+    answered: set[str] = set()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def remaining() -> float | None:
+        return None if deadline is None else max(0.1, deadline - time.monotonic())
+
+    def open_stream() -> AsyncIterator[Any]:
+        if not outcome.task_id:
+            return stub.RunTask(D.RunTaskRequest(start=start), metadata=metadata, timeout=remaining())  # type: ignore[no-any-return]
+        request = D.WatchTaskRequest(task_id=outcome.task_id, after_sequence=last)
+        return stub.WatchTask(request, metadata=metadata, timeout=remaining())  # type: ignore[no-any-return]
+
+    while True:
+        try:
+            async for reply in open_stream():
+                event = reply.event
+                if event.kind == D.TASK_EVENT_KIND_HEARTBEAT:
+                    on_heartbeat()
+                    continue
+                if event.sequence <= last:
+                    continue
+                last = event.sequence
+                outcome.task_id = event.task_id
+                outcome.events.append(event)
+                outcome.status = event.status
+                on_event(event)
+                if event.kind == D.TASK_EVENT_KIND_ANSWER:
+                    outcome.answer = event.message
+                if event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and decide is not None:
+                    approval_id = event.pending_approval.approval_id
+                    if approval_id not in answered:
+                        verdict = decide(event)
+                        if verdict is not None:
+                            answered.add(approval_id)
+                            approve, reason = verdict
+                            await stub.ResolveApproval(
+                                D.DispatcherServiceResolveApprovalRequest(
+                                    task_id=event.task_id,
+                                    approval_id=approval_id,
+                                    approve=approve,
+                                    reason=reason,
+                                    arguments_sha256=event.pending_approval.arguments_sha256,
+                                ),
+                                metadata=metadata,
+                                timeout=30,
+                            )
+                if event.kind == D.TASK_EVENT_KIND_STATUS and event.status in _TERMINAL:
+                    break
+            break
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and outcome.task_id and reconnects < _RECONNECTS:
+                reconnects += 1
+                await asyncio.sleep(min(2.0, 0.2 * 2**reconnects))
+                continue
+            raise
+    if outcome.task_id:
+        task = (await stub.GetTask(D.GetTaskRequest(task_id=outcome.task_id), metadata=metadata, timeout=10)).task
+        outcome.status = task.status
+        outcome.answer = task.answer
+        outcome.request_id = task.request_id
+        if task.HasField("error"):
+            outcome.error = (
+                f"{common_pb2.ErrorCode.Name(task.error.code).removeprefix('ERROR_CODE_')}: {task.error.message}"
+            )
+    return outcome
+
+
+def _interactive_decide(out: TextIO, read: Callable[[str], str]) -> Decide:
+    def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
+        out.write(format_plan(event) + "\n")
+        out.flush()
+        try:
+            answer = read("      approve this change? [y/N] ").strip().lower()
+        except EOFError:
+            return None
+        reason = "approved at the terminal" if answer in ("y", "yes") else "denied at the terminal"
+        return answer in ("y", "yes"), reason
+
+    return decide
+
+
+def run_command(
+    settings: Settings,
+    agent_id: str,
+    goal: str,
+    *,
+    approve: str = "ask",
+    token_budget: int = 0,
+    max_steps: int = 0,
+    task_id: str = "",
+    token: str | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`agentmesh run`: 0 when the task SUCCEEDED."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    token = token or operator_token(settings)
+    metadata = ((IDENTITY_HEADER, token),) if token else ()
+    color = out.isatty()
+    progress = _Progress(err, err.isatty())
+    decide: Decide | None
+    if approve == "yes":
+
+        def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
+            out.write(format_plan(event) + "\n      approved (--approve)\n")
+            return True, "approved with --approve"
+    elif approve == "no":
+
+        def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
+            out.write(format_plan(event) + "\n      denied (--deny)\n")
+            return False, "denied with --deny"
+    elif sys.stdin.isatty():
+        decide = _interactive_decide(out, input)
+    else:
+
+        def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
+            out.write(format_plan(event) + "\n      waiting for an operator (use --approve/--deny to decide here)\n")
+            return None
+
+    def on_event(event: D.TaskEvent) -> None:
+        progress.event(event)
+        out.write(format_event(event, color=color) + "\n")
+        out.flush()
+
+    async def main() -> RunOutcome:
+        target = settings.services.endpoint("dispatcher").dial_target
+        async with grpc.aio.insecure_channel(target) as channel:
+            stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
+            start = D.StartTaskRequest(
+                agent_id=agent_id,
+                goal=goal,
+                # 0 on the command line: keep the agent's (an explicit 0 would be rejected).
+                token_budget=token_budget or None,
+                max_steps=max_steps or None,
+                task_id=task_id,
+            )
+            return await stream_task(
+                stub, start, metadata, decide=decide, on_event=on_event, on_heartbeat=progress.beat
+            )
+
+    try:
+        outcome = asyncio.run(main())
+    except grpc.aio.AioRpcError as exc:
+        progress.clear()
+        error = from_rpc_error(exc)
+        err.write(f"agentmesh run: {error.code.name}: {error.message}\n")
+        for v in error.violations:
+            err.write(f"  {v.path}: {v.hint or v.rule}\n")
+        if error.code == ErrorCode.UNAVAILABLE:
+            err.write("  is the dispatcher up? start everything with `agentmesh up`\n")
+            return 3
+        return 2
+    except KeyboardInterrupt:
+        progress.clear()
+        err.write("interrupted; the task keeps running (it outlives this stream)\n")
+        return 130
+    progress.clear()
+    status = status_name(outcome.status)
+    out.write(f"\ntask {outcome.task_id}: {status}")
+    if outcome.error:
+        out.write(f" ({outcome.error})")
+    out.write("\n")
+    if outcome.answer:
+        out.write(f"answer: {outcome.answer}\n")
+    if outcome.request_id:
+        out.write(f"trace:  agentmesh trace {outcome.request_id}\n")
+    return 0 if outcome.status == D.TASK_STATUS_SUCCEEDED else 1

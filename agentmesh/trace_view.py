@@ -1,0 +1,184 @@
+"""`agentmesh trace <request_id>`: a request's spans as a terminal waterfall.
+
+Reads the JSONL span file every service appends to when no OTLP endpoint is set (one JSON object
+per line: trace_id, span_id, parent_span_id, name, kind, service, start/end_time_unix_nano,
+status, attributes incl. `agentmesh.request_id`, links). Every trace holding a span of the request
+is drawn, parents above children, with each span's offset, duration and a bar on a shared time
+axis. When spans go to OTLP instead (OTEL_EXPORTER_OTLP_ENDPOINT), it says where to look in Jaeger.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from agentmesh.telemetry import ATTR_REQUEST_ID, otlp_endpoint
+
+JAEGER_UI_PORT = 16686
+
+
+@dataclass
+class Span:
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    kind: str
+    service: str
+    start: int
+    end: int
+    status: str
+    description: str
+    attributes: dict[str, Any]
+    links: list[dict[str, Any]]
+    children: list[Span] = field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float:
+        return max(0, self.end - self.start) / 1e6
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Span:
+        status = data.get("status") or {}
+        return cls(
+            trace_id=str(data.get("trace_id") or ""),
+            span_id=str(data.get("span_id") or ""),
+            parent_span_id=data.get("parent_span_id"),
+            name=str(data.get("name") or "?"),
+            kind=str(data.get("kind") or ""),
+            service=str(data.get("service") or "?"),
+            start=int(data.get("start_time_unix_nano") or 0),
+            end=int(data.get("end_time_unix_nano") or data.get("start_time_unix_nano") or 0),
+            status=str(status.get("code") or "UNSET"),
+            description=str(status.get("description") or ""),
+            attributes=dict(data.get("attributes") or {}),
+            links=list(data.get("links") or []),
+        )
+
+
+def read_spans(path: Path) -> Iterator[Span]:
+    """Every well-formed span of the file (a torn last line, e.g. while a service writes, is skipped)."""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for raw in handle:
+            line = raw.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data.get("trace_id") and data.get("span_id"):
+                yield Span.from_json(data)
+
+
+def spans_of_request(spans: Iterable[Span], request_id: str) -> dict[str, list[Span]]:
+    """The spans of every trace that has a span of `request_id`, by trace id (first seen first)."""
+    by_trace: dict[str, list[Span]] = defaultdict(list)
+    wanted: list[str] = []
+    for span in spans:
+        by_trace[span.trace_id].append(span)
+        if span.attributes.get(ATTR_REQUEST_ID) == request_id and span.trace_id not in wanted:
+            wanted.append(span.trace_id)
+    ordered = sorted(wanted, key=lambda t: min(s.start for s in by_trace[t]))
+    return {trace: by_trace[trace] for trace in ordered}
+
+
+def _short(name: str) -> str:
+    # "/agentmesh.v1.ToolService/ExecuteTool" -> "ToolService/ExecuteTool"
+    if name.startswith("/") and "." in name:
+        return name.rsplit(".", 1)[-1]
+    return name
+
+
+def _tree(spans: list[Span]) -> list[tuple[int, Span]]:
+    """Spans depth-first (children by start time) with their depth; orphans become roots."""
+    by_id = {s.span_id: s for s in spans}
+    for span in spans:
+        span.children = []
+    roots = []
+    for span in sorted(spans, key=lambda s: (s.start, s.end)):
+        parent = by_id.get(span.parent_span_id or "")
+        if parent is not None and parent is not span:
+            parent.children.append(span)
+        else:
+            roots.append(span)
+    ordered: list[tuple[int, Span]] = []
+
+    def walk(span: Span, depth: int) -> None:
+        ordered.append((depth, span))
+        for child in span.children:
+            walk(child, depth + 1)
+
+    for root in roots:
+        walk(root, 0)
+    return ordered
+
+
+def render_trace(trace_id: str, spans: list[Span], *, width: int = 40) -> list[str]:
+    """The waterfall lines of one trace."""
+    t0 = min(s.start for s in spans)
+    t1 = max(s.end for s in spans)
+    total = max(1, t1 - t0)
+    services = sorted({s.service for s in spans})
+    lines = [
+        f"trace {trace_id}  {len(spans)} spans  {total / 1e6:.1f} ms  services: {', '.join(services)}",
+    ]
+    linked = {link.get("trace_id") for s in spans for link in s.links} - {trace_id}
+    for other in sorted(t for t in linked if t):
+        lines.append(f"  linked to trace {other} (a resumed run continues the original task)")
+    lines.append(f"  {'start ms':>9} {'dur ms':>9}  {'':<{width}}  span")
+    for depth, span in _tree(spans):
+        begin = int((span.start - t0) / total * width)
+        length = max(1, round((span.end - span.start) / total * width))
+        begin = min(begin, width - 1)
+        length = min(length, width - begin)
+        bar = " " * begin + "█" * length + " " * (width - begin - length)
+        mark = "  ✗ " + (span.description or "error") if span.status == "ERROR" else ""
+        label = f"{'  ' * depth}{_short(span.name)} [{span.service}{' ' + span.kind if span.kind else ''}]"
+        lines.append(f"  {(span.start - t0) / 1e6:>9.1f} {span.duration_ms:>9.1f}  {bar}  {label}{mark}")
+    return lines
+
+
+def jaeger_hint(endpoint: str, request_id: str) -> str:
+    """Where to find the request in the Jaeger UI next to an OTLP endpoint."""
+    host = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}").hostname or "localhost"
+    tags = urllib.parse.quote(json.dumps({ATTR_REQUEST_ID: request_id}, separators=(",", ":")))
+    return (
+        f"spans are exported over OTLP to {endpoint}; open Jaeger and search by tag {ATTR_REQUEST_ID}={request_id}:\n"
+        f"  http://{host}:{JAEGER_UI_PORT}/search?service=dispatcher_svc&tags={tags}"
+    )
+
+
+def trace_command(
+    span_file: Path, request_id: str, *, width: int = 40, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """`agentmesh trace`: 0 when spans were drawn (or OTLP is in use), 1 when none were found."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    endpoint = otlp_endpoint()
+    if endpoint:
+        out.write(jaeger_hint(endpoint, request_id) + "\n")
+        if not span_file.exists():
+            return 0
+    if not span_file.exists():
+        err.write(f"no span file at {span_file} (telemetry.span_file); have the services run with spans on?\n")
+        return 1
+    traces = spans_of_request(read_spans(span_file), request_id)
+    if not traces:
+        if endpoint:
+            return 0
+        err.write(f"no spans with {ATTR_REQUEST_ID}={request_id} in {span_file}\n")
+        return 1
+    first = True
+    for trace_id, spans in traces.items():
+        if not first:
+            out.write("\n")
+        first = False
+        out.write("\n".join(render_trace(trace_id, spans, width=width)) + "\n")
+    return 0

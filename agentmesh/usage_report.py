@@ -1,0 +1,145 @@
+"""`agentmesh usage`: provider_svc's recorded usage and cost, as a table (or JSON).
+
+Calls `ProviderService.GetUsage` with a short-lived operator token minted from the configured
+auth key (the same way `agentmesh token` does), so it sees every agent's usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf import timestamp_pb2
+
+from agentmesh.auth import Authenticator
+from agentmesh.client import ServiceClients
+from agentmesh.config import Settings
+from agentmesh.v1 import provider_pb2
+
+__all__ = ["format_table", "usage_command"]
+
+HEADER = ("day", "agent", "provider", "model", "calls", "input tok", "output tok", "cost USD", "avg ms")
+
+
+def _timestamp(day: dt.date) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC))
+    return ts
+
+
+def _rows(reply: provider_pb2.GetUsageResponse) -> list[dict[str, Any]]:
+    rows = []
+    for r in reply.rows:
+        latency_s = r.total_latency.ToNanoseconds() / 1e9
+        rows.append(
+            {
+                "day": r.day,
+                "agent_id": r.agent_id,
+                "provider": r.provider,
+                "model": r.model,
+                "calls": r.calls,
+                "input_tokens": r.usage.input_tokens,
+                "output_tokens": r.usage.output_tokens,
+                "cost_usd": r.cost_usd,
+                "avg_latency_ms": (latency_s * 1000 / r.calls) if r.calls else 0.0,
+            }
+        )
+    return sorted(rows, key=lambda row: (row["day"], row["agent_id"], row["provider"], row["model"]))
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as an aligned text table with a total line."""
+    cells = [
+        [
+            row["day"],
+            row["agent_id"],
+            row["provider"],
+            row["model"],
+            str(row["calls"]),
+            str(row["input_tokens"]),
+            str(row["output_tokens"]),
+            f"{row['cost_usd']:.6f}",
+            f"{row['avg_latency_ms']:.1f}",
+        ]
+        for row in rows
+    ]
+    cells.append(
+        [
+            "total",
+            "",
+            "",
+            "",
+            str(sum(r["calls"] for r in rows)),
+            str(sum(r["input_tokens"] for r in rows)),
+            str(sum(r["output_tokens"] for r in rows)),
+            f"{sum(r['cost_usd'] for r in rows):.6f}",
+            "",
+        ]
+    )
+    widths = [max(len(str(c)) for c in column) for column in zip(HEADER, *cells, strict=True)]
+    numeric = set(range(4, len(HEADER)))
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True))
+        )
+
+    out = [line(HEADER), "  ".join("-" * w for w in widths)]
+    out += [line(c) for c in cells[:-1]]
+    out += ["  ".join("-" * w for w in widths), line(cells[-1])]
+    return "\n".join(s.rstrip() for s in out)
+
+
+async def _fetch(settings: Settings, request: provider_pb2.GetUsageRequest, timeout_s: float) -> Any:
+    token = Authenticator(settings.auth, settings.environment).mint(
+        subject="agentmesh-usage", roles=frozenset({"operator"}), ttl_s=300
+    )
+    async with ServiceClients(settings, identity_token=token) as clients:
+        return await clients.provider().GetUsage(request, timeout=timeout_s)
+
+
+def usage_command(
+    settings: Settings,
+    *,
+    agent: str = "",
+    days: int | None = None,
+    start: dt.date | None = None,
+    end: dt.date | None = None,
+    as_json: bool = False,
+    timeout_s: float = 10.0,
+) -> int:
+    """Prints usage rows; 0 on success, 1 when provider_svc cannot answer, 2 on bad arguments."""
+    if days is not None:
+        if days <= 0:
+            print("agentmesh usage: --days must be > 0", file=sys.stderr)
+            return 2
+        today = dt.datetime.now(dt.UTC).date()
+        start, end = today - dt.timedelta(days=days - 1), today
+    if start is not None and end is not None and start > end:
+        print("agentmesh usage: --since must not be after --until", file=sys.stderr)
+        return 2
+    request = provider_pb2.GetUsageRequest(agent_id=agent)
+    if start is not None:
+        request.start_time.CopyFrom(_timestamp(start))
+    if end is not None:
+        request.end_time.CopyFrom(_timestamp(end))
+    try:
+        reply = asyncio.run(_fetch(settings, request, timeout_s))
+    except grpc.aio.AioRpcError as exc:
+        target = settings.services.endpoint("provider").dial_target
+        print(f"agentmesh usage: provider_svc at {target}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    rows = _rows(reply)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no usage recorded" + (f" for agent {agent}" if agent else ""))
+    else:
+        print(format_table(rows))
+    return 0

@@ -1,0 +1,487 @@
+"""Sessions in Redis: one hash tag per session, every write one atomic Lua script.
+
+Keys (`{<session>}` is the Cluster hash tag, so every script touches one slot):
+- `am:sess:{s}:meta`     hash: global state (agent, goal, sub-goals, system prompt, budget JSON,
+                         epoch) and counters (message_count, total_tokens, summary_count, ...)
+- `am:sess:{s}:log`      list: the messages as JSON, in order; the list index is the message index
+- `am:sess:{s}:idx`      list: per message role + token count + call pairing (what BuildContext needs
+                         without reading contents); kept in step with `log` by the append script
+- `am:sess:{s}:entities` hash: label -> {"v": latest value, "i": message index}
+- `am:sess:{s}:summary`  hash: upto (last summarised index), version, json (the rolling summary)
+- `am:sess:{s}:compact`  the compaction lease (SET NX PX), so one replica runs the summarizer
+
+Appends are atomic and ordered across replicas: RPUSH inside a script that first checks the session
+exists (a deleted session is never half re-created) and updates the counters and entities in the
+same step. Nothing is read-modified-written in Python.
+
+BuildContext's read (`load`) is one script returning one JSON document. Each process remembers
+what never changes of a session it served (global state, index entries, the last messages; keyed by
+the session's random epoch, so a re-created session is never confused with the old one) and asks
+Redis only for the rest, so a load costs the same at 50 or 5,000 messages.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from agentmesh.errors import NotFoundError, PermissionDeniedError
+from agentmesh.payloads import PAYLOAD_INDEX_PART
+from agentmesh.store import Store
+from context_svc.model import Budget, IndexEntry, Message, Session, Summary
+
+__all__ = ["EncodingChangedError", "Loaded", "SessionStore", "new_epoch"]
+
+
+class EncodingChangedError(Exception):
+    """The session uses another encoding than the one the caller counted tokens in."""
+
+
+_PARTS: Final = ("meta", "log", "idx", "entities", "summary")
+
+_CREATE_LUA: Final = """
+-- KEYS[1] meta. ARGV: ttl_s, then field/value pairs. Returns {1} if created, {0, existing fields}.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('HGETALL', KEYS[1])}
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local ttl = tonumber(ARGV[1])
+if ttl > 0 then redis.call('EXPIRE', KEYS[1], ttl) end
+return {1}
+"""
+
+_APPEND_LUA: Final = """
+-- KEYS: meta, log, idx, entities, summary.
+-- ARGV: message json, index json, tokens, ttl_s, caller agent ('*' for operators), encoding the
+-- tokens were counted in, then label/value pairs. Returns the new message's index, -1 if the
+-- session does not exist, -2 if it is another agent's, -3 if it uses another encoding.
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[5] ~= '*' and redis.call('HGET', KEYS[1], 'agent_id') ~= ARGV[5] then return -2 end
+if redis.call('HGET', KEYS[1], 'encoding') ~= ARGV[6] then return -3 end
+local n = redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('RPUSH', KEYS[3], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'total_tokens', ARGV[3])
+redis.call('HSET', KEYS[1], 'message_count', n)
+-- The index comes from this script, so the latest value of a label follows log order.
+for i = 7, #ARGV, 2 do
+  redis.call('HSET', KEYS[4], ARGV[i], cjson.encode({v = ARGV[i + 1], i = n - 1}))
+end
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  for k = 1, #KEYS do redis.call('EXPIRE', KEYS[k], ttl) end
+end
+return n - 1
+"""
+
+_LOAD_LUA: Final = """
+-- KEYS: meta, idx, log, entities, summary.
+-- ARGV: messages wanted at the end of the log (keep_recent + extra), then what the caller already
+-- holds of this session: its epoch, messages lo..hi and index entries up to idx_hi. Stored messages
+-- and entries never change, so those are not sent again; neither is the immutable global state.
+-- Returns false if the session does not exist, else ONE JSON document (parsed in C on our side,
+-- instead of hundreds of RESP elements): {same, meta, upto, version, n, if: first index entry
+-- sent, idx, a/ta and b/tb: messages (first index, list) the caller lacks, entities}.
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return false end
+local same = epoch == ARGV[2]
+local meta
+if same then
+  local c = redis.call('HMGET', KEYS[1], 'message_count', 'total_tokens', 'summary_count', 'summary_rejections')
+  meta = cjson.encode({message_count = c[1], total_tokens = c[2], summary_count = c[3], summary_rejections = c[4]})
+else
+  local raw = redis.call('HGETALL', KEYS[1])
+  local m = {}
+  for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end
+  meta = cjson.encode(m)
+end
+local upto = tonumber(redis.call('HGET', KEYS[5], 'upto') or '-1')
+local version = tonumber(redis.call('HGET', KEYS[5], 'version') or '0')
+local n = redis.call('LLEN', KEYS[3])
+local idx_from = upto + 1
+if same then idx_from = math.max(idx_from, tonumber(ARGV[5]) + 1) end
+local idx = {}
+if idx_from < n then idx = redis.call('LRANGE', KEYS[2], idx_from, n - 1) end
+local first = n - math.max(0, math.min(n - (upto + 1), tonumber(ARGV[1])))
+local before, from = {}, first
+if same then
+  local lo, hi = tonumber(ARGV[3]), tonumber(ARGV[4])
+  if lo > first and lo <= hi then before = redis.call('LRANGE', KEYS[3], first, math.min(lo, n) - 1) end
+  if lo <= hi then from = math.max(first, hi + 1) end
+end
+local after = {}
+if from < n then after = redis.call('LRANGE', KEYS[3], from, n - 1) end
+local raw = redis.call('HGETALL', KEYS[4])
+local entities = {}
+for i = 1, #raw, 2 do entities[#entities + 1] = cjson.encode(raw[i]) .. ':' .. raw[i + 1] end
+local function int(x) return string.format('%d', x) end
+return '{"same":' .. tostring(same) .. ',"meta":' .. meta .. ',"upto":' .. int(upto) ..
+  ',"version":' .. int(version) .. ',"n":' .. int(n) .. ',"if":' .. int(idx_from) ..
+  ',"idx":[' .. table.concat(idx, ',') .. '],"a":' .. int(first) .. ',"ta":[' .. table.concat(before, ',') ..
+  '],"b":' .. int(from) .. ',"tb":[' .. table.concat(after, ',') ..
+  '],"entities":{' .. table.concat(entities, ',') .. '}}'
+"""
+
+_COMMIT_SUMMARY_LUA: Final = """
+-- KEYS: meta, summary. ARGV: expected upto, new upto, summary json, ttl_s.
+-- Returns the new version, 0 if another replica compacted first, -1 if the session is gone.
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local current = tonumber(redis.call('HGET', KEYS[2], 'upto') or '-1')
+if current ~= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[2], 'upto', ARGV[2], 'json', ARGV[3])
+local version = redis.call('HINCRBY', KEYS[2], 'version', 1)
+redis.call('HINCRBY', KEYS[1], 'summary_count', 1)
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
+return version
+"""
+
+_INCR_IF_EXISTS_LUA: Final = """
+-- KEYS[1] hash. ARGV: field. HINCRBY would create a stray hash for a deleted session.
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+"""
+
+_RELEASE_LUA: Final = """
+-- KEYS[1] lease key. ARGV[1] our token: delete only our own lease.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
+    return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What this process holds of one session: its immutable state, its index entries from
+    `idx_base`, and its last messages. Replaced, never mutated (concurrent loads each combine the
+    reply with the snapshot they asked with)."""
+
+    session: Session
+    idx_base: int
+    entries: tuple[IndexEntry, ...]
+    messages: dict[int, Message]
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """The contiguous message range held, (0, -1) when none."""
+        if not self.messages:
+            return 0, -1
+        return min(self.messages), max(self.messages)
+
+
+_KNOWN_MESSAGES = 64
+"""Messages held per session: enough for any recent window of keep_recent_messages <= 50."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one BuildContext reads in one round trip."""
+
+    session: Session
+    summary_version: int
+    entries: list[IndexEntry]
+    """Index entries of messages summarized_upto+1 .. message_count-1."""
+    tail: dict[int, Message]
+    """The last messages of the log by index (those this process holds, and those just read)."""
+    entities: dict[str, tuple[str, int]]
+    """label -> (latest value, message index)."""
+
+
+class SessionStore:
+    """The Redis side of sessions (see the module docstring)."""
+
+    def __init__(self, store: Store, *, session_ttl_s: int = 0) -> None:
+        self.store = store
+        self.session_ttl_s = session_ttl_s
+        self._create = store.script("context_create", _CREATE_LUA)
+        self._append = store.script("context_append", _APPEND_LUA)
+        self._load = store.script("context_load", _LOAD_LUA)
+        self._commit = store.script("context_commit_summary", _COMMIT_SUMMARY_LUA)
+        self._incr = store.script("context_incr_if_exists", _INCR_IF_EXISTS_LUA)
+        self._release = store.script("context_release", _RELEASE_LUA)
+        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._known_size = 2_000
+        self._key_cache: dict[str, list[str]] = {}
+
+    def key(self, session_id: str, part: str) -> str:
+        return self.store.keys.session(session_id, part)
+
+    def keys(self, session_id: str) -> list[str]:
+        return [self.key(session_id, part) for part in _PARTS]
+
+    def _load_keys(self, session_id: str) -> list[str]:
+        # Built (and validated) once per session: BuildContext is the hot path.
+        keys = self._key_cache.get(session_id)
+        if keys is None:
+            if len(self._key_cache) >= self._known_size:
+                self._key_cache.clear()
+            keys = self._key_cache[session_id] = [
+                self.key(session_id, p) for p in ("meta", "idx", "log", "entities", "summary")
+            ]
+        return keys
+
+    # -- create / read ---------------------------------------------------------------------
+
+    async def create(self, session: Session) -> tuple[Session, bool]:
+        """Creates `session` unless one with its id exists; returns (the stored session, created)."""
+        fields: dict[str, str | int] = {
+            "agent_id": session.agent_id,
+            "goal": session.goal,
+            "sub_goals": json.dumps(list(session.sub_goals), ensure_ascii=False),
+            "system_prompt": session.system_prompt,
+            "budget": session.budget.to_json(),
+            "encoding": session.budget.encoding,
+            "create_time": repr(session.create_time),
+            "epoch": session.epoch,
+            "message_count": 0,
+            "total_tokens": 0,
+            "summary_count": 0,
+            "summary_rejections": 0,
+        }
+        args: list[str | int] = [self.session_ttl_s]
+        for name, value in fields.items():
+            args += [name, value]
+        async with self.store.guard("create session"):
+            reply = await self._create(keys=[self.key(session.session_id, "meta")], args=args)
+        if int(reply[0]) == 1:
+            return session, True
+        return self._session(session.session_id, _pairs(reply[1]), upto=-1), False
+
+    def _session(self, session_id: str, meta: Mapping[str, bytes | str], *, upto: int) -> Session:
+        def get(name: str, default: str = "") -> str:
+            value = meta.get(name)
+            return default if value is None else _text(value)
+
+        return Session(
+            session_id=session_id,
+            agent_id=get("agent_id"),
+            goal=get("goal"),
+            sub_goals=tuple(json.loads(get("sub_goals", "[]"))),
+            system_prompt=get("system_prompt"),
+            budget=Budget.from_json(get("budget")),
+            create_time=float(get("create_time", "0")),
+            epoch=get("epoch"),
+            message_count=int(get("message_count", "0")),
+            total_tokens=int(get("total_tokens", "0")),
+            summary_count=int(get("summary_count", "0")),
+            summarized_upto=upto,
+            summary_rejections=int(get("summary_rejections", "0")),
+        )
+
+    async def get(self, session_id: str) -> tuple[Session, dict[str, tuple[str, int]]]:
+        """The session and its entities; NotFoundError if it does not exist."""
+        async with self.store.guard("get session"):
+            pipe = self.store.redis.pipeline(transaction=True)
+            pipe.hgetall(self.key(session_id, "meta"))
+            pipe.hgetall(self.key(session_id, "entities"))
+            pipe.hget(self.key(session_id, "summary"), "upto")
+            meta, entities, upto = await pipe.execute()
+        if not meta:
+            raise _not_found(session_id)
+        session = self._session(session_id, {_text(k): v for k, v in meta.items()}, upto=int(upto or -1))
+        return session, _entities(entities)
+
+    async def load(self, session_id: str) -> Loaded:
+        """Meta, summary position, index entries after it, the last messages (keep_recent + 2) and
+        the entities, in one round trip; what this process already holds is not sent again."""
+        snap = self._known.get(session_id)
+        tail = (snap.session.budget.keep_recent_messages if snap is not None else 20) + 2
+        lo, hi = snap.held if snap is not None else (0, -1)
+        idx_hi = snap.idx_base + len(snap.entries) - 1 if snap is not None else -1
+        async with self.store.guard("load session"):
+            reply = await self._load(
+                keys=self._load_keys(session_id),
+                args=[tail, snap.session.epoch if snap is not None else "-", lo, hi, idx_hi],
+            )
+        if not reply:
+            self._known.pop(session_id, None)
+            raise _not_found(session_id)
+        data = json.loads(reply)
+        upto, count, idx_from = int(data["upto"]), int(data["n"]), int(data["if"])
+        meta = data["meta"]
+        if data["same"] and snap is not None:
+            session = replace(
+                snap.session,
+                message_count=int(meta["message_count"] or 0),
+                total_tokens=int(meta["total_tokens"] or 0),
+                summary_count=int(meta["summary_count"] or 0),
+                summary_rejections=int(meta["summary_rejections"] or 0),
+                summarized_upto=upto,
+            )
+            held_entries = snap.entries[upto + 1 - snap.idx_base : idx_from - snap.idx_base]
+            messages = dict(snap.messages)
+        else:
+            session = self._session(session_id, meta, upto=upto)
+            held_entries, messages = (), {}
+        entries = [*held_entries, *(IndexEntry.from_dict(raw) for raw in data["idx"])]
+        if len(entries) != count - upto - 1 and snap is not None:
+            # Defensive: the held snapshot did not line up with the reply; read everything again.
+            self._known.pop(session_id, None)
+            return await self.load(session_id)
+        for first, part in ((int(data["a"]), data["ta"]), (int(data["b"]), data["tb"])):
+            for i, raw in enumerate(part):
+                messages[first + i] = Message.from_dict(raw, first + i)
+        keep_from = count - _KNOWN_MESSAGES
+        messages = {i: m for i, m in messages.items() if i >= keep_from}
+        self._remember(session_id, _Known(session, upto + 1, tuple(entries), messages))
+        return Loaded(
+            session=session,
+            summary_version=int(data["version"]),
+            entries=entries,
+            tail=messages,
+            entities={label: (str(v["v"]), int(v["i"])) for label, v in data["entities"].items()},
+        )
+
+    def _remember(self, session_id: str, known: _Known) -> None:
+        self._known[session_id] = known
+        self._known.move_to_end(session_id)
+        while len(self._known) > self._known_size:
+            self._known.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        """Drops what this process holds of a session (it was deleted here)."""
+        self._known.pop(session_id, None)
+
+    async def messages(self, session_id: str, start: int, end: int) -> list[Message]:
+        """Messages start..end (inclusive) of the log."""
+        if end < start:
+            return []
+        raw = await self.store.call("read messages", self.store.redis.lrange(self.key(session_id, "log"), start, end))
+        return [Message.from_json(item, start + i) for i, item in enumerate(raw)]
+
+    async def summary(self, session_id: str) -> tuple[Summary | None, int]:
+        """The persisted rolling summary and its version (None, 0 before the first compaction)."""
+        raw, version = await self.store.call(
+            "read summary", self.store.redis.hmget(self.key(session_id, "summary"), ["json", "version"])
+        )
+        return (Summary.from_json(raw) if raw else None), int(version or 0)
+
+    async def summary_and_messages(
+        self, session_id: str, start: int, end: int
+    ) -> tuple[Summary | None, int, list[Message]]:
+        """The persisted summary, its version and messages start..end, in one transaction."""
+        if end < start:
+            summary, version = await self.summary(session_id)
+            return summary, version, []
+        async with self.store.guard("read summary"):
+            pipe = self.store.redis.pipeline(transaction=True)
+            pipe.hmget(self.key(session_id, "summary"), ["json", "version"])
+            pipe.lrange(self.key(session_id, "log"), start, end)
+            (raw, version), items = await pipe.execute()
+        messages = [Message.from_json(item, start + i) for i, item in enumerate(items)]
+        return (Summary.from_json(raw) if raw else None), int(version or 0), messages
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        message: Message,
+        entities: Sequence[tuple[str, str]],
+        *,
+        caller_agent: str | None,
+        encoding: str,
+    ) -> int:
+        """Appends atomically; returns the message's index. `caller_agent` None: any agent (operator).
+
+        NotFoundError if the session does not exist; PermissionDeniedError if it is another agent's;
+        EncodingChangedError if its tokens were not counted in `encoding`.
+        """
+        args: list[str | int] = [
+            message.to_json(),
+            message.index_entry().to_json(),
+            message.token_count,
+            self.session_ttl_s,
+            "*" if caller_agent is None else caller_agent,
+            encoding,
+        ]
+        for label, value in entities:
+            args += [label, value]
+        async with self.store.guard("append message"):
+            index = int(await self._append(keys=self.keys(session_id), args=args))
+        if index == -1:
+            raise _not_found(session_id)
+        if index == -3:
+            raise EncodingChangedError(session_id)
+        if index == -2:
+            raise PermissionDeniedError(f"session:{session_id}", f"session {session_id} belongs to another agent")
+        return index
+
+    async def commit_summary(self, session_id: str, expected_upto: int, summary: Summary) -> int:
+        """Stores `summary` if no other replica compacted since `expected_upto`; its version, or 0."""
+        async with self.store.guard("store summary"):
+            version = int(
+                await self._commit(
+                    keys=[self.key(session_id, "meta"), self.key(session_id, "summary")],
+                    args=[expected_upto, summary.last_index, summary.to_json(), self.session_ttl_s],
+                )
+            )
+        if version == -1:
+            raise _not_found(session_id)
+        return version
+
+    async def count_rejection(self, session_id: str) -> None:
+        async with self.store.guard("count summary rejection"):
+            await self._incr(keys=[self.key(session_id, "meta")], args=["summary_rejections"])
+
+    async def lease(self, session_id: str, ttl_s: float) -> str | None:
+        """Takes the compaction lease; its token, or None if another replica holds it."""
+        token = secrets.token_hex(8)
+        taken = await self.store.call(
+            "take compaction lease",
+            self.store.redis.set(self.key(session_id, "compact"), token, nx=True, px=max(1, int(ttl_s * 1000))),
+        )
+        return token if taken else None
+
+    async def release(self, session_id: str, token: str) -> None:
+        async with self.store.guard("release compaction lease"):
+            await self._release(keys=[self.key(session_id, "compact")], args=[token])
+
+    async def exists(self, session_id: str) -> str:
+        """The session's agent id; NotFoundError if it does not exist."""
+        meta = self.key(session_id, "meta")
+        async with self.store.guard("check session"):
+            pipe = self.store.redis.pipeline(transaction=False)
+            pipe.exists(meta)
+            pipe.hget(meta, "agent_id")
+            found, agent = await pipe.execute()
+        if not found:
+            raise _not_found(session_id)
+        return _text(agent or b"")
+
+    async def delete(self, session_id: str, payload_shas: Sequence[str]) -> bool:
+        """Deletes the session, its payloads and leases in one transaction; whether it existed."""
+        keys = [*self.keys(session_id), self.key(session_id, "compact"), self.key(session_id, PAYLOAD_INDEX_PART)]
+        keys += [self.store.keys.payload(session_id, sha) for sha in payload_shas]
+        async with self.store.guard("delete session"):
+            pipe = self.store.redis.pipeline(transaction=True)
+            pipe.exists(keys[0])
+            pipe.delete(*keys)
+            existed, _ = await pipe.execute()
+        return bool(existed)
+
+
+def _entities(raw: Mapping[Any, bytes]) -> dict[str, tuple[str, int]]:
+    out: dict[str, tuple[str, int]] = {}
+    for label, value in raw.items():
+        data = json.loads(value)
+        out[_text(label)] = (str(data["v"]), int(data["i"]))
+    return out
+
+
+def _not_found(session_id: str) -> NotFoundError:
+    return NotFoundError(f"session {session_id} not found", metadata={"session_id": session_id})
+
+
+def new_epoch() -> str:
+    return secrets.token_hex(8)

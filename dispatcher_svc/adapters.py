@@ -1,0 +1,182 @@
+"""The loop's ports over gRPC: `agentmesh.client.ServiceClients` stubs, protobuf mapped by convert.py.
+
+Every downstream call carries the task's identity token and request id explicitly (the worker
+runs outside any incoming call) and a timeout; a failed RPC becomes the AgentmeshError its rich
+status carries. ResolveApproval/GetApproval carry no explicit identity: the client interceptor
+forwards the incoming caller's (the operator's) verified token, so tool_svc sees who approves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+from agentmesh.callctx import IDENTITY_HEADER, REQUEST_ID_HEADER
+from agentmesh.client import ServiceClients
+from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.v1 import common_pb2, context_pb2, provider_pb2, tool_pb2
+from dispatcher_svc import convert
+from dispatcher_svc.model import ApprovalRecord, ModelReply, ToolCall, ToolOutcome
+from dispatcher_svc.ports import (
+    Appended,
+    CallOptions,
+    ContextView,
+    Ports,
+    SessionInfo,
+    SessionSpec,
+    ToolInfo,
+)
+
+T = TypeVar("T")
+
+
+def _metadata(opts: CallOptions) -> tuple[tuple[str, str], ...]:
+    return ((IDENTITY_HEADER, opts.identity_token), (REQUEST_ID_HEADER, opts.request_id))
+
+
+async def _rpc(call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc_error(exc) from None
+
+
+class GrpcContext:
+    def __init__(self, clients: ServiceClients) -> None:
+        self.clients = clients
+
+    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+        request = context_pb2.CreateSessionRequest(
+            session_id=spec.session_id,
+            agent_id=spec.agent_id,
+            goal=spec.goal,
+            sub_goals=list(spec.sub_goals),
+            system_prompt=spec.system_prompt,
+            budget=context_pb2.BudgetSettings(max_context_tokens=spec.max_context_tokens),
+        )
+        try:
+            reply = await _rpc(
+                self.clients.context().CreateSession(request, metadata=_metadata(opts), timeout=opts.timeout_s)
+            )
+        except AgentmeshError as err:
+            # A resumed task: the session exists already.
+            if err.code in (ErrorCode.FAILED_PRECONDITION, ErrorCode.IDEMPOTENCY_CONFLICT):
+                return await self.get_session(spec.session_id, opts)
+            raise
+        return convert.session_info(reply.session)
+
+    async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
+        reply = await _rpc(
+            self.clients.context().GetSession(
+                context_pb2.GetSessionRequest(session_id=session_id), metadata=_metadata(opts), timeout=opts.timeout_s
+            )
+        )
+        return convert.session_info(reply.session)
+
+    async def append_message(
+        self, session_id: str, role: str, content: str, tool_calls: Sequence[ToolCall], opts: CallOptions
+    ) -> Appended:
+        request = context_pb2.AppendMessageRequest(
+            session_id=session_id, message=convert.message_pb(role, content, list(tool_calls))
+        )
+        reply = await _rpc(
+            self.clients.context().AppendMessage(request, metadata=_metadata(opts), timeout=opts.timeout_s)
+        )
+        return Appended(index=reply.index, token_count=reply.token_count)
+
+    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+        request = context_pb2.AppendToolResultRequest(session_id=session_id, result=convert.tool_result_pb(outcome))
+        reply = await _rpc(
+            self.clients.context().AppendToolResult(request, metadata=_metadata(opts), timeout=opts.timeout_s)
+        )
+        return Appended(index=reply.index, token_count=reply.token_count)
+
+    async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
+        request = context_pb2.BuildContextRequest(session_id=session_id)
+        if budget_tokens > 0:  # 0: the session's own max_context_tokens
+            request.budget_tokens = budget_tokens
+        reply = await _rpc(
+            self.clients.context().BuildContext(request, metadata=_metadata(opts), timeout=opts.timeout_s)
+        )
+        return convert.context_view(reply.view)
+
+
+class GrpcTools:
+    def __init__(self, clients: ServiceClients) -> None:
+        self.clients = clients
+
+    async def discover(self, goal: str, k: int, opts: CallOptions) -> list[ToolInfo]:
+        request = tool_pb2.DiscoverToolsRequest(goal=goal, k=k, permitted_only=True)
+        reply = await _rpc(self.clients.tool().DiscoverTools(request, metadata=_metadata(opts), timeout=opts.timeout_s))
+        return [convert.tool_info(scored.tool) for scored in reply.tools]
+
+    async def list_tools(self, opts: CallOptions) -> list[ToolInfo]:
+        reply = await _rpc(
+            self.clients.tool().ListTools(tool_pb2.ListToolsRequest(), metadata=_metadata(opts), timeout=opts.timeout_s)
+        )
+        return [convert.tool_info(spec) for spec in reply.tools]
+
+    async def execute(
+        self, call: ToolCall, *, session_id: str, idempotency_key: str, goal: str, opts: CallOptions
+    ) -> ToolOutcome:
+        request = tool_pb2.ExecuteToolRequest(
+            call=convert.tool_call_pb(call), session_id=session_id, idempotency_key=idempotency_key, goal=goal
+        )
+        reply = await _rpc(self.clients.tool().ExecuteTool(request, metadata=_metadata(opts), timeout=opts.timeout_s))
+        return convert.tool_result(reply.result)
+
+    async def resolve_approval(
+        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+    ) -> tuple[ApprovalRecord, ToolOutcome | None]:
+        request = tool_pb2.ResolveApprovalRequest(
+            approval_id=approval_id, approve=approve, reason=reason, arguments_sha256=arguments_sha256
+        )
+        reply = await _rpc(self.clients.tool().ResolveApproval(request, timeout=timeout_s))
+        outcome = convert.tool_result(reply.result) if reply.HasField("result") else None
+        return convert.approval(reply.approval), outcome
+
+    async def get_approval(self, approval_id: str, timeout_s: float) -> ApprovalRecord:
+        reply = await _rpc(
+            self.clients.tool().GetApproval(tool_pb2.GetApprovalRequest(approval_id=approval_id), timeout=timeout_s)
+        )
+        return convert.approval(reply.approval)
+
+
+class GrpcProvider:
+    def __init__(self, clients: ServiceClients) -> None:
+        self.clients = clients
+
+    async def generate(
+        self,
+        *,
+        model: str,
+        task_tag: str,
+        messages: Sequence[object],
+        tools: Sequence[ToolInfo],
+        temperature: float | None,
+        max_tokens: int,
+        agent_id: str,
+        opts: CallOptions,
+    ) -> ModelReply:
+        sampling = provider_pb2.SamplingParams(max_tokens=max_tokens)
+        if temperature is not None:
+            sampling.temperature = temperature
+        specs = [t.spec for t in tools if isinstance(t.spec, common_pb2.ToolSpec)]
+        request = provider_pb2.GenerateRequest(
+            model=model,
+            task_tag=task_tag,
+            messages=[m for m in messages if isinstance(m, common_pb2.Message)],
+            tools=specs,
+            sampling=sampling,
+            agent_id=agent_id,
+        )
+        reply = await _rpc(self.clients.provider().Generate(request, metadata=_metadata(opts), timeout=opts.timeout_s))
+        return convert.model_reply(reply)
+
+
+def grpc_ports(clients: ServiceClients) -> Ports:
+    return Ports(context=GrpcContext(clients), tools=GrpcTools(clients), provider=GrpcProvider(clients))

@@ -1,0 +1,85 @@
+"""The configured agents (`agents:` in agentmesh.yaml) and what a task may do with them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from agentmesh.config import AgentSettings, ConfigError
+from agentmesh.errors import NotFoundError, Violation
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One agent as the loop uses it (a frozen copy of its AgentSettings)."""
+
+    id: str
+    description: str
+    system_prompt: str
+    model: str
+    task_tag: str
+    temperature: float | None
+    max_output_tokens: int
+    tools: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    permissions: tuple[str, ...]
+    token_budget: int
+    max_steps: int
+    discover_k: int
+    max_context_tokens: int
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> AgentConfig:
+        return cls(
+            id=settings.id,
+            description=settings.description,
+            system_prompt=settings.system_prompt,
+            model=settings.model,
+            task_tag=settings.task_tag,
+            temperature=settings.temperature,
+            max_output_tokens=settings.max_output_tokens,
+            tools=tuple(settings.tools),
+            capabilities=tuple(settings.capabilities),
+            permissions=tuple(settings.permissions),
+            token_budget=settings.token_budget,
+            max_steps=settings.max_steps,
+            discover_k=settings.discover_k,
+            max_context_tokens=settings.max_context_tokens,
+        )
+
+    def allows_tool(self, name: str, group: str) -> bool:
+        """Whether a tool may be offered to this agent: listed by name or group, or no list at all.
+
+        Permissions are still enforced by tool_svc from the task's token; this only narrows what
+        the model is shown.
+        """
+        return not self.tools or name in self.tools or (bool(group) and group in self.tools)
+
+
+class AgentRegistry:
+    """The agents by id; built once from the settings."""
+
+    def __init__(self, agents: Iterable[AgentSettings]) -> None:
+        self._agents: dict[str, AgentConfig] = {}
+        for index, settings in enumerate(agents):
+            if settings.id in self._agents:
+                raise ConfigError(f"agents[{index}].id: duplicate agent id {settings.id!r}")
+            self._agents[settings.id] = AgentConfig.from_settings(settings)
+
+    def get(self, agent_id: str) -> AgentConfig:
+        """The agent; NotFoundError naming the field and the known ids otherwise."""
+        agent = self._agents.get(agent_id)
+        if agent is None:
+            known = ", ".join(sorted(self._agents)) or "none configured"
+            raise NotFoundError(
+                f"agent_id: no agent {agent_id!r} (known: {known})",
+                violations=[Violation(path="agent_id", rule="exists", actual=repr(agent_id), hint=f"one of: {known}")],
+                metadata={"field": "agent_id"},
+            )
+        return agent
+
+    def list(self) -> Sequence[AgentConfig]:
+        return [self._agents[k] for k in sorted(self._agents)]
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self._agents

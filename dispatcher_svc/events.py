@@ -1,0 +1,94 @@
+"""A task's event log: a Redis Stream per task, read back in order, live, with heartbeats.
+
+Events are written only by `TaskStore.commit` (atomically with the state they describe), under
+stream ids `0-<sequence>`, so a watcher resumes exactly after the last sequence it saw
+(`WatchTask(after_sequence)`) and sees every later event once. The stream is capped by MAXLEN
+(approximate); a watcher that asks for events older than the oldest kept one gets the log from
+there on, with `attributes["events_trimmed"]` on the first event it receives.
+
+A watch ends after the task's terminal STATUS event. While nothing happens (a task waiting for
+an approval, a long model call) the watcher gets a HEARTBEAT every `heartbeat_interval_s`, so
+proxies and meshes keep the stream open.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentmesh.store import Store
+from dispatcher_svc.model import EventKind, TaskEvent, event_from_json
+from dispatcher_svc.tasks import TaskStore
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def heartbeat(task_id: str) -> TaskEvent:
+    """A heartbeat: sequence 0, no state."""
+    return TaskEvent(task_id=task_id, sequence=0, kind=EventKind.HEARTBEAT, time_ms=now_ms())
+
+
+def is_final(event: TaskEvent) -> bool:
+    """Whether no event can follow this one (until a FAILED task is resumed)."""
+    return event.kind == EventKind.STATUS and event.status.terminal
+
+
+class EventLog:
+    """Reads the events of tasks."""
+
+    def __init__(self, store: Store, tasks: TaskStore, heartbeat_interval_s: float) -> None:
+        self.store = store
+        self.tasks = tasks
+        self.heartbeat_interval_s = heartbeat_interval_s
+        # A blocking read must end before the socket timeout, or redis-py reports a dead server.
+        self.block_ms = max(10, int(min(heartbeat_interval_s, store.settings.socket_timeout_s * 0.5) * 1000))
+
+    async def read(self, task_id: str, after: int = 0, count: int = 1000) -> list[TaskEvent]:
+        """Events with a sequence above `after` (at most `count`)."""
+        key = self.store.keys.task_events(task_id)
+        raw: Any = await self.store.call("read events", self.store.redis.xrange(key, min=f"0-{after + 1}", count=count))
+        return [self._decode(task_id, msg_id, fields) for msg_id, fields in raw]
+
+    @staticmethod
+    def _decode(task_id: str, msg_id: bytes, fields: dict[bytes, bytes]) -> TaskEvent:
+        sequence = int(msg_id.split(b"-", 1)[1])
+        return event_from_json(task_id, sequence, fields[b"e"])
+
+    async def watch(self, task_id: str, after: int = 0) -> AsyncIterator[TaskEvent]:
+        """Every event after `after`, then live ones, until the task's final event; heartbeats between."""
+        after = max(after, 0)
+        status, last_sequence = await self.tasks.status(task_id)  # NotFoundError for an unknown task
+        key = self.store.keys.task_events(task_id)
+        last = after
+        first = True
+        if status.terminal and last_sequence <= after:
+            return  # nothing more will come
+        last_sent = time.monotonic()
+        while True:
+            async with self.store.guard("watch events"):
+                reply: Any = await self.store.redis.xread({key: f"0-{last}"}, count=256, block=self.block_ms)
+            entries = [entry for _, stream_entries in reply or () for entry in stream_entries]
+            for msg_id, fields in entries:
+                event = self._decode(task_id, msg_id, fields)
+                if event.sequence <= last:
+                    continue
+                if first and event.sequence > after + 1:
+                    event.attributes["events_trimmed"] = str(event.sequence - after - 1)
+                first = False
+                last = event.sequence
+                yield event
+                last_sent = time.monotonic()
+                if is_final(event):
+                    return
+            if entries:
+                continue
+            if time.monotonic() - last_sent >= self.heartbeat_interval_s:
+                # The log may have been trimmed past a terminal event, or expired: stop then.
+                status, last_sequence = await self.tasks.status(task_id)
+                if status.terminal and last_sequence <= last:
+                    return
+                yield heartbeat(task_id)
+                last_sent = time.monotonic()

@@ -1,0 +1,425 @@
+"""The dispatcher's domain vocabulary: tasks, events, tool calls and outcomes, as plain Python.
+
+These mirror the agentmesh.v1 messages the dispatcher speaks (server.py and adapters.py map them),
+and serialise to compact JSON for the task checkpoint and the event log in Redis. No grpc, no
+protobuf here.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from agentmesh.errors import AgentmeshError, ErrorCode, Violation, error_class
+
+
+class TaskStatus(enum.IntEnum):
+    """Mirror of agentmesh.v1.TaskStatus (same numbers)."""
+
+    UNSPECIFIED = 0
+    PENDING = 1
+    RUNNING = 2
+    WAITING_APPROVAL = 3
+    SUCCEEDED = 4
+    FAILED = 5
+    ABORTED = 6
+    CANCELLED = 7
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL: frozenset[TaskStatus] = frozenset(
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.ABORTED, TaskStatus.CANCELLED}
+)
+
+
+class EventKind(enum.IntEnum):
+    """Mirror of agentmesh.v1.TaskEventKind (same numbers)."""
+
+    UNSPECIFIED = 0
+    HEARTBEAT = 1
+    STATUS = 2
+    STEP_STARTED = 3
+    MODEL_REPLY = 4
+    TOOL_CALL = 5
+    TOOL_RESULT = 6
+    CORRECTION = 7
+    FALLBACK = 8
+    APPROVAL_REQUIRED = 9
+    APPROVAL_RESOLVED = 10
+    INCIDENT = 11
+    ANSWER = 12
+    CONTEXT = 13
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call as the model produced it; `arguments_json` is the raw text (source of truth)."""
+
+    id: str
+    name: str
+    arguments_json: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "args": self.arguments_json}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(id=data["id"], name=data["name"], arguments_json=data["args"])
+
+    def canonical_arguments(self) -> str:
+        """The arguments with key order and spacing normalised (raw text when not JSON)."""
+        try:
+            parsed = json.loads(self.arguments_json)
+        except ValueError:
+            return self.arguments_json
+        return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def arguments_sha256(self) -> str:
+        return hashlib.sha256(self.canonical_arguments().encode("utf-8")).hexdigest()
+
+    def signature(self) -> str:
+        """Same tool + same arguments, whatever the call id: what loop detection counts."""
+        return f"{self.name}:{self.arguments_sha256()[:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one or more model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+    def to_json(self) -> list[int]:
+        return [self.input_tokens, self.output_tokens]
+
+    @classmethod
+    def from_json(cls, data: list[int] | None) -> Usage:
+        return cls(*data) if data else cls()
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadRef:
+    """A reference to content offloaded to Redis (see agentmesh.v1.PayloadRef)."""
+
+    ref_id: str
+    session_id: str = ""
+    size_bytes: int = 0
+    media_type: str = ""
+    sha256: str = ""
+    expire_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A successful tool output: inline text or a ref plus digest."""
+
+    inline: str | None = None
+    ref: PayloadRef | None = None
+    digest: str = ""
+    result_type: str = ""
+    """"structured", "text" or "" (unspecified)."""
+    redacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A write waiting for a human (see agentmesh.v1.PendingApproval)."""
+
+    approval_id: str
+    plan: ToolCall
+    impact: str = ""
+    arguments_sha256: str = ""
+    expire_time_ms: int = 0
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecStats:
+    attempts: int = 0
+    duration_ms: float = 0.0
+    replayed: bool = False
+    output_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """The typed outcome of one tool call: exactly one of output, error, pending."""
+
+    tool_call_id: str
+    tool_name: str
+    output: ToolOutput | None = None
+    error: AgentmeshError | None = None
+    pending: PendingApproval | None = None
+    stats: ExecStats = ExecStats()
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.output, self.error, self.pending)) != 1:
+            raise ValueError("a ToolOutcome has exactly one of output, error, pending")
+
+    @property
+    def kind(self) -> str:
+        return "output" if self.output is not None else "error" if self.error is not None else "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """One model reply: text and/or tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    model: str = ""
+    finish_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """An approval as tool_svc holds it (see agentmesh.v1.Approval)."""
+
+    request: PendingApproval | None
+    state: str
+    """"PENDING", "APPROVED", "DENIED", "EXPIRED" or "UNSPECIFIED"."""
+    resolved_by: str = ""
+    reason: str = ""
+    resolve_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvent:
+    """One event of a task; `sequence` is contiguous from 1 (0 for heartbeats)."""
+
+    task_id: str
+    sequence: int
+    kind: EventKind
+    time_ms: int
+    status: TaskStatus = TaskStatus.UNSPECIFIED
+    step: int = 0
+    message: str = ""
+    tool_call: ToolCall | None = None
+    tool_result: ToolOutcome | None = None
+    error: AgentmeshError | None = None
+    pending_approval: PendingApproval | None = None
+    usage: Usage | None = None
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def with_sequence(self, sequence: int) -> TaskEvent:
+        return replace(self, sequence=sequence)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """The public view of a task (agentmesh.v1.Task)."""
+
+    task_id: str
+    agent_id: str
+    goal: str
+    status: TaskStatus
+    step: int = 0
+    usage: Usage = Usage()
+    answer: str = ""
+    error: AgentmeshError | None = None
+    session_id: str = ""
+    request_id: str = ""
+    pending_approval: PendingApproval | None = None
+    last_sequence: int = 0
+    create_time_ms: int = 0
+    update_time_ms: int = 0
+
+
+# --- JSON codecs (checkpoint and event log) -----------------------------------------------------
+
+
+def error_to_json(err: AgentmeshError) -> dict[str, Any]:
+    data: dict[str, Any] = {"code": err.code.name, "message": err.message}
+    if err.violations:
+        data["violations"] = [[v.path, v.rule, v.expected, v.actual, v.hint] for v in err.violations]
+    if err.retryable:
+        data["retryable"] = True
+    if err.retry_after is not None:
+        data["retry_after"] = err.retry_after
+    if err.fallback_tool:
+        data["fallback_tool"] = err.fallback_tool
+    if err.missing_permission:
+        data["missing_permission"] = err.missing_permission
+    if err.metadata:
+        data["metadata"] = err.metadata
+    return data
+
+
+def error_from_json(data: dict[str, Any]) -> AgentmeshError:
+    code = ErrorCode.__members__.get(str(data.get("code")), ErrorCode.INTERNAL)
+    if code == ErrorCode.UNSPECIFIED:
+        code = ErrorCode.INTERNAL
+    error_class(code)
+    return AgentmeshError(
+        code,
+        str(data.get("message", "")),
+        violations=[Violation(*v) for v in data.get("violations", [])],
+        retryable=bool(data.get("retryable", False)),
+        retry_after=data.get("retry_after"),
+        fallback_tool=str(data.get("fallback_tool", "")),
+        missing_permission=str(data.get("missing_permission", "")),
+        metadata=data.get("metadata") or {},
+    )
+
+
+def _ref_to_json(ref: PayloadRef) -> dict[str, Any]:
+    return {
+        "ref_id": ref.ref_id,
+        "session_id": ref.session_id,
+        "size": ref.size_bytes,
+        "media_type": ref.media_type,
+        "sha256": ref.sha256,
+        "expire_ms": ref.expire_time_ms,
+    }
+
+
+def _ref_from_json(data: dict[str, Any]) -> PayloadRef:
+    return PayloadRef(
+        ref_id=data["ref_id"],
+        session_id=data.get("session_id", ""),
+        size_bytes=int(data.get("size", 0)),
+        media_type=data.get("media_type", ""),
+        sha256=data.get("sha256", ""),
+        expire_time_ms=int(data.get("expire_ms", 0)),
+    )
+
+
+def pending_to_json(pending: PendingApproval) -> dict[str, Any]:
+    return {
+        "approval_id": pending.approval_id,
+        "plan": pending.plan.to_json(),
+        "impact": pending.impact,
+        "sha256": pending.arguments_sha256,
+        "expire_ms": pending.expire_time_ms,
+        "requested_by": pending.requested_by,
+    }
+
+
+def pending_from_json(data: dict[str, Any]) -> PendingApproval:
+    return PendingApproval(
+        approval_id=data["approval_id"],
+        plan=ToolCall.from_json(data["plan"]),
+        impact=data.get("impact", ""),
+        arguments_sha256=data.get("sha256", ""),
+        expire_time_ms=int(data.get("expire_ms", 0)),
+        requested_by=data.get("requested_by", ""),
+    )
+
+
+def outcome_to_json(outcome: ToolOutcome) -> dict[str, Any]:
+    data: dict[str, Any] = {"call_id": outcome.tool_call_id, "tool": outcome.tool_name}
+    if outcome.output is not None:
+        out = outcome.output
+        data["output"] = {
+            "inline": out.inline,
+            "ref": _ref_to_json(out.ref) if out.ref else None,
+            "digest": out.digest,
+            "type": out.result_type,
+            "redacted": out.redacted,
+        }
+    elif outcome.error is not None:
+        data["error"] = error_to_json(outcome.error)
+    elif outcome.pending is not None:
+        data["pending"] = pending_to_json(outcome.pending)
+    s = outcome.stats
+    data["stats"] = [s.attempts, s.duration_ms, s.replayed, s.output_bytes]
+    return data
+
+
+def outcome_from_json(data: dict[str, Any]) -> ToolOutcome:
+    output = error = pending = None
+    if "output" in data:
+        o = data["output"]
+        output = ToolOutput(
+            inline=o.get("inline"),
+            ref=_ref_from_json(o["ref"]) if o.get("ref") else None,
+            digest=o.get("digest", ""),
+            result_type=o.get("type", ""),
+            redacted=bool(o.get("redacted", False)),
+        )
+    elif "error" in data:
+        error = error_from_json(data["error"])
+    else:
+        pending = pending_from_json(data["pending"])
+    attempts, duration_ms, replayed, output_bytes = data.get("stats", [0, 0.0, False, 0])
+    return ToolOutcome(
+        tool_call_id=data["call_id"],
+        tool_name=data["tool"],
+        output=output,
+        error=error,
+        pending=pending,
+        stats=ExecStats(int(attempts), float(duration_ms), bool(replayed), int(output_bytes)),
+    )
+
+
+def reply_to_json(reply: ModelReply) -> dict[str, Any]:
+    return {
+        "text": reply.text,
+        "calls": [c.to_json() for c in reply.tool_calls],
+        "usage": reply.usage.to_json(),
+        "model": reply.model,
+        "finish": reply.finish_reason,
+    }
+
+
+def reply_from_json(data: dict[str, Any]) -> ModelReply:
+    return ModelReply(
+        text=data.get("text", ""),
+        tool_calls=tuple(ToolCall.from_json(c) for c in data.get("calls", [])),
+        usage=Usage.from_json(data.get("usage")),
+        model=data.get("model", ""),
+        finish_reason=data.get("finish", ""),
+    )
+
+
+def event_to_json(event: TaskEvent) -> str:
+    """The event as stored in the task's stream (sequence and task id live in the stream itself)."""
+    data: dict[str, Any] = {"k": int(event.kind), "t": event.time_ms, "s": int(event.status), "n": event.step}
+    if event.message:
+        data["m"] = event.message
+    if event.tool_call is not None:
+        data["call"] = event.tool_call.to_json()
+    if event.tool_result is not None:
+        data["result"] = outcome_to_json(event.tool_result)
+    if event.error is not None:
+        data["error"] = error_to_json(event.error)
+    if event.pending_approval is not None:
+        data["pending"] = pending_to_json(event.pending_approval)
+    if event.usage is not None:
+        data["usage"] = event.usage.to_json()
+    if event.attributes:
+        data["attrs"] = event.attributes
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def event_from_json(task_id: str, sequence: int, text: str | bytes) -> TaskEvent:
+    data = json.loads(text)
+    return TaskEvent(
+        task_id=task_id,
+        sequence=sequence,
+        kind=EventKind(data["k"]),
+        time_ms=int(data["t"]),
+        status=TaskStatus(data.get("s", 0)),
+        step=int(data.get("n", 0)),
+        message=data.get("m", ""),
+        tool_call=ToolCall.from_json(data["call"]) if "call" in data else None,
+        tool_result=outcome_from_json(data["result"]) if "result" in data else None,
+        error=error_from_json(data["error"]) if "error" in data else None,
+        pending_approval=pending_from_json(data["pending"]) if "pending" in data else None,
+        usage=Usage.from_json(data["usage"]) if "usage" in data else None,
+        attributes=dict(data.get("attrs", {})),
+    )

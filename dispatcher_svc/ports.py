@@ -1,0 +1,141 @@
+"""What the loop needs from the other services, as small protocols.
+
+`adapters.py` implements them over gRPC with `agentmesh.client.ServiceClients`; unit tests implement
+them with in-memory fakes. Every method raises `AgentmeshError` for a fault of the call itself
+(UNAVAILABLE, DEADLINE_EXCEEDED, ...); in-band tool outcomes come back as `ToolOutcome`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dispatcher_svc.model import ApprovalRecord, ModelReply, ToolCall, ToolOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class CallOptions:
+    """Per-call facts every downstream call carries."""
+
+    identity_token: str
+    """The task's identity token (x-agentmesh-identity)."""
+    request_id: str
+    """The task's request id (x-request-id), so one request id spans the task's whole trace."""
+    timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """A tool as offered to the model; `spec` is the adapter's own representation, passed back as is."""
+
+    name: str
+    group: str = ""
+    description: str = ""
+    fallback_tool: str = ""
+    spec: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextBlockInfo:
+    kind: str
+    tokens: int
+    budget_tokens: int
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextView:
+    """A built context; `messages` are the adapter's own objects, passed to `generate` unchanged."""
+
+    messages: Sequence[object]
+    total_tokens: int
+    budget_tokens: int
+    blocks: Sequence[ContextBlockInfo] = ()
+    summarized_messages: int = 0
+    dropped_messages: int = 0
+    compacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    message_count: int
+    total_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where an appended message landed in the session log."""
+
+    index: int
+    token_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    session_id: str
+    agent_id: str
+    goal: str
+    system_prompt: str
+    max_context_tokens: int = 0
+    sub_goals: Sequence[str] = field(default_factory=tuple)
+
+
+class ContextPort(Protocol):
+    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+        """Creates the session; if it already exists (a resumed task) returns its counters."""
+        ...
+
+    async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo: ...
+
+    async def append_message(
+        self, session_id: str, role: str, content: str, tool_calls: Sequence[ToolCall], opts: CallOptions
+    ) -> Appended:
+        """`role` is "user" or "assistant"."""
+        ...
+
+    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended: ...
+
+    async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView: ...
+
+
+class ToolPort(Protocol):
+    async def discover(self, goal: str, k: int, opts: CallOptions) -> list[ToolInfo]:
+        """The top-k tools for the goal that the token permits."""
+        ...
+
+    async def list_tools(self, opts: CallOptions) -> list[ToolInfo]: ...
+
+    async def execute(
+        self, call: ToolCall, *, session_id: str, idempotency_key: str, goal: str, opts: CallOptions
+    ) -> ToolOutcome: ...
+
+    async def resolve_approval(
+        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+    ) -> tuple[ApprovalRecord, ToolOutcome | None]:
+        """Forwarded with the caller's (operator's) own identity, never the task's."""
+        ...
+
+    async def get_approval(self, approval_id: str, timeout_s: float) -> ApprovalRecord: ...
+
+
+class ProviderPort(Protocol):
+    async def generate(
+        self,
+        *,
+        model: str,
+        task_tag: str,
+        messages: Sequence[object],
+        tools: Sequence[ToolInfo],
+        temperature: float | None,
+        max_tokens: int,
+        agent_id: str,
+        opts: CallOptions,
+    ) -> ModelReply: ...
+
+
+@dataclass(frozen=True)
+class Ports:
+    context: ContextPort
+    tools: ToolPort
+    provider: ProviderPort

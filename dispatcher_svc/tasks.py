@@ -1,0 +1,622 @@
+"""Task state in Redis: one hash per task, its event stream, and the `am:tasks` work queue.
+
+Ownership (DESIGN.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
+through one consumer group, so a message has one owner at a time. The owner renews its claim
+(XCLAIM JUSTID, which resets the entry's idle time) while it works; a replica that dies stops
+renewing, and another one takes the entry with XAUTOCLAIM once it has been idle `claim_idle_s`.
+
+Every write to a task is one Lua script (`COMMIT_LUA`) that checks the writer's fencing number
+first: acquiring a task increments `fence`, so a stale owner (paused, partitioned, or simply slow)
+that wakes up after another replica took over has its next write refused and stops. The same
+script appends the write's events to the task's stream with contiguous sequences (stream ids
+`0-<seq>`), so state and event log can never disagree, and no event is written twice.
+
+Keys: `am:task:{<id>}` (hash) and `am:task:{<id>}:events` (stream) share a hash tag, so the script is
+valid on Redis Cluster; `am:tasks` is separate and only ever touched by single commands or its own
+script.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.exceptions as rexc
+
+from agentmesh.config import DispatcherSettings
+from agentmesh.errors import AgentmeshError, FailedPreconditionError, NotFoundError, Violation
+from agentmesh.store import Store
+from dispatcher_svc.model import (
+    ModelReply,
+    PendingApproval,
+    Task,
+    TaskEvent,
+    TaskStatus,
+    ToolCall,
+    ToolOutcome,
+    Usage,
+    error_from_json,
+    error_to_json,
+    event_to_json,
+    outcome_from_json,
+    outcome_to_json,
+    pending_from_json,
+    pending_to_json,
+    reply_from_json,
+    reply_to_json,
+)
+
+COMMIT_LUA = """
+-- One fenced write to a task. KEYS[1]: task hash, KEYS[2]: its event stream.
+-- ARGV[1] expected fence ('' = create: the task must not exist yet)
+-- ARGV[2] expected status ('' = any)       ARGV[3] '1' = increment the fence (take ownership)
+-- ARGV[4] lease ms (0 = keep)               ARGV[5] event stream MAXLEN (approximate)
+-- ARGV[6] ttl s (0 keep, >0 expire, <0 persist)   ARGV[7] n = field/value pairs that follow
+-- then n field/value pairs, then one JSON string per event to append.
+-- Returns {code, fence, status, last_sequence}; code 1 ok, 0 stale fence, -1 other status,
+-- -2 no such task, -3 already exists.
+local fence = redis.call('HGET', KEYS[1], 'fence')
+local status = redis.call('HGET', KEYS[1], 'status') or '0'
+if ARGV[1] == '' then
+  if fence then return {-3, tonumber(fence), tonumber(status), 0} end
+  fence = '0'
+  redis.call('HSET', KEYS[1], 'fence', '0')
+else
+  if not fence then return {-2, 0, 0, 0} end
+  if fence ~= ARGV[1] then return {0, tonumber(fence), tonumber(status), 0} end
+end
+if ARGV[2] ~= '' and status ~= ARGV[2] then return {-1, tonumber(fence), tonumber(status), 0} end
+if ARGV[3] == '1' then fence = tostring(redis.call('HINCRBY', KEYS[1], 'fence', 1)) end
+local n = tonumber(ARGV[7])
+local i = 8
+if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
+i = i + 2 * n
+local lease = tonumber(ARGV[4])
+if lease > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'lease_until', tostring(now + lease))
+end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0')
+for j = i, #ARGV do
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'e', ARGV[j])
+end
+redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+elseif ttl < 0 then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+end
+status = redis.call('HGET', KEYS[1], 'status') or '0'
+return {1, tonumber(fence), tonumber(status), seq}
+"""
+
+ACQUIRE_LUA = """
+-- Takes ownership of a task for a consumer, unless it is finished, parked, or held by a live owner.
+-- KEYS[1]: task hash, KEYS[2]: its event stream.
+-- ARGV: consumer, lease ms, event MAXLEN, event JSON if it was PENDING, event JSON if taken over,
+--       update time ms. Returns {1, fence, <hash as a flat list>} when acquired; {0, status} when
+--       there is nothing to run; {-1, status} when a live owner holds it; {-2} when there is no task.
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {-2} end
+local s = tonumber(status)
+if s >= 3 then return {0, s} end
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if s == 2 and owner ~= '' and owner ~= ARGV[1] then
+  local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
+  if lease > now then return {-1, s} end
+end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HINCRBY', KEYS[1], 'runs', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', tostring(now + tonumber(ARGV[2])), 'status', '2',
+  'update_ms', ARGV[6])
+local event = ARGV[5]
+if s == 1 then event = ARGV[4] end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0') + 1
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '0-' .. seq, 'e', event)
+redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
+return {1, fence, redis.call('HGETALL', KEYS[1])}
+"""
+
+TOUCH_LUA = """
+-- Renews this consumer's claim on a queue entry, only if it still holds it.
+-- KEYS[1]: the tasks stream. ARGV: group, consumer, entry id. Returns 1 if renewed.
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+return 1
+"""
+
+_OK, _STALE, _WRONG_STATUS, _MISSING, _EXISTS = 1, 0, -1, -2, -3
+
+
+class StaleOwnerError(FailedPreconditionError):
+    """A write carried an old fencing number: another replica owns the task now."""
+
+
+class WrongStatusError(FailedPreconditionError):
+    """A write expected the task in another status (e.g. resolving an approval twice)."""
+
+    def __init__(self, message: str, status: TaskStatus) -> None:
+        super().__init__(message, metadata={"status": status.name})
+        self.status = status
+
+
+class TaskExistsError(FailedPreconditionError):
+    """A task with this id exists already."""
+
+
+def task_not_found(task_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"task_id: no task {task_id!r}",
+        violations=[Violation(path="task_id", rule="exists", actual=repr(task_id))],
+        metadata={"field": "task_id", "task_id": task_id},
+    )
+
+
+# --- the checkpoint ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CallState:
+    """One tool call of the current reply, as far as it got.
+
+    new -> running (TOOL_CALL committed; may have been sent) -> done (outcome committed) ->
+    appended (its result is in the session log). `waiting` = parked on an approval.
+    """
+
+    call: ToolCall
+    state: str = "new"
+    outcome: ToolOutcome | None = None
+    resolved: ToolOutcome | None = None
+    """An outcome delivered by ResolveApproval, not yet handled by the loop."""
+    note: str = ""
+    """What the dispatcher tells the model about this call (correction or fallback note)."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"call": self.call.to_json(), "state": self.state}
+        if self.outcome is not None:
+            data["outcome"] = outcome_to_json(self.outcome)
+        if self.resolved is not None:
+            data["resolved"] = outcome_to_json(self.resolved)
+        if self.note:
+            data["note"] = self.note
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CallState:
+        return cls(
+            call=ToolCall.from_json(data["call"]),
+            state=data.get("state", "new"),
+            outcome=outcome_from_json(data["outcome"]) if "outcome" in data else None,
+            resolved=outcome_from_json(data["resolved"]) if "resolved" in data else None,
+            note=data.get("note", ""),
+        )
+
+
+@dataclass
+class Cursor:
+    """Where the task's loop is: enough to resume it on any replica without repeating a side effect."""
+
+    phase: str = "init"
+    """init (no session yet) | thinking (step started, no reply) | acting (reply checkpointed)."""
+    step: int = 0
+    ctx_count: int = 0
+    """Messages known to be in the session log; an append is detected after a crash by comparing."""
+    reply: ModelReply | None = None
+    reply_appended: bool = False
+    calls: list[CallState] = field(default_factory=list)
+    signatures: dict[str, int] = field(default_factory=dict)
+    """Times each (tool, arguments) was issued: loop detection."""
+    contract_failures: dict[str, int] = field(default_factory=dict)
+    """Consecutive CONTRACT failures per tool: reflective retries used."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """(tool, arguments) that failed with ENGINEERING -> code: never re-issued."""
+    pinned: list[str] = field(default_factory=list)
+    """Tools offered on every later step (fallbacks, read_payload after an offload)."""
+    raw_tokens: int = 0
+    """Tokens the session would hold had every tool output been appended raw (for the comparison)."""
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {
+            "phase": self.phase,
+            "step": self.step,
+            "ctx": self.ctx_count,
+            "reply": reply_to_json(self.reply) if self.reply is not None else None,
+            "reply_appended": self.reply_appended,
+            "calls": [c.to_json() for c in self.calls],
+            "sigs": self.signatures,
+            "contract": self.contract_failures,
+            "failed": self.failed,
+            "pinned": self.pinned,
+            "raw": self.raw_tokens,
+        }
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Cursor:
+        if not text:
+            return cls()
+        data = json.loads(text)
+        return cls(
+            phase=data.get("phase", "init"),
+            step=int(data.get("step", 0)),
+            ctx_count=int(data.get("ctx", 0)),
+            reply=reply_from_json(data["reply"]) if data.get("reply") else None,
+            reply_appended=bool(data.get("reply_appended", False)),
+            calls=[CallState.from_json(c) for c in data.get("calls", [])],
+            signatures={k: int(v) for k, v in data.get("sigs", {}).items()},
+            contract_failures={k: int(v) for k, v in data.get("contract", {}).items()},
+            failed=dict(data.get("failed", {})),
+            pinned=list(data.get("pinned", [])),
+            raw_tokens=int(data.get("raw", 0)),
+        )
+
+
+# --- the task record ------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskRecord:
+    """Everything stored for a task (the hash, parsed)."""
+
+    task_id: str
+    agent_id: str
+    goal: str
+    status: TaskStatus
+    fence: int = 0
+    step: int = 0
+    usage: Usage = field(default_factory=Usage)
+    answer: str = ""
+    error: AgentmeshError | None = None
+    session_id: str = ""
+    request_id: str = ""
+    traceparent: str = ""
+    token_budget: int = 0
+    max_steps: int = 0
+    create_time_ms: int = 0
+    update_time_ms: int = 0
+    last_sequence: int = 0
+    owner: str = ""
+    lease_until_ms: int = 0
+    runs: int = 0
+    pending: PendingApproval | None = None
+    cursor: Cursor = field(default_factory=Cursor)
+
+    def view(self) -> Task:
+        return Task(
+            task_id=self.task_id,
+            agent_id=self.agent_id,
+            goal=self.goal,
+            status=self.status,
+            step=self.step,
+            usage=self.usage,
+            answer=self.answer,
+            error=self.error,
+            session_id=self.session_id,
+            request_id=self.request_id,
+            pending_approval=self.pending,
+            last_sequence=self.last_sequence,
+            create_time_ms=self.create_time_ms,
+            update_time_ms=self.update_time_ms,
+        )
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[bytes, bytes]) -> TaskRecord:
+        h = {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items()}
+
+        def num(name: str) -> int:
+            value = h.get(name, "")
+            return int(value) if value else 0
+
+        usage = h.get("usage", "")
+        error = h.get("error", "")
+        pending = h.get("pending", "")
+        return cls(
+            task_id=h.get("task_id", ""),
+            agent_id=h.get("agent_id", ""),
+            goal=h.get("goal", ""),
+            status=TaskStatus(num("status")),
+            fence=num("fence"),
+            step=num("step"),
+            usage=Usage(*(int(x) for x in usage.split(","))) if usage else Usage(),
+            answer=h.get("answer", ""),
+            error=error_from_json(json.loads(error)) if error else None,
+            session_id=h.get("session_id", ""),
+            request_id=h.get("request_id", ""),
+            traceparent=h.get("traceparent", ""),
+            token_budget=num("token_budget"),
+            max_steps=num("max_steps"),
+            create_time_ms=num("create_ms"),
+            update_time_ms=num("update_ms"),
+            last_sequence=num("last_sequence"),
+            owner=h.get("owner", ""),
+            lease_until_ms=num("lease_until"),
+            runs=num("runs"),
+            pending=pending_from_json(json.loads(pending)) if pending else None,
+            cursor=Cursor.from_json(h.get("cursor", "")),
+        )
+
+
+def fields_of(
+    *,
+    status: TaskStatus | None = None,
+    step: int | None = None,
+    usage: Usage | None = None,
+    answer: str | None = None,
+    error: AgentmeshError | bool | None = False,
+    pending: PendingApproval | bool | None = False,
+    cursor: Cursor | None = None,
+    update_ms: int | None = None,
+    **extra: str | int,
+) -> dict[str, str]:
+    """Hash fields for a commit; `error=None` / `pending=None` clear them, False leaves them."""
+    out: dict[str, str] = {k: str(v) for k, v in extra.items()}
+    if status is not None:
+        out["status"] = str(int(status))
+    if step is not None:
+        out["step"] = str(step)
+    if usage is not None:
+        out["usage"] = f"{usage.input_tokens},{usage.output_tokens}"
+    if answer is not None:
+        out["answer"] = answer
+    if error is not False:
+        out["error"] = json.dumps(error_to_json(error), ensure_ascii=False) if isinstance(error, AgentmeshError) else ""
+    if pending is not False:
+        out["pending"] = json.dumps(pending_to_json(pending)) if isinstance(pending, PendingApproval) else ""
+    if cursor is not None:
+        out["cursor"] = cursor.to_json()
+    if update_ms is not None:
+        out["update_ms"] = str(update_ms)
+    return out
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    fence: int
+    status: TaskStatus
+    last_sequence: int
+
+
+class TaskStore:
+    """Reads and fenced writes of task hashes and event streams."""
+
+    def __init__(self, store: Store, settings: DispatcherSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self._commit = store.script("dispatcher_commit", COMMIT_LUA)
+        self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA)
+
+    def _keys(self, task_id: str) -> list[str]:
+        return [self.store.keys.task(task_id), self.store.keys.task_events(task_id)]
+
+    async def load(self, task_id: str) -> TaskRecord:
+        """The task; NotFoundError naming task_id when there is none."""
+        raw: Any = await self.store.call("load task", self.store.redis.hgetall(self.store.keys.task(task_id)))
+        if not raw:
+            raise task_not_found(task_id)
+        return TaskRecord.from_hash(raw)
+
+    async def status(self, task_id: str) -> tuple[TaskStatus, int]:
+        """The task's status and last sequence (a light read); NotFoundError naming task_id."""
+        raw: Any = await self.store.call(
+            "task status", self.store.redis.hmget(self.store.keys.task(task_id), ["status", "last_sequence"])
+        )
+        if raw[0] is None:
+            raise task_not_found(task_id)
+        return TaskStatus(int(raw[0])), int(raw[1] or 0)
+
+    async def acquire(
+        self, task_id: str, consumer: str, *, lease_ms: int, if_pending: TaskEvent, if_taken_over: TaskEvent
+    ) -> TaskRecord | TaskStatus | None:
+        """Takes the task for `consumer` in one round trip: the record with the new fence; the status
+        when there is nothing to run (finished, parked, gone: UNSPECIFIED); None when a live owner holds it."""
+        args: list[str | int] = [
+            consumer,
+            lease_ms,
+            self.settings.event_maxlen,
+            event_to_json(if_pending),
+            event_to_json(if_taken_over),
+            if_pending.time_ms,
+        ]
+        async with self.store.guard("acquire task"):
+            reply: Any = await self._acquire(keys=self._keys(task_id), args=args)
+        code = int(reply[0])
+        if code == _MISSING:
+            return TaskStatus.UNSPECIFIED
+        if code == 0:
+            return TaskStatus(int(reply[1]))
+        if code == -1:
+            return None
+        flat = reply[2]
+        return TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+
+    async def create(self, task_id: str, fields: Mapping[str, str], event: TaskEvent, queue: TaskQueue) -> bool:
+        """Creates the task and queues it in one round trip; False (and a harmless extra queue entry)
+        when a task with this id exists already."""
+        args: list[str | int] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields)]
+        for key, value in fields.items():
+            args += [key, value]
+        args.append(event_to_json(event))
+        keys = self._keys(task_id)
+        async with self.store.guard("create task"):
+            # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
+            pipe = self.store.redis.pipeline(transaction=False)
+            pipe.evalsha(self._commit.sha, len(keys), *keys, *args)
+            pipe.xadd(queue.key, {"task": task_id})
+            try:
+                replies: Any = await pipe.execute()
+            except rexc.NoScriptError:
+                # Redis restarted or was flushed since the script was loaded: load it and go on.
+                reply: Any = await self._commit(keys=keys, args=args)
+                await self.store.redis.xadd(queue.key, {"task": task_id})
+                return int(reply[0]) == _OK
+        return int(replies[0][0]) == _OK
+
+    async def redis_time_ms(self) -> int:
+        now: Any = await self.store.call("time", self.store.redis.time())
+        seconds, micros = now
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    async def commit(
+        self,
+        task_id: str,
+        *,
+        fence: int | None,
+        fields: Mapping[str, str] | None = None,
+        events: Sequence[TaskEvent] = (),
+        expect_status: TaskStatus | None = None,
+        bump_fence: bool = False,
+        lease_ms: int = 0,
+        ttl_s: int = 0,
+    ) -> CommitResult:
+        """Applies `fields` and appends `events` atomically if the task's fence is still `fence`.
+
+        `fence=None` creates the task (TaskExistsError if it exists). Raises StaleOwnerError when
+        another owner has taken over, WrongStatusError when `expect_status` does not hold.
+        """
+        args: list[str | int] = [
+            "" if fence is None else str(fence),
+            "" if expect_status is None else str(int(expect_status)),
+            "1" if bump_fence else "0",
+            lease_ms,
+            self.settings.event_maxlen,
+            ttl_s,
+            len(fields or {}),
+        ]
+        for key, value in (fields or {}).items():
+            args += [key, value]
+        args += [event_to_json(e) for e in events]
+        async with self.store.guard("commit task"):
+            reply = await self._commit(keys=self._keys(task_id), args=args)
+        code, current_fence, status_num, last_seq = (int(x) for x in reply)
+        status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
+        if code == _OK:
+            return CommitResult(current_fence, status, last_seq)
+        if code == _STALE:
+            raise StaleOwnerError(
+                f"task {task_id}: fence {fence} is stale (now {current_fence}); another owner took over",
+                metadata={"task_id": task_id, "fence": str(fence), "current_fence": str(current_fence)},
+            )
+        if code == _WRONG_STATUS:
+            raise WrongStatusError(
+                f"task {task_id} is {status.name}, not {expect_status.name if expect_status else ''}", status
+            )
+        if code == _MISSING:
+            raise task_not_found(task_id)
+        raise TaskExistsError(f"task {task_id} already exists", metadata={"status": status.name})
+
+
+class TaskQueue:
+    """The `am:tasks` stream and its consumer group: who works on which task."""
+
+    def __init__(self, store: Store, group: str, consumer: str) -> None:
+        self.store = store
+        self.group = group
+        self.consumer = consumer
+        self.key = store.keys.tasks_stream()
+        self._touch = store.script("dispatcher_touch", TOUCH_LUA)
+
+    async def ensure_group(self) -> None:
+        """Creates the consumer group (from the stream's start, so nothing queued is missed)."""
+        try:
+            async with self.store.guard("create consumer group"):
+                await self.store.redis.xgroup_create(self.key, self.group, id="0", mkstream=True)
+        except rexc.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def enqueue(self, task_id: str) -> str:
+        async with self.store.guard("enqueue task"):
+            msg_id = await self.store.redis.xadd(self.key, {"task": task_id})
+        return msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id)
+
+    @staticmethod
+    def _entries(raw: Any) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        for msg_id, fields in raw or ():
+            if not fields:
+                continue
+            task = fields.get(b"task")
+            if task:
+                found.append((msg_id.decode(), task.decode()))
+        return found
+
+    async def read(self, count: int, block_ms: int) -> list[tuple[str, str]]:
+        """New entries for this consumer (msg id, task id), waiting up to `block_ms`."""
+        try:
+            async with self.store.guard("read tasks"):
+                reply: Any = await self.store.redis.xreadgroup(
+                    self.group, self.consumer, {self.key: ">"}, count=count, block=block_ms
+                )
+        except rexc.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.ensure_group()
+            return []
+        return [entry for _, entries in reply or () for entry in self._entries(entries)]
+
+    async def autoclaim(self, min_idle_ms: int, count: int) -> list[tuple[str, str]]:
+        """Entries whose owner has not renewed them for `min_idle_ms`, now claimed by this consumer."""
+        claimed: list[tuple[str, str]] = []
+        start = "0-0"
+        for _ in range(16):  # bounded scan per pass
+            async with self.store.guard("claim tasks"):
+                reply_claim: Any = await self.store.redis.xautoclaim(
+                    self.key, self.group, self.consumer, min_idle_ms, start_id=start, count=count
+                )
+            start = reply_claim[0].decode() if isinstance(reply_claim[0], bytes) else str(reply_claim[0])
+            claimed += self._entries(reply_claim[1])
+            if start == "0-0" or len(claimed) >= count:
+                break
+        return claimed
+
+    async def touch(self, msg_id: str) -> bool:
+        """Renews our claim on an entry; False if another consumer holds it now."""
+        async with self.store.guard("renew claim"):
+            return bool(await self._touch(keys=[self.key], args=[self.group, self.consumer, msg_id]))
+
+    async def done(self, msg_id: str) -> None:
+        """Acknowledges and deletes an entry: the task is finished or parked."""
+        async with self.store.guard("ack task"):
+            pipe = self.store.redis.pipeline(transaction=False)
+            pipe.xack(self.key, self.group, msg_id)
+            pipe.xdel(self.key, msg_id)
+            await pipe.execute()
+
+
+class Lease:
+    """An owner's claim on a task, checked before every downstream call of its run.
+
+    Another replica can take the task only once `lease_until` (Redis time) has passed, which is at
+    least `claim_idle_s` after the last fenced renewal. A run therefore calls out only while its
+    last confirmation is younger than half that (local monotonic time, measured from when the
+    renewal was sent); otherwise it renews first, and a stale owner (paused, partitioned) learns it
+    lost the task from the refused renewal before it can write anything downstream.
+    """
+
+    def __init__(self, tasks: TaskStore, task_id: str, fence: int, claim_idle_s: float, confirmed_at: float) -> None:
+        self.tasks = tasks
+        self.task_id = task_id
+        self.fence = fence
+        self.claim_idle_s = claim_idle_s
+        self.confirmed_at = confirmed_at
+
+    async def renew(self) -> None:
+        """Extends the lease if the fence is still ours; StaleOwnerError otherwise."""
+        sent = time.monotonic()
+        await self.tasks.commit(self.task_id, fence=self.fence, lease_ms=int(self.claim_idle_s * 1000))
+        self.confirmed_at = sent
+
+    async def ensure(self) -> None:
+        if time.monotonic() - self.confirmed_at > self.claim_idle_s / 2:
+            await self.renew()

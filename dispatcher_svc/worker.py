@@ -1,0 +1,276 @@
+"""A replica's share of the work: reads `am:tasks` through the consumer group, claims orphans, runs tasks.
+
+- New entries come with XREADGROUP (blocking briefly, below the Redis socket timeout).
+- Entries whose owner stopped renewing for `claim_idle_s` are taken with XAUTOCLAIM.
+- Acquiring a task increments its fence (tasks.py); a task whose lease is still held by a live
+  owner is not taken (a duplicate entry is acknowledged, a claimed one left for later).
+- While a task runs, its lease and queue entry are renewed every `claim_idle_s / 3`; when the
+  renewal finds the fence moved (another owner, or a cancellation) the run is cancelled at once.
+- At most `max_concurrent_tasks` run at a time; further entries stay in the stream for other replicas.
+- On shutdown each running task is handed back: cancelled, its lease released and the task
+  re-queued, so another replica continues it at once instead of after the idle timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from agentmesh.config import DispatcherSettings
+from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
+from dispatcher_svc.events import now_ms
+from dispatcher_svc.loop import AgentLoop
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
+from dispatcher_svc.tasks import (
+    Lease,
+    StaleOwnerError,
+    TaskQueue,
+    TaskRecord,
+    TaskStore,
+    fields_of,
+)
+
+log = logging.getLogger("dispatcher_svc.worker")
+
+STOP_TIMEOUT_S = 5.0
+"""How long stop() waits for cancelled readers and runs."""
+
+ACK_IF_MINE_LUA = """
+-- Acknowledges and deletes a queue entry only if this consumer holds it (never another's claim).
+-- KEYS[1]: tasks stream. ARGV: group, consumer, entry id. Returns 1 if acknowledged.
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return 1
+"""
+
+
+class Worker:
+    """Runs this replica's tasks."""
+
+    def __init__(self, *, tasks: TaskStore, queue: TaskQueue, loop: AgentLoop, settings: DispatcherSettings) -> None:
+        self.tasks = tasks
+        self.queue = queue
+        self.loop = loop
+        self.settings = settings
+        self.consumer = queue.consumer
+        self.claim_idle_ms = int(settings.claim_idle_s * 1000)
+        socket_timeout = tasks.store.settings.socket_timeout_s
+        self.block_ms = max(10, int(min(1.0, socket_timeout * 0.5) * 1000))
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._stale: set[str] = set()
+        self._background: set[asyncio.Task[bool]] = set()
+        self._slot_freed = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._ack = tasks.store.script("dispatcher_ack_if_mine", ACK_IF_MINE_LUA)
+        self._stopping = False
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def start(self) -> None:
+        await self.queue.ensure_group()
+        self._loops = [
+            asyncio.create_task(self._read_loop(), name="dispatcher-read"),
+            asyncio.create_task(self._claim_loop(), name="dispatcher-claim"),
+        ]
+
+    async def stop(self) -> None:
+        """Stops reading, and hands every running task back to the queue."""
+        self._stopping = True
+        await self._cancel_all(list(self._loops), "queue readers")
+        await self._cancel_all(list(self._running.values()), "task runs")
+
+    async def _cancel_all(self, tasks: list[asyncio.Task[None]], what: str) -> None:
+        """Cancels and awaits, but never longer than STOP_TIMEOUT_S: shutdown must be bounded.
+
+        A run still busy then (e.g. a client library that ignores cancellation mid-read) is left;
+        its entry stays pending in the stream and another replica claims it after claim_idle_s.
+        """
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=STOP_TIMEOUT_S)
+        if pending:
+            log.warning("%d %s did not stop within %.0fs; leaving them", len(pending), what, STOP_TIMEOUT_S)
+
+    def _free(self) -> int:
+        return self.settings.max_concurrent_tasks - len(self._running)
+
+    async def _read_loop(self) -> None:
+        while True:
+            if self._free() <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                entries = await self.queue.read(self._free(), self.block_ms)
+            except UnavailableError as exc:
+                log.warning("cannot read the task queue: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            for msg_id, task_id in entries:
+                self._spawn(msg_id, task_id, claimed=False)
+
+    async def _claim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.claim_interval_s)
+            free = self._free()
+            if free <= 0:
+                continue
+            try:
+                entries = await self.queue.autoclaim(self.claim_idle_ms, free)
+            except UnavailableError as exc:
+                log.warning("cannot claim orphaned tasks: %s", exc)
+                continue
+            for msg_id, task_id in entries:
+                log.info("claimed task %s (entry %s) after its owner went idle", task_id, msg_id)
+                self._spawn(msg_id, task_id, claimed=True)
+
+    def _spawn(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
+        if task_id in self._running:
+            # Already running here under another entry: this one is a duplicate.
+            if not claimed:
+                ack = asyncio.create_task(self._ack_if_mine(msg_id))
+                self._background.add(ack)
+                ack.add_done_callback(self._background.discard)
+            return
+        self._running[task_id] = asyncio.create_task(self._run(msg_id, task_id, claimed), name=f"task-{task_id}")
+
+    async def _ack_if_mine(self, msg_id: str) -> bool:
+        try:
+            async with self.tasks.store.guard("ack task"):
+                return bool(await self._ack(keys=[self.queue.key], args=[self.queue.group, self.consumer, msg_id]))
+        except UnavailableError as exc:
+            log.warning("cannot acknowledge entry %s: %s", msg_id, exc)
+            return False
+
+    async def acquire(self, task_id: str, *, claimed: bool) -> TaskRecord | bool | None:
+        """Takes ownership: the record with our new fence; None if there is nothing to run (ack the
+        entry); False if a live owner holds the task (leave a claimed entry pending for later)."""
+        now = now_ms()
+
+        def status_event(message: str) -> TaskEvent:
+            return TaskEvent(
+                task_id=task_id,
+                sequence=0,
+                kind=EventKind.STATUS,
+                time_ms=now,
+                status=TaskStatus.RUNNING,
+                message=message,
+                attributes={"owner": self.consumer},
+            )
+
+        result = await self.tasks.acquire(
+            task_id,
+            self.consumer,
+            lease_ms=self.claim_idle_ms,
+            if_pending=status_event(f"status RUNNING on {self.consumer}"),
+            if_taken_over=status_event(f"status RUNNING: resumed on {self.consumer} after its owner stopped"),
+        )
+        if result is None:
+            return False if claimed else None
+        if isinstance(result, TaskStatus):
+            return None
+        return result
+
+    async def _run(self, msg_id: str, task_id: str, claimed: bool) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        renewer: asyncio.Task[None] | None = None
+        record: TaskRecord | None = None
+        try:
+            sent = time.monotonic()
+            acquired = await self.acquire(task_id, claimed=claimed)
+            if acquired is None:
+                await self._ack_if_mine(msg_id)
+                return
+            if acquired is False:
+                return
+            assert isinstance(acquired, TaskRecord)
+            record = acquired
+            lease = Lease(self.tasks, task_id, record.fence, self.settings.claim_idle_s, confirmed_at=sent)
+            renewer = asyncio.create_task(self._renew(msg_id, lease, me))
+            result = await self.loop.run(record, lease)
+            log.info("task %s: run ended %s", task_id, result.value)
+            await self._ack_if_mine(msg_id)
+        except asyncio.CancelledError:
+            if task_id in self._stale:
+                await self._ack_if_mine(msg_id)
+                return  # swallowed: the renewer cancelled us, nobody awaits this cancellation
+            if self._stopping and record is not None:
+                await self._hand_back(msg_id, record)
+            raise
+        except UnavailableError as exc:
+            # Redis is down: leave the entry pending; this or another replica claims it later.
+            log.warning("task %s interrupted, will be claimed again: %s", task_id, exc)
+        except Exception as exc:
+            if isinstance(exc, AgentmeshError):
+                log.warning("task %s failed: %s", task_id, exc)
+            else:
+                log.exception("task %s: unexpected failure", task_id)
+            if record is not None:
+                await self._fail_internal(record, exc)
+            await self._ack_if_mine(msg_id)
+        finally:
+            if renewer is not None:
+                renewer.cancel()
+            self._stale.discard(task_id)
+            self._running.pop(task_id, None)
+            self._slot_freed.set()
+
+    async def _renew(self, msg_id: str, lease: Lease, run: asyncio.Task[None]) -> None:
+        interval = self.settings.claim_idle_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await lease.renew()
+                if not await self.queue.touch(msg_id):
+                    log.info("task %s: entry %s is no longer ours", lease.task_id, msg_id)
+            except StaleOwnerError:
+                log.info("task %s: fence moved (taken over or cancelled); stopping its run", lease.task_id)
+                self._stale.add(lease.task_id)
+                run.cancel()
+                return
+            except AgentmeshError as exc:
+                log.warning("task %s: cannot renew the claim: %s", lease.task_id, exc)
+
+    async def _hand_back(self, msg_id: str, record: TaskRecord) -> None:
+        """Shutdown: release the lease and re-queue, so another replica continues at once."""
+        try:
+            await self.tasks.commit(record.task_id, fence=record.fence, fields={"lease_until": "0"})
+            await self.queue.enqueue(record.task_id)
+            await self._ack_if_mine(msg_id)
+            log.info("task %s handed back to the queue", record.task_id)
+        except AgentmeshError as exc:
+            log.warning("task %s: not handed back (%s); it will be claimed after the idle timeout", record.task_id, exc)
+
+    async def _fail_internal(self, record: TaskRecord, exc: Exception) -> None:
+        err = (
+            exc
+            if isinstance(exc, AgentmeshError)  # e.g. the task's agent was removed from the configuration
+            else AgentmeshError(ErrorCode.INTERNAL, f"the dispatcher failed unexpectedly: {type(exc).__name__}")
+        )
+        event = TaskEvent(
+            task_id=record.task_id,
+            sequence=0,
+            kind=EventKind.STATUS,
+            time_ms=now_ms(),
+            status=TaskStatus.FAILED,
+            step=record.cursor.step,
+            message=f"status FAILED: {err}",
+            error=err,
+        )
+        with contextlib.suppress(AgentmeshError):
+            await self.tasks.commit(
+                record.task_id,
+                fence=record.fence,
+                fields=fields_of(status=TaskStatus.FAILED, error=err, update_ms=now_ms(), lease_until=0),
+                events=[event],
+                ttl_s=self.settings.task_ttl_s,
+            )

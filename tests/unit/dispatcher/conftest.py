@@ -1,0 +1,104 @@
+"""Fixtures for dispatcher domain tests: a Dispatcher on the test Redis with in-memory fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agentmesh.auth import Authenticator
+from agentmesh.config import Settings
+from agentmesh.store import Store
+from dispatcher_svc.loop import Hook
+from dispatcher_svc.model import TaskEvent
+from dispatcher_svc.service import Dispatcher, StartRequest
+from tests.unit.dispatcher.fakes import FakeContext, FakeProvider, FakeTools, Policy, ports
+
+AGENT = {
+    "id": "ops",
+    "system_prompt": "You are an ops agent.",
+    "model": "fake/m",
+    "permissions": ["dev:*:*"],
+    "token_budget": 100_000,
+    "max_steps": 8,
+}
+
+FAST = {
+    "claim_idle_s": 0.6,
+    "claim_interval_s": 0.1,
+    "heartbeat_interval_s": 0.2,
+    "service_retry_backoff_s": 0.01,
+}
+
+
+@dataclass
+class Rig:
+    dispatcher: Dispatcher
+    context: FakeContext
+    tools: FakeTools
+    provider: FakeProvider
+    store: Store
+
+    async def start(self, goal: str = "check payment-svc", **kw: Any) -> str:
+        task = await self.dispatcher.start_task(
+            StartRequest(agent_id=kw.pop("agent_id", "ops"), goal=goal, **kw), request_id="req-1"
+        )
+        return task.task_id
+
+    async def events(self, task_id: str, after: int = 0, timeout_s: float = 15.0) -> list[TaskEvent]:
+        """Every event until the task's final one (heartbeats dropped)."""
+
+        async def collect() -> list[TaskEvent]:
+            return [e async for e in self.dispatcher.watch(task_id, after) if e.sequence]
+
+        return await asyncio.wait_for(collect(), timeout_s)
+
+
+MakeRig = Callable[..., Awaitable[Rig]]
+
+
+@pytest.fixture
+async def make_rig(make_settings: Callable[..., Settings]) -> AsyncIterator[MakeRig]:
+    rigs: list[Rig] = []
+
+    async def make(
+        policy: Policy,
+        tools: FakeTools | None = None,
+        *,
+        agent: dict[str, Any] | None = None,
+        dispatcher: dict[str, Any] | None = None,
+        hook: Hook | None = None,
+        context: FakeContext | None = None,
+        start: bool = True,
+    ) -> Rig:
+        settings = make_settings({"agents": [{**AGENT, **(agent or {})}], "dispatcher": {**FAST, **(dispatcher or {})}})
+        store = await Store.connect(settings.redis, settings.environment)
+        rig = Rig(
+            dispatcher=Dispatcher(
+                settings=settings,
+                store=store,
+                ports=ports(context or FakeContext(), tools or FakeTools(), FakeProvider(policy)),
+                authenticator=Authenticator(settings.auth, settings.environment),
+                hook=hook,
+            ),
+            context=context or FakeContext(),
+            tools=tools or FakeTools(),
+            provider=FakeProvider(policy),
+            store=store,
+        )
+        # One set of fakes, shared by the rig and its dispatcher.
+        rig.context = rig.dispatcher.ports.context  # type: ignore[assignment]
+        rig.tools = rig.dispatcher.ports.tools  # type: ignore[assignment]
+        rig.provider = rig.dispatcher.ports.provider  # type: ignore[assignment]
+        if start:
+            await rig.dispatcher.start()
+        rigs.append(rig)
+        return rig
+
+    yield make
+    for rig in rigs:
+        await rig.dispatcher.stop()
+        await rig.store.close()

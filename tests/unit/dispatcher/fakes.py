@@ -1,0 +1,270 @@
+"""In-memory fakes of the dispatcher's ports (context, tools, provider) for domain tests.
+
+They behave like the real services where the dispatcher depends on it: the session log counts
+messages, tool calls with a seen idempotency key replay the finished outcome instead of running
+again, approvals are held until resolved, and the provider is a reactive policy over the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, model_text
+from dispatcher_svc.model import (
+    ApprovalRecord,
+    ModelReply,
+    PendingApproval,
+    ToolCall,
+    ToolOutcome,
+    ToolOutput,
+    Usage,
+)
+from dispatcher_svc.ports import (
+    Appended,
+    CallOptions,
+    ContextBlockInfo,
+    ContextView,
+    Ports,
+    SessionInfo,
+    SessionSpec,
+    ToolInfo,
+)
+
+
+def tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def render(outcome: ToolOutcome) -> str:
+    """What a tool message says to the model (context_svc's job in the real system)."""
+    if outcome.error is not None:
+        return model_text(outcome.error)
+    if outcome.pending is not None:
+        return f"pending approval {outcome.pending.approval_id}"
+    assert outcome.output is not None
+    if outcome.output.ref is not None:
+        return f"ref {outcome.output.ref.ref_id}\n{outcome.output.digest}"
+    return outcome.output.inline or ""
+
+
+@dataclass
+class FakeContext:
+    sessions: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    specs: dict[str, SessionSpec] = field(default_factory=dict)
+    fail_next: list[AgentmeshError] = field(default_factory=list)
+    calls: Counter[str] = field(default_factory=Counter)
+
+    def _maybe_fail(self, what: str) -> None:
+        self.calls[what] += 1
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+
+    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+        self._maybe_fail("create_session")
+        if spec.session_id in self.sessions:
+            return await self.get_session(spec.session_id, opts)
+        self.sessions[spec.session_id] = []
+        self.specs[spec.session_id] = spec
+        return SessionInfo(0, 0)
+
+    async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
+        log = self.sessions[session_id]
+        return SessionInfo(len(log), sum(m["tokens"] for m in log))
+
+    async def append_message(
+        self, session_id: str, role: str, content: str, tool_calls: Sequence[ToolCall], opts: CallOptions
+    ) -> Appended:
+        self._maybe_fail("append_message")
+        log = self.sessions[session_id]
+        count = tokens(content)
+        log.append({"role": role, "content": content, "tool_calls": list(tool_calls), "tokens": count})
+        return Appended(len(log) - 1, count)
+
+    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+        self._maybe_fail("append_tool_result")
+        log = self.sessions[session_id]
+        text = render(outcome)
+        log.append(
+            {
+                "role": "tool",
+                "content": text,
+                "tool_call_id": outcome.tool_call_id,
+                "name": outcome.tool_name,
+                "outcome": outcome,
+                "tokens": tokens(text),
+            }
+        )
+        return Appended(len(log) - 1, tokens(text))
+
+    async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
+        self._maybe_fail("build_context")
+        spec = self.specs[session_id]
+        messages = [{"role": "system", "content": spec.system_prompt}, *self.sessions[session_id]]
+        total = sum(tokens(m["content"]) for m in messages)
+        return ContextView(
+            messages=messages,
+            total_tokens=total,
+            budget_tokens=budget_tokens or 12000,
+            blocks=[ContextBlockInfo("SYSTEM", tokens(spec.system_prompt), 1500, 1)],
+        )
+
+
+ToolHandler = Callable[[ToolCall], "ToolOutcome | AgentmeshError | str"]
+
+
+@dataclass
+class FakeTools:
+    """Tools by name; a handler returns an outcome, an error (in-band) or inline text."""
+
+    handlers: dict[str, ToolHandler] = field(default_factory=dict)
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    runs: Counter[str] = field(default_factory=Counter)
+    """Real executions per tool (replays excluded): the side-effect counter."""
+    keys: dict[str, ToolOutcome] = field(default_factory=dict)
+    approvals: dict[str, tuple[PendingApproval, str]] = field(default_factory=dict)
+    needs_approval: set[str] = field(default_factory=set)
+    identities: list[str] = field(default_factory=list)
+    rpc_failures: list[AgentmeshError] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    def info(self, name: str) -> ToolInfo:
+        return ToolInfo(name=name, group="test", description=f"{name} tool", fallback_tool=self.fallbacks.get(name, ""))
+
+    async def discover(self, goal: str, k: int, opts: CallOptions) -> list[ToolInfo]:
+        return [self.info(n) for n in sorted(self.handlers)][:k]
+
+    async def list_tools(self, opts: CallOptions) -> list[ToolInfo]:
+        return [self.info(n) for n in sorted(self.handlers)]
+
+    def _run(self, call: ToolCall) -> ToolOutcome:
+        handler = self.handlers.get(call.name)
+        if handler is None:
+            err = AgentmeshError(ErrorCode.UNKNOWN_TOOL, f"no tool {call.name!r}")
+            return ToolOutcome(call.id, call.name, error=err)
+        self.runs[call.name] += 1
+        result = handler(call)
+        if isinstance(result, ToolOutcome):
+            return result
+        if isinstance(result, AgentmeshError):
+            if not result.fallback_tool and call.name in self.fallbacks:
+                result.fallback_tool = self.fallbacks[call.name]
+            return ToolOutcome(call.id, call.name, error=result)
+        return ToolOutcome(call.id, call.name, output=ToolOutput(inline=result, result_type="text"))
+
+    async def execute(
+        self, call: ToolCall, *, session_id: str, idempotency_key: str, goal: str, opts: CallOptions
+    ) -> ToolOutcome:
+        self.identities.append(opts.identity_token)
+        if self.rpc_failures:
+            raise self.rpc_failures.pop(0)
+        if idempotency_key in self.keys:
+            return self.keys[idempotency_key]
+        if call.name in self.needs_approval:
+            approval_id = f"ap-{next(self._ids)}"
+            pending = PendingApproval(
+                approval_id=approval_id,
+                plan=call,
+                impact=f"{call.name} changes things",
+                arguments_sha256=call.arguments_sha256(),
+                requested_by="agent",
+            )
+            self.approvals[approval_id] = (pending, "PENDING")
+            return ToolOutcome(call.id, call.name, pending=pending)
+        outcome = self._run(call)
+        if outcome.error is None or not outcome.error.retryable:
+            self.keys[idempotency_key] = outcome
+        return outcome
+
+    async def resolve_approval(
+        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+    ) -> tuple[ApprovalRecord, ToolOutcome | None]:
+        pending, state = self.approvals[approval_id]
+        if state != "PENDING":
+            raise FailedPreconditionError(f"approval {approval_id} is {state}")
+        if arguments_sha256 and arguments_sha256 != pending.arguments_sha256:
+            raise FailedPreconditionError("arguments changed")
+        if approve:
+            self.approvals[approval_id] = (pending, "APPROVED")
+            return ApprovalRecord(pending, "APPROVED", "operator", reason), self._run(pending.plan)
+        self.approvals[approval_id] = (pending, "DENIED")
+        denied = AgentmeshError(ErrorCode.APPROVAL_DENIED, f"denied: {reason}")
+        return ApprovalRecord(pending, "DENIED", "operator", reason), ToolOutcome(
+            pending.plan.id, pending.plan.name, error=denied
+        )
+
+    async def get_approval(self, approval_id: str, timeout_s: float) -> ApprovalRecord:
+        pending, state = self.approvals[approval_id]
+        return ApprovalRecord(pending, state)
+
+
+@dataclass
+class Prompt:
+    """What the fake model sees."""
+
+    messages: list[dict[str, Any]]
+    tools: list[str]
+    call_index: int
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.messages[-1]
+
+    def tool_messages(self) -> list[dict[str, Any]]:
+        return [m for m in self.messages if m["role"] == "tool"]
+
+
+Policy = Callable[[Prompt], ModelReply]
+
+
+@dataclass
+class FakeProvider:
+    policy: Policy
+    calls: int = 0
+    prompts: list[Prompt] = field(default_factory=list)
+    rpc_failures: list[AgentmeshError] = field(default_factory=list)
+    delay_s: float = 0.0
+
+    async def generate(
+        self,
+        *,
+        model: str,
+        task_tag: str,
+        messages: Sequence[object],
+        tools: Sequence[ToolInfo],
+        temperature: float | None,
+        max_tokens: int,
+        agent_id: str,
+        opts: CallOptions,
+    ) -> ModelReply:
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.rpc_failures:
+            raise self.rpc_failures.pop(0)
+        prompt = Prompt([dict(m) for m in messages if isinstance(m, dict)], [t.name for t in tools], self.calls)
+        self.calls += 1
+        self.prompts.append(prompt)
+        reply = self.policy(prompt)
+        if reply.usage == Usage():
+            reply = ModelReply(
+                reply.text, reply.tool_calls, Usage(sum(tokens(m["content"]) for m in prompt.messages), 10), "fake/m"
+            )
+        return reply
+
+
+def call(name: str, args: dict[str, Any] | str, call_id: str = "") -> ToolCall:
+    text = args if isinstance(args, str) else json.dumps(args)
+    return ToolCall(id=call_id or f"c-{name}", name=name, arguments_json=text)
+
+
+def reply(*calls: ToolCall, text: str = "") -> ModelReply:
+    return ModelReply(text=text, tool_calls=tuple(calls))
+
+
+def ports(context: FakeContext, tools: FakeTools, provider: FakeProvider) -> Ports:
+    return Ports(context=context, tools=tools, provider=provider)

@@ -1,0 +1,356 @@
+"""The agent loop and its error-class policy, against in-memory fakes of the other services."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentmesh.auth import Authenticator
+from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, ToolCall
+from tests.unit.dispatcher.conftest import MakeRig
+from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply
+
+
+def kinds(events: list[TaskEvent]) -> list[str]:
+    return [e.kind.name for e in events]
+
+
+def assert_contiguous(events: list[TaskEvent]) -> None:
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+
+
+def calculator(c: ToolCall) -> str:
+    args = json.loads(c.arguments_json)
+    return str(args["a"] + args["b"])
+
+
+async def test_tool_call_then_answer(make_rig: MakeRig) -> None:
+    def policy(p: Prompt):
+        if not p.tool_messages():
+            return reply(call("calc", {"a": 2, "b": 3}))
+        return reply(text=f"the sum is {p.last['content']}")
+
+    rig = await make_rig(policy, FakeTools({"calc": calculator}))
+    task_id = await rig.start("add 2 and 3")
+    events = await rig.events(task_id)
+    assert_contiguous(events)
+    assert kinds(events) == [
+        "STATUS",  # PENDING
+        "STATUS",  # RUNNING
+        "STEP_STARTED",
+        "CONTEXT",
+        "MODEL_REPLY",
+        "TOOL_CALL",
+        "TOOL_RESULT",
+        "STEP_STARTED",
+        "CONTEXT",
+        "MODEL_REPLY",
+        "ANSWER",
+        "STATUS",
+    ]
+    assert [e.status for e in events if e.kind == EventKind.STATUS] == [
+        TaskStatus.PENDING,
+        TaskStatus.RUNNING,
+        TaskStatus.SUCCEEDED,
+    ]
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.SUCCEEDED
+    assert task.answer == "the sum is 5"
+    assert task.step == 2
+    assert task.usage.total_tokens > 0
+    assert task.last_sequence == len(events)
+    # The session log: goal, reply with the call, its result, the answer.
+    log = rig.context.sessions[task_id]
+    assert [m["role"] for m in log] == ["user", "assistant", "tool", "assistant"]
+    # The task's identity token names the agent and the task.
+    auth = Authenticator(rig.dispatcher.settings.auth, rig.dispatcher.settings.environment)
+    identity = auth.verify(rig.tools.identities[0])
+    assert (identity.agent_id, identity.task_id, identity.roles) == ("ops", task_id, frozenset({"agent"}))
+    assert identity.permissions == ("dev:*:*",)
+
+
+async def test_contract_error_is_corrected_with_the_hint(make_rig: MakeRig) -> None:
+    def lookup(c: ToolCall) -> str | AgentmeshError:
+        order = json.loads(c.arguments_json)["order_id"]
+        if not order.startswith("ORD-"):
+            return AgentmeshError(
+                ErrorCode.SCHEMA_INVALID,
+                "arguments violate the schema",
+                violations=[Violation("$.order_id", "pattern", "^ORD-", json.dumps(order), "use ORD-2025-0001")],
+            )
+        return f"order {order}: shipped"
+
+    def policy(p: Prompt):
+        tools = p.tool_messages()
+        if not tools:
+            return reply(call("lookup", {"order_id": "ord-2025-1"}, "c1"))
+        if "hint: use ORD-2025-0001" in tools[-1]["content"]:
+            return reply(call("lookup", {"order_id": "ORD-2025-0001"}, "c2"))
+        return reply(text=tools[-1]["content"])
+
+    rig = await make_rig(policy, FakeTools({"lookup": lookup}))
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    corrections = [e for e in events if e.kind == EventKind.CORRECTION]
+    assert len(corrections) == 1
+    assert corrections[0].error is not None and corrections[0].error.code == ErrorCode.SCHEMA_INVALID
+    assert "correction 1 of 2" in corrections[0].message
+    # The model saw the violation with its hint and the dispatcher's note, and its fix carried the hint.
+    shown = rig.provider.prompts[1].tool_messages()[-1]["content"]
+    assert "hint: use ORD-2025-0001" in shown
+    assert "next_step: correction 1 of 2" in shown
+    calls = [e.tool_call for e in events if e.kind == EventKind.TOOL_CALL]
+    assert [json.loads(c.arguments_json)["order_id"] for c in calls if c] == ["ord-2025-1", "ORD-2025-0001"]
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.SUCCEEDED
+    assert task.answer == "order ORD-2025-0001: shipped"
+
+
+async def test_contract_errors_beyond_two_retries_become_engineering(make_rig: MakeRig) -> None:
+    def bad(c: ToolCall) -> AgentmeshError:
+        return AgentmeshError(ErrorCode.SCHEMA_INVALID, "bad", violations=[Violation("$.x", "type", "integer")])
+
+    def policy(p: Prompt):
+        n = len(p.tool_messages())
+        if n < 3:
+            return reply(call("stubborn", {"x": f"v{n}"}, f"c{n}"))
+        return reply(text="giving up")
+
+    rig = await make_rig(policy, FakeTools({"stubborn": bad}))
+    events = await rig.events(await rig.start())
+    assert [e.kind.name for e in events if e.kind in (EventKind.CORRECTION, EventKind.FALLBACK)] == [
+        "CORRECTION",
+        "CORRECTION",
+        "FALLBACK",
+    ]
+    assert "stop correcting it" in rig.provider.prompts[3].tool_messages()[-1]["content"]
+
+
+async def test_engineering_error_offers_fallback_and_never_reissues(make_rig: MakeRig) -> None:
+    def status(c: ToolCall) -> AgentmeshError:
+        return AgentmeshError(ErrorCode.UPSTREAM_NOT_FOUND, "GET /status/payment-svc: 404")
+
+    def policy(p: Prompt):
+        n = len(p.tool_messages())
+        if n == 0:
+            return reply(call("get_status", {"svc": "payment-svc"}, "c1"))
+        if n == 1:  # a stubborn model repeats the failing call
+            return reply(call("get_status", {"svc": "payment-svc"}, "c2"))
+        if n == 2:
+            assert "metrics" in p.tools  # the fallback is offered
+            return reply(call("metrics", {"svc": "payment-svc"}, "c3"))
+        return reply(text="used metrics")
+
+    tools = FakeTools({"get_status": status, "metrics": lambda c: "p99 2s"}, fallbacks={"get_status": "metrics"})
+    rig = await make_rig(policy, tools, agent={"tools": ["get_status", "metrics"], "discover_k": 1})
+    events = await rig.events(await rig.start())
+    fallbacks = [e for e in events if e.kind == EventKind.FALLBACK]
+    assert len(fallbacks) == 2
+    assert fallbacks[0].error is not None and fallbacks[0].error.fallback_tool == "metrics"
+    assert "repeat of a failed call not run" in fallbacks[1].message
+    assert tools.runs["get_status"] == 1  # the repeat was not executed
+    note = rig.provider.prompts[1].tool_messages()[-1]["content"]
+    assert "UPSTREAM_NOT_FOUND" in note and "fallback tool metrics" in note
+    assert (await rig.dispatcher.get_task(events[0].task_id)).status == TaskStatus.SUCCEEDED
+
+
+async def test_fatal_tool_error_aborts_and_runs_nothing_more(make_rig: MakeRig) -> None:
+    def shell(c: ToolCall) -> AgentmeshError:
+        return AgentmeshError(ErrorCode.DANGEROUS_OPERATION, "rm -rf / is destructive")
+
+    def policy(p: Prompt):
+        return reply(call("shell", {"cmd": "rm -rf /"}, "c1"), call("calc", {"a": 1, "b": 1}, "c2"))
+
+    tools = FakeTools({"shell": shell, "calc": calculator})
+    rig = await make_rig(policy, tools)
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    assert kinds(events)[-3:] == ["TOOL_RESULT", "INCIDENT", "STATUS"]
+    assert events[-1].status == TaskStatus.ABORTED
+    assert tools.runs["calc"] == 0
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.ABORTED
+    assert task.error is not None and task.error.code == ErrorCode.DANGEROUS_OPERATION
+
+
+async def test_approval_parks_and_resumes(make_rig: MakeRig) -> None:
+    def policy(p: Prompt):
+        if not p.tool_messages():
+            return reply(call("restart", {"svc": "payment-svc"}, "c1"))
+        return reply(text=f"done: {p.last['content']}")
+
+    tools = FakeTools({"restart": lambda c: "restarted"}, needs_approval={"restart"})
+    rig = await make_rig(policy, tools)
+    task_id = await rig.start()
+    seen = []
+    async for event in rig.dispatcher.watch(task_id):
+        seen.append(event)
+        if event.kind == EventKind.STATUS and event.status == TaskStatus.WAITING_APPROVAL:
+            break
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.WAITING_APPROVAL
+    assert task.pending_approval is not None
+    pending = task.pending_approval
+    assert pending.plan.name == "restart" and pending.impact
+    # Heartbeats keep a watcher of a parked task alive.
+    watcher = rig.dispatcher.watch(task_id, seen[-1].sequence)
+    beat = await asyncio.wait_for(anext(watcher), 5)
+    assert beat.kind == EventKind.HEARTBEAT and beat.sequence == 0
+    await watcher.aclose()  # type: ignore[attr-defined]
+    approval, task = await rig.dispatcher.resolve_approval(
+        task_id,
+        pending.approval_id,
+        approve=True,
+        reason="ok",
+        arguments_sha256=pending.arguments_sha256,
+        resolver="op",
+    )
+    assert approval.state == "APPROVED"
+    events = await rig.events(task_id)
+    assert_contiguous(events)
+    assert "APPROVAL_RESOLVED" in kinds(events)
+    final = await rig.dispatcher.get_task(task_id)
+    assert final.status == TaskStatus.SUCCEEDED and final.answer == "done: restarted"
+    assert tools.runs["restart"] == 1
+    # A second resolution is refused: the task no longer waits.
+    with pytest.raises(AgentmeshError) as caught:
+        await rig.dispatcher.resolve_approval(
+            task_id, pending.approval_id, approve=True, reason="", arguments_sha256="", resolver="op"
+        )
+    assert caught.value.code == ErrorCode.FAILED_PRECONDITION
+
+
+async def test_denied_approval_is_engineering_for_the_model(make_rig: MakeRig) -> None:
+    def policy(p: Prompt):
+        if not p.tool_messages():
+            return reply(call("restart", {"svc": "x"}, "c1"))
+        return reply(text="not restarted")
+
+    tools = FakeTools({"restart": lambda c: "restarted"}, needs_approval={"restart"})
+    rig = await make_rig(policy, tools)
+    task_id = await rig.start()
+    async for event in rig.dispatcher.watch(task_id):
+        if event.status == TaskStatus.WAITING_APPROVAL:
+            break
+    pending = (await rig.dispatcher.get_task(task_id)).pending_approval
+    assert pending is not None
+    await rig.dispatcher.resolve_approval(
+        task_id, pending.approval_id, approve=False, reason="not now", arguments_sha256="", resolver="op"
+    )
+    events = await rig.events(task_id)
+    assert any(e.kind == EventKind.FALLBACK and e.error and e.error.code == ErrorCode.APPROVAL_DENIED for e in events)
+    assert tools.runs["restart"] == 0
+    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.SUCCEEDED
+
+
+async def test_budget_guard_stops_before_the_model_call(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="never"), agent={"token_budget": 5})
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    assert rig.provider.calls == 0
+    assert events[-2].kind == EventKind.INCIDENT and events[-2].error is not None
+    assert events[-2].error.code == ErrorCode.BUDGET_EXHAUSTED
+    assert events[-1].status == TaskStatus.ABORTED
+
+
+async def test_max_steps_guard(make_rig: MakeRig) -> None:
+    rig = await make_rig(
+        lambda p: reply(call("calc", {"a": p.call_index, "b": 1}, f"c{p.call_index}")),
+        FakeTools({"calc": calculator}),
+        agent={"max_steps": 3},
+    )
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.ABORTED
+    assert task.error is not None and task.error.code == ErrorCode.MAX_STEPS_EXCEEDED
+    assert rig.provider.calls == 3
+    assert sum(1 for e in events if e.kind == EventKind.STEP_STARTED) == 3
+
+
+async def test_endless_tool_loop_is_detected(make_rig: MakeRig) -> None:
+    tools = FakeTools({"calc": calculator})
+    rig = await make_rig(lambda p: reply(call("calc", {"a": 1, "b": 1}, f"c{p.call_index}")), tools)
+    task_id = await rig.start()
+    await rig.events(task_id)
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.ABORTED
+    assert task.error is not None and task.error.code == ErrorCode.LOOP_DETECTED
+    assert tools.runs["calc"] == 2  # the third identical call never ran
+
+
+async def test_empty_reply_fails_with_a_typed_reason(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="  "))
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.FAILED
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.error is not None and task.error.code == ErrorCode.INTERNAL
+    assert task.error.metadata["reason"] == "empty_reply"
+
+
+async def test_unavailable_service_fails_the_task_which_resumes(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="ok"), dispatcher={"service_retry_attempts": 2})
+    rig.provider.rpc_failures = [UnavailableError("provider down")] * 2
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.FAILED
+    failed = await rig.dispatcher.get_task(task_id)
+    assert failed.error is not None and failed.error.code == ErrorCode.UNAVAILABLE
+    # StartTask with the same id resumes the failed task from its checkpoint.
+    resumed = await rig.start(task_id=task_id)
+    assert resumed == task_id
+    events = await rig.events(task_id, after=len(events))
+    assert events[0].message == "status PENDING: resumed after failure"
+    final = await rig.dispatcher.get_task(task_id)
+    assert final.status == TaskStatus.SUCCEEDED and final.answer == "ok"
+    assert len(rig.context.sessions[task_id]) == 2  # goal once, answer once
+
+
+async def test_cancel_stops_a_running_task(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="late"))
+    rig.provider.delay_s = 0.6
+    task_id = await rig.start()
+    async for event in rig.dispatcher.watch(task_id):
+        if event.kind == EventKind.STEP_STARTED:
+            break
+    task = await rig.dispatcher.cancel(task_id, "operator changed their mind")
+    assert task.status == TaskStatus.CANCELLED
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.CANCELLED
+    await asyncio.sleep(1.0)  # past the in-flight model call's end: a late write would have landed by now
+    task = await rig.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.CANCELLED and task.answer == ""
+    assert (await rig.dispatcher.get_task(task_id)).last_sequence == events[-1].sequence
+    with pytest.raises(AgentmeshError) as caught:
+        await rig.dispatcher.cancel(task_id)
+    assert caught.value.code == ErrorCode.FAILED_PRECONDITION
+
+
+async def test_task_deadline_fails_the_task(make_rig: MakeRig) -> None:
+    rig = await make_rig(
+        lambda p: reply(call("calc", {"a": 1, "b": p.call_index})),
+        FakeTools({"calc": calculator}),
+        dispatcher={"task_timeout_s": 0.3},
+    )
+    rig.provider.delay_s = 0.4
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    task = await rig.dispatcher.get_task(task_id)
+    assert events[-1].status == TaskStatus.FAILED
+    assert task.error is not None and task.error.code == ErrorCode.DEADLINE_EXCEEDED
+    assert rig.tools.runs["calc"] == 0  # nothing ran after the deadline
+
+
+async def test_a_task_of_a_removed_agent_fails_typed(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="x"), start=False)
+    task_id = await rig.start()
+    rig.dispatcher.agents._agents.clear()  # the agent disappears from the configuration
+    await rig.dispatcher.start()
+    events = await rig.events(task_id)
+    task = await rig.dispatcher.get_task(task_id)
+    assert events[-1].status == TaskStatus.FAILED
+    assert task.error is not None and task.error.code == ErrorCode.NOT_FOUND and "agent_id" in task.error.message

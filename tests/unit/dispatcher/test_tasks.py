@@ -1,0 +1,311 @@
+"""Task ownership, fencing, takeover, the event log and bad input (real Redis, fake services)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from agentmesh.errors import AgentmeshError, ErrorCode
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, ToolCall
+from dispatcher_svc.service import StartRequest
+from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, fields_of
+from tests.unit.dispatcher.conftest import MakeRig
+from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
+
+
+def counting_policy(p: Prompt):
+    """Answers differently on every call: a different tool argument each step, then an answer."""
+    n = len(p.tool_messages())
+    if n < 2:
+        return reply(call("notify", {"seq": n, "nonce": p.call_index}, f"c{p.call_index}"))
+    return reply(text=f"sent {n}")
+
+
+async def _wait(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("point", ["after_reply_checkpoint", "after_tool_call"])
+async def test_a_second_replica_takes_over_a_dead_owner(make_rig: MakeRig, point: str) -> None:
+    """Replica A hangs at `point` and stops renewing (as if killed); replica B claims and finishes.
+
+    Every side effect ran once, no event is lost or repeated, and A's late write is refused.
+    """
+    paused = asyncio.Event()
+    stuck: list[TaskRecord] = []
+
+    async def hang(reached: str, record: TaskRecord) -> None:
+        if reached == point and not stuck:
+            stuck.append(record)
+            paused.set()
+            await asyncio.Event().wait()
+
+    tools = FakeTools({"notify": lambda c: "sent"})
+    context = FakeContext()
+    a = await make_rig(counting_policy, tools, hook=hang, context=context)
+    task_id = await a.start()
+    await asyncio.wait_for(paused.wait(), 10)
+    # "kill -9": A's worker stops without handing the task back (no renewals, no writes).
+    for loop_task in a.dispatcher.worker._loops:
+        loop_task.cancel()
+    for run in list(a.dispatcher.worker._running.values()):
+        run.cancel()
+    await asyncio.sleep(0.05)
+
+    b = await make_rig(counting_policy, tools, context=context)
+    events = await b.events(task_id)
+    task = await b.dispatcher.get_task(task_id)
+    assert task.status == TaskStatus.SUCCEEDED, task
+    assert task.answer == "sent 2"
+    assert tools.runs["notify"] == 2  # exactly once per call, although A may have sent one already
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert sum(1 for e in events if e.kind == EventKind.TOOL_RESULT) == 2
+    assert any("resumed on" in e.message for e in events if e.kind == EventKind.STATUS)
+    # The session log holds each message once.
+    assert [m["role"] for m in context.sessions[task_id]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    # A's stale fence is refused.
+    with pytest.raises(StaleOwnerError):
+        await a.dispatcher.tasks.commit(task_id, fence=stuck[0].fence, fields=fields_of(answer="stale"))
+    assert (await b.dispatcher.get_task(task_id)).answer == "sent 2"
+
+
+async def test_fence_refuses_a_stale_writer_and_keeps_sequences(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="x"), start=False)
+    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")).task_id
+    tasks = rig.dispatcher.tasks
+    record = await tasks.load(task_id)
+    assert record.fence == 0 and record.last_sequence == 1
+    owner1 = await tasks.commit(task_id, fence=0, bump_fence=True)
+    owner2 = await tasks.commit(task_id, fence=owner1.fence, bump_fence=True)
+    assert (owner1.fence, owner2.fence) == (1, 2)
+
+    def ev(message: str) -> TaskEvent:
+        return TaskEvent(task_id, 0, EventKind.STEP_STARTED, 0, TaskStatus.RUNNING, message=message)
+
+    with pytest.raises(StaleOwnerError):
+        await tasks.commit(task_id, fence=1, fields={"answer": "stale"}, events=[ev("stale")])
+    done = await tasks.commit(task_id, fence=2, events=[ev("a"), ev("b")])
+    assert done.last_sequence == 3
+    events = await rig.dispatcher.events.read(task_id)
+    assert [(e.sequence, e.message) for e in events][1:] == [(2, "a"), (3, "b")]
+    assert (await tasks.load(task_id)).answer == ""
+
+
+async def test_events_are_capped_and_a_late_watcher_is_told(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="x"), dispatcher={"event_maxlen": 100}, start=False)
+    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")).task_id
+    tasks = rig.dispatcher.tasks
+    for i in range(30):
+        events = [
+            TaskEvent(task_id, 0, EventKind.STEP_STARTED, 0, TaskStatus.RUNNING, message=f"{i}.{j}") for j in range(10)
+        ]
+        await tasks.commit(task_id, fence=0, events=events)
+    end = TaskEvent(task_id, 0, EventKind.STATUS, 0, TaskStatus.SUCCEEDED)
+    await tasks.commit(task_id, fence=0, fields=fields_of(status=TaskStatus.SUCCEEDED), events=[end])
+    length = await rig.store.redis.xlen(rig.store.keys.task_events(task_id))
+    assert 100 <= length < 301
+    seen = [e async for e in rig.dispatcher.watch(task_id, 0)]
+    assert seen[-1].sequence == 302 and seen[-1].status == TaskStatus.SUCCEEDED
+    assert int(seen[0].attributes["events_trimmed"]) == seen[0].sequence - 1
+    assert [e.sequence for e in seen] == list(range(seen[0].sequence, 303))
+
+
+async def test_watch_resumes_after_a_sequence_without_gaps_or_repeats(make_rig: MakeRig) -> None:
+    tools = FakeTools({"notify": lambda c: "sent"})
+    rig = await make_rig(counting_policy, tools)
+    task_id = await rig.start()
+    first: list[TaskEvent] = []
+    async for event in rig.dispatcher.watch(task_id):
+        if event.sequence:
+            first.append(event)
+        if len(first) == 4:
+            break  # the client disconnects
+    rest = await rig.events(task_id, after=first[-1].sequence)
+    everything = [e.sequence for e in first + rest]
+    assert everything == list(range(1, len(everything) + 1))
+    assert rest[-1].status == TaskStatus.SUCCEEDED
+    # Watching a finished task replays and ends; after its last event, it ends at once.
+    assert [e.sequence for e in await rig.events(task_id)] == everything
+    assert await rig.events(task_id, after=everything[-1]) == []
+
+
+async def test_start_task_is_idempotent_on_task_id(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="ok"))
+    first = await rig.start("goal one", task_id="my-task-1")
+    again = await rig.start("goal one", task_id="my-task-1")
+    assert first == again == "my-task-1"
+    await rig.events(first)
+    assert rig.provider.calls == 1
+    with pytest.raises(AgentmeshError) as caught:
+        await rig.start("another goal", task_id="my-task-1")
+    assert caught.value.code == ErrorCode.FAILED_PRECONDITION
+    assert caught.value.violations[0].path == "task_id"
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "field"),
+    [
+        (StartRequest("nobody", "goal"), ErrorCode.NOT_FOUND, "agent_id"),
+        (StartRequest("", "goal"), ErrorCode.INVALID_REQUEST, "agent_id"),
+        (StartRequest("ops", "   "), ErrorCode.INVALID_REQUEST, "goal"),
+        (StartRequest("ops", "x" * 40_000), ErrorCode.INVALID_REQUEST, "goal"),
+        (StartRequest("ops", "goal", token_budget=-1), ErrorCode.INVALID_REQUEST, "token_budget"),
+        (StartRequest("ops", "goal", max_steps=-3), ErrorCode.INVALID_REQUEST, "max_steps"),
+        (StartRequest("ops", "goal", task_id="bad id{x}"), ErrorCode.INVALID_REQUEST, "task_id"),
+    ],
+)
+async def test_bad_start_requests_name_the_field(
+    make_rig: MakeRig, request_: StartRequest, code: ErrorCode, field: str
+) -> None:
+    rig = await make_rig(lambda p: reply(text="x"), start=False)
+    with pytest.raises(AgentmeshError) as caught:
+        await rig.dispatcher.start_task(request_, request_id="r")
+    assert caught.value.code == code
+    assert caught.value.violations[0].path == field
+    assert field in str(caught.value)
+
+
+async def test_unknown_task_is_not_found_naming_the_field(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="x"), start=False)
+    for operation in (
+        rig.dispatcher.get_task("no-such-task"),
+        rig.dispatcher.cancel("no-such-task"),
+        rig.dispatcher.resolve_approval(
+            "no-such-task", "ap-1", approve=True, reason="", arguments_sha256="", resolver="op"
+        ),
+    ):
+        with pytest.raises(AgentmeshError) as caught:
+            await operation
+        assert caught.value.code == ErrorCode.NOT_FOUND
+        assert caught.value.violations[0].path == "task_id"
+    with pytest.raises(AgentmeshError) as caught:
+        await anext(rig.dispatcher.watch("no-such-task"))
+    assert caught.value.code == ErrorCode.NOT_FOUND
+    with pytest.raises(AgentmeshError) as caught:
+        rig.dispatcher.watch("t", -1)
+    assert caught.value.code == ErrorCode.INVALID_REQUEST
+
+
+async def test_budget_override_unset_keeps_the_agents_and_zero_is_refused(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="x"), start=False)
+    task = await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")
+    record = await rig.dispatcher.tasks.load(task.task_id)
+    assert (record.token_budget, record.max_steps) == (100_000, 8)
+    for field, request in (
+        ("token_budget", StartRequest("ops", "goal", token_budget=0)),
+        ("max_steps", StartRequest("ops", "goal", max_steps=0)),
+    ):
+        with pytest.raises(AgentmeshError) as caught:
+            await rig.dispatcher.start_task(request, request_id="r")
+        assert caught.value.code == ErrorCode.INVALID_REQUEST
+        assert caught.value.violations[0].path == field
+    task = await rig.dispatcher.start_task(StartRequest("ops", "goal", token_budget=77, max_steps=2), request_id="r")
+    record = await rig.dispatcher.tasks.load(task.task_id)
+    assert (record.token_budget, record.max_steps) == (77, 2)
+
+
+async def test_a_task_queued_while_no_replica_runs_is_picked_up_later(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="late but done"), start=False)
+    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")).task_id
+    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.PENDING
+    await rig.dispatcher.start()
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+
+
+async def test_concurrency_limit_leaves_work_for_other_replicas(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="ok"), dispatcher={"max_concurrent_tasks": 2})
+    rig.provider.delay_s = 0.2
+    ids = [await rig.start(f"goal {i}") for i in range(6)]
+
+    async def all_done() -> bool:
+        statuses = [(await rig.dispatcher.get_task(t)).status for t in ids]
+        return all(s == TaskStatus.SUCCEEDED for s in statuses)
+
+    peak = 0
+
+    async def watch_peak() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, rig.dispatcher.worker.running)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch_peak())
+    try:
+        await _wait(all_done)
+    finally:
+        watcher.cancel()
+    assert peak == 2
+
+
+async def test_graceful_stop_hands_the_task_to_another_replica(make_rig: MakeRig) -> None:
+    tools = FakeTools({"notify": lambda c: "sent"})
+    context = FakeContext()
+    a = await make_rig(counting_policy, tools, context=context, dispatcher={"claim_idle_s": 30})
+    a.provider.delay_s = 0.3
+    task_id = await a.start()
+    async for event in a.dispatcher.watch(task_id):
+        if event.kind == EventKind.STEP_STARTED:
+            break
+    await a.dispatcher.stop()  # hands the task back at once, not after claim_idle_s
+    b = await make_rig(counting_policy, tools, context=context, dispatcher={"claim_idle_s": 30})
+    events = await b.events(task_id, timeout_s=10)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+
+
+def test_tool_call_signature_ignores_key_order_and_call_id() -> None:
+    a = ToolCall("1", "t", json.dumps({"a": 1, "b": 2}))
+    b = ToolCall("2", "t", '{"b": 2,  "a": 1}')
+    c = ToolCall("3", "t", '{"a": 1, "b": 3}')
+    assert a.signature() == b.signature() != c.signature()
+    assert ToolCall("x", "t", "not json").canonical_arguments() == "not json"
+
+
+async def test_a_frozen_owner_that_wakes_up_writes_nothing(make_rig: MakeRig) -> None:
+    """A stops renewing (frozen) inside a step, B takes over and finishes; when A thaws, its lease
+    check refuses it before any downstream write: no duplicate append, no second side effect."""
+    paused = asyncio.Event()
+    thaw = asyncio.Event()
+
+    async def freeze(reached: str, record: TaskRecord) -> None:
+        if reached == "after_tool_call" and not paused.is_set():
+            paused.set()
+            await thaw.wait()
+
+    tools = FakeTools({"notify": lambda c: "sent"})
+    context = FakeContext()
+    a = await make_rig(counting_policy, tools, hook=freeze, context=context)
+
+    async def frozen_renewer(*args: object) -> None:
+        await asyncio.Event().wait()
+
+    a.dispatcher.worker._renew = frozen_renewer  # type: ignore[method-assign,assignment]
+    task_id = await a.start()
+    await asyncio.wait_for(paused.wait(), 10)
+    for loop_task in a.dispatcher.worker._loops:  # A reads no more work
+        loop_task.cancel()
+    [a_run] = list(a.dispatcher.worker._running.values())
+    b = await make_rig(counting_policy, tools, context=context)
+    events = await b.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    log_before = [m["role"] for m in context.sessions[task_id]]
+    thaw.set()
+    await asyncio.wait_for(a_run, 5)
+    assert [m["role"] for m in context.sessions[task_id]] == log_before  # A appended nothing
+    assert log_before == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert tools.runs["notify"] == 2
+    assert (await b.dispatcher.get_task(task_id)).last_sequence == events[-1].sequence

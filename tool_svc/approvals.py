@@ -1,0 +1,192 @@
+"""Approvals for writes (DESIGN.md §5, §7): a PendingApproval instead of running the call.
+
+An approval records the change plan (tool + arguments), the tool's impact statement, the requester
+(from its verified token) and the sha256 the arguments are bound to; it expires after
+`approval_ttl_s`. Deciding is one Lua script on Redis time, so two operators racing, or a decision
+racing the expiry, have exactly one outcome. The approver must differ from the requester and must have
+seen the same arguments (their hash); an approved call then runs once, as the requester.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Literal
+
+from agentmesh.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
+from agentmesh.store import Store
+from tool_svc.call import CallState
+from tool_svc.model import Caller, CallRequest, Outcome, Pending
+
+State = Literal["pending", "approved", "denied", "expired"]
+
+# Records stay readable (as expired or decided) this long after their expiry.
+RETENTION_S = 86400
+
+_CREATE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local expire_at = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'record', ARGV[1], 'expire_at', string.format('%.6f', expire_at))
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) + tonumber(ARGV[3])))
+return string.format('%.6f', expire_at)
+"""
+
+_GET_LUA = """
+local t = redis.call('TIME')
+local fields = redis.call('HGETALL', KEYS[1])
+table.insert(fields, 'now')
+table.insert(fields, string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000))
+return fields
+"""
+
+_DECIDE_LUA = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'missing', ''} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if state == 'pending' and now >= tonumber(redis.call('HGET', KEYS[1], 'expire_at')) then
+  redis.call('HSET', KEYS[1], 'state', 'expired')
+  return {'expired', ''}
+end
+if state ~= 'pending' then return {state, ''} end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'resolved_by', ARGV[2], 'reason', ARGV[3],
+           'resolve_time', string.format('%.6f', now))
+return {'decided', string.format('%.6f', now)}
+"""
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """An approval as stored, with its state as of now."""
+
+    pending: Pending
+    state: State
+    caller: Caller
+    request: CallRequest
+    resolved_by: str = ""
+    reason: str = ""
+    resolve_time: float | None = None
+
+
+def is_requester(approver: Caller, requester: Caller) -> bool:
+    """Whether the approver is (or acts as) the agent or person that asked."""
+    mine = {approver.subject, approver.agent_id} - {""}
+    theirs = {requester.subject, requester.agent_id} - {""}
+    return bool(mine & theirs)
+
+
+class ApprovalBook:
+    """Approval records in Redis (`am:approval:{<id>}`)."""
+
+    def __init__(self, store: Store, ttl_s: float) -> None:
+        self.store = store
+        self.ttl_s = ttl_s
+
+    async def create(self, call: CallState) -> Pending:
+        spec = call.spec
+        approval_id = "apr_" + secrets.token_hex(16)
+        record = {
+            "tool": spec.name,
+            "impact": spec.impact,
+            "arguments_sha256": call.arguments_sha256,
+            "requested_by": call.caller.agent,
+            "caller": call.caller.to_json(),
+            "request": call.request.to_json(),
+        }
+        key = self.store.keys.approval(approval_id)
+        async with self.store.guard("create approval"):
+            expire_at = await self.store.script("approval_create", _CREATE_LUA)(
+                keys=[key], args=[json.dumps(record), repr(self.ttl_s), RETENTION_S]
+            )
+        return Pending(
+            approval_id=approval_id,
+            call_id=call.request.call_id,
+            tool_name=spec.name,
+            arguments_json=call.request.arguments_json,
+            impact=spec.impact,
+            arguments_sha256=call.arguments_sha256,
+            expire_at=float(expire_at),
+            requested_by=call.caller.agent,
+        )
+
+    async def get(self, approval_id: str) -> ApprovalRecord:
+        """The record; NotFoundError when unknown (or past its retention)."""
+        key = self.store.keys.approval(approval_id)
+        async with self.store.guard("get approval"):
+            flat = await self.store.script("approval_get", _GET_LUA)(keys=[key])
+        fields = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
+        if "record" not in fields:
+            raise NotFoundError(f"no approval {approval_id}", metadata={"approval_id": approval_id})
+        data = json.loads(fields["record"])
+        request = CallRequest.from_json(data["request"])
+        expire_at = float(fields["expire_at"])
+        stored = fields.get("state", "pending")
+        state: State = stored if stored in ("pending", "approved", "denied", "expired") else "pending"
+        if state == "pending" and float(fields["now"]) >= expire_at:
+            state = "expired"
+        return ApprovalRecord(
+            pending=Pending(
+                approval_id=approval_id,
+                call_id=request.call_id,
+                tool_name=data["tool"],
+                arguments_json=request.arguments_json,
+                impact=data.get("impact", ""),
+                arguments_sha256=data["arguments_sha256"],
+                expire_at=expire_at,
+                requested_by=data.get("requested_by", ""),
+            ),
+            state=state,
+            caller=Caller.from_json(data["caller"]),
+            request=request,
+            resolved_by=fields.get("resolved_by", ""),
+            reason=fields.get("reason", ""),
+            resolve_time=float(fields["resolve_time"]) if fields.get("resolve_time") else None,
+        )
+
+    async def decide(
+        self, approval_id: str, *, approve: bool, approver: Caller, reason: str, arguments_sha256: str
+    ) -> tuple[ApprovalRecord, bool]:
+        """Records the decision; (record after it, whether it expired instead).
+
+        PermissionDeniedError when the approver is the requester; FailedPreconditionError when the hash
+        differs from the binding or the approval was already decided.
+        """
+        record = await self.get(approval_id)
+        if is_requester(approver, record.caller):
+            raise PermissionDeniedError(
+                missing_permission="approver:other-than-requester",
+                message=f"{approver.subject} requested approval {approval_id} and cannot approve or deny it",
+            )
+        if arguments_sha256 != record.pending.arguments_sha256:
+            raise FailedPreconditionError(
+                f"approval {approval_id} is bound to arguments {record.pending.arguments_sha256[:12]}..., "
+                f"not {arguments_sha256[:12] or '(empty)'}...: re-read the approval before deciding",
+                metadata={"arguments_sha256": record.pending.arguments_sha256},
+            )
+        key = self.store.keys.approval(approval_id)
+        async with self.store.guard("decide approval"):
+            outcome, _ = await self.store.script("approval_decide", _DECIDE_LUA)(
+                keys=[key], args=["approved" if approve else "denied", approver.subject, reason[:1000]]
+            )
+        status = outcome.decode()
+        if status == "missing":
+            raise NotFoundError(f"no approval {approval_id}", metadata={"approval_id": approval_id})
+        if status in ("approved", "denied"):
+            raise FailedPreconditionError(f"approval {approval_id} was already {status}", metadata={"state": status})
+        return await self.get(approval_id), status == "expired"
+
+
+class RequireApproval:
+    """Pipeline step: a write that needs approval becomes a PendingApproval (it does not run)."""
+
+    def __init__(self, book: ApprovalBook | None) -> None:
+        self.book = book
+
+    async def __call__(self, call: CallState) -> Outcome | None:
+        if not call.spec.requires_approval or call.approved_id:
+            return None
+        if self.book is None:
+            raise FailedPreconditionError("approvals need Redis")
+        return await self.book.create(call)

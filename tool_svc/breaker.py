@@ -1,0 +1,170 @@
+"""Circuit breaker per (agent instance, tool) (DESIGN.md §5).
+
+closed --(failure_threshold consecutive failures)--> open --(open_s)--> half-open: one probe admitted
+  probe fails  -> open again
+  probe passes -> ramping: the admitted share of calls grows linearly from ramp_start_fraction to 1 over
+                  ramp_s (deterministic: each call earns `share` credit, a call is admitted per whole
+                  credit), any failure re-opens, and after ramp_s the breaker is closed.
+
+State is per replica, in memory: it describes what this replica saw of an upstream, like a mesh's
+outlier detection, and costs no Redis round trip. Entries are bounded (least recently used go first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from agentmesh.errors import AgentmeshError, ErrorCode
+from tool_svc.call import CallState
+from tool_svc.model import Outcome, ToolResult
+
+State = Literal["closed", "open", "half_open", "ramping"]
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    failure_threshold: int = 5
+    open_s: float = 30.0
+    ramp_s: float = 30.0
+    ramp_start_fraction: float = 0.25
+    max_entries: int = 10_000
+
+
+@dataclass
+class Breaker:
+    """One breaker's state."""
+
+    state: State = "closed"
+    failures: int = 0
+    opened_at: float = 0.0
+    probe_in_flight: bool = False
+    ramp_started: float = 0.0
+    credit: float = 0.0
+
+
+class Breakers:
+    """All breakers of this replica; `admit` before a call, `record` after it."""
+
+    def __init__(self, config: BreakerConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.clock = clock
+        self._entries: OrderedDict[tuple[str, str], Breaker] = OrderedDict()
+
+    def state(self, instance: str, tool: str) -> State:
+        entry = self._entries.get((instance, tool))
+        if entry is None:
+            return "closed"
+        self._advance(entry)
+        return entry.state
+
+    def _get(self, key: tuple[str, str]) -> Breaker:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = Breaker()
+            while len(self._entries) > self.config.max_entries:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return entry
+
+    def _advance(self, entry: Breaker) -> None:
+        now = self.clock()
+        if entry.state == "open" and now - entry.opened_at >= self.config.open_s:
+            entry.state = "half_open"
+            entry.probe_in_flight = False
+        elif entry.state == "ramping" and now - entry.ramp_started >= self.config.ramp_s:
+            entry.state = "closed"
+            entry.failures = 0
+
+    def share(self, entry: Breaker) -> float:
+        """The share of calls a ramping breaker admits now."""
+        if self.config.ramp_s <= 0:
+            return 1.0
+        progress = (self.clock() - entry.ramp_started) / self.config.ramp_s
+        start = self.config.ramp_start_fraction
+        return min(1.0, start + (1.0 - start) * max(0.0, progress))
+
+    def admit(self, instance: str, tool: str, *, fallback_tool: str = "") -> AgentmeshError | None:
+        """None when the call may go ahead; else CIRCUIT_OPEN with a retry hint and the fallback."""
+        entry = self._get((instance, tool))
+        self._advance(entry)
+        now = self.clock()
+        if entry.state == "closed":
+            return None
+        if entry.state == "half_open":
+            if not entry.probe_in_flight:
+                entry.probe_in_flight = True
+                return None
+            return self._open_error(tool, "a probe call is testing the upstream", 1.0, fallback_tool)
+        if entry.state == "ramping":
+            entry.credit += self.share(entry)
+            if entry.credit >= 1.0:
+                entry.credit -= 1.0
+                return None
+            return self._open_error(tool, "the breaker is letting traffic back in gradually", 0.5, fallback_tool)
+        remaining = max(0.0, self.config.open_s - (now - entry.opened_at))
+        return self._open_error(tool, f"{entry.failures} consecutive failures", remaining, fallback_tool)
+
+    def record(self, instance: str, tool: str, *, success: bool) -> None:
+        """The outcome of an admitted call: a failure is an upstream fault (timeout, unavailable, crash)."""
+        entry = self._get((instance, tool))
+        self._advance(entry)
+        now = self.clock()
+        if success:
+            if entry.state == "half_open":
+                entry.state, entry.ramp_started, entry.credit = "ramping", now, 0.0
+                entry.probe_in_flight = False
+                if self.config.ramp_s <= 0:
+                    entry.state = "closed"
+            entry.failures = 0
+            return
+        entry.failures += 1
+        if entry.state in ("half_open", "ramping") or entry.failures >= self.config.failure_threshold:
+            entry.state, entry.opened_at, entry.probe_in_flight = "open", now, False
+
+    def release_probe(self, instance: str, tool: str) -> None:
+        """An admitted call ended without a verdict (e.g. cancelled): let another probe through."""
+        entry = self._entries.get((instance, tool))
+        if entry is not None and entry.state == "half_open":
+            entry.probe_in_flight = False
+
+    @staticmethod
+    def _open_error(tool: str, why: str, retry_after: float, fallback_tool: str) -> AgentmeshError:
+        return AgentmeshError(
+            ErrorCode.CIRCUIT_OPEN,
+            f"circuit breaker for {tool} is open ({why}); the call was not run",
+            retry_after=retry_after,
+            fallback_tool=fallback_tool,
+        )
+
+
+# Faults that say the upstream is unhealthy. A 404, a rejection or bad arguments say nothing about it.
+UPSTREAM_FAULTS = frozenset({ErrorCode.UPSTREAM_TIMEOUT, ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.INTERNAL})
+
+
+class CircuitBreaker:
+    """Pipeline step: CIRCUIT_OPEN while the (instance, tool) breaker is open; records the verdict after."""
+
+    def __init__(self, breakers: Breakers) -> None:
+        self.breakers = breakers
+
+    async def __call__(self, call: CallState) -> Outcome | None:
+        instance = call.caller.instance or call.caller.agent
+        tool = call.spec.name
+        refused = self.breakers.admit(instance, tool, fallback_tool=call.spec.fallback_tool)
+        if refused is not None:
+            return refused
+
+        async def verdict(result: ToolResult | None) -> None:
+            if not call.executed:
+                self.breakers.release_probe(instance, tool)
+                return
+            failed = call.exec_error is not None and call.exec_error.code in UPSTREAM_FAULTS
+            self.breakers.record(instance, tool, success=not failed)
+
+        call.finalizers.append(verdict)
+        return None

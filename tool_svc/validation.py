@@ -1,0 +1,539 @@
+"""Argument parsing and JSON Schema validation -> CONTRACT errors a model can act on (DESIGN.md §3, §5).
+
+- `parse_arguments`: the raw `arguments_json` -> a value, or ARGUMENTS_NOT_JSON with the parse position.
+- `SchemaCheck`: a compiled Draft 2020-12 schema; `violations(value)` gives one `Violation` per error with
+  the JSON path, the rule, what was expected, what was given, and a hint taken from the schema's
+  description / pattern / enum / examples.
+- `check_tool_schema`: the registration-time check (a bad schema is rejected with the reason).
+- `marked_values`: the values of fields marked `x-agentmesh-kind` (for the danger guard).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# No py.typed in jsonschema; types-jsonschema may or may not be installed (hence unused-ignore).
+import jsonschema  # type: ignore[import-untyped, unused-ignore]
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
+from jsonschema.exceptions import SchemaError, ValidationError  # type: ignore[import-untyped, unused-ignore]
+
+from agentmesh.errors import AgentmeshError, ErrorCode, Violation
+from tool_svc.call import CallState
+from tool_svc.model import Outcome, arguments_sha256, call_sha256
+
+KIND_KEYWORD = "x-agentmesh-kind"
+KINDS = frozenset({"shell", "sql", "path", "code"})
+MAX_VIOLATIONS = 20
+_MAX_VALUE_CHARS = 200
+_FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
+
+
+def _clip(text: str, limit: int = _MAX_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_text(value: Any) -> str:
+    """A value as short JSON text for a violation (never raises)."""
+    try:
+        return _clip(json.dumps(value, ensure_ascii=False, sort_keys=True))
+    except (TypeError, ValueError):
+        return _clip(repr(value))
+
+
+# --- parsing ----------------------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON (RFC 8259) although Python's parser accepts them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_arguments(text: str, *, max_bytes: int) -> Any:
+    """The parsed arguments; an empty string means no arguments (`{}`), as some models send.
+
+    Raises AgentmeshError ARGUMENTS_NOT_JSON (metadata position/line/column) or PAYLOAD_TOO_LARGE.
+    """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise AgentmeshError(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"arguments are {size} bytes; the limit is {max_bytes}",
+            metadata={"limit_bytes": str(max_bytes), "size_bytes": str(size)},
+        )
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        near = text[max(0, exc.pos - 20) : exc.pos + 20]
+        raise AgentmeshError(
+            ErrorCode.ARGUMENTS_NOT_JSON,
+            f"arguments are not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} (char {exc.pos})",
+            violations=[
+                Violation(
+                    path="$",
+                    rule="json",
+                    expected="a JSON object",
+                    actual=_clip(near),
+                    hint=f"{exc.msg} at char {exc.pos}; send the arguments as one JSON object with double-quoted keys",
+                )
+            ],
+            metadata={"position": str(exc.pos), "line": str(exc.lineno), "column": str(exc.colno)},
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise AgentmeshError(
+            ErrorCode.ARGUMENTS_NOT_JSON,
+            f"arguments are not valid JSON: {reason}",
+            violations=[Violation(path="$", rule="json", expected="a JSON object", hint=reason)],
+        ) from None
+
+
+# --- schema checks ----------------------------------------------------------------------------------
+
+
+class SchemaDefinitionError(ValueError):
+    """A tool's schema is unusable; the message says why and where."""
+
+
+def _walk_schema(schema: Any, where: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    if isinstance(schema, Mapping):
+        yield where, schema
+        for key, sub in schema.items():
+            if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+                if isinstance(sub, Mapping):
+                    for name, child in sub.items():
+                        yield from _walk_schema(child, f"{where}/{key}/{name}")
+            elif key in ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames"):
+                yield from _walk_schema(sub, f"{where}/{key}")
+            elif key in ("allOf", "anyOf", "oneOf", "prefixItems") and isinstance(sub, list):
+                for i, child in enumerate(sub):
+                    yield from _walk_schema(child, f"{where}/{key}/{i}")
+
+
+def check_tool_schema(schema: Any, what: str, *, require_object: bool) -> None:
+    """Raises SchemaDefinitionError unless `schema` is a usable Draft 2020-12 schema."""
+    if not isinstance(schema, Mapping):
+        raise SchemaDefinitionError(f"{what} must be a JSON object, got {type(schema).__name__}")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "(root)"
+        raise SchemaDefinitionError(f"{what} is not a valid Draft 2020-12 schema at {where}: {exc.message}") from None
+    if require_object and schema.get("type") != "object":
+        raise SchemaDefinitionError(f'{what} must describe an object ("type": "object"): arguments are a JSON object')
+    for where, sub in _walk_schema(schema, "#"):
+        kind = sub.get(KIND_KEYWORD)
+        if kind is None:
+            continue
+        if kind not in KINDS:
+            raise SchemaDefinitionError(
+                f"{what} at {where}: {KIND_KEYWORD} must be one of {sorted(KINDS)}, got {kind!r}"
+            )
+        allowed = sub.get("type")
+        types = {allowed} if isinstance(allowed, str) else set(allowed or ())
+        if not types or not types <= {"string", "array"}:
+            raise SchemaDefinitionError(
+                f'{what} at {where}: a field marked {KIND_KEYWORD} must have "type": "string" (or an array of strings)'
+            )
+
+
+def has_marks(schema: Mapping[str, Any]) -> bool:
+    """Whether any subschema carries x-agentmesh-kind."""
+    return any(KIND_KEYWORD in sub for _, sub in _walk_schema(schema, "#"))
+
+
+# --- validation with hints --------------------------------------------------------------------------
+
+
+# The same path syntax jsonschema's `json_path` uses, so every violation path reads alike.
+_PLAIN_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]*$")
+
+
+def child_path(path: str, name: str) -> str:
+    """The JSON path of property `name` of the object at `path` (`$.a`, `$['odd key']`)."""
+    if _PLAIN_NAME.match(name):
+        return f"{path}.{name}"
+    escaped = name.replace("\\", "\\\\").replace("'", "\\'")
+    return f"{path}['{escaped}']"
+
+
+def _last_name(path: str) -> str:
+    for sep in (".", "["):
+        if sep in path:
+            path = path.rsplit(sep, 1)[1]
+    return path.rstrip("]").strip("'") or "the arguments"
+
+
+def _expected(err: ValidationError) -> str:
+    value = err.validator_value
+    if err.validator == "required":
+        return "present"
+    if err.validator in ("additionalProperties", "unevaluatedProperties"):
+        schema = err.schema if isinstance(err.schema, Mapping) else {}
+        allowed = _allowed_names(schema)
+        return "no properties" if allowed == "none" else f"only {allowed}"
+    if isinstance(value, str):
+        return _clip(value)
+    return json_text(value)
+
+
+def _describe(sub: Any) -> str:
+    if not isinstance(sub, Mapping):
+        return ""
+    parts = []
+    if isinstance(sub.get("description"), str) and sub["description"]:
+        parts.append(_clip(sub["description"], 160))
+    examples = sub.get("examples")
+    if isinstance(examples, list) and examples:
+        parts.append("e.g. " + ", ".join(json_text(e) for e in examples[:2]))
+    return "; ".join(parts)
+
+
+def _hint(err: ValidationError, path: str) -> str:
+    name = _last_name(path)
+    sub = err.schema if isinstance(err.schema, Mapping) else {}
+    rule = err.validator
+    actual = json_text(err.instance)
+    text: str
+    if rule == "pattern":
+        text = f"{name} must match {err.validator_value}"
+        examples = sub.get("examples")
+        if isinstance(examples, list) and examples:
+            text += f" (e.g. {examples[0]})"
+        text += f", got {actual}"
+        description = sub.get("description")
+        return f"{text}; {_clip(description, 160)}" if isinstance(description, str) and description else text
+    if rule == "enum":
+        text = f"{name} must be one of {json_text(err.validator_value)}, got {actual}"
+    elif rule == "const":
+        text = f"{name} must be {json_text(err.validator_value)}, got {actual}"
+    elif rule == "type":
+        text = f"{name} must be of type {json_text(err.validator_value)}, got {actual}"
+    elif rule == "format":
+        text = f"{name} must be a valid {err.validator_value}, got {actual}"
+    else:
+        text = err.message if len(err.message) < 240 else f"{name} violates {rule} {json_text(err.validator_value)}"
+    described = _describe(sub)
+    return f"{text}; {described}" if described else text
+
+
+def _quoted(name: str) -> str:
+    # Single quotes, as in the hints: a model (and the scripted policy) copies the name from there.
+    return "'" + _clip(name, 120) + "'"
+
+
+def _allowed_names(schema: Mapping[str, Any]) -> str:
+    props = schema.get("properties") or {}
+    names = sorted(str(p) for p in props) if isinstance(props, Mapping) else []
+    patterns = schema.get("patternProperties") or {}
+    if isinstance(patterns, Mapping) and patterns:
+        names.append("names matching " + " or ".join(str(p) for p in patterns))
+    return ", ".join(names) or "none"
+
+
+def _matches_any(patterns: Any, name: str) -> bool:
+    if not isinstance(patterns, Mapping):
+        return False
+    for pattern in patterns:
+        try:
+            if re.search(str(pattern), name):
+                return True
+        except re.error:
+            continue
+    return False
+
+
+def _unexpected_properties(err: ValidationError) -> list[str]:
+    """The property names an additionalProperties / unevaluatedProperties error is about, in call order."""
+    instance = err.instance if isinstance(err.instance, Mapping) else {}
+    schema = err.schema if isinstance(err.schema, Mapping) else {}
+    props = schema.get("properties") or {}
+    names = [str(k) for k in instance]
+    if err.validator == "additionalProperties":
+        # jsonschema's own rule: not a declared property and matching no patternProperties regex.
+        extra = [k for k in names if k not in props and not _matches_any(schema.get("patternProperties"), k)]
+    else:
+        # unevaluatedProperties depends on every applicator; jsonschema's message names the offenders.
+        extra = [k for k in names if repr(k) in err.message]
+    return extra or [k for k in names if k not in props]
+
+
+def _property_violations(err: ValidationError, path: str) -> list[Violation] | None:
+    """Violations that name the offending property in their path (jsonschema reports them on the
+    parent object); None when `err` is not one of those rules."""
+    rule = str(err.validator)
+    schema = err.schema if isinstance(err.schema, Mapping) else {}
+    instance = err.instance
+    if rule in ("additionalProperties", "unevaluatedProperties") and isinstance(instance, Mapping):
+        allowed = _allowed_names(schema)
+        expected = _expected(err)
+        return [
+            Violation(
+                path=child_path(path, name),
+                rule=rule,
+                expected=expected,
+                actual=_quoted(name),
+                hint=f"remove property {_quoted(name)}; allowed: {allowed}",
+            )
+            for name in _unexpected_properties(err)
+        ]
+    if rule == "dependentRequired" and isinstance(instance, Mapping) and isinstance(err.validator_value, Mapping):
+        for owner, needed in err.validator_value.items():
+            if owner not in instance or not isinstance(needed, list):
+                continue
+            for name in needed:
+                if name not in instance and err.message == f"{name!r} is a dependency of {owner!r}":
+                    return [
+                        Violation(
+                            path=child_path(path, str(name)),
+                            rule=rule,
+                            expected="present",
+                            actual="",
+                            hint=f"add property {_quoted(str(name))}: it is required when {_quoted(str(owner))} "
+                            f"is given (or remove {_quoted(str(owner))})",
+                        )
+                    ]
+        return None
+    if rule == "items" and err.validator_value is False and isinstance(instance, list):
+        # `items: false` after prefixItems: the first item past the allowed ones is the offender.
+        allowed_items = len(schema.get("prefixItems") or ())
+        return [
+            Violation(
+                path=f"{path}[{allowed_items}]",
+                rule=rule,
+                expected=f"at most {allowed_items} items",
+                actual=_clip(f"{len(instance)} items"),
+                hint=f"remove the items from index {allowed_items} on; at most {allowed_items} are allowed",
+            )
+        ]
+    if _is_property_name_error(err) and isinstance(instance, str):
+        # propertyNames checks each name as a string; jsonschema locates it at the parent object.
+        where = child_path(path, instance)
+        return [
+            Violation(
+                path=where,
+                rule=rule,
+                expected=_expected(err),
+                actual=_quoted(instance),
+                hint=f"rename or remove property {_quoted(instance)}: its name breaks the propertyNames rule; "
+                f"{_hint(err, where)}",
+            )
+        ]
+    return None
+
+
+_NAMED_CHILDREN = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependentRequired"}
+)
+
+
+def _is_property_name_error(err: ValidationError) -> bool:
+    parts = list(err.relative_schema_path)
+    return any(
+        part == "propertyNames" and (i == 0 or parts[i - 1] not in _NAMED_CHILDREN) for i, part in enumerate(parts)
+    )
+
+
+def _violation(err: ValidationError) -> list[Violation]:
+    path = err.json_path
+    if err.validator == "required" and isinstance(err.instance, Mapping):
+        missing = [p for p in err.validator_value if p not in err.instance]
+        # jsonschema reports one error per missing property; its message names it.
+        names = [p for p in missing if repr(p) in err.message] or missing[:1]
+        return [
+            Violation(
+                path=child_path(path, str(n)),
+                rule="required",
+                expected="present",
+                actual="",
+                hint=_hint_for_required(err, str(n)),
+            )
+            for n in names
+        ]
+    if err.validator in ("anyOf", "oneOf") and err.context:
+        best = jsonschema.exceptions.best_match(err.context)
+        if best is not None:
+            inner = _violation(best)
+            return [
+                Violation(
+                    v.path, v.rule, v.expected, v.actual, f"{v.hint} (one of {len(err.validator_value)} alternatives)"
+                )
+                for v in inner
+            ]
+    named = _property_violations(err, path)
+    if named is not None:
+        return named
+    return [
+        Violation(
+            path=path,
+            rule=str(err.validator),
+            expected=_expected(err),
+            actual=json_text(err.instance),
+            hint=_hint(err, path),
+        )
+    ]
+
+
+def _hint_for_required(err: ValidationError, name: str) -> str:
+    sub = err.schema if isinstance(err.schema, Mapping) else {}
+    props = sub.get("properties", {})
+    child = props.get(name, {}) if isinstance(props, Mapping) else {}
+    described = _describe(child)
+    return f"add the required property {name!r}" + (f" ({described})" if described else "")
+
+
+@dataclass(frozen=True)
+class SchemaCheck:
+    """A compiled schema; `violations(value)` lists every error (at most MAX_VIOLATIONS)."""
+
+    validator: Draft202012Validator
+
+    @classmethod
+    def compile(cls, schema: Mapping[str, Any]) -> SchemaCheck:
+        return cls(Draft202012Validator(schema, format_checker=_FORMAT_CHECKER))
+
+    def violations(self, value: Any) -> list[Violation]:
+        found: list[Violation] = []
+        try:
+            # The fast path: no error objects are built for the (usual) valid value.
+            if self.validator.is_valid(value):
+                return found
+            errors = sorted(self.validator.iter_errors(value), key=lambda e: (e.json_path, str(e.validator)))
+        except RecursionError:
+            return [Violation(path="$", rule="depth", hint="the arguments are nested too deeply")]
+        for err in errors:
+            found.extend(_violation(err))
+            if len(found) >= MAX_VIOLATIONS:
+                break
+        return found[:MAX_VIOLATIONS]
+
+
+def schema_error(tool: str, violations: list[Violation]) -> AgentmeshError:
+    """SCHEMA_INVALID for `violations` (the message summarises the first)."""
+    first = violations[0]
+    more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
+    return AgentmeshError(
+        ErrorCode.SCHEMA_INVALID,
+        f"arguments of {tool} violate its input schema: {first.path} {first.rule}{more}",
+        violations=violations,
+    )
+
+
+def output_error(tool: str, violations: list[Violation]) -> AgentmeshError:
+    first = violations[0]
+    return AgentmeshError(
+        ErrorCode.OUTPUT_INVALID,
+        f"the output of {tool} violates its output schema: {first.path} {first.rule}",
+        violations=violations,
+    )
+
+
+# --- marked fields ----------------------------------------------------------------------------------
+
+
+def _branches(schema: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    yield schema
+    for key in ("allOf", "anyOf", "oneOf"):
+        for sub in schema.get(key, ()) or ():
+            if isinstance(sub, Mapping):
+                yield from _branches(sub)
+    for key in ("then", "else"):
+        sub = schema.get(key)
+        if isinstance(sub, Mapping):
+            yield from _branches(sub)
+
+
+def marked_values(schema: Mapping[str, Any], value: Any, path: str = "$") -> Iterator[tuple[str, str, Any]]:
+    """(json path, kind, value) for every value the schema marks with x-agentmesh-kind.
+
+    Every branch of allOf/anyOf/oneOf is followed, so a marked field cannot hide behind a combinator.
+    """
+    seen: set[tuple[str, str]] = set()
+    for branch in _branches(schema):
+        kind = branch.get(KIND_KEYWORD)
+        if isinstance(kind, str) and (path, kind) not in seen:
+            seen.add((path, kind))
+            yield path, kind, value
+        if isinstance(value, Mapping):
+            props = branch.get("properties", {})
+            extra = branch.get("additionalProperties")
+            for key, child in value.items():
+                sub = props.get(key) if isinstance(props, Mapping) else None
+                if sub is None and isinstance(extra, Mapping):
+                    sub = extra
+                if isinstance(sub, Mapping):
+                    name = f"{path}.{key}" if str(key).isidentifier() else f"{path}[{json.dumps(key)}]"
+                    yield from marked_values(sub, child, name)
+        elif isinstance(value, list):
+            items = branch.get("items")
+            prefix = branch.get("prefixItems") or []
+            for i, child in enumerate(value):
+                sub = prefix[i] if i < len(prefix) else items
+                # An array marked as a whole (argv) was yielded above; its items are checked too when marked.
+                if isinstance(sub, Mapping):
+                    yield from marked_values(sub, child, f"{path}[{i}]")
+
+
+def is_finite_json(value: Any) -> bool:
+    """False for floats that JSON cannot carry (an executor must not emit them)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(is_finite_json(v) for v in value)
+    if isinstance(value, dict):
+        return all(is_finite_json(v) for v in value.values())
+    return True
+
+
+class ValidateArguments:
+    """Pipeline step: parse the raw JSON and check it against the input schema (CONTRACT errors)."""
+
+    def __init__(self, max_arguments_bytes: int) -> None:
+        self.max_arguments_bytes = max_arguments_bytes
+
+    async def __call__(self, call: CallState) -> Outcome | None:
+        raw = call.request.arguments_json
+        call.bytes_in = len(raw.encode("utf-8", "surrogatepass"))
+        try:
+            arguments = parse_arguments(raw, max_bytes=self.max_arguments_bytes)
+        except AgentmeshError as exc:
+            return exc
+        assert call.tool is not None
+        violations = call.tool.input_check.violations(arguments)
+        if violations:
+            return schema_error(call.spec.name, violations)
+        call.arguments = arguments
+        call.arguments_sha256 = arguments_sha256(arguments)
+        call.call_sha256 = call_sha256(call.spec.name, arguments)
+        return None
+
+
+class ValidateOutput:
+    """Pipeline step: an output that breaks the tool's output schema is OUTPUT_INVALID, never a silent success."""
+
+    async def __call__(self, call: CallState) -> Outcome | None:
+        produced = call.produced
+        assert produced is not None and call.tool is not None
+        if produced.result_type != "structured":
+            return None
+        if not is_finite_json(produced.value):
+            return AgentmeshError(
+                ErrorCode.OUTPUT_INVALID,
+                f"the output of {call.spec.name} contains NaN or Infinity, which JSON cannot carry",
+                fallback_tool=call.spec.fallback_tool,
+            )
+        check = call.tool.output_check
+        if check is None:
+            return None
+        violations = check.violations(produced.value)
+        if not violations:
+            return None
+        err = output_error(call.spec.name, violations)
+        err.fallback_tool = call.spec.fallback_tool
+        return err
