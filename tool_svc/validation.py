@@ -155,7 +155,7 @@ def has_marks(schema: Mapping[str, Any]) -> bool:
 _PLAIN_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]*$")
 
 
-def child_path(path: str, name: str) -> str:
+def _child_path(path: str, name: str) -> str:
     """The JSON path of property `name` of the object at `path` (`$.a`, `$['odd key']`)."""
     if _PLAIN_NAME.match(name):
         return f"{path}.{name}"
@@ -275,7 +275,7 @@ def _property_violations(err: ValidationError, path: str) -> list[Violation] | N
         expected = _expected(err)
         return [
             Violation(
-                path=child_path(path, name),
+                path=_child_path(path, name),
                 rule=rule,
                 expected=expected,
                 actual=_quoted(name),
@@ -291,7 +291,7 @@ def _property_violations(err: ValidationError, path: str) -> list[Violation] | N
                 if name not in instance and err.message == f"{name!r} is a dependency of {owner!r}":
                     return [
                         Violation(
-                            path=child_path(path, str(name)),
+                            path=_child_path(path, str(name)),
                             rule=rule,
                             expected="present",
                             actual="",
@@ -314,7 +314,7 @@ def _property_violations(err: ValidationError, path: str) -> list[Violation] | N
         ]
     if _is_property_name_error(err) and isinstance(instance, str):
         # propertyNames checks each name as a string; jsonschema locates it at the parent object.
-        where = child_path(path, instance)
+        where = _child_path(path, instance)
         return [
             Violation(
                 path=where,
@@ -348,7 +348,7 @@ def _violation(err: ValidationError) -> list[Violation]:
         names = [p for p in missing if repr(p) in err.message] or missing[:1]
         return [
             Violation(
-                path=child_path(path, str(n)),
+                path=_child_path(path, str(n)),
                 rule="required",
                 expected="present",
                 actual="",

@@ -444,15 +444,18 @@ _MATH_NAMES = frozenset(
 _MATH_RUN = re.compile(
     r"(?:\d+(?:\.\d+)?|\b(?:" + "|".join(sorted(_MATH_NAMES, key=len, reverse=True)) + r")\b|\*\*|[-+*/%^()×÷,]|[ \t])+"
 )
+_MAX_EXPRESSION_CHARS = 500
 _EXPRESSION_NAMES = frozenset({"expression", "expr", "formula", "equation", "calculation", "math"})
 _ARITHMETIC_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.Load, ast.operator, ast.unaryop)
 
 
 def _is_arithmetic(text: str) -> bool:
     """Whether `text` is a numeric expression with at least one operation (not a lone number)."""
+    if len(text) > _MAX_EXPRESSION_CHARS:
+        return False
     try:
-        tree = ast.parse(text, mode="eval")
-    except (SyntaxError, ValueError):
+        tree = ast.parse(text, mode="eval")  # parsed only, never evaluated
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     operations = 0
     for node in ast.walk(tree):

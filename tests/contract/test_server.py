@@ -143,15 +143,16 @@ SERVICES = [
 
 @pytest.mark.parametrize(("spec", "full_name", "stub_class", "method", "request_message"), SERVICES)
 async def test_each_service_has_health_reflection_and_auth(
-    host_factory: HostFactory,
+    start_service: Any,
     spec: ServiceSpec,
     full_name: str,
     stub_class: Any,
     method: str,
     request_message: Any,
 ) -> None:
-    host = await host_factory(spec)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as channel:
+    # The real service (its Redis-backed domain included), as `python -m <svc>` would run it.
+    service = await start_service(spec)
+    async with grpc.aio.insecure_channel(service.target) as channel:
         # Reflection needs no token (grpcurl must work) and announces the service.
         names = await reflection_services(channel)
         assert full_name in names

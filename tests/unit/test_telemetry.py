@@ -15,6 +15,7 @@ from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
 
 from agentmesh import callctx
+from agentmesh import telemetry as telemetry_module
 from agentmesh.config import Settings
 from agentmesh.telemetry import (
     ATTR_REQUEST_ID,
@@ -189,10 +190,13 @@ def test_configure_logging_is_idempotent_and_writes_the_log_file(
     stderr = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stderr)
     root = logging.getLogger()
-    before = len(root.handlers)
+    # Earlier tests in the run may have installed ours already: those are replaced, not added to.
+    foreign = [h for h in root.handlers if not getattr(h, telemetry_module._HANDLER_MARK, False)]
     configure_logging("svc-log", settings)
     configure_logging("svc-log", settings)
-    assert len(root.handlers) == before + 2  # stderr + file, once
+    ours = [h for h in root.handlers if getattr(h, telemetry_module._HANDLER_MARK, False)]
+    assert len(ours) == 2  # stderr + file, once
+    assert [h for h in root.handlers if h not in ours] == foreign
     logging.getLogger("agentmesh.test").warning("once", extra={"n": 1})
     for handler in root.handlers:
         handler.flush()

@@ -190,13 +190,10 @@ async function cmdRun(client, args, printer) {
   // A client-chosen id makes StartTask idempotent, so even a RunTask that broke before its first
   // event can be watched (or re-run) without starting the task twice.
   const taskId = args['task-id'] || `task-${crypto.randomUUID()}`;
-  const start = {
-    agentId: args.agent,
-    goal: args.goal,
-    taskId,
-    maxSteps: Number(args['max-steps'] || 0), // 0 keeps the agent's own limit
-    tokenBudget: Number(args['token-budget'] || 0),
-  };
+  const start = { agentId: args.agent, goal: args.goal, taskId };
+  // Optional overrides: left unset, the agent's own limits apply (an explicit 0 is refused).
+  if (args['max-steps']) start.maxSteps = Number(args['max-steps']);
+  if (args['token-budget']) start.tokenBudget = Number(args['token-budget']);
   printer.info({ task_id: taskId, request_id: client.requestId }, `task ${taskId} request_id ${client.requestId}`);
   const state = { last: 0, status: '', printed: 0 };
   const dropAfter = Number(args['disconnect-after'] || 0);

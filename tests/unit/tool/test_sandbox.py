@@ -62,11 +62,14 @@ async def test_a_failing_snippet_is_output_with_its_exit_code() -> None:
     assert value["exit_code"] == 1 and "ZeroDivisionError" in value["stderr"]  # type: ignore[index]
 
 
+SOURCE_FILE = str(Path(__file__).resolve())
+
+
 @pytest.mark.parametrize(
     ("code", "attempt"),
     [
         ("print(open('/etc/passwd').read())", "read outside"),
-        (f"print(open({str(Path(__file__).resolve())!r}).read())", "read outside"),
+        ("print(open('/etc/hostname').read())", "read outside"),
         ("import os\nprint(os.listdir('/work'))", "read outside"),
         ("open('/usr/evil', 'w').write('x')", "write outside"),
         ("open('/pwned', 'w').write('x')", "write outside"),
@@ -84,6 +87,19 @@ async def test_escapes_are_sandbox_violations(code: str, attempt: str) -> None:
     err = caught.value
     assert err.code == ErrorCode.SANDBOX_VIOLATION, err
     assert attempt in err.message
+    await wait_no_sandboxed_processes()
+
+
+async def test_the_project_source_is_never_readable_wherever_the_checkout_lives() -> None:
+    # Under /tmp (a CI checkout may be) the sandbox's private /tmp hides it: not found, not a hook hit.
+    source = SOURCE_FILE
+    try:
+        value = await run(f"print(open({source!r}).read())")
+    except AgentmeshError as err:
+        assert err.code == ErrorCode.SANDBOX_VIOLATION, err
+    else:
+        assert value["exit_code"] != 0 and "FileNotFoundError" in value["stderr"]  # type: ignore[index]
+        assert "test_the_project_source_is_never_readable" not in value["stdout"]  # type: ignore[index]
     await wait_no_sandboxed_processes()
 
 
