@@ -133,7 +133,10 @@ class ServiceHost:
         reflection.enable_server_reflection(
             [*self._service_names, HEALTH_SERVICE, reflection.SERVICE_NAME], self.server
         )
-        self.port = self.server.add_insecure_port(bind)
+        try:
+            self.port = self.server.add_insecure_port(bind)
+        except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
+            raise OSError(f"{self.name}: cannot bind {bind} (address in use?): {exc}") from None
         if self.port == 0:
             raise OSError(f"{self.name}: cannot bind {bind}")
         await self.server.start()

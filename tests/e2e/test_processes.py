@@ -182,3 +182,23 @@ def test_health_watch_sees_not_serving(process_env: dict[str, str], tmp_path: Pa
     finally:
         if service.poll() is None:
             service.kill()
+
+
+def test_a_taken_port_is_a_clear_error(process_env: dict[str, str], e2e_redis: LocalRedis) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **process_env,
+            "AGENTMESH_REDIS_URL": e2e_redis.url,
+            "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}}}}}',
+        }
+        result = subprocess.run(
+            [sys.executable, "-m", "tool_svc"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 1
+    assert f"cannot bind 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr

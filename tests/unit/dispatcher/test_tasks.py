@@ -302,6 +302,12 @@ async def test_a_frozen_owner_that_wakes_up_writes_nothing(make_rig: MakeRig) ->
     b = await make_rig(counting_policy, tools, context=context)
     events = await b.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
+    # B records the answer in the session just after committing SUCCEEDED: let its run end first.
+    for _ in range(500):
+        if not b.dispatcher.worker._running:
+            break
+        await asyncio.sleep(0.01)
+    assert not b.dispatcher.worker._running
     log_before = [m["role"] for m in context.sessions[task_id]]
     thaw.set()
     await asyncio.wait_for(a_run, 5)
