@@ -129,3 +129,42 @@ def wrap_handler(handler: Any, method: str, enter: Enter, leave: Leave | None = 
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
+
+
+class ChainedCallInterceptor(CallInterceptor):
+    """Several CallInterceptors run by one handler wrapper, in order.
+
+    Equivalent to listing them one after another, but the handler is wrapped once per call instead
+    of once per interceptor: each wrapper costs a new handler and a coroutine frame on every call.
+    `leave` runs in reverse order, only for the interceptors whose `enter` returned.
+    """
+
+    def __init__(self, interceptors: list[CallInterceptor]) -> None:
+        self.interceptors = interceptors
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        method = handler_call_details.method
+        entered: list[CallInterceptor] = []
+
+        async def enter(method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            try:
+                for interceptor in self.interceptors:
+                    await interceptor.enter(method, context)
+                    entered.append(interceptor)
+            except BaseException:
+                # A later one rejected the call (e.g. auth after the load limiter counted it).
+                leave(method)
+                raise
+
+        def leave(method: str) -> None:
+            for interceptor in reversed(entered):
+                interceptor.leave(method)
+
+        return wrap_handler(handler, method, enter, leave)

@@ -28,7 +28,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from grpc_reflection.v1alpha import reflection
 
 from agentmesh.auth import Authenticator, AuthInterceptor
-from agentmesh.callctx import CallInterceptor
+from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import OverloadedError, UnavailableError
 from agentmesh.rpcstatus import abort
@@ -73,6 +73,22 @@ class ConcurrencyLimitInterceptor(CallInterceptor):
             self.in_flight -= 1
 
 
+def _collapse(chain: Sequence[Any]) -> list[Any]:
+    """Runs each run of adjacent CallInterceptors through one handler wrapper (same order)."""
+    collapsed: list[Any] = []
+    run: list[CallInterceptor] = []
+    for interceptor in [*chain, None]:
+        if isinstance(interceptor, CallInterceptor):
+            run.append(interceptor)
+            continue
+        if run:
+            collapsed.append(run[0] if len(run) == 1 else ChainedCallInterceptor(run))
+            run = []
+        if interceptor is not None:
+            collapsed.append(interceptor)
+    return collapsed
+
+
 @dataclass
 class ServiceHost:
     """One grpc.aio server with agentmesh's standard plumbing."""
@@ -95,12 +111,13 @@ class ServiceHost:
     def __post_init__(self) -> None:
         server_settings = self.settings.server
         self.limiter = ConcurrencyLimitInterceptor(server_settings.max_concurrent_rpcs)
-        interceptors = [
+        chain: list[Any] = [
             *server_interceptors(self.telemetry),
             self.limiter,
             AuthInterceptor(self.authenticator, self.method_roles),
             *self.extra_interceptors,
         ]
+        interceptors = _collapse(chain)
         options = [
             ("grpc.max_send_message_length", server_settings.max_message_bytes),
             ("grpc.max_receive_message_length", server_settings.max_message_bytes),

@@ -193,6 +193,11 @@ async def test_overload_sheds_with_retry_info_and_health_still_answers(host_fact
         assert host.limiter.in_flight == 0
         # Capacity is back once the calls end.
         assert await wait(b"z", metadata=token(), timeout=5) == b"z"
+        # A call that auth refuses after the limiter counted it is not counted forever.
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await wait(b"anonymous", timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert host.limiter.in_flight == 0
 
 
 async def test_oversized_message_is_refused(host_factory: HostFactory) -> None:

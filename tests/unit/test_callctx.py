@@ -1,0 +1,67 @@
+"""Server call interceptors: one wrapper runs a chain in order, and `leave` mirrors `enter`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+
+from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor
+from agentmesh.server import _collapse
+
+
+class Recorder(CallInterceptor):
+    def __init__(self, name: str, log: list[str], fail: bool = False) -> None:
+        self.name, self.log, self.fail = name, log, fail
+
+    async def enter(self, method: str, context: Any) -> None:
+        self.log.append(f"enter {self.name}")
+        if self.fail:
+            raise PermissionError(self.name)
+
+    def leave(self, method: str) -> None:
+        self.log.append(f"leave {self.name}")
+
+
+class Details:
+    method = "/pkg.Svc/Call"
+    invocation_metadata = ()
+
+
+async def run_chain(chain: ChainedCallInterceptor, log: list[str]) -> Any:
+    async def behavior(request: bytes, context: Any) -> bytes:
+        log.append("servicer")
+        return request
+
+    async def continuation(details: Any) -> Any:
+        return grpc.unary_unary_rpc_method_handler(behavior)
+
+    handler = await chain.intercept_service(continuation, Details())  # type: ignore[arg-type]
+    return await handler.unary_unary(b"x", None)
+
+
+async def test_chain_runs_enters_in_order_and_leaves_in_reverse() -> None:
+    log: list[str] = []
+    chain = ChainedCallInterceptor([Recorder("a", log), Recorder("b", log)])
+    assert await run_chain(chain, log) == b"x"
+    assert log == ["enter a", "enter b", "servicer", "leave b", "leave a"]
+
+
+async def test_a_rejecting_interceptor_stops_the_chain_and_only_entered_ones_leave() -> None:
+    log: list[str] = []
+    chain = ChainedCallInterceptor([Recorder("a", log), Recorder("b", log, fail=True), Recorder("c", log)])
+    with pytest.raises(PermissionError):
+        await run_chain(chain, log)
+    # b rejected the call: c and the servicer never ran, and a (already entered) still leaves, so
+    # e.g. the load limiter does not keep counting a call that auth refused.
+    assert log == ["enter a", "enter b", "leave a"]
+
+
+def test_collapse_keeps_order_and_merges_adjacent_call_interceptors() -> None:
+    log: list[str] = []
+    a, b, c = Recorder("a", log), Recorder("b", log), Recorder("c", log)
+    other = object()
+    collapsed = _collapse([other, a, b, other, c])
+    assert collapsed[0] is other and collapsed[2] is other and collapsed[3] is c
+    assert isinstance(collapsed[1], ChainedCallInterceptor) and collapsed[1].interceptors == [a, b]
