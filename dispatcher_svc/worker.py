@@ -114,6 +114,12 @@ class Worker:
                 log.warning("cannot read the task queue: %s", exc)
                 await asyncio.sleep(1.0)
                 continue
+            except Exception:
+                # This loop must never die: entries never delivered are not claimable by XAUTOCLAIM,
+                # so a dead reader would leave new tasks PENDING for good.
+                log.exception("reading the task queue failed; retrying")
+                await asyncio.sleep(1.0)
+                continue
             for msg_id, task_id in entries:
                 self._spawn(msg_id, task_id, claimed=False)
 
@@ -127,6 +133,9 @@ class Worker:
                 entries = await self.queue.autoclaim(self.claim_idle_ms, free)
             except UnavailableError as exc:
                 log.warning("cannot claim orphaned tasks: %s", exc)
+                continue
+            except Exception:
+                log.exception("claiming orphaned tasks failed; retrying")
                 continue
             for msg_id, task_id in entries:
                 log.info("claimed task %s (entry %s) after its owner went idle", task_id, msg_id)

@@ -226,6 +226,28 @@ async def test_a_task_queued_while_no_replica_runs_is_picked_up_later(make_rig: 
     assert events[-1].status == TaskStatus.SUCCEEDED
 
 
+async def test_the_queue_reader_survives_an_unexpected_error(make_rig: MakeRig) -> None:
+    """New entries are not claimable by XAUTOCLAIM: a reader that died would strand them PENDING."""
+    rig = await make_rig(lambda p: reply(text="still picked up"), start=False)
+    queue = rig.dispatcher.worker.queue
+    real_read = queue.read
+    failures = 0
+
+    async def flaky_read(count: int, block_ms: int) -> list[tuple[str, str]]:
+        nonlocal failures
+        if failures == 0:
+            failures += 1
+            raise TimeoutError("a client library timeout the store guard does not translate")
+        return await real_read(count, block_ms)
+
+    queue.read = flaky_read  # type: ignore[method-assign]
+    await rig.dispatcher.start()
+    task_id = await rig.start("goal")
+    events = await rig.events(task_id)
+    assert failures == 1
+    assert events[-1].status == TaskStatus.SUCCEEDED
+
+
 async def test_concurrency_limit_leaves_work_for_other_replicas(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="ok"), dispatcher={"max_concurrent_tasks": 2})
     rig.provider.delay_s = 0.2
