@@ -57,7 +57,8 @@ def metadata_value(metadata: Any, key: str) -> str | None:
 
 
 Enter = Callable[[str, grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]
-Leave = Callable[[str], None]
+Leave = Callable[[str, grpc.aio.ServicerContext[Any, Any], BaseException | None], None]
+"""leave(method, context, error): error is what ended the call (an abort included), None on success."""
 
 
 class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
@@ -71,8 +72,11 @@ class CallInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         """Prepares the call; subclasses override."""
 
-    def leave(self, method: str) -> None:
-        """Runs when the call ends, however it ends, if enter returned normally."""
+    def leave(self, method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
+        """Runs when the call ends, however it ends, if enter returned normally.
+
+        `error` is the exception that ended the call (an abort raises one), None when it returned.
+        """
 
     async def intercept_service(
         self,
@@ -92,11 +96,15 @@ def wrap_handler(handler: Any, method: str, enter: Enter, leave: Leave | None = 
 
         async def unary_response(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             await enter(method, context)
+            error: BaseException | None = None
             try:
                 return await inner(request, context)
+            except BaseException as exc:
+                error = exc
+                raise
             finally:
                 if leave is not None:
-                    leave(method)
+                    leave(method, context, error)
 
         factory = grpc.unary_unary_rpc_method_handler if handler.unary_unary else grpc.stream_unary_rpc_method_handler
         return factory(
@@ -109,6 +117,7 @@ def wrap_handler(handler: Any, method: str, enter: Enter, leave: Leave | None = 
 
     async def stream_response(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         await enter(method, context)
+        error: BaseException | None = None
         try:
             result = inner_stream(request, context)
             if inspect.isasyncgen(result):
@@ -117,9 +126,12 @@ def wrap_handler(handler: Any, method: str, enter: Enter, leave: Leave | None = 
             else:
                 # A servicer that writes with context.write() returns a coroutine instead.
                 await result
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             if leave is not None:
-                leave(method)
+                leave(method, context, error)
 
     stream_factory = (
         grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
@@ -158,13 +170,13 @@ class ChainedCallInterceptor(CallInterceptor):
                 for interceptor in self.interceptors:
                     await interceptor.enter(method, context)
                     entered.append(interceptor)
-            except BaseException:
+            except BaseException as exc:
                 # A later one rejected the call (e.g. auth after the load limiter counted it).
-                leave(method)
+                leave(method, context, exc)
                 raise
 
-        def leave(method: str) -> None:
+        def leave(method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
             for interceptor in reversed(entered):
-                interceptor.leave(method)
+                interceptor.leave(method, context, error)
 
         return wrap_handler(handler, method, enter, leave)

@@ -219,6 +219,9 @@ class DispatcherSettings(_Section):
     service_retry_backoff_s: float = Field(0.2, gt=0)
     task_ttl_s: int = Field(7 * 24 * 3600, gt=0)
     """Finished tasks and their event logs expire after this long."""
+    approval_sweep_interval_s: float = Field(2.0, gt=0)
+    """How often a replica looks for tasks whose approval expired unresolved (they resume with
+    APPROVAL_EXPIRED for the model instead of waiting for good)."""
 
 
 class ToolPermissionSettings(_Section):

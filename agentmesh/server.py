@@ -68,7 +68,7 @@ class ConcurrencyLimitInterceptor(CallInterceptor):
             )
         self.in_flight += 1
 
-    def leave(self, method: str) -> None:
+    def leave(self, method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
         if not method.startswith(_UNLIMITED_PREFIXES):
             self.in_flight -= 1
 

@@ -9,7 +9,7 @@ The request id is minted once at the edge (or taken from `x-request-id`), travel
 W3C baggage, is set on every span by `RequestIdSpanProcessor`, and is in every JSON log line beside
 the trace id.
 
-Server interceptor order (see `server_interceptors`): the OTel server interceptor first, so its span
+Server interceptor order (see `server_interceptors`): the server-span interceptor first, so its span
 is current while `RequestContextInterceptor.enter` and every later interceptor and the servicer run.
 """
 
@@ -32,9 +32,8 @@ from typing import Any, Literal
 
 import grpc
 import grpc.aio
-from opentelemetry import baggage, trace
+from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as otel_context
-from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -71,6 +70,7 @@ __all__ = [
     "JsonlSpanExporter",
     "RequestContextInterceptor",
     "RequestIdSpanProcessor",
+    "ServerSpanInterceptor",
     "Telemetry",
     "configure_logging",
     "otlp_endpoint",
@@ -170,16 +170,12 @@ class RequestIdSpanProcessor(SpanProcessor):
         return True
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
-
-
 def _attributes(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {key: _jsonable(value) for key, value in (attrs or {}).items()}
+    # OTel has already cleaned attribute values to primitives or tuples of them; anything else is
+    # left to json.dumps(default=str) in the exporter.
+    if not attrs:
+        return {}
+    return {key: list(value) if type(value) is tuple else value for key, value in attrs.items()}
 
 
 def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
@@ -232,7 +228,7 @@ class JsonlSpanExporter(SpanExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         data = "".join(
-            json.dumps(span_to_dict(s), ensure_ascii=False, separators=(",", ":")) + "\n" for s in spans
+            json.dumps(span_to_dict(s), ensure_ascii=False, separators=(",", ":"), default=str) + "\n" for s in spans
         ).encode("utf-8")
         if not data:
             return SpanExportResult.SUCCESS
@@ -350,7 +346,7 @@ def setup_telemetry(
 
 
 class RequestContextInterceptor(callctx.CallInterceptor):
-    """Fills the call context of an incoming call, inside the server span (runs after the OTel one).
+    """Fills the call context of an incoming call, inside the server span (runs after ServerSpanInterceptor).
 
     - request id: `x-request-id` metadata, else the upstream baggage, else minted here (the edge);
     - `request_id_var`, W3C baggage (attached, so client calls made by the servicer forward it), and
@@ -375,8 +371,7 @@ class RequestContextInterceptor(callctx.CallInterceptor):
 
         callctx.request_id_var.set(rid)
         _service_var.set(self.service_name)
-        # Not detached: grpc.aio runs each RPC in its own task, whose context dies with the call, and
-        # the OTel interceptor's own detach on exit restores the context it found.
+        # Not detached: grpc.aio runs each RPC in its own task, whose context dies with the call.
         otel_context.attach(baggage.set_baggage(BAGGAGE_REQUEST_ID, rid))
         trace.get_current_span().set_attribute(ATTR_REQUEST_ID, rid)
 
@@ -385,25 +380,95 @@ class RequestContextInterceptor(callctx.CallInterceptor):
             callctx.deadline_var.set(time.monotonic() + remaining)
 
 
-def _server_filter(details: Any) -> bool:
-    return traced_method(getattr(details, "method", "") or "")
+# Server-side statuses that mean "the server failed" (OTel RPC semantic conventions); a client's
+# mistake (INVALID_ARGUMENT, NOT_FOUND ...) leaves the server span's status unset.
+_SERVER_ERROR_CODES = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+_server_span_var: ContextVar[trace.Span | None] = ContextVar("agentmesh_server_span", default=None)
+
+
+def _peer_attributes(peer: str) -> dict[str, str]:
+    """`network.peer.address`/`.port` of "ipv4:10.0.0.1:5000" or "ipv6:[::1]:5000"; none for unix."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return {}
+    address, _, port = rest.split(",")[0].rpartition(":")
+    return {"network.peer.address": address.strip("[]"), "network.peer.port": port}
+
+
+class ServerSpanInterceptor(callctx.CallInterceptor):
+    """The SERVER span of every traced call, parented on the caller's `traceparent` + baggage.
+
+    Does what the OTel grpc instrumentation's aio server interceptor does (same semantic-convention
+    attributes: rpc.system/service/method, rpc.grpc.status_code, peer address; error status only
+    for server-side failure codes), inside our one handler wrapper: the instrumentation's own
+    wrapper, servicer-context proxy and peer parsing cost ~0.2-0.4 ms per call here (bench A/B),
+    more than a bare gRPC round trip.
+    """
+
+    def __init__(self, tracer_provider: trace.TracerProvider) -> None:
+        self._tracer = tracer_provider.get_tracer("agentmesh.server", __version__)
+
+    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not traced_method(method):
+            return
+        carrier = {str(k): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        parent = propagate.extract(carrier)
+        service, _, name = method.lstrip("/").partition("/")
+        attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+        attributes.update(_peer_attributes(context.peer() or ""))
+        span = self._tracer.start_span(method, context=parent, kind=trace.SpanKind.SERVER, attributes=attributes)
+        # Not detached: grpc.aio runs each call in its own task, whose context dies with the call.
+        otel_context.attach(trace.set_span_in_context(span, parent))
+        _server_span_var.set(span)
+
+    def leave(self, method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
+        span = _server_span_var.get()
+        if span is None:
+            return
+        _server_span_var.set(None)
+        code = _status_code(context, error)
+        span.set_attribute("rpc.grpc.status_code", code.value[0])
+        unexpected = error is not None and not isinstance(error, grpc.aio.AbortError | asyncio.CancelledError)
+        if code in _SERVER_ERROR_CODES:
+            details = f"{type(error).__name__}: {error}" if unexpected else context.details()
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}:{details or ''}"))
+        if unexpected:
+            assert error is not None
+            span.record_exception(error)
+        span.end()
+
+
+def _status_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> grpc.StatusCode:
+    """The status the call ends with: what the servicer set or aborted with; UNKNOWN when it raised
+    (grpc's answer to an unhandled exception); CANCELLED when the caller went away."""
+    if isinstance(error, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    if error is not None and not isinstance(error, grpc.aio.AbortError):
+        return grpc.StatusCode.UNKNOWN
+    code = context.code()
+    return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.OK
 
 
 def server_interceptors(telemetry: Telemetry) -> list[Any]:
     """The interceptors every agentmesh server puts FIRST, in this order.
 
-    1. OTel aio server interceptor: extracts traceparent + baggage and starts the SERVER span. Its
-       `intercept_service` wraps the handler returned by the interceptors after it, so its span is
-       current around everything later in the list.
+    1. ServerSpanInterceptor: extracts traceparent + baggage and starts the SERVER span, current
+       around everything later in the list and the servicer.
     2. RequestContextInterceptor: request id, baggage, deadline (see its doc).
 
     Interceptors appended after these (auth, load shedding, error mapping) run inside the span with
     the request id set, so their log lines and rejections are traced too.
     """
-    otel = aio_server_interceptor(  # type: ignore[no-untyped-call]
-        tracer_provider=telemetry.tracer_provider, filter_=_server_filter
-    )
-    return [otel, RequestContextInterceptor(telemetry.service_name)]
+    return [ServerSpanInterceptor(telemetry.tracer_provider), RequestContextInterceptor(telemetry.service_name)]
 
 
 # --- logs ------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -116,6 +117,31 @@ async def bare_roundtrip(calls: int, concurrency: int, payload: bytes = b"x" * 6
         return await measure("bare gRPC round trip", lambda: echo(payload), calls=calls, concurrency=concurrency)
 
 
+async def bare_roundtrip_other_process(calls: int, concurrency: int, payload: bytes = b"x" * 64) -> Stats:
+    """Like bare_roundtrip, but the echo server runs in its own process, as our services do: the
+    floor including the cross-process wake-ups every real hop pays (shown beside the in-process one)."""
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.common", "echo-server", cwd=BENCH_DIR.parent, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None
+        port = int((await server.stdout.readline()).split()[1])
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
+            return await measure(
+                "bare gRPC round trip, other process", lambda: echo(payload), calls=calls, concurrency=concurrency
+            )
+    finally:
+        server.kill()
+        await server.wait()
+
+
+async def _serve_echo() -> None:
+    async with BareEchoServer() as server:
+        print(f"PORT {server.port}", flush=True)
+        await asyncio.Event().wait()
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A plain aligned text table."""
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
@@ -141,3 +167,7 @@ def bar_plot(path: Path, title: str, labels: Sequence[str], values: Sequence[flo
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["echo-server"]:
+    asyncio.run(_serve_echo())

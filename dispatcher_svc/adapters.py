@@ -139,10 +139,10 @@ class GrpcTools:
         outcome = convert.tool_result(reply.result) if reply.HasField("result") else None
         return convert.approval(reply.approval), outcome
 
-    async def get_approval(self, approval_id: str, timeout_s: float) -> ApprovalRecord:
-        reply = await _rpc(
-            self.clients.tool().GetApproval(tool_pb2.GetApprovalRequest(approval_id=approval_id), timeout=timeout_s)
-        )
+    async def get_approval(self, approval_id: str, timeout_s: float, opts: CallOptions | None = None) -> ApprovalRecord:
+        request = tool_pb2.GetApprovalRequest(approval_id=approval_id)
+        metadata = _metadata(opts) if opts is not None else None
+        reply = await _rpc(self.clients.tool().GetApproval(request, timeout=timeout_s, metadata=metadata))
         return convert.approval(reply.approval)
 
 

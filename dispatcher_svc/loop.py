@@ -72,7 +72,8 @@ class RunResult(enum.Enum):
     FINISHED = "finished"
     """A terminal status was committed."""
     PARKED = "parked"
-    """WAITING_APPROVAL: the task leaves the queue until ResolveApproval re-enqueues it."""
+    """WAITING_APPROVAL: the task leaves the queue until ResolveApproval (or, once the approval
+    expired, the dispatcher's expiry sweeper) re-enqueues it."""
     STALE = "stale"
     """Another owner took over (a reclaim, or a cancellation): this run stops writing."""
 
@@ -714,6 +715,8 @@ class _Run:
             pending = outcome.pending
             assert pending is not None
             cs.state = "waiting"
+            # Indexed before it is parked: the expiry sweeper must find every parked task.
+            await self.loop.tasks.index_approval(self.record.task_id, pending.approval_id, pending.expire_time_ms)
             await self.commit(
                 [
                     self.event(

@@ -116,7 +116,9 @@ class ToolPort(Protocol):
         """Forwarded with the caller's (operator's) own identity, never the task's."""
         ...
 
-    async def get_approval(self, approval_id: str, timeout_s: float) -> ApprovalRecord: ...
+    async def get_approval(self, approval_id: str, timeout_s: float, opts: CallOptions | None = None) -> ApprovalRecord:
+        """Read with `opts`' identity when given (a sweep acting for the task), else the caller's own."""
+        ...
 
 
 class ProviderPort(Protocol):

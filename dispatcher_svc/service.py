@@ -2,11 +2,15 @@
 
 `Dispatcher` validates requests, creates and queues tasks, serves their state and events,
 cancels them, and resolves approvals (forwarded to tool_svc, which is authoritative) before
-re-queueing the parked task. The work itself is done by `Worker` + `AgentLoop`.
+re-queueing the parked task. Its expiry sweeper (run by the worker) resumes a parked task whose
+approval expired with nobody resolving it: the call fails with APPROVAL_EXPIRED, an ENGINEERING
+error the model is told about (DESIGN.md §3). The work itself is done by `Worker` + `AgentLoop`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import re
 import secrets
@@ -24,6 +28,7 @@ from agentmesh.errors import (
     ErrorCode,
     FailedPreconditionError,
     InvalidRequestError,
+    NotFoundError,
     Violation,
 )
 from agentmesh.store import Store
@@ -33,13 +38,14 @@ from dispatcher_svc.loop import AgentLoop, Hook
 from dispatcher_svc.model import (
     ApprovalRecord,
     EventKind,
+    PendingApproval,
     Task,
     TaskEvent,
     TaskStatus,
     ToolOutcome,
     Usage,
 )
-from dispatcher_svc.ports import Ports
+from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.tasks import (
     StaleOwnerError,
     TaskQueue,
@@ -53,6 +59,15 @@ from dispatcher_svc.worker import Worker
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_GOAL_CHARS = 32_000
 _RESOLVE_TIMEOUT_S = 30.0
+_SWEEP_BATCH = 32
+"""Due approvals one sweep takes at most; the rest come due on the next pass."""
+_SWEEP_HOLD_MS = 30_000
+"""How long an entry a sweep took is hidden from other sweeps; it comes due again if not settled."""
+_SWEEP_CALL_TIMEOUT_S = 10.0
+_RECHECK_MS = 5_000
+"""When tool_svc does not see a due approval expired yet, it is looked at again this much later."""
+
+log = logging.getLogger("dispatcher_svc.service")
 
 
 @dataclass(frozen=True)
@@ -106,7 +121,9 @@ class Dispatcher:
             hook=hook,
             token_ttl_s=settings.auth.token_ttl_s,
         )
-        self.worker = Worker(tasks=self.tasks, queue=self.queue, loop=self.loop, settings=ds)
+        self.worker = Worker(
+            tasks=self.tasks, queue=self.queue, loop=self.loop, settings=ds, sweep=self.sweep_approvals
+        )
 
     async def start(self) -> None:
         await self.worker.start()
@@ -278,6 +295,8 @@ class Dispatcher:
                 )
             except (StaleOwnerError, WrongStatusError):
                 continue  # it moved on meanwhile; look again
+            if record.status == TaskStatus.WAITING_APPROVAL and record.pending is not None:
+                await self._unindex(task_id, record.pending.approval_id)
             return (await self.tasks.load(task_id)).view()
         raise FailedPreconditionError(f"task {task_id} changed too often to cancel; try again")
 
@@ -286,7 +305,11 @@ class Dispatcher:
     async def resolve_approval(
         self, task_id: str, approval_id: str, *, approve: bool, reason: str, arguments_sha256: str, resolver: str
     ) -> tuple[ApprovalRecord, Task]:
-        """Forwards the decision to tool_svc (with the caller's own identity) and resumes the task."""
+        """Forwards the decision to tool_svc (with the caller's own identity) and resumes the task.
+
+        An approval that expired is decided by nobody: the task resumes with the call failed as
+        APPROVAL_EXPIRED, as the expiry sweeper would have done, and the caller gets that error.
+        """
         check_task_id(task_id)
         if not approval_id:
             raise InvalidRequestError("approval_id", "required")
@@ -321,24 +344,50 @@ class Dispatcher:
                 outcome = None
             else:
                 raise
-        plan = pending.plan
+        settled = await self._settle(record, approval, outcome, resolver=resolver, reason=reason)
+        if approval.state == "EXPIRED":
+            # Whoever moved the task (we, or the sweeper racing us), the decision came too late.
+            raise approval_expired(task_id, pending)
+        if not settled:
+            raise FailedPreconditionError(f"task {task_id} changed while the approval was resolved")
+        return approval, (await self.tasks.load(task_id)).view()
+
+    async def _settle(
+        self, record: TaskRecord, approval: ApprovalRecord, outcome: ToolOutcome | None, *, resolver: str, reason: str
+    ) -> bool:
+        """Resumes a task parked on `approval` with its decision, once: a compare-and-set on the parked
+        status and the fence, so of a ResolveApproval and the sweepers of every replica racing for the
+        same approval exactly one moves the task and writes its events. False when another one did.
+
+        APPROVED without an outcome: the loop re-sends the call with its idempotency key and tool_svc
+        replays the outcome; DENIED / EXPIRED fail the call (ENGINEERING: the model is told).
+        """
+        task_id, pending = record.task_id, record.pending
+        assert pending is not None
+        plan, approval_id = pending.plan, pending.approval_id
+        expired = approval.state == "EXPIRED"
         if outcome is None and approval.state in ("DENIED", "EXPIRED"):
-            code = ErrorCode.APPROVAL_DENIED if approval.state == "DENIED" else ErrorCode.APPROVAL_EXPIRED
-            outcome = ToolOutcome(
-                plan.id,
-                plan.name,
-                error=AgentmeshError(
-                    code, f"approval {approval_id} {approval.state.lower()}: {approval.reason}".strip()
-                ),
+            err = (
+                approval_expired(task_id, pending)
+                if expired
+                else AgentmeshError(
+                    ErrorCode.APPROVAL_DENIED, f"approval {approval_id} denied: {approval.reason}".strip()
+                )
             )
-        # outcome None and APPROVED: the loop re-sends the call with its idempotency key; tool_svc replays.
+            outcome = ToolOutcome(plan.id, plan.name, error=err)
         cursor = record.cursor
-        waiting = [cs for cs in cursor.calls if cs.state == "waiting"]
-        for cs in waiting:
-            cs.state = "running"
-            cs.resolved = outcome
-        verdict = "approved" if approval.state == "APPROVED" else approval.state.lower()
+        for cs in cursor.calls:
+            if cs.state == "waiting":
+                cs.state = "running"
+                cs.resolved = outcome
         who = approval.resolved_by or resolver
+        if expired:
+            message = f"approval {approval_id} expired before anyone decided; {plan.name} did not run"
+            attributes = {"state": approval.state}
+        else:
+            verdict = "approved" if approval.state == "APPROVED" else approval.state.lower()
+            message = f"approval {approval_id} {verdict} by {who}" + (f": {reason}" if reason else "")
+            attributes = {"state": approval.state, "resolved_by": who}
         events = [
             TaskEvent(
                 task_id=task_id,
@@ -347,10 +396,11 @@ class Dispatcher:
                 time_ms=now_ms(),
                 status=TaskStatus.PENDING,
                 step=cursor.step,
-                message=f"approval {approval_id} {verdict} by {who}" + (f": {reason}" if reason else ""),
+                message=message,
                 tool_call=plan,
+                error=outcome.error if expired and outcome is not None else None,
                 pending_approval=pending,
-                attributes={"state": approval.state, "resolved_by": who},
+                attributes=attributes,
             ),
             TaskEvent(
                 task_id=task_id,
@@ -359,7 +409,7 @@ class Dispatcher:
                 time_ms=now_ms(),
                 status=TaskStatus.PENDING,
                 step=cursor.step,
-                message="status PENDING: resuming after the approval",
+                message="status PENDING: resuming after the approval" + (" expired" if expired else ""),
             ),
         ]
         try:
@@ -370,7 +420,93 @@ class Dispatcher:
                 fields=fields_of(status=TaskStatus.PENDING, pending=None, cursor=cursor, update_ms=now_ms()),
                 events=events,
             )
-        except (StaleOwnerError, WrongStatusError) as exc:
-            raise FailedPreconditionError(f"task {task_id} changed while the approval was resolved: {exc}") from exc
+        except (StaleOwnerError, WrongStatusError):
+            return False
         await self._enqueue(task_id)
-        return approval, (await self.tasks.load(task_id)).view()
+        await self._unindex(task_id, approval_id)
+        return True
+
+    async def _unindex(self, task_id: str, approval_id: str) -> None:
+        """Best effort: a member left behind is dropped by the sweeper."""
+        try:
+            await self.tasks.unindex_approval(task_id, approval_id)
+        except AgentmeshError as exc:
+            log.warning("task %s: approval %s left in the expiry index: %s", task_id, approval_id, exc)
+
+    # -- the approval-expiry sweeper -----------------------------------------------------------
+
+    async def sweep_approvals(self) -> int:
+        """One pass of the expiry sweeper (Worker runs it every `approval_sweep_interval_s`): every
+        parked task whose approval is due is settled by `expire_approval`. Returns how many tasks this
+        replica resumed. An entry that fails here comes due again after `_SWEEP_HOLD_MS`."""
+        due = await self.tasks.due_approvals(_SWEEP_BATCH, _SWEEP_HOLD_MS)
+        results = await asyncio.gather(*(self.expire_approval(t, a) for t, a in due), return_exceptions=True)
+        resumed = 0
+        for (task_id, approval_id), result in zip(due, results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, BaseException):
+                log.warning("task %s: approval %s not settled yet: %r", task_id, approval_id, result)
+            elif result:
+                resumed += 1
+        return resumed
+
+    async def expire_approval(self, task_id: str, approval_id: str) -> bool:
+        """Settles a task parked on `approval_id` once the approval's expiry has passed; True when this
+        call moved the task (False: not due yet, already moved, or another replica won the race).
+
+        tool_svc holds the approval and is authoritative, so it is asked first: a decision that reached
+        it in time (its ResolveApproval answered, ours died before resuming the task) is applied as made;
+        otherwise the approval expired and the call fails with APPROVAL_EXPIRED.
+        """
+        try:
+            record = await self.tasks.load(task_id)
+        except NotFoundError:
+            await self._unindex(task_id, approval_id)
+            return False
+        pending = record.pending
+        if record.status != TaskStatus.WAITING_APPROVAL or pending is None or pending.approval_id != approval_id:
+            if record.status == TaskStatus.PENDING:
+                # A settle may have died between its commit and its enqueue: a duplicate entry is harmless.
+                await self._enqueue(task_id)
+            await self._unindex(task_id, approval_id)
+            return False
+        now = await self.tasks.redis_time_ms()
+        if pending.expire_time_ms > now:
+            await self.tasks.reindex_approval(task_id, approval_id, pending.expire_time_ms)
+            return False
+        approval = await self._approval_as_requester(record, pending)
+        if approval.state not in ("APPROVED", "DENIED", "EXPIRED"):
+            # tool_svc does not see it expired yet (another clock, or no known expiry): look again later.
+            await self.tasks.reindex_approval(task_id, approval_id, now + _RECHECK_MS)
+            return False
+        return await self._settle(record, approval, None, resolver="", reason=approval.reason)
+
+    async def _approval_as_requester(self, record: TaskRecord, pending: PendingApproval) -> ApprovalRecord:
+        """tool_svc's record of the approval, read with the task's own identity (the agent that asked
+        may read it; a sweep has no caller whose identity could be forwarded)."""
+        try:
+            agent: AgentConfig | None = self.agents.get(record.agent_id)
+        except NotFoundError:
+            agent = None  # removed from the configuration: the resumed run fails the task anyway
+        if agent is None:
+            return ApprovalRecord(request=pending, state="EXPIRED")
+        opts = CallOptions(
+            identity_token=self.mint_task_token(record, agent),
+            request_id=record.request_id,
+            timeout_s=_SWEEP_CALL_TIMEOUT_S,
+        )
+        try:
+            return await self.ports.tools.get_approval(pending.approval_id, _SWEEP_CALL_TIMEOUT_S, opts)
+        except NotFoundError:
+            # Gone past its retention (a day after its expiry): it can no longer be decided.
+            return ApprovalRecord(request=pending, state="EXPIRED")
+
+
+def approval_expired(task_id: str, pending: PendingApproval) -> AgentmeshError:
+    """The typed outcome of an approval nobody decided in time (ENGINEERING: the model is told)."""
+    return AgentmeshError(
+        ErrorCode.APPROVAL_EXPIRED,
+        f"approval {pending.approval_id} for {pending.plan.name} expired before anyone decided; the call did not run",
+        metadata={"approval_id": pending.approval_id, "task_id": task_id},
+    )

@@ -13,7 +13,8 @@ script appends the write's events to the task's stream with contiguous sequences
 
 Keys: `am:task:{<id>}` (hash) and `am:task:{<id>}:events` (stream) share a hash tag, so the script is
 valid on Redis Cluster; `am:tasks` is separate and only ever touched by single commands or its own
-script.
+script, and so is `am:tasks:waiting`, the parked tasks scored by their approval's expiry (the
+dispatcher's expiry sweeper reads it).
 """
 
 from __future__ import annotations
@@ -135,6 +136,23 @@ if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
 redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 return 1
 """
+
+DUE_APPROVALS_LUA = """
+-- Takes the parked tasks whose approval is due (score = expiry, ms, <= Redis time) for one sweeper.
+-- KEYS[1]: the sorted set of waiting approvals. ARGV: hold ms, max count.
+-- Each member taken is re-scored to now + hold, so other replicas skip it meanwhile and it comes due
+-- again if this sweeper dies before settling it.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), member)
+end
+return due
+"""
+
+UNKNOWN_EXPIRY_RECHECK_MS = 60_000
+"""An approval without a known expiry is looked at this often (tool_svc says whether it expired)."""
 
 _OK, _STALE, _WRONG_STATUS, _MISSING, _EXISTS = 1, 0, -1, -2, -3
 
@@ -395,6 +413,13 @@ class TaskStore:
         self.settings = settings
         self._commit = store.script("dispatcher_commit", COMMIT_LUA)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA)
+        self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
+        self.waiting_key = f"{store.keys.prefix}:tasks:waiting"
+        """Sorted set of parked tasks ("<task id> <approval id>") scored by their approval's expiry (ms).
+
+        An index for the expiry sweeper, kept a superset of the parked tasks: a member is added before
+        the task is parked and removed only after the task left WAITING_APPROVAL, so a crash in between
+        leaves a stale member (dropped by the sweeper), never a parked task it cannot find."""
 
     def _keys(self, task_id: str) -> list[str]:
         return [self.store.keys.task(task_id), self.store.keys.task_events(task_id)]
@@ -514,6 +539,37 @@ class TaskStore:
         if code == _MISSING:
             raise task_not_found(task_id)
         raise TaskExistsError(f"task {task_id} already exists", metadata={"status": status.name})
+
+    # -- the index of parked tasks, read by the approval-expiry sweeper ----------------------------
+
+    async def index_approval(self, task_id: str, approval_id: str, expire_ms: int) -> None:
+        """Adds (or re-scores) a parked task: due when its approval expires."""
+        score = expire_ms or int(time.time() * 1000) + UNKNOWN_EXPIRY_RECHECK_MS
+        async with self.store.guard("index approval"):
+            await self.store.redis.zadd(self.waiting_key, {_waiting_member(task_id, approval_id): score})
+
+    async def reindex_approval(self, task_id: str, approval_id: str, due_ms: int) -> None:
+        """Makes an indexed task due again at `due_ms` (never re-adds one removed meanwhile)."""
+        async with self.store.guard("index approval"):
+            await self.store.redis.zadd(self.waiting_key, {_waiting_member(task_id, approval_id): due_ms}, xx=True)
+
+    async def unindex_approval(self, task_id: str, approval_id: str) -> None:
+        async with self.store.guard("unindex approval"):
+            await self.store.redis.zrem(self.waiting_key, _waiting_member(task_id, approval_id))
+
+    async def due_approvals(self, limit: int, hold_ms: int) -> list[tuple[str, str]]:
+        """Parked tasks whose approval is due, as (task id, approval id), taken for `hold_ms`."""
+        async with self.store.guard("due approvals"):
+            reply: Any = await self._due(keys=[self.waiting_key], args=[hold_ms, limit])
+        due: list[tuple[str, str]] = []
+        for raw in reply or ():
+            task_id, _, approval_id = (raw.decode() if isinstance(raw, bytes) else str(raw)).partition(" ")
+            due.append((task_id, approval_id))
+        return due
+
+
+def _waiting_member(task_id: str, approval_id: str) -> str:
+    return f"{task_id} {approval_id}"  # task ids never hold a space
 
 
 class TaskQueue:

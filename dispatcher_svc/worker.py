@@ -9,6 +9,8 @@
 - At most `max_concurrent_tasks` run at a time; further entries stay in the stream for other replicas.
 - On shutdown each running task is handed back: cancelled, its lease released and the task
   re-queued, so another replica continues it at once instead of after the idle timeout.
+- Every `approval_sweep_interval_s` the expiry sweeper (`sweep`, Dispatcher.sweep_approvals) resumes
+  parked tasks whose approval expired with nobody resolving it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
@@ -51,8 +54,18 @@ return 1
 class Worker:
     """Runs this replica's tasks."""
 
-    def __init__(self, *, tasks: TaskStore, queue: TaskQueue, loop: AgentLoop, settings: DispatcherSettings) -> None:
+    def __init__(
+        self,
+        *,
+        tasks: TaskStore,
+        queue: TaskQueue,
+        loop: AgentLoop,
+        settings: DispatcherSettings,
+        sweep: Callable[[], Awaitable[int]] | None = None,
+    ) -> None:
         self.tasks = tasks
+        self.sweep = sweep
+        """One pass of the approval-expiry sweeper (returns the tasks it resumed); None: no sweeper."""
         self.queue = queue
         self.loop = loop
         self.settings = settings
@@ -78,6 +91,8 @@ class Worker:
             asyncio.create_task(self._read_loop(), name="dispatcher-read"),
             asyncio.create_task(self._claim_loop(), name="dispatcher-claim"),
         ]
+        if self.sweep is not None:
+            self._loops.append(asyncio.create_task(self._sweep_loop(self.sweep), name="dispatcher-sweep"))
 
     async def stop(self) -> None:
         """Stops reading, and hands every running task back to the queue."""
@@ -103,7 +118,8 @@ class Worker:
         return self.settings.max_concurrent_tasks - len(self._running)
 
     async def _read_loop(self) -> None:
-        while True:
+        # The flag as well as cancellation: the Redis client sometimes swallows a cancel mid-command.
+        while not self._stopping:
             if self._free() <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
@@ -124,7 +140,7 @@ class Worker:
                 self._spawn(msg_id, task_id, claimed=False)
 
     async def _claim_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.settings.claim_interval_s)
             free = self._free()
             if free <= 0:
@@ -141,7 +157,26 @@ class Worker:
                 log.info("claimed task %s (entry %s) after its owner went idle", task_id, msg_id)
                 self._spawn(msg_id, task_id, claimed=True)
 
+    async def _sweep_loop(self, sweep: Callable[[], Awaitable[int]]) -> None:
+        # Also checks the flag: the Redis client sometimes swallows a cancellation mid-command.
+        while not self._stopping:
+            await asyncio.sleep(self.settings.approval_sweep_interval_s)
+            try:
+                resumed = await sweep()
+            except UnavailableError as exc:
+                log.warning("cannot sweep expired approvals: %s", exc)
+                continue
+            except Exception:
+                # This loop must never die: a task whose approval expired would stay parked for good.
+                log.exception("sweeping expired approvals failed; retrying")
+                continue
+            if resumed:
+                log.info("resumed %d task(s) whose approval expired", resumed)
+
     def _spawn(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
+        if self._stopping:
+            # Read while stopping: left pending in the stream, another replica claims it.
+            return
         if task_id in self._running:
             # Already running here under another entry: this one is a duplicate.
             if not claimed:

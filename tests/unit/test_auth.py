@@ -279,6 +279,20 @@ def test_authenticator_uses_configured_clock_skew() -> None:
         authenticator.verify(token, now=NOW + 10)
 
 
+def test_a_remembered_token_still_expires_and_forged_ones_are_never_remembered() -> None:
+    authenticator = Authenticator(enabled(clock_skew_s=0))
+    token = authenticator.mint(subject="a", roles={"agent"}, ttl_s=10, now=NOW)
+    assert authenticator.verify(token, now=NOW).subject == "a"
+    assert authenticator.verify(token, now=NOW + 5).subject == "a"  # served from the cache
+    with pytest.raises(TokenError, match="expired"):
+        authenticator.verify(token, now=NOW + 10)
+    payload, _ = token.split(".")
+    forged = payload + "." + "A" * 43
+    for _ in range(2):
+        with pytest.raises(TokenError, match="signature"):
+            authenticator.verify(forged, now=NOW)
+
+
 def test_enabled_authenticator_needs_a_key() -> None:
     with pytest.raises(ConfigError, match=r"auth\.key is required"):
         Authenticator(AuthSettings(mode="enabled", key=None))

@@ -20,8 +20,8 @@ class Recorder(CallInterceptor):
         if self.fail:
             raise PermissionError(self.name)
 
-    def leave(self, method: str) -> None:
-        self.log.append(f"leave {self.name}")
+    def leave(self, method: str, context: Any, error: BaseException | None) -> None:
+        self.log.append(f"leave {self.name}" + (f" after {type(error).__name__}" if error else ""))
 
 
 class Details:
@@ -55,7 +55,23 @@ async def test_a_rejecting_interceptor_stops_the_chain_and_only_entered_ones_lea
         await run_chain(chain, log)
     # b rejected the call: c and the servicer never ran, and a (already entered) still leaves, so
     # e.g. the load limiter does not keep counting a call that auth refused.
-    assert log == ["enter a", "enter b", "leave a"]
+    assert log == ["enter a", "enter b", "leave a after PermissionError"]
+
+
+async def test_leave_is_told_what_ended_the_call() -> None:
+    log: list[str] = []
+    chain = ChainedCallInterceptor([Recorder("a", log), Recorder("b", log)])
+
+    async def behavior(request: bytes, context: Any) -> bytes:
+        raise LookupError("servicer failed")
+
+    async def continuation(details: Any) -> Any:
+        return grpc.unary_unary_rpc_method_handler(behavior)
+
+    handler = await chain.intercept_service(continuation, Details())  # type: ignore[arg-type]
+    with pytest.raises(LookupError):
+        await handler.unary_unary(b"x", None)
+    assert log == ["enter a", "enter b", "leave b after LookupError", "leave a after LookupError"]
 
 
 def test_collapse_keeps_order_and_merges_adjacent_call_interceptors() -> None:

@@ -198,7 +198,7 @@ class FakeTools:
             pending.plan.id, pending.plan.name, error=denied
         )
 
-    async def get_approval(self, approval_id: str, timeout_s: float) -> ApprovalRecord:
+    async def get_approval(self, approval_id: str, timeout_s: float, opts: CallOptions | None = None) -> ApprovalRecord:
         pending, state = self.approvals[approval_id]
         return ApprovalRecord(pending, state)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -246,6 +247,30 @@ async def test_the_queue_reader_survives_an_unexpected_error(make_rig: MakeRig) 
     events = await rig.events(task_id)
     assert failures == 1
     assert events[-1].status == TaskStatus.SUCCEEDED
+
+
+async def test_a_stopping_worker_starts_nothing_even_if_a_read_swallows_its_cancel(make_rig: MakeRig) -> None:
+    """redis-py can lose a cancellation mid-command: the read then returns entries after stop()."""
+    rig = await make_rig(lambda p: reply(text="must not run here"), start=False)
+    worker = rig.dispatcher.worker
+    task_id = await rig.start("goal")
+    reading = asyncio.Event()
+
+    async def swallowing_read(count: int, block_ms: int) -> list[tuple[str, str]]:
+        reading.set()
+        # The bug being simulated: the cancel is lost and the read "succeeds".
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
+        return [("1-0", task_id)]
+
+    worker.queue.read = swallowing_read  # type: ignore[method-assign]
+    await rig.dispatcher.start()
+    await asyncio.wait_for(reading.wait(), 10)
+    await asyncio.wait_for(worker.stop(), 10)
+    await asyncio.sleep(0.1)
+    assert worker.running == 0
+    assert all(loop.done() for loop in worker._loops)
+    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.PENDING
 
 
 async def test_concurrency_limit_leaves_work_for_other_replicas(make_rig: MakeRig) -> None:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
-from provider_svc.models._http import HttpBackend, dumps_raw, loads_raw
+import pytest
+
+from provider_svc.models._http import HttpBackend, dumps_raw, environment_proxy, loads_raw
+from provider_svc.models.base import CallContext
 
 
 def test_numbers_survive_a_round_trip_verbatim() -> None:
@@ -37,3 +43,45 @@ async def test_scrub_removes_our_credentials_and_key_like_tokens() -> None:
         assert short.scrub("keep every k in the text") == "keep every k in the text"
     finally:
         await short.aclose()
+
+
+class _ForwardProxy(BaseHTTPRequestHandler):
+    """A plain-HTTP forward proxy that answers itself: records the absolute-form request line."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        type(self).seen.append(self.path)
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+async def test_the_environment_proxy_is_honoured_and_no_proxy_exempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ForwardProxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_port}")
+        backend = HttpBackend("up", "http://upstream.invalid/v1", auth_headers={"authorization": "Bearer k"})
+        try:
+            assert backend.proxy == f"http://127.0.0.1:{server.server_port}"
+            status, data, _ = await backend.post_json("chat/completions", b"{}", CallContext())
+            assert (status, data) == (200, {"ok": True})
+            assert _ForwardProxy.seen == ["http://upstream.invalid/v1/chat/completions"]
+        finally:
+            await backend.aclose()
+        monkeypatch.setenv("NO_PROXY", "upstream.invalid")
+        assert environment_proxy("http://upstream.invalid/v1/") is None
+        assert environment_proxy("http://other.invalid/v1/") == f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()

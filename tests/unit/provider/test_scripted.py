@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import random
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +32,8 @@ from provider_svc.models.scripted import (
     ScriptedReply,
     ScriptedRequest,
     ScriptedToolCall,
+    _apply_fault,
+    _repair_json,
     count_tokens,
     load_policy,
     load_scenario,
@@ -340,3 +344,119 @@ def test_load_policy() -> None:
     for bad, problem in (("nocolon", "expected"), ("no_such_mod:x", "cannot import"), ("json:nope", "no attribute")):
         with pytest.raises(ValueError, match=problem):
             load_policy(bad)
+
+
+# --- repairing malformed JSON arguments ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "repaired"),
+    [
+        ('{"service":"payment-svc","window":"15m","', {"service": "payment-svc", "window": "15m"}),
+        ('{"service":"payment-svc","win', {"service": "payment-svc"}),
+        ('{"service":"payment-svc","window"', {"service": "payment-svc"}),
+        ('{"service":"payment-svc","window":', {"service": "payment-svc"}),
+        ('{"service":"payment-svc", "window": ', {"service": "payment-svc"}),
+        ('{"service":"payment-svc",', {"service": "payment-svc"}),
+        ('{"service":"payment-svc",}', {"service": "payment-svc"}),
+        ('{"service":"paym', {"service": "paym"}),
+        ('{"q":"a\\', {"q": "a"}),
+        ('{"q":"\\u00e', {"q": ""}),
+        ('{"q":"it\'s', {"q": "it's"}),
+        ('{"n":25', {}),
+        ('{"ok":true', {"ok": True}),
+        ('{"ok":tr', {}),
+        ('{"filter":{"level":"error","codes":[500,503', {"filter": {"level": "error", "codes": [500]}}),
+        ('{"filter":{"level":"error","', {"filter": {"level": "error"}}),
+        ('{"a":[{"b":1},{"c":', {"a": [{"b": 1}, {}]}),
+        ("{", {}),
+        ('{,"', {}),
+        ("{'service': 'payment-svc'}", {"service": "payment-svc"}),
+        ("", None),
+        ("not json", None),
+        ("[1, 2", None),
+        ('"just a string"', None),
+        ('{"a":1} trailing', None),
+        ('{"a" 1}', None),
+        ('{"a":1,,"b":2}', None),
+        ('{"a":}', None),
+        ('{"a":1]', None),
+    ],
+)
+def test_repair_json_shapes(text: str, repaired: dict[str, Any] | None) -> None:
+    assert _repair_json(text) == repaired
+
+
+SAMPLE = (
+    '{"service": "payment-svc", "window": "15m", "limit": 250, "ratio": -1.5e-3, "dry_run": false,'
+    ' "note": null, "tags": ["a\\"b", "caf\\u00e9", "x,y:z}"], "filter": {"level": "error", "codes": [500, 503],'
+    ' "empty": {}}, "last": "done"}'
+)
+
+
+def _truncation_of(value: Any, original: Any) -> bool:
+    """Whether `value` is `original` cut short: equal; a string prefix; a container whose members are
+    the original's first ones, all equal but the last, which is itself a truncation."""
+    if value == original:
+        return True
+    if isinstance(original, str):
+        return isinstance(value, str) and original.startswith(value)
+    if isinstance(original, dict) and isinstance(value, dict):
+        keys = list(value)
+        if keys != list(original)[: len(keys)]:
+            return False
+        return not keys or (
+            all(value[k] == original[k] for k in keys[:-1]) and _truncation_of(value[keys[-1]], original[keys[-1]])
+        )
+    if isinstance(original, list) and isinstance(value, list):
+        if len(value) > len(original):
+            return False
+        return not value or (
+            value[:-1] == original[: len(value) - 1] and _truncation_of(value[-1], original[len(value) - 1])
+        )
+    return False
+
+
+def test_every_prefix_of_an_object_repairs_to_a_truncation_of_it() -> None:
+    original = json.loads(SAMPLE)
+    assert _repair_json(SAMPLE) == original
+    seen: set[str] = set()
+    for cut in range(1, len(SAMPLE)):
+        repaired = _repair_json(SAMPLE[:cut])
+        assert isinstance(repaired, dict), SAMPLE[:cut]
+        # Present keys are the original's first ones, complete values equal; only the last may be cut short.
+        assert _truncation_of(repaired, original), (SAMPLE[:cut], repaired)
+        # Numbers and literals are never cut: a number the text ends in is dropped, not shortened.
+        for key in ("limit", "ratio", "dry_run", "note"):
+            if key in repaired:
+                assert repaired[key] == original[key], (SAMPLE[:cut], repaired)
+        seen.add(json.dumps(repaired, sort_keys=True))
+    assert len(seen) > 20  # the cuts really produce different repairs
+    assert _repair_json("") is None
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"service": "payment-svc", "window": "15m"},
+        {"order_id": "ORD-2025-0001"},
+        {},
+        {"filter": {"level": "error", "codes": [500, 503]}},
+        {"tags": ["a", "b"], "note": "ends with a brace }"},
+        {"q": "x", "n": 250, "ok": True},
+    ],
+)
+def test_the_malformed_json_fault_is_always_repaired(arguments: dict[str, Any]) -> None:
+    req = ScriptedRequest(
+        messages=(Message(Role.USER, "check payment-svc"),),
+        tools=(ORDER_TOOL,),
+        model="scripted/test",
+        request=ModelRequest(messages=(Message(Role.USER, "check payment-svc"),), tools=(ORDER_TOOL,)),
+        call_index=0,
+        rng=random.Random(0),
+    )
+    for separators in ((",", ":"), (", ", ": ")):
+        call = ScriptedToolCall("get_order", json.dumps(arguments, separators=separators), "c1")
+        broken = _apply_fault("malformed_json", call, req).arguments_json
+        assert _not_json(broken), broken
+        assert _repair_json(broken) == arguments, broken
