@@ -236,7 +236,19 @@ async def real_downstream(redis_url: str, tmp: Path) -> tuple[dict[str, int], Ca
     return ports, stop_all
 
 
-async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats], dict[str, float]]:
+async def _redis_commands(url: str) -> dict[str, int]:
+    """Commands Redis has served so far, by name (INFO commandstats)."""
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
+
+
+async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats], dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-step-{mode}-"))
     if mode == "minimal":
         ports, stop_downstream = await minimal_downstream()
@@ -251,7 +263,7 @@ async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats
     token = Authenticator(settings.auth, settings.environment).mint(subject="bench", roles=("operator",))
     metadata = ((IDENTITY_HEADER, token),)
     rows: list[Stats] = []
-    facts: dict[str, float] = {"rpcs_per_task": 11.0}
+    facts: dict[str, Any] = {"rpcs_per_task": 11.0}
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{host.port}") as channel:
             stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -266,9 +278,16 @@ async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats
                 steps_seen.append(last.step)
 
             Counting.calls.clear()
+            before = await _redis_commands(redis.url)
             for _ in range(5):
                 await one_task()
             await asyncio.sleep(0.2)  # the answer is recorded in the session just after the final event
+            after = await _redis_commands(redis.url)
+            used = {name: (after[name] - before.get(name, 0)) / 5 for name in after}
+            facts["redis_per_task"] = sum(used.values()) - 1  # minus our own INFO
+            facts["redis_detail"] = ", ".join(
+                f"{name} {n:g}" for name, n in sorted(used.items(), key=lambda kv: -kv[1]) if n and name != "info"
+            )
             # The real services are not counted: they make the same calls (the dispatcher decides them).
             rpcs_per_task = sum(Counting.calls.values()) / 5 if mode == "minimal" else facts["rpcs_per_task"]
             steps = steps_seen[-1]
@@ -322,6 +341,8 @@ async def main(tasks: int, modes: list[str]) -> int:
                 f"step/floor p50 ratio: c=1 {facts['ratio_c1']:.2f}x, c=32 {facts['ratio_c32']:.2f}x "
                 f"({time.perf_counter() - began:.0f}s)"
             )
+            redis_line = f"{facts['redis_per_task']:.1f} ({facts['redis_detail']})"
+            print(f"[{mode}] Redis commands per task (all services, incl. those inside Lua scripts): {redis_line}")
             for c in (1, 32):
                 labels.append(f"{mode} c={c}")
                 ratios.append(facts[f"ratio_c{c}"])
