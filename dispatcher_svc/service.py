@@ -126,6 +126,7 @@ class Dispatcher:
         )
 
     async def start(self) -> None:
+        await self.tasks.load_scripts()
         await self.worker.start()
 
     async def stop(self) -> None:

@@ -465,6 +465,12 @@ class TaskStore:
         flat = reply[2]
         return TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
 
+    async def load_scripts(self) -> None:
+        """Loads the commit script, which `create` sends by SHA inside a pipeline: a NOSCRIPT there
+        would queue the task's entry before the task exists."""
+        async with self.store.guard("load scripts"):
+            await self.store.redis.script_load(COMMIT_LUA)
+
     async def create(self, task_id: str, fields: Mapping[str, str], event: TaskEvent, queue: TaskQueue) -> bool:
         """Creates the task and queues it in one round trip; False (and a harmless extra queue entry)
         when a task with this id exists already."""
@@ -481,7 +487,9 @@ class TaskStore:
             try:
                 replies: Any = await pipe.execute()
             except rexc.NoScriptError:
-                # Redis restarted or was flushed since the script was loaded: load it and go on.
+                # Redis restarted or was flushed since the script was loaded: load it and go on. The
+                # pipeline's entry went out before the task existed; its run finds nothing and this
+                # second entry (deferred by the worker while that run lasts) runs the task.
                 reply: Any = await self._commit(keys=keys, args=args)
                 await self.store.redis.xadd(queue.key, {"task": task_id})
                 return int(reply[0]) == _OK

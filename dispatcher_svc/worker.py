@@ -76,6 +76,8 @@ class Worker:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stale: set[str] = set()
         self._background: set[asyncio.Task[bool]] = set()
+        self._deferred: dict[str, tuple[str, bool]] = {}
+        """task id -> (entry, claimed) read while a run of that task was still going here."""
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._ack = tasks.store.script("dispatcher_ack_if_mine", ACK_IF_MINE_LUA)
@@ -178,13 +180,20 @@ class Worker:
             # Read while stopping: left pending in the stream, another replica claims it.
             return
         if task_id in self._running:
-            # Already running here under another entry: this one is a duplicate.
-            if not claimed:
-                ack = asyncio.create_task(self._ack_if_mine(msg_id))
-                self._background.add(ack)
-                ack.add_done_callback(self._background.discard)
+            # Already running here under another entry. Not dropped: that run may end without having
+            # run the task (its entry was read before the task existed, or it was parked and is being
+            # resumed), so this entry is taken up when it ends; a task already done is then just acked.
+            earlier = self._deferred.get(task_id)
+            if earlier is not None and not earlier[1]:
+                self._ack_soon(earlier[0])  # one deferred entry per task is enough
+            self._deferred[task_id] = (msg_id, claimed)
             return
         self._running[task_id] = asyncio.create_task(self._run(msg_id, task_id, claimed), name=f"task-{task_id}")
+
+    def _ack_soon(self, msg_id: str) -> None:
+        ack = asyncio.create_task(self._ack_if_mine(msg_id))
+        self._background.add(ack)
+        ack.add_done_callback(self._background.discard)
 
     async def _ack_if_mine(self, msg_id: str) -> bool:
         try:
@@ -267,6 +276,9 @@ class Worker:
             self._stale.discard(task_id)
             self._running.pop(task_id, None)
             self._slot_freed.set()
+            deferred = self._deferred.pop(task_id, None)
+            if deferred is not None:
+                self._spawn(deferred[0], task_id, claimed=deferred[1])
 
     async def _renew(self, msg_id: str, lease: Lease, run: asyncio.Task[None]) -> None:
         interval = self.settings.claim_idle_s / 3

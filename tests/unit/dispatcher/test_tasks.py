@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -271,6 +272,52 @@ async def test_a_stopping_worker_starts_nothing_even_if_a_read_swallows_its_canc
     assert worker.running == 0
     assert all(loop.done() for loop in worker._loops)
     assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.PENDING
+
+
+async def test_an_entry_read_while_its_task_runs_here_is_taken_up_after_that_run(make_rig: MakeRig) -> None:
+    """The bench_longchain stall: a task's first entry was read before the task existed (a NOSCRIPT
+    retry in create queues a second one), so its run found nothing; the second entry, read while
+    that run was still going, was dropped as a duplicate and the task stayed PENDING for good."""
+    rig = await make_rig(lambda p: reply(text="ran"), start=False)
+    worker = rig.dispatcher.worker
+    real_acquire = worker.tasks.acquire
+    first = asyncio.Event()
+    second_read = asyncio.Event()
+    calls = 0
+
+    async def acquire(task_id: str, consumer: str, **kw: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            first.set()
+            await second_read.wait()  # the second entry arrives while this run is still going
+            return TaskStatus.UNSPECIFIED  # what acquire answers when the task does not exist yet
+        return await real_acquire(task_id, consumer, **kw)
+
+    worker.tasks.acquire = acquire  # type: ignore[method-assign]
+    real_spawn = worker._spawn
+
+    def spawn(msg_id: str, task_id: str, *, claimed: bool) -> None:
+        real_spawn(msg_id, task_id, claimed=claimed)
+        if first.is_set():
+            second_read.set()
+
+    worker._spawn = spawn  # type: ignore[method-assign]
+    task_id = await rig.start("goal")  # queues entry 1
+    await rig.dispatcher.start()
+    await asyncio.wait_for(first.wait(), 10)
+    await worker.queue.enqueue(task_id)  # entry 2, as create's NOSCRIPT path adds
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    assert calls == 2
+
+
+async def test_tasks_started_right_after_a_script_flush_all_run(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="ran"))
+    await rig.store.redis.script_flush()
+    ids = await asyncio.gather(*(rig.start(f"goal {i}") for i in range(8)))
+    for task_id in ids:
+        assert (await rig.events(task_id))[-1].status == TaskStatus.SUCCEEDED
 
 
 async def test_concurrency_limit_leaves_work_for_other_replicas(make_rig: MakeRig) -> None:
