@@ -239,6 +239,22 @@ def judge(service: str, calls: list[tuple[str, dict[str, Any], bool]], answered:
 # --- agentmesh ------------------------------------------------------------------------------------
 
 
+async def _report_unfinished(stub: Any, token: str, events: list[Any], exc: grpc.aio.AioRpcError) -> None:
+    """Prints what is known of a RunTask that ended without a final event (stderr)."""
+    task_id = events[0].task_id if events else "?"
+    state = "unknown"
+    if events:
+        try:
+            task = await stub.GetTask(
+                D.GetTaskRequest(task_id=task_id), metadata=((IDENTITY_HEADER, token),), timeout=5
+            )
+            state = f"{D.TaskStatus.Name(task.task.status)} step {task.task.step}"
+        except grpc.aio.AioRpcError as err:
+            state = f"GetTask failed: {err.code().name}"
+    last = D.TaskEventKind.Name(events[-1].kind) if events else "none"
+    print(f"run of {task_id} did not finish: {exc.code().name}; task {state}; last event {last}", file=sys.stderr)
+
+
 async def agentmesh_arm(runs: int, concurrency: int, redis: LocalRedis, ops: OpsApi, logs_dir: Path) -> list[RunResult]:
     from context_svc.server import SPEC as CONTEXT_SPEC
     from dispatcher_svc.server import SPEC as DISPATCHER_SPEC
@@ -263,15 +279,22 @@ async def agentmesh_arm(runs: int, concurrency: int, redis: LocalRedis, ops: Ops
                 service, text = goal(i)
                 async with gate:
                     began = time.perf_counter()
-                    events = [
-                        r.event
+                    events: list[Any] = []
+                    try:
                         async for r in stub.RunTask(
                             D.RunTaskRequest(start=D.StartTaskRequest(agent_id="chain", goal=text)),
                             metadata=((IDENTITY_HEADER, token),),
                             timeout=120,
-                        )
-                        if r.event.sequence
-                    ]
+                        ):
+                            if r.event.sequence:
+                                events.append(r.event)
+                    except grpc.aio.AioRpcError as exc:
+                        # A run that never finished (a stall) is a result to report, not a crash.
+                        await _report_unfinished(stub, token, events, exc)
+                        wall = (time.perf_counter() - began) * 1000
+                        outcome = f"failed:{exc.code().name}"
+                        results.append(RunResult(False, outcome, model_calls=0, tool_calls=0, wall_ms=wall))
+                        return
                     wall = (time.perf_counter() - began) * 1000
                 calls = [
                     (
