@@ -110,11 +110,16 @@ class BareEchoServer:
         await self.server.stop(0)
 
 
+async def _echo_roundtrips(name: str, port: int, calls: int, concurrency: int, payload: bytes) -> Stats:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
+        return await measure(name, lambda: echo(payload), calls=calls, concurrency=concurrency)
+
+
 async def bare_roundtrip(calls: int, concurrency: int, payload: bytes = b"x" * 64) -> Stats:
     """Stats of bare unary round trips to a local echo server (new server, one channel)."""
-    async with BareEchoServer() as server, grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-        echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
-        return await measure("bare gRPC round trip", lambda: echo(payload), calls=calls, concurrency=concurrency)
+    async with BareEchoServer() as server:
+        return await _echo_roundtrips("bare gRPC round trip", server.port, calls, concurrency, payload)
 
 
 async def bare_roundtrip_other_process(calls: int, concurrency: int, payload: bytes = b"x" * 64) -> Stats:
@@ -126,11 +131,8 @@ async def bare_roundtrip_other_process(calls: int, concurrency: int, payload: by
     try:
         assert server.stdout is not None
         port = int((await server.stdout.readline()).split()[1])
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
-            return await measure(
-                "bare gRPC round trip, other process", lambda: echo(payload), calls=calls, concurrency=concurrency
-            )
+        name = "bare gRPC round trip, other process"
+        return await _echo_roundtrips(name, port, calls, concurrency, payload)
     finally:
         server.kill()
         await server.wait()
