@@ -144,39 +144,76 @@ def wrap_handler(handler: Any, method: str, enter: Enter, leave: Leave | None = 
 
 
 class ChainedCallInterceptor(CallInterceptor):
-    """Several CallInterceptors run by one handler wrapper, in order.
-
-    Equivalent to listing them one after another, but the handler is wrapped once per call instead
-    of once per interceptor: each wrapper costs a new handler and a coroutine frame on every call.
-    `leave` runs in reverse order, only for the interceptors whose `enter` returned.
-    """
+    """Several CallInterceptors run as one, in order: `leave` in reverse order, and on a rejected
+    `enter` only for the interceptors whose `enter` had returned."""
 
     def __init__(self, interceptors: list[CallInterceptor]) -> None:
         self.interceptors = interceptors
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
+    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        entered = 0
+        try:
+            for interceptor in self.interceptors:
+                await interceptor.enter(method, context)
+                entered += 1
+        except BaseException as exc:
+            # A later one rejected the call (e.g. auth after the load limiter counted it).
+            for interceptor in reversed(self.interceptors[:entered]):
+                interceptor.leave(method, context, exc)
+            raise
+
+    def leave(self, method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
+        for interceptor in reversed(self.interceptors):
+            interceptor.leave(method, context, error)
+
+
+class _WrappedGenericHandler(grpc.GenericRpcHandler):  # type: ignore[type-arg]
+    """A generic handler whose method handlers run inside `interceptor` (wrapped once per method)."""
+
+    def __init__(self, inner: Any, interceptor: CallInterceptor) -> None:
+        self._inner = inner
+        self._interceptor = interceptor
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
+        handler = self._inner.service(handler_call_details)
         if handler is None:
-            return handler
+            return None
         method = handler_call_details.method
-        entered: list[CallInterceptor] = []
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = wrap_handler(handler, method, self._interceptor.enter, self._interceptor.leave)
+        if len(self._wrapped) < 1024:  # method names come from callers: bound the cache
+            self._wrapped[method] = (handler, wrapped)
+        return wrapped
 
-        async def enter(method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            try:
-                for interceptor in self.interceptors:
-                    await interceptor.enter(method, context)
-                    entered.append(interceptor)
-            except BaseException as exc:
-                # A later one rejected the call (e.g. auth after the load limiter counted it).
-                leave(method, context, exc)
-                raise
 
-        def leave(method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
-            for interceptor in reversed(entered):
-                interceptor.leave(method, context, error)
+def intercept_registrations(server: grpc.aio.Server, interceptor: CallInterceptor) -> None:
+    """Makes every handler registered on `server` from now on run inside `interceptor`.
 
-        return wrap_handler(handler, method, enter, leave)
+    The same behaviour as `grpc.aio.server(interceptors=[interceptor])`, but each handler is
+    wrapped once, when it is registered, instead of on every call: grpc's interceptor path runs
+    `intercept_service` and builds a new wrapped handler per call. A server has exactly two ways
+    to register handlers (generic and registered-method), and both are routed through the wrap
+    here, so nothing (health and reflection included) can be registered around it.
+    """
+    # Any: the grpc stubs do not know add_registered_method_handlers (grpcio >= 1.63).
+    target: Any = server
+    add_generic = target.add_generic_rpc_handlers
+    add_registered = target.add_registered_method_handlers
+
+    def add_generic_rpc_handlers(generic_rpc_handlers: Any) -> None:
+        add_generic(tuple(_WrappedGenericHandler(h, interceptor) for h in generic_rpc_handlers))
+
+    def add_registered_method_handlers(service_name: str, method_handlers: dict[str, Any]) -> None:
+        add_registered(
+            service_name,
+            {
+                name: wrap_handler(handler, f"/{service_name}/{name}", interceptor.enter, interceptor.leave)
+                for name, handler in method_handlers.items()
+            },
+        )
+
+    target.add_generic_rpc_handlers = add_generic_rpc_handlers
+    target.add_registered_method_handlers = add_registered_method_handlers

@@ -28,7 +28,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from grpc_reflection.v1alpha import reflection
 
 from agentmesh.auth import Authenticator, AuthInterceptor
-from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor
+from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor, intercept_registrations
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import OverloadedError, UnavailableError
 from agentmesh.rpcstatus import abort
@@ -73,22 +73,6 @@ class ConcurrencyLimitInterceptor(CallInterceptor):
             self.in_flight -= 1
 
 
-def _collapse(chain: Sequence[Any]) -> list[Any]:
-    """Runs each run of adjacent CallInterceptors through one handler wrapper (same order)."""
-    collapsed: list[Any] = []
-    run: list[CallInterceptor] = []
-    for interceptor in [*chain, None]:
-        if isinstance(interceptor, CallInterceptor):
-            run.append(interceptor)
-            continue
-        if run:
-            collapsed.append(run[0] if len(run) == 1 else ChainedCallInterceptor(run))
-            run = []
-        if interceptor is not None:
-            collapsed.append(interceptor)
-    return collapsed
-
-
 @dataclass
 class ServiceHost:
     """One grpc.aio server with agentmesh's standard plumbing."""
@@ -98,7 +82,7 @@ class ServiceHost:
     telemetry: Telemetry
     authenticator: Authenticator
     method_roles: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    extra_interceptors: Sequence[Any] = ()
+    extra_interceptors: Sequence[CallInterceptor] = ()
     store: Store | None = None
     """The Redis store, connected and checked by run_service; tests may leave it unset."""
     server: grpc.aio.Server = field(init=False)
@@ -111,13 +95,14 @@ class ServiceHost:
     def __post_init__(self) -> None:
         server_settings = self.settings.server
         self.limiter = ConcurrencyLimitInterceptor(server_settings.max_concurrent_rpcs)
-        chain: list[Any] = [
-            *server_interceptors(self.telemetry),
-            self.limiter,
-            AuthInterceptor(self.authenticator, self.method_roles),
-            *self.extra_interceptors,
-        ]
-        interceptors = _collapse(chain)
+        chain = ChainedCallInterceptor(
+            [
+                *server_interceptors(self.telemetry),
+                self.limiter,
+                AuthInterceptor(self.authenticator, self.method_roles),
+                *self.extra_interceptors,
+            ]
+        )
         options = [
             ("grpc.max_send_message_length", server_settings.max_message_bytes),
             ("grpc.max_receive_message_length", server_settings.max_message_bytes),
@@ -129,11 +114,10 @@ class ServiceHost:
             ("grpc.http2.max_pings_without_data", 0),
         ]
         # grpc's own limit stays as a backstop above ours (health checks are not counted by ours).
-        self.server = grpc.aio.server(
-            interceptors=interceptors,
-            options=options,
-            maximum_concurrent_rpcs=server_settings.max_concurrent_rpcs + 16,
-        )
+        self.server = grpc.aio.server(options=options, maximum_concurrent_rpcs=server_settings.max_concurrent_rpcs + 16)
+        # Every handler (health and reflection included) runs inside the chain, wrapped once at
+        # registration rather than by grpc's per-call interceptor path.
+        intercept_registrations(self.server, chain)
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
 

@@ -38,7 +38,6 @@ from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
-    SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
@@ -254,6 +253,72 @@ class JsonlSpanExporter(SpanExporter):
         return True
 
 
+class LoopBatchSpanProcessor(SpanProcessor):
+    """Exports spans ended on an event loop in batches, from that loop, off every call's path.
+
+    A span ends while its call is still running (the server span ends in the handler wrapper just
+    before grpc sends the reply), and a synchronous export of each (dict, JSON, write) measurably
+    lengthened every call (bench_provider: ~0.2 ms at concurrency 1). Like OTel's
+    BatchSpanProcessor, spans are queued and written together, but by a timer on the loop itself:
+    no exporter thread competing for the GIL. A batch is written `delay_s` after its first span, or
+    at once when it reaches `max_batch`. A span ended off a loop (sync code, the CLI) is written at
+    once, and `force_flush`/`shutdown` write whatever is queued, so "flush, then read the file"
+    holds as with SimpleSpanProcessor.
+    """
+
+    def __init__(self, exporter: SpanExporter, *, delay_s: float = 0.2, max_batch: int = 512) -> None:
+        self._exporter = exporter
+        self._delay_s = delay_s
+        self._max_batch = max_batch
+        self._lock = threading.Lock()
+        self._pending: list[ReadableSpan] = []
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.context.trace_flags.sampled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._export([span])
+            return
+        with self._lock:
+            self._pending.append(span)
+            full = len(self._pending) >= self._max_batch
+            # A timer on a loop that has since closed never fires: schedule on this one.
+            schedule = not full and (self._timer_loop is not loop or loop.is_closed())
+            if schedule:
+                self._timer_loop = loop
+        if full:
+            self._flush_pending()
+        elif schedule:
+            loop.call_later(self._delay_s, self._flush_pending)
+
+    def _flush_pending(self) -> None:
+        with self._lock:
+            spans, self._pending = self._pending, []
+            self._timer_loop = None
+        if spans:
+            self._export(spans)
+
+    def _export(self, spans: Sequence[ReadableSpan]) -> None:
+        try:
+            self._exporter.export(spans)
+        except Exception:  # an exporter bug must never fail a call or kill the loop's timer
+            logging.getLogger(__name__).exception("span export failed")
+
+    def shutdown(self) -> None:
+        self._flush_pending()
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._flush_pending()
+        return self._exporter.force_flush(timeout_millis)
+
+
 def otlp_endpoint() -> str | None:
     """The OTLP endpoint from the environment (traces-specific variable first), or None."""
     for name in (OTLP_TRACES_ENDPOINT_ENV, OTLP_ENDPOINT_ENV):
@@ -331,9 +396,9 @@ def setup_telemetry(
         telemetry = Telemetry(service_name, provider, "otlp", endpoint=endpoint)
     else:
         path = Path(span_file if span_file is not None else settings.telemetry.span_file)
-        # Simple (synchronous) processor: a span is in the file when it ends, so `agentmesh trace`
-        # and tests can read it right after the call; a local append is cheap.
-        provider.add_span_processor(SimpleSpanProcessor(JsonlSpanExporter(path)))
+        # Batched on the service's loop (written within 0.2 s of a span's end, at once off a loop);
+        # readers that need a span the moment its call returns call force_flush.
+        provider.add_span_processor(LoopBatchSpanProcessor(JsonlSpanExporter(path)))
         telemetry = Telemetry(service_name, provider, "jsonl", span_file=path)
     if set_global:
         trace.set_tracer_provider(provider)
@@ -416,12 +481,15 @@ class ServerSpanInterceptor(callctx.CallInterceptor):
 
     def __init__(self, tracer_provider: trace.TracerProvider) -> None:
         self._tracer = tracer_provider.get_tracer("agentmesh.server", __version__)
+        # The metadata keys the global propagator reads (traceparent, tracestate, baggage by default).
+        self._fields = frozenset(propagate.get_global_textmap().fields)
 
     async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not traced_method(method):
             return
-        carrier = {str(k): v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-        parent = propagate.extract(carrier)
+        carrier = {k: v for k, v in context.invocation_metadata() or () if k in self._fields and isinstance(v, str)}
+        # An edge call carries no trace headers: nothing to parse, the span is a root.
+        parent = propagate.extract(carrier) if carrier else otel_context.Context()
         service, _, name = method.lstrip("/").partition("/")
         attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
         attributes.update(_peer_attributes(context.peer() or ""))

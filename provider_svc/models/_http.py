@@ -25,6 +25,7 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 from agentmesh import __version__
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.exceptions import UpstreamError, error_from_status, malformed
+from provider_svc.models._net import AsyncioTransport
 from provider_svc.models.base import CallContext
 
 __all__ = ["USER_AGENT", "HttpBackend", "HttpTimeouts", "RawNumber", "dumps_raw", "environment_proxy", "loads_raw"]
@@ -136,9 +137,11 @@ class HttpBackend:
         # cost ~0.3 ms of CPU per call here (measured against AsyncClient.post on the same fake).
         self.proxy = environment_proxy(self._base_url)
         """The forward proxy the environment sets for this backend (as httpx.AsyncClient honours)."""
-        self._transport = transport or httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            proxy=self.proxy,
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        # Direct connections go through httpcore on plain asyncio (_net.py, ~0.2 ms of CPU less per
+        # call); a proxied backend keeps httpx's own transport, which speaks HTTP CONNECT and SOCKS.
+        self._transport = transport or (
+            httpx.AsyncHTTPTransport(limits=limits, proxy=self.proxy) if self.proxy else AsyncioTransport(limits)
         )
 
     async def aclose(self) -> None:
@@ -148,7 +151,14 @@ class HttpBackend:
         url = self._urls.get(path)
         if url is None:
             url = self._urls[path] = httpx.URL(self._base_url + path.lstrip("/"))
-        return httpx.Request("POST", url, content=body, headers=headers, extensions={"timeout": self._timeout(budget)})
+        # Host and Content-Length set here and the body handed over as a stream: httpx.Request
+        # would otherwise re-derive both from `content=` on every call (a third of its cost).
+        sent = headers.copy()
+        sent["host"] = url.netloc.decode("ascii")
+        sent["content-length"] = str(len(body))
+        return httpx.Request(
+            "POST", url, stream=httpx.ByteStream(body), headers=sent, extensions={"timeout": self._timeout(budget)}
+        )
 
     def scrub(self, text: str) -> str:
         """`text` without our credentials or anything that looks like an API key."""

@@ -110,10 +110,14 @@ class InstrumentedModel(WrapperModel):
                     span.add_event("gen_ai.attempt", event)
 
     def _succeeded(self, span: trace.Span, response: ModelResponse) -> None:
-        span.set_attribute(GEN_AI_RESPONSE_MODEL, response.provider_model or self.model_id)
-        span.set_attribute(GEN_AI_USAGE_INPUT_TOKENS, response.usage.input_tokens)
-        span.set_attribute(GEN_AI_USAGE_OUTPUT_TOKENS, response.usage.output_tokens)
-        span.set_attribute(GEN_AI_RESPONSE_FINISH_REASONS, [response.finish_reason.value])
+        span.set_attributes(
+            {
+                GEN_AI_RESPONSE_MODEL: response.provider_model or self.model_id,
+                GEN_AI_USAGE_INPUT_TOKENS: response.usage.input_tokens,
+                GEN_AI_USAGE_OUTPUT_TOKENS: response.usage.output_tokens,
+                GEN_AI_RESPONSE_FINISH_REASONS: [response.finish_reason.value],
+            }
+        )
 
     async def request(self, request: ModelRequest, ctx: CallContext) -> ModelResponse:
         with self._span(request, ctx) as span:

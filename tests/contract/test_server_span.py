@@ -16,7 +16,7 @@ import pytest
 
 from agentmesh.client import create_channel
 from agentmesh.config import Settings
-from agentmesh.telemetry import ATTR_REQUEST_ID, server_interceptors, setup_telemetry
+from agentmesh.telemetry import ATTR_REQUEST_ID, Telemetry, server_interceptors, setup_telemetry
 
 SERVICE = "test.Spans"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -46,8 +46,19 @@ async def stream(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]
         yield bytes([i])
 
 
+class SpanFile:
+    """The span file, read after a flush (spans are exported in batches on the loop)."""
+
+    def __init__(self, path: Path, telemetry: Telemetry) -> None:
+        self.path, self.telemetry = path, telemetry
+
+    def read_text(self) -> str:
+        self.telemetry.force_flush()
+        return self.path.read_text()
+
+
 @pytest.fixture
-async def spans(tmp_path: Path) -> AsyncIterator[tuple[grpc.aio.Channel, Path]]:
+async def spans(tmp_path: Path) -> AsyncIterator[tuple[grpc.aio.Channel, SpanFile]]:
     """A plain channel to the server (spans in spans.jsonl); an agentmesh channel is `.traced`."""
     settings = Settings(auth={"mode": "disabled"}, telemetry={"span_file": str(tmp_path / "spans.jsonl")})
     telemetry = setup_telemetry("svc-spans", settings, configure_logs=False)
@@ -61,13 +72,13 @@ async def spans(tmp_path: Path) -> AsyncIterator[tuple[grpc.aio.Channel, Path]]:
     traced = create_channel(f"127.0.0.1:{port}", settings, telemetry=telemetry)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         channel.traced = traced  # type: ignore[attr-defined]
-        yield channel, tmp_path / "spans.jsonl"
+        yield channel, SpanFile(tmp_path / "spans.jsonl", telemetry)
     await traced.close(None)
     await server.stop(0)
     telemetry.shutdown()
 
 
-def only_span(path: Path, method: str, kind: str = "SERVER") -> dict[str, Any]:
+def only_span(path: SpanFile, method: str, kind: str = "SERVER") -> dict[str, Any]:
     records: list[dict[str, Any]] = [json.loads(line) for line in path.read_text().splitlines()]
     matching = [r for r in records if r["name"] == f"/{SERVICE}/{method}" and r["kind"] == kind]
     assert len(matching) == 1, records
@@ -75,7 +86,7 @@ def only_span(path: Path, method: str, kind: str = "SERVER") -> dict[str, Any]:
 
 
 async def test_the_server_span_continues_the_callers_trace_with_rpc_attributes(
-    spans: tuple[grpc.aio.Channel, Path],
+    spans: tuple[grpc.aio.Channel, SpanFile],
 ) -> None:
     channel, path = spans
     metadata = (
@@ -94,7 +105,7 @@ async def test_the_server_span_continues_the_callers_trace_with_rpc_attributes(
     assert span["status"]["code"] == "UNSET"
 
 
-async def test_a_call_without_traceparent_starts_a_new_trace(spans: tuple[grpc.aio.Channel, Path]) -> None:
+async def test_a_call_without_traceparent_starts_a_new_trace(spans: tuple[grpc.aio.Channel, SpanFile]) -> None:
     channel, path = spans
     await channel.unary_unary(f"/{SERVICE}/Ok")(b"hi")  # type: ignore[call-arg]
     span = only_span(path, "Ok")
@@ -111,7 +122,7 @@ async def test_a_call_without_traceparent_starts_a_new_trace(spans: tuple[grpc.a
     ],
 )
 async def test_the_span_records_how_the_call_ended(
-    spans: tuple[grpc.aio.Channel, Path], method: str, code: grpc.StatusCode, status: str
+    spans: tuple[grpc.aio.Channel, SpanFile], method: str, code: grpc.StatusCode, status: str
 ) -> None:
     channel, path = spans
     with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -131,7 +142,7 @@ async def test_the_span_records_how_the_call_ended(
         assert "redis is down" in span["status"]["description"]
 
 
-async def test_a_streaming_call_has_one_span_covering_the_stream(spans: tuple[grpc.aio.Channel, Path]) -> None:
+async def test_a_streaming_call_has_one_span_covering_the_stream(spans: tuple[grpc.aio.Channel, SpanFile]) -> None:
     channel, path = spans
     replies = [r async for r in channel.unary_stream(f"/{SERVICE}/Stream")(b"x")]  # type: ignore[call-arg]
     assert replies == [b"\x00", b"\x01", b"\x02"]
@@ -143,7 +154,7 @@ async def test_a_streaming_call_has_one_span_covering_the_stream(spans: tuple[gr
     ("method", "code"), [("Ok", grpc.StatusCode.OK), ("Invalid", grpc.StatusCode.INVALID_ARGUMENT)]
 )
 async def test_our_channels_make_the_client_span_that_parents_the_server_span(
-    spans: tuple[grpc.aio.Channel, Path], method: str, code: grpc.StatusCode
+    spans: tuple[grpc.aio.Channel, SpanFile], method: str, code: grpc.StatusCode
 ) -> None:
     channel, path = spans
     call = channel.traced.unary_unary(f"/{SERVICE}/{method}")(b"x")  # type: ignore[attr-defined]
@@ -162,7 +173,7 @@ async def test_our_channels_make_the_client_span_that_parents_the_server_span(
     assert client["attributes"][ATTR_REQUEST_ID] == server["attributes"][ATTR_REQUEST_ID]
 
 
-async def test_a_streaming_client_span_ends_with_the_stream(spans: tuple[grpc.aio.Channel, Path]) -> None:
+async def test_a_streaming_client_span_ends_with_the_stream(spans: tuple[grpc.aio.Channel, SpanFile]) -> None:
     channel, path = spans
     replies = [r async for r in channel.traced.unary_stream(f"/{SERVICE}/Stream")(b"x")]  # type: ignore[attr-defined]
     assert len(replies) == 3

@@ -7,8 +7,8 @@ from typing import Any
 import grpc
 import pytest
 
-from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor
-from agentmesh.server import _collapse
+from agentmesh import callctx
+from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor, intercept_registrations
 
 
 class Recorder(CallInterceptor):
@@ -74,10 +74,40 @@ async def test_leave_is_told_what_ended_the_call() -> None:
     assert log == ["enter a", "enter b", "leave b after LookupError", "leave a after LookupError"]
 
 
-def test_collapse_keeps_order_and_merges_adjacent_call_interceptors() -> None:
+async def test_registered_and_generic_handlers_run_inside_the_chain_wrapped_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """intercept_registrations: both ways of registering a handler go through the chain, over a
+    real server, and a generic handler's method is wrapped once, not on every call."""
+    wraps: list[str] = []
+    wrap = callctx.wrap_handler
+
+    def counting_wrap(handler: Any, method: str, *args: Any) -> Any:
+        wraps.append(method)
+        return wrap(handler, method, *args)
+
+    monkeypatch.setattr(callctx, "wrap_handler", counting_wrap)
     log: list[str] = []
-    a, b, c = Recorder("a", log), Recorder("b", log), Recorder("c", log)
-    other = object()
-    collapsed = _collapse([other, a, b, other, c])
-    assert collapsed[0] is other and collapsed[2] is other and collapsed[3] is c
-    assert isinstance(collapsed[1], ChainedCallInterceptor) and collapsed[1].interceptors == [a, b]
+    chain = ChainedCallInterceptor([Recorder("a", log), Recorder("b", log)])
+    server: Any = grpc.aio.server()
+    intercept_registrations(server, chain)
+
+    async def echo(request: bytes, context: Any) -> bytes:
+        log.append("servicer")
+        return request
+
+    server.add_registered_method_handlers("pkg.Registered", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+    generic = grpc.method_handlers_generic_handler("pkg.Generic", {"Echo": grpc.unary_unary_rpc_method_handler(echo)})
+    server.add_generic_rpc_handlers((generic,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            untyped: Any = channel  # bytes in, bytes out: no (de)serializers
+            for service in ("pkg.Registered", "pkg.Generic", "pkg.Generic"):
+                log.clear()
+                assert await untyped.unary_unary(f"/{service}/Echo")(b"hi", timeout=10) == b"hi"
+                assert log == ["enter a", "enter b", "servicer", "leave b", "leave a"], service
+    finally:
+        await server.stop(None)
+    assert wraps == ["/pkg.Registered/Echo", "/pkg.Generic/Echo"]  # the second generic call reused its wrap

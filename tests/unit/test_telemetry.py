@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentmesh import callctx
 from agentmesh import telemetry as telemetry_module
@@ -21,6 +25,7 @@ from agentmesh.telemetry import (
     ATTR_REQUEST_ID,
     BAGGAGE_REQUEST_ID,
     JsonFormatter,
+    LoopBatchSpanProcessor,
     Telemetry,
     configure_logging,
     setup_telemetry,
@@ -205,3 +210,78 @@ def test_configure_logging_is_idempotent_and_writes_the_log_file(
     assert json.loads(file_lines[0])["message"] == "once"
     assert json.loads(file_lines[0])["n"] == 1
     assert json.loads(stderr.getvalue().splitlines()[-1])["service"] == "svc-log"
+
+
+# --- LoopBatchSpanProcessor ------------------------------------------------------------------------
+
+
+class _Recording(InMemorySpanExporter):
+    """Counts export calls (batches), so a test can tell one write of three spans from three."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+        self.fail = fail
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.batches.append(len(spans))
+        if self.fail:
+            raise OSError("disk full")
+        return super().export(spans)
+
+
+def _batched(delay_s: float = 60.0, max_batch: int = 512, fail: bool = False) -> tuple[TracerProvider, _Recording]:
+    exporter = _Recording(fail)
+    provider = TracerProvider()
+    provider.add_span_processor(LoopBatchSpanProcessor(exporter, delay_s=delay_s, max_batch=max_batch))
+    return provider, exporter
+
+
+def test_a_span_ended_off_a_loop_is_exported_at_once() -> None:
+    provider, exporter = _batched()
+    provider.get_tracer("t").start_span("sync").end()
+    assert [s.name for s in exporter.get_finished_spans()] == ["sync"]
+
+
+async def test_spans_ended_on_a_loop_are_written_together_after_the_delay() -> None:
+    provider, exporter = _batched(delay_s=0.05)
+    for name in ("a", "b", "c"):
+        provider.get_tracer("t").start_span(name).end()
+    assert exporter.get_finished_spans() == ()  # not on the calls' path
+    for _ in range(200):
+        if exporter.batches:
+            break
+        await asyncio.sleep(0.01)
+    assert exporter.batches == [3]
+    assert [s.name for s in exporter.get_finished_spans()] == ["a", "b", "c"]
+
+
+async def test_force_flush_writes_what_is_queued_and_a_full_batch_is_written_at_once() -> None:
+    provider, exporter = _batched(max_batch=2)
+    provider.get_tracer("t").start_span("a").end()
+    provider.get_tracer("t").start_span("b").end()  # the batch is full
+    assert exporter.batches == [2]
+    provider.get_tracer("t").start_span("c").end()
+    assert exporter.batches == [2]
+    assert provider.force_flush()
+    assert exporter.batches == [2, 1]
+
+
+def test_a_loop_that_closed_with_spans_queued_does_not_strand_the_next_loops_spans() -> None:
+    provider, exporter = _batched(delay_s=0.02)
+
+    async def end_span(name: str, wait: float) -> None:
+        provider.get_tracer("t").start_span(name).end()
+        await asyncio.sleep(wait)
+
+    asyncio.run(end_span("first", 0))  # this loop closes before its timer fires
+    asyncio.run(end_span("second", 0.2))  # a new timer on the new loop writes both
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["first", "second"]
+
+
+async def test_an_exporter_error_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    provider, exporter = _batched(max_batch=1, fail=True)
+    with caplog.at_level(logging.ERROR):
+        provider.get_tracer("t").start_span("a").end()  # would raise into the caller's code without the guard
+    assert exporter.batches == [1]
+    assert "span export failed" in caplog.text
