@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
+import time
 from pathlib import Path
 
 import grpc
@@ -27,6 +28,7 @@ from agentmesh.config import Settings
 from agentmesh.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
 from agentmesh.run_view import RunOutcome, format_event, format_plan, status_name, stream_task
 from agentmesh.supervisor import SERVICES, Supervisor, health_status
+from agentmesh.telemetry import SPAN_BATCH_DELAY_S
 from agentmesh.trace_view import trace_command
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 
@@ -161,6 +163,9 @@ def run_demo(settings: Settings, config: Path | None) -> int:
         checks["dangerous command never ran"] = shells == 0
 
         print(f"\n== trace of run 1 (request id {first.request_id})")
+        # Each service writes its spans in batches, within SPAN_BATCH_DELAY_S of their end: let
+        # the last batches of the four processes land before reading the file.
+        time.sleep(SPAN_BATCH_DELAY_S + 0.3)
         checks["waterfall drawn"] = trace_command(span_file, first.request_id) == 0
     except (RuntimeError, TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
         print(f"demo could not run: {exc}")

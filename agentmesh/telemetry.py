@@ -253,6 +253,10 @@ class JsonlSpanExporter(SpanExporter):
         return True
 
 
+SPAN_BATCH_DELAY_S = 0.2
+"""At most this long after a span ends (on a loop that is not blocked), it is in the span file."""
+
+
 class LoopBatchSpanProcessor(SpanProcessor):
     """Exports spans ended on an event loop in batches, from that loop, off every call's path.
 
@@ -266,7 +270,7 @@ class LoopBatchSpanProcessor(SpanProcessor):
     holds as with SimpleSpanProcessor.
     """
 
-    def __init__(self, exporter: SpanExporter, *, delay_s: float = 0.2, max_batch: int = 512) -> None:
+    def __init__(self, exporter: SpanExporter, *, delay_s: float = SPAN_BATCH_DELAY_S, max_batch: int = 512) -> None:
         self._exporter = exporter
         self._delay_s = delay_s
         self._max_batch = max_batch

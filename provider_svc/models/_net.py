@@ -89,6 +89,10 @@ class _StreamProtocol(asyncio.Protocol):
         finally:
             self._reader = None
 
+    @property
+    def write_paused(self) -> bool:
+        return self._writable is not None and not self._writable.done()
+
     async def wait_writable(self) -> None:
         if self._writable is not None and not self._writable.done():
             await self._writable
@@ -121,11 +125,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if self._transport.is_closing():
             raise httpcore.WriteError("connection closed")
         self._transport.write(buffer)
-        try:
-            async with asyncio.timeout(timeout):
-                await self._protocol.wait_writable()
-        except TimeoutError:
-            raise httpcore.WriteTimeout(f"could not send within {timeout}s") from None
+        if self._protocol.write_paused:  # the kernel buffer is full: wait for it to drain
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._protocol.wait_writable()
+            except TimeoutError:
+                raise httpcore.WriteTimeout(f"could not send within {timeout}s") from None
         if self._protocol.error is not None:
             raise httpcore.WriteError(str(self._protocol.error))
 

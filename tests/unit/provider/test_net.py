@@ -290,6 +290,20 @@ async def test_read_timeout(transport: AsyncioTransport) -> None:
         await asyncio.wait_for(srv.client_eof.wait(), _GUARD)
 
 
+async def _deaf(srv: _Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while not writer.is_closing():  # never reads (the client's send buffer fills up) until teardown
+        await asyncio.sleep(0.01)
+
+
+async def test_write_timeout_when_the_server_stops_reading(transport: AsyncioTransport) -> None:
+    timeout = {"connect": 1, "read": 1, "write": 0.2, "pool": 1}
+    async with _serve(_deaf) as srv:
+        with pytest.raises(httpx.WriteTimeout):
+            # Far more than the kernel buffers hold: the transport pauses writing and must time out.
+            await _fetch(transport, f"http://127.0.0.1:{srv.port}/", "POST", b"x" * (64 * 1024 * 1024),
+                         extensions={"timeout": timeout})  # fmt: skip
+
+
 async def test_nothing_listening_is_a_connect_error(transport: AsyncioTransport) -> None:
     with socket.socket() as sock:  # a port that was free a moment ago, and is closed now
         sock.bind(("127.0.0.1", 0))
