@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from agentmesh.store import Store
 from dispatcher_svc.model import EventKind, TaskEvent, event_from_json
 from dispatcher_svc.tasks import TaskStore
+
+FOREIGN_POLL_S = 0.5
+"""While a watched task runs in this process, how often the stream is read for events that other
+replicas commit (a CancelTask or ResolveApproval served elsewhere): their delay, at most."""
 
 
 def now_ms() -> int:
@@ -58,37 +63,69 @@ class EventLog:
         return event_from_json(task_id, sequence, fields[b"e"])
 
     async def watch(self, task_id: str, after: int = 0) -> AsyncIterator[TaskEvent]:
-        """Every event after `after`, then live ones, until the task's final event; heartbeats between."""
+        """Every event after `after`, then live ones, until the task's final event; heartbeats between.
+
+        Events this process commits come from its LocalFeed while the task runs here; everything
+        else (catching up, gaps, other replicas' commits) comes from the stream.
+        """
         after = max(after, 0)
-        status, last_sequence = await self.tasks.status(task_id)  # NotFoundError for an unknown task
-        key = self.store.keys.task_events(task_id)
-        last = after
-        first = True
-        if status.terminal and last_sequence <= after:
-            return  # nothing more will come
-        last_sent = time.monotonic()
-        while True:
-            async with self.store.guard("watch events"):
-                reply: Any = await self.store.redis.xread({key: f"0-{last}"}, count=256, block=self.block_ms)
-            entries = [entry for _, stream_entries in reply or () for entry in stream_entries]
-            for msg_id, fields in entries:
-                event = self._decode(task_id, msg_id, fields)
-                if event.sequence <= last:
+        feed = self.tasks.feed
+        with feed.subscribe(task_id) as local:
+            status, last_sequence = await self.tasks.status(task_id)  # NotFoundError for an unknown task
+            if status.terminal and last_sequence <= after:
+                return  # nothing more will come
+            last = after
+            must_read = True  # what happened before we subscribed is only in the stream
+            last_sent = time.monotonic()
+            while True:
+                mine = local.take()
+                if local.missed:
+                    local.missed = False
+                    must_read = True
+                if must_read:
+                    must_read = False
+                    stored = await self.read(task_id, last)
+                elif mine:
+                    stored = []
+                elif feed.is_running(task_id):
+                    wait_s = min(FOREIGN_POLL_S, max(0.0, self.heartbeat_interval_s - (time.monotonic() - last_sent)))
+                    if await local.wait(wait_s):
+                        continue
+                    stored = await self.read(task_id, last)  # another replica's commits (cancel, approval)
+                else:
+                    stored = await self._read_blocking(task_id, last)
+                delivered = False
+                # The stream is the truth: a jump in it means trimmed events; a jump in ours, a gap.
+                for candidate, from_stream in [*((e, True) for e in stored), *((e, False) for e in mine)]:
+                    event = candidate
+                    if event.sequence <= last:
+                        continue
+                    if event.sequence > last + 1:
+                        if not from_stream:
+                            must_read = True
+                            break
+                        if last == after:
+                            trimmed = str(event.sequence - after - 1)
+                            event = replace(event, attributes={**event.attributes, "events_trimmed": trimmed})
+                    last = event.sequence
+                    delivered = True
+                    yield event
+                    last_sent = time.monotonic()
+                    if is_final(event):
+                        return
+                if delivered or must_read:
                     continue
-                if first and event.sequence > after + 1:
-                    event.attributes["events_trimmed"] = str(event.sequence - after - 1)
-                first = False
-                last = event.sequence
-                yield event
-                last_sent = time.monotonic()
-                if is_final(event):
-                    return
-            if entries:
-                continue
-            if time.monotonic() - last_sent >= self.heartbeat_interval_s:
-                # The log may have been trimmed past a terminal event, or expired: stop then.
-                status, last_sequence = await self.tasks.status(task_id)
-                if status.terminal and last_sequence <= last:
-                    return
-                yield heartbeat(task_id)
-                last_sent = time.monotonic()
+                if time.monotonic() - last_sent >= self.heartbeat_interval_s:
+                    # The log may have been trimmed past a terminal event, or expired: stop then.
+                    status, last_sequence = await self.tasks.status(task_id)
+                    if status.terminal and last_sequence <= last:
+                        return
+                    yield heartbeat(task_id)
+                    last_sent = time.monotonic()
+
+    async def _read_blocking(self, task_id: str, after: int) -> list[TaskEvent]:
+        """Events above `after`, waiting up to `block_ms` for the first one."""
+        key = self.store.keys.task_events(task_id)
+        async with self.store.guard("watch events"):
+            reply: Any = await self.store.redis.xread({key: f"0-{after}"}, count=256, block=self.block_ms)
+        return [self._decode(task_id, msg_id, fields) for _, entries in reply or () for msg_id, fields in entries]

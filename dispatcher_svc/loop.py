@@ -9,6 +9,8 @@ task over resumes from the last checkpoint and neither repeats an event nor a si
   idempotency key, and tool_svc replays the finished outcome instead of running it twice;
 - an append to the session log that may or may not have landed is detected by comparing the
   session's message count with the count the checkpoint expected (`Cursor.ctx_count`).
+A step's first checkpoint overlaps its read-only calls (BuildContext, DiscoverTools) and is
+settled before Generate; every other checkpoint is awaited where it is made.
 
 The loop owns no grpc: it talks to the other services through `ports.Ports`.
 """
@@ -168,22 +170,25 @@ class AgentLoop:
         parent, links = _trace_parent(record)
         token = otel_context.attach(parent)
         try:
-            with self.tracer.start_as_current_span(
-                f"invoke_agent {agent.id}",
-                kind=SpanKind.INTERNAL,
-                links=links,
-                # Ending a run (even by failing the task) is not an exception of the span.
-                record_exception=False,
-                set_status_on_exception=False,
-                attributes={
-                    GEN_AI_OPERATION_NAME: "invoke_agent",
-                    GEN_AI_AGENT_ID: agent.id,
-                    GEN_AI_CONVERSATION_ID: record.session_id,
-                    ATTR_TASK_ID: record.task_id,
-                    ATTR_REQUEST_ID: record.request_id,
-                    "agentmesh.task.run": record.runs,
-                },
-            ) as span:
+            with (
+                self.tasks.feed.running(record.task_id),
+                self.tracer.start_as_current_span(
+                    f"invoke_agent {agent.id}",
+                    kind=SpanKind.INTERNAL,
+                    links=links,
+                    # Ending a run (even by failing the task) is not an exception of the span.
+                    record_exception=False,
+                    set_status_on_exception=False,
+                    attributes={
+                        GEN_AI_OPERATION_NAME: "invoke_agent",
+                        GEN_AI_AGENT_ID: agent.id,
+                        GEN_AI_CONVERSATION_ID: record.session_id,
+                        ATTR_TASK_ID: record.task_id,
+                        ATTR_REQUEST_ID: record.request_id,
+                        "agentmesh.task.run": record.runs,
+                    },
+                ) as span,
+            ):
                 result = await run.execute()
                 span.set_attribute("agentmesh.task.result", result.value)
                 span.set_attribute("agentmesh.task.status", run.status.name)
@@ -231,6 +236,8 @@ class _Run:
         self._tools_seen: dict[str, ToolInfo] = {}
         self._all_tools: list[ToolInfo] | None = None
         self._discovered: list[ToolInfo] | None = None
+        # A step-start checkpoint still on its way to Redis (see `checkpoint_behind`).
+        self._in_flight: asyncio.Task[None] | None = None
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -277,6 +284,37 @@ class _Run:
         status: TaskStatus | None = None,
         **fields: object,
     ) -> None:
+        await self.settle()
+        await self._write(*self._checkpoint(events, status, fields))
+
+    def checkpoint_behind(self, events: Sequence[TaskEvent]) -> None:
+        """Starts a checkpoint without waiting for it; `settle()` waits for it.
+
+        Only read-only calls (BuildContext, DiscoverTools) may overlap it: whatever has an effect,
+        or costs money (Generate), comes after `settle()`, so a stale owner is still stopped before
+        it does anything, and a crash meanwhile resumes from the previous checkpoint as before.
+        """
+        assert self._in_flight is None, "one checkpoint in flight at a time"
+        # Serialised now: the cursor changes while the write is on its way.
+        self._in_flight = asyncio.ensure_future(self._write(*self._checkpoint(events, None, {})))
+
+    async def settle(self) -> None:
+        """Waits for the checkpoint in flight, if any, raising what it raised (StaleOwnerError)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            await in_flight
+
+    def _abandon_in_flight(self) -> None:
+        """The run ends with a checkpoint still in flight: it completes on its own (a commit is
+        atomic); its outcome no longer matters to this run, but must not go unobserved."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    def _checkpoint(
+        self, events: Sequence[TaskEvent], status: TaskStatus | None, fields: dict[str, object]
+    ) -> tuple[dict[str, str], Sequence[TaskEvent], int]:
+        """The hash fields, events and TTL of a commit of the current state."""
         if status is not None:
             self.status = status
         values = fields_of(
@@ -291,12 +329,11 @@ class _Run:
         parked = status == TaskStatus.WAITING_APPROVAL
         if terminal or parked:
             values["lease_until"] = "0"
+        return values, tuple(events), self.settings.task_ttl_s if terminal else 0
+
+    async def _write(self, values: dict[str, str], events: Sequence[TaskEvent], ttl_s: int) -> None:
         result = await self.loop.tasks.commit(
-            self.record.task_id,
-            fence=self.fence,
-            fields=values,
-            events=events,
-            ttl_s=self.settings.task_ttl_s if terminal else 0,
+            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s
         )
         self.record.last_sequence = result.last_sequence
 
@@ -416,6 +453,8 @@ class _Run:
         except StaleOwnerError as exc:
             log.info("task %s: stopping, %s", self.record.task_id, exc)
             return RunResult.STALE
+        finally:
+            self._abandon_in_flight()
         raise AssertionError("unreachable")
 
     async def advance(self) -> None:
@@ -464,7 +503,9 @@ class _Run:
         c.reply = None
         c.reply_appended = False
         c.calls = []
-        await self.commit([*prefix, self.event(EventKind.STEP_STARTED, f"step {c.step}")])
+        # Overlaps the step's BuildContext and DiscoverTools; think() settles it before Generate.
+        await self.settle()
+        self.checkpoint_behind([*prefix, self.event(EventKind.STEP_STARTED, f"step {c.step}")])
 
     async def think(self) -> None:
         """BuildContext, DiscoverTools, budget guard, Generate; the reply is checkpointed before any tool runs."""
@@ -474,6 +515,7 @@ class _Run:
             lambda o: self.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
         )
         offered = await self.offer_tools()
+        await self.settle()
         over = guards.budget(
             spent=self.usage.total_tokens,
             prompt_tokens=view.total_tokens,

@@ -30,6 +30,7 @@ import redis.exceptions as rexc
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, FailedPreconditionError, NotFoundError, Violation
 from agentmesh.store import Store
+from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import (
     ModelReply,
     PendingApproval,
@@ -408,9 +409,11 @@ class CommitResult:
 class TaskStore:
     """Reads and fenced writes of task hashes and event streams."""
 
-    def __init__(self, store: Store, settings: DispatcherSettings) -> None:
+    def __init__(self, store: Store, settings: DispatcherSettings, feed: LocalFeed | None = None) -> None:
         self.store = store
         self.settings = settings
+        self.feed = feed if feed is not None else LocalFeed()
+        """Where this process's committed events are also published (to its own watchers)."""
         self._commit = store.script("dispatcher_commit", COMMIT_LUA)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
@@ -534,6 +537,9 @@ class TaskStore:
         code, current_fence, status_num, last_seq = (int(x) for x in reply)
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:
+            if events:
+                first = last_seq - len(events) + 1
+                self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)])
             return CommitResult(current_fence, status, last_seq)
         if code == _STALE:
             raise StaleOwnerError(

