@@ -285,3 +285,20 @@ async def test_an_exporter_error_is_logged_not_raised(caplog: pytest.LogCaptureF
         provider.get_tracer("t").start_span("a").end()  # would raise into the caller's code without the guard
     assert exporter.batches == [1]
     assert "span export failed" in caplog.text
+
+
+def test_the_standard_sampler_variables_apply(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # README: a busy deployment samples with OTEL_TRACES_SAMPLER; a parent's decision is kept.
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    path = tmp_path / "s.jsonl"
+    tel = setup_telemetry("svc-sampled", _settings(), span_file=path, configure_logs=False)
+    try:
+        tracer = tel.tracer_provider.get_tracer("t")
+        with tracer.start_as_current_span("root") as root:
+            assert not root.is_recording()
+            tracer.start_span("child").end()
+        tel.tracer_provider.force_flush()
+        assert not path.exists() or _read(path) == []
+    finally:
+        tel.shutdown()
