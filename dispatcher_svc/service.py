@@ -191,7 +191,11 @@ class Dispatcher:
             message=f"status PENDING: task created for agent {agent.id}",
             attributes={"agent_id": agent.id, "request_id": request_id},
         )
-        if not await self.tasks.create(task_id, fields, created, self.queue):
+        with self.worker.slot() as take:
+            outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take)
+            # Spawned inside the block: the slot passes to the run without a gap.
+            self.worker.take(outcome.taken)
+        if not outcome.created:
             return await self._start_existing(task_id, agent.id, goal)
         return Task(
             task_id=task_id,

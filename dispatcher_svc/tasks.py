@@ -129,6 +129,19 @@ redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
 return {1, fence, redis.call('HGETALL', KEYS[1])}
 """
 
+ENQUEUE_LUA = """
+-- Queues a task; given a group and consumer, also reads the next new entry for that consumer in
+-- the same atomic step, before a blocked reader of another replica is served: the replica that
+-- accepted the task runs it when it has room (and its watchers get the events from memory).
+-- KEYS[1]: the tasks stream. ARGV: task id, group ('' = only queue), consumer.
+-- Returns {entry id} or {entry id, {{id, {field, value, ...}}, ...}}.
+local id = redis.call('XADD', KEYS[1], '*', 'task', ARGV[1])
+if ARGV[2] == '' then return {id} end
+local read = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
+if type(read) ~= 'table' or read.err then return {id} end  -- nothing new, or no group yet
+return {id, read[1][2]}
+"""
+
 TOUCH_LUA = """
 -- Renews this consumer's claim on a queue entry, only if it still holds it.
 -- KEYS[1]: the tasks stream. ARGV: group, consumer, entry id. Returns 1 if renewed.
@@ -400,6 +413,16 @@ def fields_of(
 
 
 @dataclass(frozen=True)
+class Created:
+    """What `TaskStore.create` did."""
+
+    created: bool
+    """False: a task with this id existed already (the queue got a harmless extra entry)."""
+    taken: list[tuple[str, str]]
+    """Queue entries (entry id, task id) read for this replica in the same step, to run here."""
+
+
+@dataclass(frozen=True)
 class CommitResult:
     fence: int
     status: TaskStatus
@@ -469,34 +492,43 @@ class TaskStore:
         return TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
 
     async def load_scripts(self) -> None:
-        """Loads the commit script, which `create` sends by SHA inside a pipeline: a NOSCRIPT there
-        would queue the task's entry before the task exists."""
+        """Loads the scripts `create` sends by SHA inside a pipeline (a NOSCRIPT there is recovered
+        from, but costs a second round trip)."""
         async with self.store.guard("load scripts"):
             await self.store.redis.script_load(COMMIT_LUA)
+            await self.store.redis.script_load(ENQUEUE_LUA)
 
-    async def create(self, task_id: str, fields: Mapping[str, str], event: TaskEvent, queue: TaskQueue) -> bool:
-        """Creates the task and queues it in one round trip; False (and a harmless extra queue entry)
-        when a task with this id exists already."""
+    async def create(
+        self, task_id: str, fields: Mapping[str, str], event: TaskEvent, queue: TaskQueue, *, take: bool = False
+    ) -> Created:
+        """Creates the task and queues it in one round trip; with `take`, also reads the next new
+        queue entry for this replica (normally this task's own) in that round trip."""
         args: list[str | int] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields)]
         for key, value in fields.items():
             args += [key, value]
         args.append(event_to_json(event))
         keys = self._keys(task_id)
+        queue_args = [task_id, queue.group if take else "", queue.consumer]
         async with self.store.guard("create task"):
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
             pipe.evalsha(self._commit.sha, len(keys), *keys, *args)
-            pipe.xadd(queue.key, {"task": task_id})
-            try:
-                replies: Any = await pipe.execute()
-            except rexc.NoScriptError:
-                # Redis restarted or was flushed since the script was loaded: load it and go on. The
-                # pipeline's entry went out before the task existed; its run finds nothing and this
-                # second entry (deferred by the worker while that run lasts) runs the task.
-                reply: Any = await self._commit(keys=keys, args=args)
-                await self.store.redis.xadd(queue.key, {"task": task_id})
-                return int(reply[0]) == _OK
-        return int(replies[0][0]) == _OK
+            pipe.evalsha(queue.enqueue_script.sha, 1, queue.key, *queue_args)
+            commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
+            if isinstance(commit_reply, rexc.NoScriptError) or isinstance(queue_reply, rexc.NoScriptError):
+                # Redis restarted or was flushed since the scripts were loaded. If the entry went out
+                # before the task existed, another replica's run of it finds nothing: so create the
+                # task now (the Script objects load themselves), then queue it (again).
+                if isinstance(commit_reply, rexc.NoScriptError):
+                    commit_reply = await self._commit(keys=keys, args=args)
+                taken = _taken(queue_reply) if not isinstance(queue_reply, Exception) else []
+                queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
+            else:
+                taken = []
+            for reply in (commit_reply, queue_reply):
+                if isinstance(reply, Exception):
+                    raise reply
+        return Created(created=int(commit_reply[0]) == _OK, taken=taken + _taken(queue_reply))
 
     async def redis_time_ms(self) -> int:
         now: Any = await self.store.call("time", self.store.redis.time())
@@ -586,6 +618,19 @@ def _waiting_member(task_id: str, approval_id: str) -> str:
     return f"{task_id} {approval_id}"  # task ids never hold a space
 
 
+def _taken(reply: Any) -> list[tuple[str, str]]:
+    """The entries an ENQUEUE_LUA reply read for this replica (entry id, task id)."""
+    if len(reply) < 2 or not reply[1]:
+        return []
+    found = []
+    for msg_id, flat in reply[1]:
+        values = dict(zip(flat[::2], flat[1::2], strict=True))
+        task = values.get(b"task")
+        if task:
+            found.append((msg_id.decode(), task.decode()))
+    return found
+
+
 class TaskQueue:
     """The `am:tasks` stream and its consumer group: who works on which task."""
 
@@ -595,6 +640,7 @@ class TaskQueue:
         self.consumer = consumer
         self.key = store.keys.tasks_stream()
         self._touch = store.script("dispatcher_touch", TOUCH_LUA)
+        self.enqueue_script = store.script("dispatcher_enqueue", ENQUEUE_LUA)
 
     async def ensure_group(self) -> None:
         """Creates the consumer group (from the stream's start, so nothing queued is missed)."""

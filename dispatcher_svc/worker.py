@@ -7,6 +7,8 @@
 - While a task runs, its lease and queue entry are renewed every `claim_idle_s / 3`; when the
   renewal finds the fence moved (another owner, or a cancellation) the run is cancelled at once.
 - At most `max_concurrent_tasks` run at a time; further entries stay in the stream for other replicas.
+  A task this replica queues itself (StartTask, RunTask) is read for it in the same step when it
+  has room (`slot`), so the replica that accepted a task normally runs it.
 - On shutdown each running task is handed back: cancelled, its lease released and the task
   re-queued, so another replica continues it at once instead of after the idle timeout.
 - Every `approval_sweep_interval_s` the expiry sweeper (`sweep`, Dispatcher.sweep_approvals) resumes
@@ -19,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
@@ -82,6 +84,8 @@ class Worker:
         self._loops: list[asyncio.Task[None]] = []
         self._ack = tasks.store.script("dispatcher_ack_if_mine", ACK_IF_MINE_LUA)
         self._stopping = False
+        self._reserved = 0
+        """Slots held for tasks this replica is queueing and means to run itself (`slot`)."""
 
     @property
     def running(self) -> int:
@@ -117,7 +121,45 @@ class Worker:
             log.warning("%d %s did not stop within %.0fs; leaving them", len(pending), what, STOP_TIMEOUT_S)
 
     def _free(self) -> int:
-        return self.settings.max_concurrent_tasks - len(self._running)
+        return self.settings.max_concurrent_tasks - len(self._running) - self._reserved
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[bool]:
+        """Holds a slot while a task is being queued: True if this replica will take it up (it is
+        running and has room). Entries read for it go to `take`, inside the block."""
+        if self._stopping or not self._loops or self._free() <= 0:
+            yield False
+            return
+        self._reserved += 1
+        try:
+            yield True
+        finally:
+            self._reserved -= 1
+            self._slot_freed.set()
+
+    def take(self, entries: list[tuple[str, str]]) -> None:
+        """Runs the entry `slot`'s holder read for this replica (entry id, task id): in its slot."""
+        for msg_id, task_id in entries:
+            self._spawn(msg_id, task_id, claimed=False)
+
+    def _admit(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
+        """Runs an entry the read or claim loop got, or, with no room left, queues it again for
+        the other replicas. (A read asks for the room there was when it began to wait; a task
+        queued here meanwhile may have taken that.)"""
+        if task_id in self._running or self._free() > 0:
+            self._spawn(msg_id, task_id, claimed=claimed)  # (a second entry of a running task waits there)
+            return
+        requeue = asyncio.create_task(self._requeue(msg_id, task_id))
+        self._background.add(requeue)
+        requeue.add_done_callback(self._background.discard)
+
+    async def _requeue(self, msg_id: str, task_id: str) -> bool:
+        try:
+            await self.queue.enqueue(task_id)  # first: a crash in between leaves a duplicate, never nothing
+        except UnavailableError as exc:
+            log.warning("task %s: cannot queue it again (%s); it will be claimed after the idle timeout", task_id, exc)
+            return False
+        return await self._ack_if_mine(msg_id)
 
     async def _read_loop(self) -> None:
         # The flag as well as cancellation: the Redis client sometimes swallows a cancel mid-command.
@@ -139,7 +181,7 @@ class Worker:
                 await asyncio.sleep(1.0)
                 continue
             for msg_id, task_id in entries:
-                self._spawn(msg_id, task_id, claimed=False)
+                self._admit(msg_id, task_id, claimed=False)
 
     async def _claim_loop(self) -> None:
         while not self._stopping:
@@ -157,7 +199,7 @@ class Worker:
                 continue
             for msg_id, task_id in entries:
                 log.info("claimed task %s (entry %s) after its owner went idle", task_id, msg_id)
-                self._spawn(msg_id, task_id, claimed=True)
+                self._admit(msg_id, task_id, claimed=True)
 
     async def _sweep_loop(self, sweep: Callable[[], Awaitable[int]]) -> None:
         # Also checks the flag: the Redis client sometimes swallows a cancellation mid-command.
@@ -275,10 +317,10 @@ class Worker:
                 renewer.cancel()
             self._stale.discard(task_id)
             self._running.pop(task_id, None)
-            self._slot_freed.set()
             deferred = self._deferred.pop(task_id, None)
             if deferred is not None:
                 self._spawn(deferred[0], task_id, claimed=deferred[1])
+            self._slot_freed.set()
 
     async def _renew(self, msg_id: str, lease: Lease, run: asyncio.Task[None]) -> None:
         interval = self.settings.claim_idle_s / 3

@@ -409,3 +409,36 @@ async def test_a_frozen_owner_that_wakes_up_writes_nothing(make_rig: MakeRig) ->
     assert log_before == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert tools.runs["notify"] == 2
     assert (await b.dispatcher.get_task(task_id)).last_sequence == events[-1].sequence
+
+
+def _owner(events: list[TaskEvent]) -> str:
+    running = [e for e in events if e.kind == EventKind.STATUS and e.status == TaskStatus.RUNNING]
+    assert running, [e.message for e in events]
+    return running[0].attributes["owner"]
+
+
+async def test_the_replica_that_queues_a_task_runs_it_when_it_has_room(make_rig: MakeRig) -> None:
+    # B's reader is blocked on the queue first; without the read in the queueing step Redis would
+    # hand B the entries (it serves blocked readers first come, first served).
+    b = await make_rig(lambda p: reply(text="ok"))
+    await asyncio.sleep(0.1)
+    a = await make_rig(lambda p: reply(text="ok"))
+    for i in range(6):
+        task_id = await a.start(f"goal {i}")
+        assert _owner(await a.events(task_id)) == a.dispatcher.worker.consumer
+    assert b.provider.calls == 0
+
+
+async def test_a_full_replica_leaves_the_task_it_queues_to_another(make_rig: MakeRig) -> None:
+    a = await make_rig(lambda p: reply(text="ok"), dispatcher={"max_concurrent_tasks": 1})
+    b = await make_rig(lambda p: reply(text="ok"))
+    a.provider.delay_s = 0.5  # A's one slot stays busy while the second task is queued
+    busy = await a.start("keep a busy")
+
+    async def a_is_full() -> bool:
+        return a.dispatcher.worker.running == 1
+
+    await _wait(a_is_full)
+    other = await a.start("queued while a is full")
+    assert _owner(await a.events(other)) == b.dispatcher.worker.consumer
+    assert (await a.events(busy))[-1].status == TaskStatus.SUCCEEDED
