@@ -7,8 +7,8 @@ the downstream services are either
   step time is the dispatcher's own orchestration plus the raw RPCs it makes; or
 - `real`: context_svc, tool_svc (calculator) and provider_svc (scripted) themselves, in process.
 Each task is measured from RunTask to its final event, at 1 and 32 concurrent tasks. The floor is
-`RPCs per step` bare unary round trips (no interceptors, same machine, same run) at the same
-concurrency: the step ratio = step p50 / floor p50.
+`RPCs per step` bare unary round trips (no interceptors, same machine, same run, measured in
+rounds alternating with the tasks') at the same concurrency: the step ratio = step p50 / floor p50.
 
 Run: `.venv/bin/python bench/bench_step.py [--tasks 200] [--mode minimal|real|both]`.
 """
@@ -49,7 +49,7 @@ from agentmesh.v1 import (
     tool_pb2,
     tool_pb2_grpc,
 )
-from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table
+from bench.common import BENCH_DIR, STATS_HEADER, BareEchoServer, Stats, bar_plot, sample, stats_of, table
 
 AUTH_KEY = "bench-step-key-" + "b" * 32
 D = dispatcher_pb2
@@ -248,6 +248,44 @@ async def _redis_commands(url: str) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()}
 
 
+ROUNDS = {1: 5, 32: 2}
+"""Tasks and bare round trips are measured in alternating rounds, so a change in the machine's
+speed during the run (common on shared machines) weighs on both sides of the ratio alike. Fewer
+at 32: each round ramps up to 32 in flight and down again, which a short round would overweigh."""
+
+
+async def interleaved(
+    one_task: Callable[[], Awaitable[None]], *, tasks: int, roundtrips: int, concurrency: int, mode: str
+) -> tuple[Stats, Stats]:
+    """Stats of `tasks` tasks and of `roundtrips` bare round trips, in alternating rounds (ROUNDS)."""
+    rounds = ROUNDS.get(concurrency, 1)
+    task_latencies: list[float] = []
+    bare_latencies: list[float] = []
+    task_s = bare_s = 0.0
+    payload = b"x" * 64
+    async with BareEchoServer() as server, grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
+
+        async def roundtrip() -> None:
+            await echo(payload)
+
+        for _ in range(5):
+            await one_task()
+        for _ in range(20):
+            await roundtrip()
+        for _ in range(rounds):
+            latencies, elapsed = await sample(one_task, calls=tasks // rounds, concurrency=concurrency)
+            task_latencies += latencies
+            task_s += elapsed
+            latencies, elapsed = await sample(roundtrip, calls=roundtrips // rounds, concurrency=concurrency)
+            bare_latencies += latencies
+            bare_s += elapsed
+    return (
+        stats_of(f"task ({mode})", concurrency, task_latencies, task_s),
+        stats_of("bare gRPC round trip", concurrency, bare_latencies, bare_s),
+    )
+
+
 async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats], dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-step-{mode}-"))
     if mode == "minimal":
@@ -295,7 +333,9 @@ async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats
             facts["rpcs_per_task"] = rpcs_per_task
             for concurrency in (1, 32):
                 n = tasks if concurrency == 1 else tasks * 2
-                stats = await measure(f"task ({mode})", one_task, calls=n, concurrency=concurrency, warmup=5)
+                stats, bare = await interleaved(
+                    one_task, tasks=n, roundtrips=max(400, n * 4), concurrency=concurrency, mode=mode
+                )
                 per_step = Stats(
                     name=f"agent step ({mode})",
                     concurrency=concurrency,
@@ -305,7 +345,6 @@ async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats
                     mean_ms=stats.mean_ms / steps,
                     throughput_per_s=stats.throughput_per_s * steps,
                 )
-                bare = await bare_roundtrip(calls=max(400, n * 4), concurrency=concurrency)
                 rpcs_per_step = (rpcs_per_task + 1) / steps  # + the client's RunTask
                 floor = Stats(
                     name=f"{rpcs_per_step:.1f} bare round trips",

@@ -55,12 +55,9 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
-async def measure(
-    name: str, call: Callable[[], Awaitable[Any]], *, calls: int, concurrency: int, warmup: int = 20
-) -> Stats:
-    """Runs `call` `calls` times from `concurrency` workers; latency per call, throughput overall."""
-    for _ in range(warmup):
-        await call()
+async def sample(call: Callable[[], Awaitable[Any]], *, calls: int, concurrency: int) -> tuple[list[float], float]:
+    """Runs `call` `calls` times from `concurrency` workers: each call's latency (ms), and the
+    seconds the whole batch took."""
     latencies: list[float] = []
     remaining = calls
 
@@ -74,7 +71,11 @@ async def measure(
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - began
+    return latencies, time.perf_counter() - began
+
+
+def stats_of(name: str, concurrency: int, latencies: Sequence[float], elapsed_s: float) -> Stats:
+    """Stats of measured latencies (ms) that took `elapsed_s` in all."""
     return Stats(
         name=name,
         concurrency=concurrency,
@@ -82,8 +83,18 @@ async def measure(
         p50_ms=percentile(latencies, 0.50),
         p99_ms=percentile(latencies, 0.99),
         mean_ms=statistics.fmean(latencies),
-        throughput_per_s=len(latencies) / elapsed,
+        throughput_per_s=len(latencies) / elapsed_s,
     )
+
+
+async def measure(
+    name: str, call: Callable[[], Awaitable[Any]], *, calls: int, concurrency: int, warmup: int = 20
+) -> Stats:
+    """Runs `call` `calls` times from `concurrency` workers; latency per call, throughput overall."""
+    for _ in range(warmup):
+        await call()
+    latencies, elapsed = await sample(call, calls=calls, concurrency=concurrency)
+    return stats_of(name, concurrency, latencies, elapsed)
 
 
 class BareEchoServer:
