@@ -46,7 +46,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -428,12 +428,28 @@ def _valid(value: Any, schema: Mapping[str, Any] | None) -> bool:
     if not schema:
         return True
     try:
-        jsonschema.validate(value, dict(schema))
-    except jsonschema.ValidationError:
-        return False
-    except Exception:  # a bad or unresolvable (sub)schema ($ref) cannot judge the value
+        validator = _validator(json.dumps(schema, sort_keys=True))
+    except (TypeError, ValueError):  # not JSON: nothing to judge the value by
         return True
-    return True
+    if validator is None:
+        return True
+    try:
+        return bool(validator.is_valid(value))
+    except Exception:  # an unresolvable (sub)schema ($ref) cannot judge the value
+        return True
+
+
+@lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Any:
+    """A validator of the schema (checked once, not per value as `jsonschema.validate` does: that
+    check was most of a Generate's time), or None for a schema that is itself invalid."""
+    schema = json.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError:
+        return None
+    return cls(schema)
 
 
 # Arithmetic in a goal ("what is 17*23", "sqrt(2) * 10"): runs of numbers, operators and the math
