@@ -442,3 +442,26 @@ async def test_a_full_replica_leaves_the_task_it_queues_to_another(make_rig: Mak
     other = await a.start("queued while a is full")
     assert _owner(await a.events(other)) == b.dispatcher.worker.consumer
     assert (await a.events(busy))[-1].status == TaskStatus.SUCCEEDED
+
+
+async def test_an_entry_read_without_room_is_queued_again_for_the_other_replicas(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="ok"), dispatcher={"max_concurrent_tasks": 1}, start=False)
+    worker, queue, redis = rig.dispatcher.worker, rig.dispatcher.queue, rig.store.redis
+    await queue.ensure_group()
+    busy: asyncio.Task[None] = asyncio.create_task(asyncio.sleep(3600))
+    worker._running["t-busy"] = busy  # its one slot is taken, as by a run in progress
+    try:
+        first = await queue.enqueue("t-late")
+        # Read for this replica while it had no room (a blocked read that began when it had some).
+        assert await queue.read(1, 10) == [(first, "t-late")]
+        worker._admit(first, "t-late", claimed=False)
+        await asyncio.gather(*worker._background)
+        assert "t-late" not in worker._running
+        # Its entry is acknowledged and gone; a new one waits for any replica with room.
+        assert (await redis.xpending(queue.key, queue.group))["pending"] == 0
+        entries: Any = await redis.xrange(queue.key)
+        assert [(msg_id.decode(), fields[b"task"]) for msg_id, fields in entries] not in ([], [(first, b"t-late")])
+        assert [fields[b"task"] for _, fields in entries] == [b"t-late"]
+    finally:
+        busy.cancel()
+        worker._running.clear()
