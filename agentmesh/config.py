@@ -202,6 +202,9 @@ class DispatcherSettings(_Section):
     """How often a replica looks for orphaned tasks (XAUTOCLAIM)."""
     heartbeat_interval_s: float = Field(5.0, gt=0)
     """An idle WatchTask/RunTask stream gets a heartbeat this often."""
+    foreign_event_poll_s: float = Field(0.5, gt=0)
+    """While a watched task runs on this replica (its events reach the watcher from memory), how
+    often Redis is read for events another replica writes (CancelTask, ResolveApproval served there)."""
     event_maxlen: int = Field(10_000, ge=100)
     """Events kept per task (stream MAXLEN, approximate)."""
     max_contract_retries: int = Field(2, ge=0, le=10)

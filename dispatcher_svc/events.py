@@ -24,7 +24,8 @@ from dispatcher_svc.tasks import TaskStore
 
 FOREIGN_POLL_S = 0.5
 """While a watched task runs in this process, how often the stream is read for events that other
-replicas commit (a CancelTask or ResolveApproval served elsewhere): their delay, at most."""
+replicas commit (a CancelTask or ResolveApproval served elsewhere): their delay, at most. The
+default of `dispatcher.foreign_event_poll_s`."""
 
 
 def now_ms() -> int:
@@ -44,10 +45,13 @@ def is_final(event: TaskEvent) -> bool:
 class EventLog:
     """Reads the events of tasks."""
 
-    def __init__(self, store: Store, tasks: TaskStore, heartbeat_interval_s: float) -> None:
+    def __init__(
+        self, store: Store, tasks: TaskStore, heartbeat_interval_s: float, foreign_poll_s: float | None = None
+    ) -> None:
         self.store = store
         self.tasks = tasks
         self.heartbeat_interval_s = heartbeat_interval_s
+        self.foreign_poll_s = FOREIGN_POLL_S if foreign_poll_s is None else foreign_poll_s
         # A blocking read must end before the socket timeout, or redis-py reports a dead server.
         self.block_ms = max(10, int(min(heartbeat_interval_s, store.settings.socket_timeout_s * 0.5) * 1000))
 
@@ -88,7 +92,8 @@ class EventLog:
                 elif mine:
                     stored = []
                 elif feed.is_running(task_id):
-                    wait_s = min(FOREIGN_POLL_S, max(0.0, self.heartbeat_interval_s - (time.monotonic() - last_sent)))
+                    until_heartbeat = self.heartbeat_interval_s - (time.monotonic() - last_sent)
+                    wait_s = min(self.foreign_poll_s, max(0.0, until_heartbeat))
                     if await local.wait(wait_s):
                         continue
                     stored = await self.read(task_id, last)  # another replica's commits (cancel, approval)

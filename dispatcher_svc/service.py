@@ -108,7 +108,7 @@ class Dispatcher:
         self.ports = ports
         self.agents = AgentRegistry(settings.agents)
         self.tasks = TaskStore(store, ds)
-        self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s)
+        self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s, ds.foreign_event_poll_s)
         consumer = ds.consumer_name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.queue = TaskQueue(store, ds.consumer_group, consumer)
         self.loop = AgentLoop(

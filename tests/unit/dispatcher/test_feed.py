@@ -160,8 +160,10 @@ def test_running_nests_per_task() -> None:
 class CountingLog(EventLog):
     """An EventLog that counts its stream reads: XRANGE (`read`) and XREAD BLOCK (`_read_blocking`)."""
 
-    def __init__(self, store: Store, tasks: TaskStore, heartbeat_interval_s: float) -> None:
-        super().__init__(store, tasks, heartbeat_interval_s)
+    def __init__(
+        self, store: Store, tasks: TaskStore, heartbeat_interval_s: float, foreign_poll_s: float | None = None
+    ) -> None:
+        super().__init__(store, tasks, heartbeat_interval_s, foreign_poll_s)
         self.reads: Counter[str] = Counter()
 
     async def read(self, task_id: str, after: int = 0, count: int = 1000) -> list[TaskEvent]:
@@ -173,10 +175,12 @@ class CountingLog(EventLog):
         return await super()._read_blocking(task_id, after)
 
 
-def replica(store: Store, feed: LocalFeed | None = None) -> tuple[TaskStore, CountingLog]:
+def replica(
+    store: Store, feed: LocalFeed | None = None, foreign_poll_s: float | None = None
+) -> tuple[TaskStore, CountingLog]:
     """One dispatcher process's TaskStore and EventLog (its own LocalFeed unless given one)."""
     tasks = TaskStore(store, DispatcherSettings(), feed)
-    return tasks, CountingLog(store, tasks, QUIET_S)
+    return tasks, CountingLog(store, tasks, QUIET_S, foreign_poll_s)
 
 
 async def create(tasks: TaskStore, task_id: str = TASK) -> None:
@@ -283,11 +287,9 @@ async def test_a_watcher_of_a_task_running_here_gets_every_commit_from_memory(
     assert log.reads == Counter({"XRANGE": 1})
 
 
-async def test_another_replicas_commit_reaches_a_watcher_of_a_task_running_here_by_the_poll(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(events_module, "FOREIGN_POLL_S", 0.05)
-    here, log = replica(store)
+async def test_another_replicas_commit_reaches_a_watcher_of_a_task_running_here_by_the_poll(store: Store) -> None:
+    # The poll interval as dispatcher.foreign_event_poll_s sets it (the module default is 0.5 s).
+    here, log = replica(store, foreign_poll_s=0.05)
     there, _ = replica(store)  # same Redis, its own LocalFeed: its commits are never published here
     await create(here)
     with here.feed.running(TASK):
