@@ -522,7 +522,8 @@ class TaskStore:
                 if isinstance(commit_reply, rexc.NoScriptError):
                     commit_reply = await self._commit(keys=keys, args=args)
                 taken = _taken(queue_reply) if not isinstance(queue_reply, Exception) else []
-                queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
+                again = [task_id, "" if taken else queue_args[1], queue.consumer]  # one entry per slot
+                queue_reply = await queue.enqueue_script(keys=[queue.key], args=again)
             else:
                 taken = []
             for reply in (commit_reply, queue_reply):

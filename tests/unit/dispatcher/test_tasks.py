@@ -13,7 +13,7 @@ import pytest
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, ToolCall
 from dispatcher_svc.service import StartRequest
-from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, fields_of
+from dispatcher_svc.tasks import ENQUEUE_LUA, StaleOwnerError, TaskRecord, fields_of
 from tests.unit.dispatcher.conftest import MakeRig
 from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
 
@@ -465,3 +465,17 @@ async def test_an_entry_read_without_room_is_queued_again_for_the_other_replicas
     finally:
         busy.cancel()
         worker._running.clear()
+
+
+async def test_a_task_queued_before_it_existed_after_a_partial_script_flush_still_runs_once(make_rig: MakeRig) -> None:
+    # The commit script is gone but the queue script is loaded: the entry goes out (and may be read
+    # for this replica) before the task exists; the task is created next and queued again.
+    rig = await make_rig(lambda p: reply(text="ran"))
+    await rig.store.redis.script_flush()
+    await rig.store.redis.script_load(ENQUEUE_LUA)
+    ids = [await rig.start(f"goal {i}") for i in range(3)]
+    for task_id in ids:
+        events = await rig.events(task_id)
+        assert events[-1].status == TaskStatus.SUCCEEDED
+        assert [e.kind for e in events].count(EventKind.ANSWER) == 1
+    assert rig.provider.calls == 3
