@@ -570,7 +570,7 @@ class TaskStore:
         code, current_fence, status_num, last_seq = (int(x) for x in reply)
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:
-            if events:
+            if events and self.feed.subscribers(task_id):  # most commits have no watcher here
                 first = last_seq - len(events) + 1
                 self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)])
             return CommitResult(current_fence, status, last_seq)
@@ -623,13 +623,8 @@ def _taken(reply: Any) -> list[tuple[str, str]]:
     """The entries an ENQUEUE_LUA reply read for this replica (entry id, task id)."""
     if len(reply) < 2 or not reply[1]:
         return []
-    found = []
-    for msg_id, flat in reply[1]:
-        values = dict(zip(flat[::2], flat[1::2], strict=True))
-        task = values.get(b"task")
-        if task:
-            found.append((msg_id.decode(), task.decode()))
-    return found
+    # A script returns an entry's fields flat; XREADGROUP's reply as redis-py parses it, as a dict.
+    return TaskQueue._entries([(msg_id, dict(zip(flat[::2], flat[1::2], strict=True))) for msg_id, flat in reply[1]])
 
 
 class TaskQueue:
