@@ -88,6 +88,11 @@ def test_config_file_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             ["agentmesh.yaml", "server.max_concurrent_rpcs", "integer"],
         ),
         ("services:\n  tool: {port: 70000}\n", {}, ["agentmesh.yaml", "services.tool.port", "65535"]),
+        (
+            "dispatcher:\n  foreign_event_poll_s: 0\n",
+            {},
+            ["agentmesh.yaml", "dispatcher.foreign_event_poll_s", "greater than 0"],
+        ),
         ("environment: production\n", {}, ["agentmesh.yaml", "environment"]),
         # missing secret env var
         (
