@@ -10,7 +10,9 @@ task over resumes from the last checkpoint and neither repeats an event nor a si
 - an append to the session log that may or may not have landed is detected by comparing the
   session's message count with the count the checkpoint expected (`Cursor.ctx_count`).
 A step's first checkpoint overlaps its read-only calls (BuildContext, DiscoverTools) and is
-settled before Generate; every other checkpoint is awaited where it is made.
+settled before Generate; every other checkpoint is awaited where it is made. Calls that neither
+depend on each other nor on the order they land in run at once: BuildContext with DiscoverTools,
+and the reply's AppendMessage with its first ExecuteTool (AppendToolResult waits for both).
 
 The loop owns no grpc: it talks to the other services through `ports.Ports`.
 """
@@ -59,6 +61,7 @@ from dispatcher_svc.tasks import CallState, Cursor, Lease, StaleOwnerError, Task
 log = logging.getLogger("dispatcher_svc.loop")
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 READ_PAYLOAD_TOOL = "read_payload"
 """The built-in tool that reads offloaded payloads; offered once the task has one."""
@@ -510,11 +513,16 @@ class _Run:
     async def think(self) -> None:
         """BuildContext, DiscoverTools, budget guard, Generate; the reply is checkpointed before any tool runs."""
         record, agent, c = self.record, self.agent, self.cursor
-        view = await self.call(
+        build = self.call(
             "BuildContext",
             lambda o: self.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
         )
-        offered = await self.offer_tools()
+        if self.tools_known():
+            view = await build
+            offered = await self.offer_tools()
+        else:
+            # Both only read, and neither needs the other's answer: one round trip instead of two.
+            view, offered = await _alongside(build, self.offer_tools())
         await self.settle()
         over = guards.budget(
             spent=self.usage.total_tokens,
@@ -608,6 +616,13 @@ class _Run:
             log.info("task %s: answer not recorded in the session: %s", self.record.task_id, exc)
         raise _Stop(RunResult.FINISHED)
 
+    def tools_known(self) -> bool:
+        """Whether `offer_tools` can answer without asking tool_svc."""
+        if self._discovered is None:
+            return False
+        names = {t.name for t in self._discovered}
+        return self._all_tools is not None or all(name in names for name in self.cursor.pinned)
+
     async def offer_tools(self) -> list[ToolInfo]:
         """Top-k tools for the goal (asked once per run: the goal does not change), narrowed to the
         agent's list, plus the pinned ones (fallbacks, read_payload)."""
@@ -678,15 +693,27 @@ class _Run:
         record, c = self.record, self.cursor
         reply = c.reply
         assert reply is not None
-        if not c.reply_appended:
-            tokens = await self.append_once(
+
+        async def record_reply() -> None:
+            # Marked as soon as it lands, whatever happens to a call beside it: a resumed run
+            # must not append it again.
+            c.raw_tokens += await self.append_once(
                 "AppendMessage(reply)",
                 lambda o: self.ports.context.append_message(
                     record.session_id, "assistant", reply.text, reply.tool_calls, o
                 ),
             )
-            c.raw_tokens += tokens
             c.reply_appended = True
+
+        early: ToolOutcome | None = None
+        if not c.reply_appended:
+            first = c.calls[0]
+            if first.state == "running" and first.resolved is None:
+                # Recording the reply and running its first call are independent: the call's
+                # result is appended only after both, so the session keeps its order.
+                _, early = await _alongside(record_reply(), self.fetch_outcome(0, first))
+            else:
+                await record_reply()
         for index, cs in enumerate(c.calls):
             if cs.state == "appended":
                 continue
@@ -697,7 +724,9 @@ class _Run:
             if cs.state == "new":
                 events += await self.start_call(index, prefix=())
             if cs.state == "running":
-                events += await self.run_call(index, cs)
+                outcome = early if early is not None else await self.fetch_outcome(index, cs)
+                early = None
+                events += await self.apply(cs, outcome)
             assert cs.state == "done" and cs.outcome is not None
             tokens = await self.append_result(_with_note(cs.outcome, cs.note))
             c.raw_tokens += raw_tokens_of(cs.outcome, tokens)
@@ -717,22 +746,22 @@ class _Run:
             lambda o: self.ports.context.append_tool_result(session_id, outcome, o),
         )
 
-    async def run_call(self, index: int, cs: CallState) -> list[TaskEvent]:
-        """Executes a call (or takes the outcome an approval delivered) and applies the policy."""
+    async def fetch_outcome(self, index: int, cs: CallState) -> ToolOutcome:
+        """Executes a call, or takes the outcome an approval delivered."""
         record, c, call = self.record, self.cursor, cs.call
         if cs.resolved is not None:
             outcome = cs.resolved
             cs.resolved = None
-        else:
-            key = idempotency_key(record.task_id, c.step, index, call)
-            outcome = await self.call(
-                f"ExecuteTool({call.name})",
-                lambda o: self.ports.tools.execute(
-                    call, session_id=record.session_id, idempotency_key=key, goal=record.goal, opts=o
-                ),
-            )
-            await self.reached("after_tool_call")
-        return await self.apply(cs, outcome)
+            return outcome
+        key = idempotency_key(record.task_id, c.step, index, call)
+        outcome = await self.call(
+            f"ExecuteTool({call.name})",
+            lambda o: self.ports.tools.execute(
+                call, session_id=record.session_id, idempotency_key=key, goal=record.goal, opts=o
+            ),
+        )
+        await self.reached("after_tool_call")
+        return outcome
 
     def fallback_for(self, tool: str, named: str) -> str:
         if named:
@@ -823,6 +852,22 @@ class _Run:
                 )
             )
         return events
+
+
+async def _alongside(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:
+    """Both results of two independent calls made at once. If the first fails, the second is
+    cancelled and waited for, so no call outlives the step that made it; its own outcome is then
+    moot (the first failure is what the run acts on)."""
+    other = asyncio.ensure_future(second)
+    try:
+        result = await first
+    except BaseException:
+        other.cancel()
+        await asyncio.wait((other,))
+        if not other.cancelled():
+            other.exception()  # observed: never "exception was never retrieved"
+        raise
+    return result, await other
 
 
 def _normalise(reply: ModelReply, step: int) -> ModelReply:

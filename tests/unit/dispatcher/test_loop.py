@@ -511,3 +511,118 @@ async def test_a_run_marks_its_task_as_running_here_while_it_lasts(make_rig: Mak
     assert await asyncio.wait_for(rig.dispatcher.loop.run(record), 10) == RunResult.FINISHED
     assert running_at_generate == [True]  # its watchers here take its commits from memory
     assert not feed.is_running(task_id)  # and read the stream again once the run has ended
+
+
+# -- independent calls made at once -----------------------------------------------------------------
+
+
+class CallLog:
+    """Wraps port methods so each call logs ("start", name) and, `hold_s` later, ("end", name)."""
+
+    def __init__(self, hold_s: float = 0.05) -> None:
+        self.hold_s = hold_s
+        self.entries: list[tuple[str, str]] = []
+        self.cancelled: list[str] = []
+
+    def wrap(self, port: object, method: str, name: str) -> None:
+        real = getattr(port, method)
+
+        async def logged(*args: Any, **kw: Any) -> Any:
+            self.entries.append(("start", name))
+            try:
+                await asyncio.sleep(self.hold_s)
+            except asyncio.CancelledError:
+                self.cancelled.append(name)
+                raise
+            try:
+                return await real(*args, **kw)
+            finally:
+                self.entries.append(("end", name))
+
+        setattr(port, method, logged)
+
+    def index(self, what: str, name: str, nth: int = 0) -> int:
+        return [i for i, entry in enumerate(self.entries) if entry == (what, name)][nth]
+
+
+def log_calls(rig: Rig, hold_s: float = 0.05) -> CallLog:
+    calls = CallLog(hold_s)
+    calls.wrap(rig.context, "build_context", "BuildContext")
+    calls.wrap(rig.tools, "discover", "DiscoverTools")
+    calls.wrap(rig.context, "append_message", "AppendMessage")
+    calls.wrap(rig.tools, "execute", "ExecuteTool")
+    calls.wrap(rig.context, "append_tool_result", "AppendToolResult")
+    return calls
+
+
+async def test_build_context_and_discover_tools_run_at_once(make_rig: MakeRig) -> None:
+    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
+    calls = log_calls(rig)
+    events = await rig.events(await rig.start("add 2 and 3"))
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    # Both started before either ended; DiscoverTools is asked once per run.
+    assert calls.index("start", "DiscoverTools") < calls.index("end", "BuildContext", 0)
+    assert calls.index("start", "BuildContext", 0) < calls.index("end", "DiscoverTools")
+    assert [name for what, name in calls.entries if what == "start"].count("DiscoverTools") == 1
+    assert rig.provider.prompts[0].tools == ["calc"]  # the discovered tool was offered
+
+
+async def test_the_replys_append_and_its_first_tool_call_run_at_once_and_the_result_waits_for_both(
+    make_rig: MakeRig,
+) -> None:
+    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
+    calls = log_calls(rig)
+    task_id = await rig.start("add 2 and 3")
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    reply_append = calls.index("start", "AppendMessage", 1)  # the first is the goal
+    execute = calls.index("start", "ExecuteTool")
+    assert execute < calls.index("end", "AppendMessage", 1)
+    assert reply_append < calls.index("end", "ExecuteTool")
+    result = calls.index("start", "AppendToolResult")
+    assert result > calls.index("end", "AppendMessage", 1) and result > calls.index("end", "ExecuteTool")
+    # The session keeps its order: the reply, then its result (the answer follows the final event).
+    assert [m["role"] for m in rig.context.sessions[task_id]][:3] == ["user", "assistant", "tool"]
+
+
+async def test_a_failed_build_context_cancels_the_discover_tools_beside_it(make_rig: MakeRig) -> None:
+    rig = await make_rig(lambda p: reply(text="must not be asked"), FakeTools({"calc": calculator}))
+    calls = CallLog(hold_s=5.0)
+    calls.wrap(rig.tools, "discover", "DiscoverTools")
+    permission = AgentmeshError(ErrorCode.PERMISSION_DENIED, "no context for you")
+
+    async def failing_build(*args: Any, **kw: Any) -> ContextView:
+        await asyncio.sleep(0.05)  # DiscoverTools is under way by now
+        raise permission
+
+    rig.context.build_context = failing_build  # type: ignore[method-assign]
+    task_id = await rig.start()
+    events = await asyncio.wait_for(rig.events(task_id), 10)  # not the 5 s DiscoverTools would hold
+    task = await rig.dispatcher.get_task(task_id)
+    assert events[-1].status == TaskStatus.FAILED
+    assert task.error is not None and task.error.code == ErrorCode.PERMISSION_DENIED
+    assert calls.entries == [("start", "DiscoverTools")]
+    assert calls.cancelled == ["DiscoverTools"]
+    assert rig.provider.calls == 0
+
+
+async def test_a_tool_call_failing_beside_the_replys_append_fails_the_task_which_resumes_without_repeats(
+    make_rig: MakeRig,
+) -> None:
+    rig = await make_rig(
+        one_call_then_answer, FakeTools({"calc": calculator}), dispatcher={"service_retry_attempts": 2}
+    )
+    rig.tools.rpc_failures = [UnavailableError("tool_svc down")] * 2
+    task_id = await rig.start("add 2 and 3")
+    events = await rig.events(task_id)
+    failed = await rig.dispatcher.get_task(task_id)
+    assert events[-1].status == TaskStatus.FAILED
+    assert failed.error is not None and failed.error.code == ErrorCode.UNAVAILABLE
+    assert [m["role"] for m in rig.context.sessions[task_id]] == ["user", "assistant"]  # the append landed
+    await rig.start("add 2 and 3", task_id=task_id)
+    await rig.events(task_id, after=len(events))
+    final = await rig.dispatcher.get_task(task_id)
+    assert final.status == TaskStatus.SUCCEEDED and final.answer == "the sum is 5"
+    # The reply is in the session once, the tool ran once.
+    assert [m["role"] for m in rig.context.sessions[task_id]] == ["user", "assistant", "tool", "assistant"]
+    assert rig.tools.runs["calc"] == 1
