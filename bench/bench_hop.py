@@ -40,7 +40,7 @@ from agentmesh.auth import Authenticator
 from agentmesh.client import create_channel
 from agentmesh.config import Settings, load_settings
 from agentmesh.telemetry import setup_telemetry
-from bench.common import BENCH_DIR, bar_plot, percentile, sample, table
+from bench.common import BENCH_DIR, BareEchoServer, bar_plot, percentile, sample, table
 
 SERVICE = "agentmesh.v1.ContextService"
 UNARY = f"/{SERVICE}/GetSession"
@@ -50,12 +50,11 @@ ROUNDS = 3
 PAYLOAD = b"x" * 64
 
 
-class HopServer:
-    """A bare grpc.aio server: a unary echo and a 12-message stream, no interceptors."""
+class HopServer(BareEchoServer):
+    """The bare echo server (no interceptors), also serving our method name and a 12-message stream."""
 
     def __init__(self) -> None:
-        self.server = grpc.aio.server()
-        self.port = 0
+        super().__init__()
 
         async def echo(request: bytes, context: Any) -> bytes:
             return request
@@ -72,14 +71,6 @@ class HopServer:
             "WatchEvents": raw(stream, grpc.unary_stream_rpc_method_handler),
         }
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-
-    async def __aenter__(self) -> HopServer:
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        await self.server.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.server.stop(0)
 
 
 class PassThrough(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
