@@ -19,8 +19,8 @@ from dataclasses import replace
 from typing import Any
 
 from agentmesh.store import Store
-from dispatcher_svc.model import EventKind, TaskEvent, event_from_json
-from dispatcher_svc.tasks import TaskStore
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, event_from_json
+from dispatcher_svc.tasks import STATUS_FIELDS, TaskStore, parse_status
 
 FOREIGN_POLL_S = 0.5
 """While a watched task runs in this process, how often the stream is read for events that other
@@ -61,6 +61,16 @@ class EventLog:
         raw: Any = await self.store.call("read events", self.store.redis.xrange(key, min=f"0-{after + 1}", count=count))
         return [self._decode(task_id, msg_id, fields) for msg_id, fields in raw]
 
+    async def _open(self, task_id: str, after: int, count: int = 1000) -> tuple[TaskStatus, int, list[TaskEvent]]:
+        """The task's status and last sequence, and its events above `after`, in one round trip (a
+        MULTI, so both describe the same moment); NotFoundError naming task_id."""
+        pipe = self.store.redis.pipeline(transaction=True)
+        pipe.hmget(self.store.keys.task(task_id), list(STATUS_FIELDS))
+        pipe.xrange(self.store.keys.task_events(task_id), min=f"0-{after + 1}", count=count)
+        raw_status, raw_events = await self.store.call("open watch", pipe.execute())
+        status, last_sequence = parse_status(task_id, raw_status)
+        return status, last_sequence, [self._decode(task_id, msg_id, fields) for msg_id, fields in raw_events]
+
     @staticmethod
     def _decode(task_id: str, msg_id: bytes, fields: dict[bytes, bytes]) -> TaskEvent:
         sequence = int(msg_id.split(b"-", 1)[1])
@@ -75,18 +85,22 @@ class EventLog:
         after = max(after, 0)
         feed = self.tasks.feed
         with feed.subscribe(task_id) as local:
-            status, last_sequence = await self.tasks.status(task_id)  # NotFoundError for an unknown task
+            # What happened before we subscribed is only in the stream: read with the status.
+            status, last_sequence, before = await self._open(task_id, after)  # NotFoundError if unknown
             if status.terminal and last_sequence <= after:
                 return  # nothing more will come
             last = after
-            must_read = True  # what happened before we subscribed is only in the stream
+            must_read = False
+            first_read: list[TaskEvent] | None = before
             last_sent = time.monotonic()
             while True:
                 mine = local.take()
                 if local.missed:
                     local.missed = False
                     must_read = True
-                if must_read:
+                if first_read is not None:
+                    stored, first_read = first_read, None
+                elif must_read:
                     must_read = False
                     stored = await self.read(task_id, last)
                 elif mine:

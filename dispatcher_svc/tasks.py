@@ -104,8 +104,9 @@ ACQUIRE_LUA = """
 -- Takes ownership of a task for a consumer, unless it is finished, parked, or held by a live owner.
 -- KEYS[1]: task hash, KEYS[2]: its event stream.
 -- ARGV: consumer, lease ms, event MAXLEN, event JSON if it was PENDING, event JSON if taken over,
---       update time ms. Returns {1, fence, <hash as a flat list>} when acquired; {0, status} when
---       there is nothing to run; {-1, status} when a live owner holds it; {-2} when there is no task.
+--       update time ms. Returns {1, fence, <hash as a flat list>, status before} when acquired;
+--       {0, status} when there is nothing to run; {-1, status} when a live owner holds it; {-2} when
+--       there is no task.
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {-2} end
 local s = tonumber(status)
@@ -126,7 +127,7 @@ if s == 1 then event = ARGV[4] end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0') + 1
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '0-' .. seq, 'e', event)
 redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
-return {1, fence, redis.call('HGETALL', KEYS[1])}
+return {1, fence, redis.call('HGETALL', KEYS[1]), s}
 """
 
 ENQUEUE_LUA = """
@@ -193,6 +194,17 @@ def task_not_found(task_id: str) -> NotFoundError:
         violations=[Violation(path="task_id", rule="exists", actual=repr(task_id))],
         metadata={"field": "task_id", "task_id": task_id},
     )
+
+
+STATUS_FIELDS = ("status", "last_sequence")
+"""The hash fields of a light status read (`parse_status`)."""
+
+
+def parse_status(task_id: str, raw: Sequence[bytes | None]) -> tuple[TaskStatus, int]:
+    """The status and last sequence from an HMGET of STATUS_FIELDS; NotFoundError naming task_id."""
+    if raw[0] is None:
+        raise task_not_found(task_id)
+    return TaskStatus(int(raw[0])), int(raw[1] or 0)
 
 
 # --- the checkpoint ---------------------------------------------------------------------------------
@@ -460,11 +472,9 @@ class TaskStore:
     async def status(self, task_id: str) -> tuple[TaskStatus, int]:
         """The task's status and last sequence (a light read); NotFoundError naming task_id."""
         raw: Any = await self.store.call(
-            "task status", self.store.redis.hmget(self.store.keys.task(task_id), ["status", "last_sequence"])
+            "task status", self.store.redis.hmget(self.store.keys.task(task_id), list(STATUS_FIELDS))
         )
-        if raw[0] is None:
-            raise task_not_found(task_id)
-        return TaskStatus(int(raw[0])), int(raw[1] or 0)
+        return parse_status(task_id, raw)
 
     async def acquire(
         self, task_id: str, consumer: str, *, lease_ms: int, if_pending: TaskEvent, if_taken_over: TaskEvent
@@ -489,7 +499,11 @@ class TaskStore:
         if code == -1:
             return None
         flat = reply[2]
-        return TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+        record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+        if self.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
+            appended = if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over
+            self.feed.publish(task_id, [appended.with_sequence(record.last_sequence)])
+        return record
 
     async def load_scripts(self) -> None:
         """Loads the scripts `create` sends by SHA inside a pipeline (a NOSCRIPT there is recovered

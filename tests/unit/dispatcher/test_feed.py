@@ -12,12 +12,13 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 import pytest
 
-from agentmesh.config import DispatcherSettings
-from agentmesh.errors import AgentmeshError, ErrorCode, Violation
-from agentmesh.store import Store
+from agentmesh.config import DispatcherSettings, RedisSettings
+from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError, UnavailableError, Violation
+from agentmesh.store import LocalRedis, Store
 from dispatcher_svc import events as events_module
 from dispatcher_svc.convert import event_pb
 from dispatcher_svc.events import EventLog
@@ -34,7 +35,7 @@ from dispatcher_svc.model import (
     ToolOutput,
     Usage,
 )
-from dispatcher_svc.tasks import TaskStore, fields_of
+from dispatcher_svc.tasks import TaskRecord, TaskStore, fields_of
 
 TASK = "t-feed"
 
@@ -158,7 +159,7 @@ def test_running_nests_per_task() -> None:
 
 
 class CountingLog(EventLog):
-    """An EventLog that counts its stream reads: XRANGE (`read`) and XREAD BLOCK (`_read_blocking`)."""
+    """An EventLog that counts its stream reads: XRANGE (`read`, `_open`) and XREAD BLOCK (`_read_blocking`)."""
 
     def __init__(
         self, store: Store, tasks: TaskStore, heartbeat_interval_s: float, foreign_poll_s: float | None = None
@@ -169,6 +170,10 @@ class CountingLog(EventLog):
     async def read(self, task_id: str, after: int = 0, count: int = 1000) -> list[TaskEvent]:
         self.reads["XRANGE"] += 1
         return await super().read(task_id, after, count)
+
+    async def _open(self, task_id: str, after: int, count: int = 1000) -> tuple[TaskStatus, int, list[TaskEvent]]:
+        self.reads["XRANGE"] += 1  # the catch-up read, sent with the status read in one MULTI
+        return await super()._open(task_id, after, count)
 
     async def _read_blocking(self, task_id: str, after: int) -> list[TaskEvent]:
         self.reads["XREAD"] += 1
@@ -467,3 +472,82 @@ async def test_a_locally_published_event_converts_exactly_like_the_same_event_re
     assert [e.sequence for e in published] == [e.sequence for e in stored] == list(range(2, len(sent) + 2))
     for mine, theirs in zip(published, stored, strict=True):
         assert event_pb(mine) == event_pb(theirs), f"event {mine.sequence} ({mine.message!r}) differs by path"
+
+
+async def test_a_watch_opens_with_one_round_trip_that_reads_the_status_and_the_events_before_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here, log = replica(store)
+    await create(here)
+    await commit(here, "a", "b")
+    sent: list[tuple[bool, list[str]]] = []  # (MULTI?, commands) of each pipeline sent
+    pipeline = type(store.redis.pipeline())
+    execute = pipeline.execute
+
+    async def recorded(self: Any, raise_on_error: bool = True) -> Any:
+        sent.append((self.is_transaction, [str(args[0]) for args, _ in self.command_stack]))
+        return await execute(self, raise_on_error)
+
+    monkeypatch.setattr(pipeline, "execute", recorded)
+    with here.feed.running(TASK):
+        async with Watcher(log, after=1) as watcher:
+            await watcher.received(2)
+            await finish(here)
+            seen = await watcher.finished()
+    assert [(e.sequence, e.message) for e in seen] == [(2, "a"), (3, "b"), (4, "status SUCCEEDED")]
+    assert sent == [(True, ["HMGET", "XRANGE"])]  # the status and the catch-up in one MULTI
+    assert log.reads == Counter({"XRANGE": 1})  # and no separate read after it
+
+
+async def test_a_watch_of_an_unknown_task_is_not_found_naming_task_id(store: Store) -> None:
+    _, log = replica(store)
+    with pytest.raises(NotFoundError) as caught:
+        async for _ in log.watch("t-nope"):
+            pass
+    assert caught.value.violations[0].path == "task_id"
+    assert caught.value.metadata["task_id"] == "t-nope"
+
+
+async def test_a_watch_with_redis_down_is_unavailable(fresh_redis: LocalRedis) -> None:
+    store = await Store.connect(RedisSettings(url=fresh_redis.url, socket_timeout_s=0.5), "dev")
+    try:
+        here, log = replica(store)
+        await create(here)
+        fresh_redis.kill()
+        with pytest.raises(UnavailableError, match="redis unavailable during open watch"):
+            async for _ in log.watch(TASK):
+                pass
+    finally:
+        await store.close()
+
+
+async def test_the_running_event_of_an_acquire_here_reaches_a_watcher_here_from_memory(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No timed poll: an event that did not come through the feed would never arrive (the test fails).
+    monkeypatch.setattr(events_module, "FOREIGN_POLL_S", QUIET_S)
+    here, log = replica(store)
+    await create(here)
+
+    async def take(consumer: str) -> None:
+        record = await here.acquire(
+            TASK,
+            consumer,
+            lease_ms=1,  # expires at once: the second consumer takes over from the first
+            if_pending=event(TASK, f"pending, taken by {consumer}", kind=EventKind.STATUS),
+            if_taken_over=event(TASK, f"taken over by {consumer}", kind=EventKind.STATUS),
+        )
+        assert isinstance(record, TaskRecord)
+
+    with here.feed.running(TASK):
+        async with Watcher(log) as watcher:
+            await watcher.received(1)
+            await take("a")
+            await watcher.received(2)
+            await asyncio.sleep(0.01)
+            await take("b")
+            await watcher.received(3)
+            await here.commit(TASK, fence=2, fields=fields_of(status=TaskStatus.SUCCEEDED), events=[final()])
+            seen = await watcher.finished()
+    assert_once_in_order(seen, ["created", "pending, taken by a", "taken over by b", "status SUCCEEDED"])
+    assert log.reads == Counter({"XRANGE": 1})  # only the watch's opening read: no gap to fill
