@@ -16,7 +16,10 @@ loop or checkpoint logic) replays, through bare channels to the same minimal ser
 requests the real task sent (recorded), with the same two pairs of calls overlapped. It streams the
 real task's exact events and makes as many Redis round trips as the real task made (counted). Its
 ratio is what the design itself costs over the floor: the transport of 12 events and the Redis
-writes that make a task survive a crash. The real task's ratio beyond it is our code.
+writes that make a task survive a crash. The real task's ratio beyond it is our code. A second
+skeleton, `skeleton + our channels`, makes its downstream calls through `create_channel` with the
+dispatcher's telemetry (request id, identity, deadline, baggage, CLIENT span): the share of our
+cost that is the outgoing hop itself.
 
 Run: `.venv/bin/python bench/bench_step.py [--tasks 200] [--mode minimal|real|both]`.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -43,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.client import create_channel
 from agentmesh.config import Settings, load_settings
 from agentmesh.server import ServiceHost, ServiceSpec
 from agentmesh.store import LocalRedis, Store
@@ -351,7 +356,9 @@ class Skeleton(dispatcher_pb2_grpc.DispatcherServiceServicer):
         redis_url: str,
         redis_round_trips: int,
         ports: dict[str, int],
+        channel: Callable[[str], grpc.aio.Channel] = grpc.aio.insecure_channel,
     ) -> None:
+        self.channel = channel
         self.events = events
         self.redis_round_trips = redis_round_trips
         self.redis_url = redis_url
@@ -365,9 +372,7 @@ class Skeleton(dispatcher_pb2_grpc.DispatcherServiceServicer):
         import redis.asyncio
 
         self.redis = redis.asyncio.Redis.from_url(self.redis_url)
-        self.channels = [
-            grpc.aio.insecure_channel(f"127.0.0.1:{self.ports[name]}") for name in ("context", "tool", "provider")
-        ]
+        self.channels = [self.channel(f"127.0.0.1:{self.ports[name]}") for name in ("context", "tool", "provider")]
         stubs = (
             context_pb2_grpc.ContextServiceStub(self.channels[0]),  # type: ignore[no-untyped-call]
             tool_pb2_grpc.ToolServiceStub(self.channels[1]),  # type: ignore[no-untyped-call]
@@ -487,18 +492,26 @@ async def run_mode(mode: str, redis: LocalRedis, tasks: int) -> tuple[list[Stats
             facts["rpcs_per_task"] = rpcs_per_task
             workloads: dict[str, Callable[[], Awaitable[None]]] = {f"agent step ({mode})": one_task}
             if mode == "minimal":
-                skeleton = await stack.enter_async_context(
-                    Skeleton(recorded_calls, recorded_events, redis.url, facts["redis_round_trips"], ports)
-                )
-                skeleton_channel = await stack.enter_async_context(
-                    grpc.aio.insecure_channel(f"127.0.0.1:{skeleton.port}")
-                )
-                skeleton_stub = dispatcher_pb2_grpc.DispatcherServiceStub(skeleton_channel)  # type: ignore[no-untyped-call]
 
-                async def skeleton_task() -> None:
-                    await run_task(skeleton_stub.RunTask)
+                def our_channel(target: str) -> grpc.aio.Channel:
+                    return create_channel(target, settings, telemetry=host.telemetry, identity_token=token)
 
-                workloads["agent step (skeleton)"] = skeleton_task
+                for name, channel_of in (
+                    ("skeleton", grpc.aio.insecure_channel),
+                    ("skeleton + our channels", our_channel),
+                ):
+                    skeleton = await stack.enter_async_context(
+                        Skeleton(
+                            recorded_calls, recorded_events, redis.url, facts["redis_round_trips"], ports, channel_of
+                        )
+                    )
+                    skeleton_channel = await stack.enter_async_context(
+                        grpc.aio.insecure_channel(f"127.0.0.1:{skeleton.port}")
+                    )
+                    workloads[f"agent step ({name})"] = functools.partial(
+                        run_task,
+                        dispatcher_pb2_grpc.DispatcherServiceStub(skeleton_channel).RunTask,  # type: ignore[no-untyped-call]
+                    )
             for concurrency in (1, 32):
                 n = tasks if concurrency == 1 else tasks * 2
                 measured, bare = await interleaved(
