@@ -40,7 +40,7 @@ from agentmesh.auth import Authenticator
 from agentmesh.client import create_channel
 from agentmesh.config import Settings, load_settings
 from agentmesh.telemetry import setup_telemetry
-from bench.common import BENCH_DIR, BareEchoServer, bar_plot, percentile, sample, table
+from bench.common import BENCH_DIR, BareEchoServer, alternating, bar_plot, percentile, table
 
 SERVICE = "agentmesh.v1.ContextService"
 UNARY = f"/{SERVICE}/GetSession"
@@ -145,19 +145,15 @@ async def run(calls: int) -> int:
         workloads[f"bare {STREAM_MESSAGES}-message stream"] = stream
         figures: dict[tuple[str, int], float] = {}
         for concurrency in (1, 32):
-            latencies: dict[str, list[float]] = {name: [] for name in workloads}
-            seconds = dict.fromkeys(workloads, 0.0)
             for call in workloads.values():
                 for _ in range(50):
                     await call()
-            for _ in range(ROUNDS):
-                for name, call in workloads.items():
-                    got, elapsed = await sample(call, calls=calls // ROUNDS, concurrency=concurrency)
-                    latencies[name] += got
-                    seconds[name] += elapsed
-            for name in workloads:
-                per_call_ms = seconds[name] / len(latencies[name]) * 1000
-                figures[(name, concurrency)] = percentile(latencies[name], 0.5) if concurrency == 1 else per_call_ms
+            measured = await alternating(
+                {name: (call, calls) for name, call in workloads.items()}, rounds=ROUNDS, concurrency=concurrency
+            )
+            for name, (latencies, seconds) in measured.items():
+                per_call_ms = seconds / len(latencies) * 1000
+                figures[(name, concurrency)] = percentile(latencies, 0.5) if concurrency == 1 else per_call_ms
         for channel in channels.values():
             await channel.close(None)
     await telemetry.aclose()

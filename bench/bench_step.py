@@ -63,7 +63,7 @@ from agentmesh.v1 import (
     tool_pb2,
     tool_pb2_grpc,
 )
-from bench.common import BENCH_DIR, STATS_HEADER, BareEchoServer, Stats, bar_plot, sample, stats_of, table
+from bench.common import BENCH_DIR, STATS_HEADER, BareEchoServer, Stats, alternating, bar_plot, stats_of, table
 
 AUTH_KEY = "bench-step-key-" + "b" * 32
 D = dispatcher_pb2
@@ -283,10 +283,6 @@ async def interleaved(
     """Stats of `tasks` runs of each workload and of `roundtrips` bare round trips, in alternating
     rounds (ROUNDS)."""
     rounds = ROUNDS.get(concurrency, 1)
-    latencies: dict[str, list[float]] = {name: [] for name in workloads}
-    seconds = dict.fromkeys(workloads, 0.0)
-    bare_latencies: list[float] = []
-    bare_s = 0.0
     payload = b"x" * 64
     async with BareEchoServer() as server, grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         echo = channel.unary_unary("/bench.Echo/Echo")  # type: ignore[call-arg]
@@ -299,17 +295,16 @@ async def interleaved(
                 await workload()
         for _ in range(20):
             await roundtrip()
-        for _ in range(rounds):
-            for name, workload in workloads.items():
-                got, elapsed = await sample(workload, calls=tasks // rounds, concurrency=concurrency)
-                latencies[name] += got
-                seconds[name] += elapsed
-            got, elapsed = await sample(roundtrip, calls=roundtrips // rounds, concurrency=concurrency)
-            bare_latencies += got
-            bare_s += elapsed
+        bare = "bare gRPC round trip"
+        measured = await alternating(
+            {**{name: (workload, tasks) for name, workload in workloads.items()}, bare: (roundtrip, roundtrips)},
+            rounds=rounds,
+            concurrency=concurrency,
+        )
+    stats = {name: stats_of(name, concurrency, latencies, seconds) for name, (latencies, seconds) in measured.items()}
     return (
-        {name: stats_of(name, concurrency, latencies[name], seconds[name]) for name in workloads},
-        stats_of("bare gRPC round trip", concurrency, bare_latencies, bare_s),
+        {name: stats[name] for name in workloads},
+        stats[bare],
     )
 
 

@@ -74,6 +74,21 @@ async def sample(call: Callable[[], Awaitable[Any]], *, calls: int, concurrency:
     return latencies, time.perf_counter() - began
 
 
+async def alternating(
+    workloads: dict[str, tuple[Callable[[], Awaitable[Any]], int]], *, rounds: int, concurrency: int
+) -> dict[str, tuple[list[float], float]]:
+    """Runs each workload's `calls` in `rounds` alternating rounds (each round runs every workload
+    in turn), so a change in the machine's speed during the run weighs on all of them alike: each
+    workload's latencies (ms) and total seconds."""
+    results: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in workloads}
+    for _ in range(rounds):
+        for name, (call, calls) in workloads.items():
+            got, elapsed = await sample(call, calls=calls // rounds, concurrency=concurrency)
+            latencies, seconds = results[name]
+            results[name] = (latencies + got, seconds + elapsed)
+    return results
+
+
 def stats_of(name: str, concurrency: int, latencies: Sequence[float], elapsed_s: float) -> Stats:
     """Stats of measured latencies (ms) that took `elapsed_s` in all."""
     return Stats(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any
 
 import httpcore
@@ -174,6 +174,19 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         return None
 
 
+async def _connect(
+    connecting: Coroutine[Any, Any, tuple[asyncio.BaseTransport, _StreamProtocol]], where: str, timeout: float | None
+) -> tuple[asyncio.BaseTransport, _StreamProtocol]:
+    """Awaits a connection within `timeout`, failing as httpcore's connect errors do."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await connecting
+    except TimeoutError:
+        raise httpcore.ConnectTimeout(f"could not connect to {where} within {timeout}s") from None
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc)) from exc
+
+
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
     """httpcore's network layer on the running asyncio loop (TCP_NODELAY, as asyncio sets it)."""
 
@@ -186,15 +199,10 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_connection(
-                    _StreamProtocol, host, port, local_addr=(local_address, 0) if local_address else None
-                )
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"could not connect to {host}:{port} within {timeout}s") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
+        connecting = loop.create_connection(
+            _StreamProtocol, host, port, local_addr=(local_address, 0) if local_address else None
+        )
+        transport, protocol = await _connect(connecting, f"{host}:{port}", timeout)
         sock = transport.get_extra_info("socket")
         for option in socket_options or ():
             if sock is not None:
@@ -209,13 +217,7 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_unix_connection(_StreamProtocol, path)
-        except TimeoutError:
-            raise httpcore.ConnectTimeout(f"could not connect to {path} within {timeout}s") from None
-        except OSError as exc:
-            raise httpcore.ConnectError(str(exc)) from exc
+        transport, protocol = await _connect(loop.create_unix_connection(_StreamProtocol, path), path, timeout)
         assert isinstance(transport, asyncio.Transport)
         return AsyncioStream(transport, protocol)
 
