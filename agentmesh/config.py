@@ -72,7 +72,7 @@ class RedisSettings(_Section):
 
 
 class AuthSettings(_Section):
-    """Signed identity tokens (DESIGN.md §9)."""
+    """Signed identity tokens (docs/architecture.md §9)."""
 
     mode: Literal["enabled", "disabled"] = "enabled"
     key: SecretStr | None = None
@@ -104,7 +104,7 @@ class ServiceEndpoint(_Section):
 
 
 class ServicesSettings(_Section):
-    """The four services; ports follow DESIGN.md §2."""
+    """The four services; ports follow docs/architecture.md §2."""
 
     dispatcher: ServiceEndpoint = ServiceEndpoint(port=50051)
     context: ServiceEndpoint = ServiceEndpoint(port=50052)
@@ -120,7 +120,7 @@ class ServicesSettings(_Section):
 
 
 class ServerSettings(_Section):
-    """Limits every grpc.aio server applies (DESIGN.md §10)."""
+    """Limits every grpc.aio server applies (docs/architecture.md §10)."""
 
     max_message_bytes: int = Field(32 * MiB, gt=0)
     max_concurrent_rpcs: int = Field(256, gt=0)
@@ -147,7 +147,7 @@ class ClientSettings(_Section):
 
 
 class TelemetrySettings(_Section):
-    """Traces and logs (DESIGN.md §8). OTLP is chosen by OTEL_EXPORTER_OTLP_ENDPOINT."""
+    """Traces and logs (docs/architecture.md §8). OTLP is chosen by OTEL_EXPORTER_OTLP_ENDPOINT."""
 
     span_file: Path = Path("var/spans.jsonl")
     """Where spans go when no OTLP endpoint is set; `agentmesh trace` reads it."""
@@ -157,7 +157,7 @@ class TelemetrySettings(_Section):
 
 
 class AgentSettings(_Section):
-    """One agent of `agents:` (DESIGN.md §7): what the dispatcher runs a task with."""
+    """One agent of `agents:` (docs/architecture.md §7): what the dispatcher runs a task with."""
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
     description: str = ""
@@ -191,7 +191,7 @@ class AgentSettings(_Section):
 
 
 class DispatcherSettings(_Section):
-    """dispatcher_svc: task ownership, event log and the loop's bounds (DESIGN.md §7)."""
+    """dispatcher_svc: task ownership, event log and the loop's bounds (docs/architecture.md §7)."""
 
     consumer_group: str = "dispatchers"
     consumer_name: str = ""
@@ -228,7 +228,7 @@ class DispatcherSettings(_Section):
 
 
 class ToolPermissionSettings(_Section):
-    """The permission a tool needs: "environment:group:access" (DESIGN.md §5)."""
+    """The permission a tool needs: "environment:group:access" (docs/architecture.md §5)."""
 
     environment: str = Field("*", pattern=r"^(\*|[a-z][a-z0-9_.-]{0,31})$")
     """The environment the tool acts on; "*": the environment tool_svc runs in."""
@@ -249,8 +249,9 @@ class ToolRetrySettings(_Section):
 
 
 class ToolEntrySettings(_Section):
-    """One tool of `tools.registry` (DESIGN.md §5). An `executor: builtin` entry refines a built-in: the fields it
-    sets replace the code defaults (e.g. permission, timeout_s, description), the others are kept."""
+    """One tool of `tools.registry` (docs/architecture.md §5). An `executor: builtin` entry refines a
+    built-in: the fields it sets replace the code defaults (e.g. permission, timeout_s, description),
+    the others are kept."""
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
     description: str = ""
@@ -283,7 +284,7 @@ class ToolEntrySettings(_Section):
 
 
 class ToolSandboxSettings(_Section):
-    """The bubblewrap sandbox of `run_python` (DESIGN.md §5). Without working isolation the tool answers
+    """The bubblewrap sandbox of `run_python` (docs/architecture.md §5). Without working isolation the tool answers
     SANDBOX_UNAVAILABLE; it never runs code unisolated."""
 
     bwrap_path: str | None = None
@@ -324,7 +325,7 @@ class ToolRateLimitSettings(_Section):
 
 
 class ToolsSettings(_Section):
-    """tool_svc: registry, gateway limits, built-ins (DESIGN.md §5)."""
+    """tool_svc: registry, gateway limits, built-ins (docs/architecture.md §5)."""
 
     registry: list[ToolEntrySettings] = []
     builtins: list[Literal["calculator", "http_request", "query_logs", "read_payload", "run_python"]] = [
@@ -365,7 +366,7 @@ _BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 
 
 class ScriptedFaultSettings(_Section):
-    """Seeded fault injection of a scripted model (DESIGN.md §6); rates are probabilities per tool call."""
+    """Seeded fault injection of a scripted model (docs/architecture.md §6); rates are probabilities per tool call."""
 
     seed: int = 0
     malformed_json: float = Field(0.0, ge=0, le=1)
@@ -406,7 +407,7 @@ class ProviderModelSettings(_Section):
 
 
 class ProviderTimeoutSettings(_Section):
-    """Upstream HTTP timeouts (DESIGN.md §6); always capped by the caller's deadline."""
+    """Upstream HTTP timeouts (docs/architecture.md §6); always capped by the caller's deadline."""
 
     connect_s: float = Field(5.0, gt=0)
     read_s: float = Field(60.0, gt=0)
@@ -487,7 +488,7 @@ def _default_backends() -> list[ProviderBackendSettings]:
 
 
 class ProvidersSettings(_Section):
-    """provider_svc (DESIGN.md §6): backends, model aliases, task-tag routing, fallback chains.
+    """provider_svc (docs/architecture.md §6): backends, model aliases, task-tag routing, fallback chains.
 
     Models are named `<backend>/<model>` or by an alias. Targets of aliases, routes and fallbacks are
     checked at start-up, so a typo fails loudly instead of on the first call.
@@ -576,7 +577,7 @@ class ContextBudgetOverride(_Section):
 
 
 class ContextSettings(_Section):
-    """context_svc: budgets, summaries and payloads (DESIGN.md §4). Budgets are in tokens of `encoding`."""
+    """context_svc: budgets, summaries and payloads (docs/architecture.md §4). Budgets are in tokens of `encoding`."""
 
     max_context_tokens: int = Field(12000, gt=0)
     reserve_system_prompt_tokens: int = Field(1500, gt=0)

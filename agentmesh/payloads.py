@@ -1,7 +1,7 @@
 """Session-scoped payloads: large content stored once in Redis, and digests that fit in a prompt.
 
 Used by tool_svc (offload at the source) and context_svc (anything large that still arrives, and
-`GetPayload`). DESIGN.md §4:
+`GetPayload`). docs/architecture.md §4:
 
 - content-addressed within a session: `am:payload:{<session>}:<sha256>` with a TTL, so the same
   bytes are stored once per session and one session can never read another's (the session is part

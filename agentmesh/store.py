@@ -9,7 +9,7 @@ Every service reaches Redis through one `Store`. Its guarantees:
 - start-up refuses an evicting Redis (`maxmemory-policy` must be `noeviction`): eviction would
   silently drop tasks, sessions and idempotency records.
 
-Domain code only: this module must not import grpc (DESIGN.md §1).
+Domain code only: this module must not import grpc (docs/architecture.md §1).
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _check_id(kind: str, value: str) -> str:
 
 
 class Keys:
-    """Cluster-safe key builders (DESIGN.md §2). The `{...}` is a literal Redis Cluster hash tag:
+    """Cluster-safe key builders (docs/architecture.md §2). The `{...}` is a literal Redis Cluster hash tag:
     every key of one task / session / subject hashes to the same slot, so multi-key Lua scripts and
     transactions over them stay valid on a Cluster."""
 

@@ -42,12 +42,12 @@ import grpc
 import grpc.aio
 import yaml
 
-from agentmesh.auth import Authenticator, mint_token
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.supervisor import health_status
 from agentmesh.config import load_settings
-from agentmesh.server import ServiceHost
+from agentmesh.identity import Authenticator, mint_token
+from agentmesh.rpc.host import ServiceHost
 from agentmesh.store import LocalRedis, Store
-from agentmesh.supervisor import health_status
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, tool_pb2
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table

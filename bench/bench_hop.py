@@ -1,6 +1,6 @@
 """What one outgoing call costs, layer by layer: where a hop's overhead over a bare round trip goes.
 
-Every service calls the others through `agentmesh.client.create_channel`; the agent loop makes 11
+Every service calls the others through `agentmesh.rpc.channels.create_channel`; the agent loop makes 11
 such calls per two-step task (bench_step). This bench sends the same small unary call to a bare
 grpc.aio server in this process (the layout of bench_step, where the dispatcher and the minimal
 downstream servers share one process) through channels that add one layer at a time:
@@ -36,9 +36,9 @@ import grpc.aio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh import callctx
-from agentmesh.auth import Authenticator
-from agentmesh.client import create_channel
 from agentmesh.config import Settings, load_settings
+from agentmesh.identity import Authenticator
+from agentmesh.rpc.channels import create_channel
 from agentmesh.telemetry import setup_telemetry
 from bench.common import BENCH_DIR, BareEchoServer, alternating, bar_plot, percentile, table
 

@@ -43,10 +43,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.demo_ops import OpsApi, write_service_log
 from agentmesh.config import Settings, load_settings
-from agentmesh.demo_ops import OpsApi, write_service_log
+from agentmesh.identity import Authenticator
 from agentmesh.store import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.bench_step import AUTH_KEY, _free_port, host_service

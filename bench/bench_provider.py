@@ -33,10 +33,10 @@ import grpc.aio
 import httpx
 import yaml
 
-from agentmesh.auth import mint_token
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.supervisor import health_status
+from agentmesh.identity import mint_token
 from agentmesh.store import LocalRedis
-from agentmesh.supervisor import health_status
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from bench.common import (
     BENCH_DIR,

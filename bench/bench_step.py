@@ -45,11 +45,11 @@ import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.client import create_channel
 from agentmesh.config import Settings, load_settings
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.identity import Authenticator
+from agentmesh.rpc.channels import create_channel
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.store import LocalRedis, Store
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import (

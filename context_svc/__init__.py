@@ -1,1 +1,1 @@
-"""context_svc: see DESIGN.md; started alone with `python -m context_svc [agentmesh.yaml]`."""
+"""context_svc: see docs/architecture.md; started alone with `python -m context_svc [agentmesh.yaml]`."""

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agentmesh.chat import Role, ToolCall
 from agentmesh.payloads import StoredPayload
 
 __all__ = [
@@ -26,25 +27,9 @@ __all__ = [
     "Role",
     "Session",
     "Summary",
-    "ToolCallRecord",
+    "ToolCall",
     "ToolOutcome",
 ]
-
-
-class Role(enum.StrEnum):
-    SYSTEM = "system"
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL = "tool"
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallRecord:
-    """A tool call of an assistant message; arguments stay the raw JSON text the model produced."""
-
-    id: str
-    name: str
-    arguments_json: str
 
 
 def _ref_to_json(ref: StoredPayload) -> dict[str, Any]:
@@ -75,7 +60,7 @@ class Message:
 
     role: Role
     content: str = ""
-    tool_calls: tuple[ToolCallRecord, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
     name: str = ""
     token_count: int = 0
@@ -115,7 +100,7 @@ class Message:
         return cls(
             role=Role(data["r"]),
             content=data.get("c", ""),
-            tool_calls=tuple(ToolCallRecord(*call) for call in data.get("tc", ())),
+            tool_calls=tuple(ToolCall(*call) for call in data.get("tc", ())),
             tool_call_id=data.get("id", ""),
             name=data.get("n", ""),
             token_count=int(data.get("t", 0)),
@@ -236,7 +221,7 @@ class OpenItem:
 
 @dataclass(frozen=True)
 class Summary:
-    """The structured summary of older turns (DESIGN.md §4): intent, key data, open questions, actions."""
+    """The structured summary of older turns (docs/architecture.md §4): intent, key data, open questions, actions."""
 
     intents: tuple[str, ...]
     key_data: tuple[str, ...]

@@ -1,31 +1,30 @@
 """context_svc's gRPC surface: maps protobuf to the context domain (engine.py) and back.
 
-The only module of context_svc that touches grpc or protobuf: it turns requests into domain calls,
-domain results into responses, and AgentmeshErrors into rich statuses. It also implements the
-summarizer's `SummaryModel` over gRPC to provider_svc (an outgoing mapping of the same kind).
+The only module of context_svc that touches grpc or protobuf: it turns requests into domain calls
+and domain results into responses; the AgentmeshErrors it raises become rich statuses at the RPC
+edge (docs/architecture.md §11). It also implements the summarizer's `SummaryModel` over gRPC to
+provider_svc (an outgoing mapping of the same kind).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 import grpc.aio
-from google.protobuf import timestamp_pb2
-from google.protobuf.message import DecodeError
 
-from agentmesh.auth import require_identity
 from agentmesh.callctx import remaining_time
-from agentmesh.client import ServiceClients
+from agentmesh.chat import Role
 from agentmesh.config import ConfigError
-from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, model_text
-from agentmesh.payloads import StoredPayload
-from agentmesh.rpcstatus import abort, from_detail, from_rpc_error
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.errors import InvalidRequestError, model_text
+from agentmesh.identity import require_identity
+from agentmesh.rpc import codec
+from agentmesh.rpc.channels import ServiceClients
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
+from agentmesh.rpc.status import error_from_tool_error, from_rpc_error
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2, tool_pb2
 from context_svc.engine import BudgetRequest, ContextEngine
 from context_svc.model import (
@@ -34,10 +33,8 @@ from context_svc.model import (
     ContextView,
     Message,
     PendingInfo,
-    Role,
     Session,
     Summary,
-    ToolCallRecord,
     ToolOutcome,
 )
 from context_svc.tokens import UnknownEncodingError
@@ -48,13 +45,6 @@ log = logging.getLogger("context_svc")
 
 SERVICE_NAME = context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name
 
-_ROLE_TO_DOMAIN = {
-    common_pb2.ROLE_SYSTEM: Role.SYSTEM,
-    common_pb2.ROLE_USER: Role.USER,
-    common_pb2.ROLE_ASSISTANT: Role.ASSISTANT,
-    common_pb2.ROLE_TOOL: Role.TOOL,
-}
-_ROLE_TO_PB = {role: pb for pb, role in _ROLE_TO_DOMAIN.items()}
 _BLOCK_TO_PB = {
     BlockKind.SYSTEM: context_pb2.CONTEXT_BLOCK_KIND_SYSTEM,
     BlockKind.SUMMARY: context_pb2.CONTEXT_BLOCK_KIND_SUMMARY,
@@ -62,137 +52,34 @@ _BLOCK_TO_PB = {
     BlockKind.OBSERVATIONS: context_pb2.CONTEXT_BLOCK_KIND_OBSERVATIONS,
 }
 
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
-Handler = Callable[[Any, Req, grpc.aio.ServicerContext[Any, Any]], Coroutine[Any, Any, Resp]]
-
-
-class _Undecodable:
-    """A request whose bytes are not a valid message (e.g. a string field with bad UTF-8)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _lenient(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
-        try:
-            return deserialize(data)
-        except DecodeError as exc:
-            # grpc would answer UNKNOWN "Unexpected DecodeError"; the method answers INVALID_ARGUMENT.
-            return _Undecodable(str(exc))
-
-    return parse
-
-
-class _CaptureHandlers:
-    """Stands in for a server to collect the generated method handlers."""
-
-    def __init__(self) -> None:
-        self.service = ""
-        self.handlers: dict[str, Any] = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        self.service, self.handlers = service, handlers
-
-
-def add_to_server(servicer: ContextServicer, server: grpc.aio.Server) -> None:
-    """`add_ContextServiceServicer_to_server`, with request parsing that reports malformed bytes
-    (invalid UTF-8 in a string field, truncated messages) as INVALID_ARGUMENT."""
-    capture = _CaptureHandlers()
-    context_pb2_grpc.add_ContextServiceServicer_to_server(servicer, capture)  # type: ignore[no-untyped-call]
-    handlers = {
-        name: handler._replace(request_deserializer=_lenient(handler.request_deserializer))
-        for name, handler in capture.handlers.items()
-    }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(capture.service, handlers),))
-    server.add_registered_method_handlers(capture.service, handlers)  # type: ignore[attr-defined]
-
-
-def _rpc(method: Handler[Req, Resp]) -> Handler[Req, Resp]:
-    """AgentmeshErrors become rich statuses; anything unexpected is INTERNAL (logged, no traceback
-    to the caller)."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext[Any, Any]) -> Resp:
-        try:
-            if isinstance(request, _Undecodable):
-                raise InvalidRequestError("request", f"not a valid {method.__name__}Request: {request.reason}")
-            return await method(self, request, context)
-        except AgentmeshError as exc:
-            await abort(context, exc)
-        except Exception:
-            log.exception("context_svc: %s failed", method.__name__)
-            await abort(context, AgentmeshError(ErrorCode.INTERNAL, f"{method.__name__} failed inside context_svc"))
-
-    return wrapper
-
 
 def _caller() -> Caller:
     identity = require_identity()
     return Caller(subject=identity.subject, agent_id=identity.agent_id, is_operator=identity.has_role("operator"))
 
 
-def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromNanoseconds(int(seconds * 1e9))
-    return stamp
-
-
-def _seconds(stamp: timestamp_pb2.Timestamp) -> float:
-    return float(stamp.ToNanoseconds()) / 1e9
-
-
-def payload_ref_pb(ref: StoredPayload) -> common_pb2.PayloadRef:
-    return common_pb2.PayloadRef(
-        ref_id=ref.ref_id,
-        session_id=ref.session_id,
-        size_bytes=ref.size_bytes,
-        media_type=ref.media_type,
-        sha256=ref.sha256,
-        expire_time=_timestamp(ref.expire_at),
-    )
-
-
-def payload_ref_domain(ref: common_pb2.PayloadRef) -> StoredPayload:
-    return StoredPayload(
-        ref_id=ref.ref_id,
-        session_id=ref.session_id,
-        size_bytes=ref.size_bytes,
-        media_type=ref.media_type,
-        sha256=ref.sha256,
-        expire_at=_seconds(ref.expire_time) if ref.HasField("expire_time") else 0.0,
-    )
-
-
 def message_domain(message: common_pb2.Message) -> Message:
-    role = _ROLE_TO_DOMAIN.get(message.role)
-    if role is None:
-        raise InvalidRequestError("message.role", "must be ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL")
     return Message(
-        role=role,
+        role=codec.role_from_pb(message.role, "message.role"),
         content=message.content,
-        tool_calls=tuple(ToolCallRecord(c.id, c.name, c.arguments_json) for c in message.tool_calls),
+        tool_calls=tuple(codec.tool_call_from_pb(c) for c in message.tool_calls),
         tool_call_id=message.tool_call_id,
         name=message.name,
-        create_time=_seconds(message.create_time) if message.HasField("create_time") else 0.0,
+        create_time=codec.seconds(message.create_time, "message.create_time")
+        if message.HasField("create_time")
+        else 0.0,
     )
 
 
 def message_pb(message: Message) -> common_pb2.Message:
     return common_pb2.Message(
-        role=_ROLE_TO_PB[message.role],
+        role=codec.role_to_pb(message.role),
         content=message.content,
-        tool_calls=[
-            common_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json) for c in message.tool_calls
-        ],
+        tool_calls=[codec.tool_call_to_pb(c) for c in message.tool_calls],
         tool_call_id=message.tool_call_id,
         name=message.name,
         token_count=message.token_count,
-        create_time=_timestamp(message.create_time),
+        create_time=codec.timestamp(message.create_time),
     )
 
 
@@ -214,7 +101,7 @@ def session_pb(session: Session) -> context_pb2.Session:
         message_count=session.message_count,
         total_tokens=session.total_tokens,
         summary_count=session.summary_count,
-        create_time=_timestamp(session.create_time),
+        create_time=codec.timestamp(session.create_time),
     )
 
 
@@ -289,28 +176,16 @@ def tool_outcome_domain(result: tool_pb2.ToolResult) -> ToolOutcome:
         if content == "ref":
             return ToolOutcome(
                 **base,
-                ref=payload_ref_domain(output.ref),
+                ref=codec.payload_ref_from_pb(output.ref, "result.output.ref"),
                 digest=output.digest,
                 structured=structured,
                 redacted=output.redacted,
             )
         return ToolOutcome(**base, inline=output.inline, structured=structured, redacted=output.redacted)
     if kind == "error":
-        error = result.error
-        detail = common_pb2.ErrorDetail(
-            code=error.code,
-            message=error.message,
-            violations=error.violations,
-            retryable=error.retryable,
-            fallback_tool=error.fallback_tool,
-            missing_permission=error.missing_permission,
-            metadata=error.metadata,
-        )
-        if error.HasField("retry_after"):
-            detail.retry_after.CopyFrom(error.retry_after)
-        err = from_detail(detail)
+        err = error_from_tool_error(result.error, "result.error")
         return ToolOutcome(
-            **base, error_text=model_text(err), error_code=err.code.name, fallback_tool=error.fallback_tool
+            **base, error_text=model_text(err), error_code=err.code.name, fallback_tool=result.error.fallback_tool
         )
     if kind == "pending_approval":
         pending = result.pending_approval
@@ -319,7 +194,9 @@ def tool_outcome_domain(result: tool_pb2.ToolResult) -> ToolOutcome:
             pending=PendingInfo(
                 approval_id=pending.approval_id,
                 impact=pending.impact,
-                expire_at=_seconds(pending.expire_time) if pending.HasField("expire_time") else 0.0,
+                expire_at=codec.seconds(pending.expire_time, "result.pending_approval.expire_time")
+                if pending.HasField("expire_time")
+                else 0.0,
             ),
         )
     raise InvalidRequestError("result.outcome", "one of output, error or pending_approval is required")
@@ -335,7 +212,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     def __init__(self, engine: ContextEngine) -> None:
         self.engine = engine
 
-    @_rpc
     async def CreateSession(
         self, request: context_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.CreateSessionResponse:
@@ -360,14 +236,12 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         )
         return context_pb2.CreateSessionResponse(session=session_pb(session))
 
-    @_rpc
     async def GetSession(
         self, request: context_pb2.GetSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.GetSessionResponse:
         session, entities = await self.engine.get_session(_caller(), request.session_id)
         return context_pb2.GetSessionResponse(session=session_pb(session), entities=entities)
 
-    @_rpc
     async def AppendMessage(
         self, request: context_pb2.AppendMessageRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.AppendMessageResponse:
@@ -376,7 +250,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         index, tokens = await self.engine.append_message(_caller(), request.session_id, message_domain(request.message))
         return context_pb2.AppendMessageResponse(index=index, token_count=tokens)
 
-    @_rpc
     async def AppendToolResult(
         self, request: context_pb2.AppendToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.AppendToolResultResponse:
@@ -387,10 +260,9 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         )
         response = context_pb2.AppendToolResultResponse(index=index, token_count=tokens)
         if ref is not None:
-            response.ref.CopyFrom(payload_ref_pb(ref))
+            response.ref.CopyFrom(codec.payload_ref_to_pb(ref))
         return response
 
-    @_rpc
     async def BuildContext(
         self, request: context_pb2.BuildContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.BuildContextResponse:
@@ -402,7 +274,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         )
         return context_pb2.BuildContextResponse(view=view_pb(view))
 
-    @_rpc
     async def GetPayload(
         self, request: context_pb2.GetPayloadRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.GetPayloadResponse:
@@ -415,9 +286,8 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             line_range=_range(request.line_range) if selector == "line_range" else None,
             byte_range=_range(request.byte_range) if selector == "byte_range" else None,
         )
-        return context_pb2.GetPayloadResponse(ref=payload_ref_pb(ref), content=content, partial=partial)
+        return context_pb2.GetPayloadResponse(ref=codec.payload_ref_to_pb(ref), content=content, partial=partial)
 
-    @_rpc
     async def Compact(
         self, request: context_pb2.CompactRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.CompactResponse:
@@ -427,7 +297,6 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             response.summary.CopyFrom(summary_pb(summary))
         return response
 
-    @_rpc
     async def DeleteSession(
         self, request: context_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.DeleteSessionResponse:
@@ -446,8 +315,8 @@ class ProviderSummaryModel:
             model=model,
             task_tag="summarize",
             messages=[
-                common_pb2.Message(role=common_pb2.ROLE_SYSTEM, content=system),
-                common_pb2.Message(role=common_pb2.ROLE_USER, content=user),
+                common_pb2.Message(role=codec.role_to_pb(Role.SYSTEM), content=system),
+                common_pb2.Message(role=codec.role_to_pb(Role.USER), content=user),
             ],
             sampling=provider_pb2.SamplingParams(temperature=0.0),
             agent_id=agent_id,
@@ -475,7 +344,7 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     except UnknownEncodingError as exc:
         await clients.close()
         raise ConfigError(f"context.encoding: {exc}") from exc
-    host.add_servicer(SERVICE_NAME, add_to_server, ContextServicer(engine))
+    host.add_servicer(SERVICE_NAME, context_pb2_grpc.add_ContextServiceServicer_to_server, ContextServicer(engine))
 
     async def cleanup() -> None:
         await clients.close()

@@ -1,1 +1,1 @@
-"""dispatcher_svc: see DESIGN.md; started alone with `python -m dispatcher_svc [agentmesh.yaml]`."""
+"""dispatcher_svc: see docs/architecture.md; started alone with `python -m dispatcher_svc [agentmesh.yaml]`."""

@@ -1,4 +1,4 @@
-"""Guards that stop a task before it does something unsafe or unpaid (DESIGN.md §7).
+"""Guards that stop a task before it does something unsafe or unpaid (docs/architecture.md §7).
 
 Each returns None when the task may go on, or the typed error that stops it: FATAL errors
 (budget, max steps, loop) abort the task; a passed deadline fails it.
@@ -6,8 +6,8 @@ Each returns None when the task may go on, or the typed error that stops it: FAT
 
 from __future__ import annotations
 
+from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode
-from dispatcher_svc.model import ToolCall
 
 
 def budget(*, spent: int, prompt_tokens: int, reserve_tokens: int, token_budget: int) -> AgentmeshError | None:

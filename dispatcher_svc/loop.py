@@ -1,4 +1,4 @@
-"""One task's agent loop (DESIGN.md §2 "one agent step", §3, §7), resumable on any replica.
+"""One task's agent loop (docs/architecture.md §2, §3, §7), resumable on any replica.
 
 A step: guards -> BuildContext -> DiscoverTools -> budget guard -> Generate -> checkpoint the reply
 -> per tool call: TOOL_CALL checkpoint -> ExecuteTool (idempotency key = task + step.index +
@@ -32,9 +32,10 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
-from agentmesh.telemetry import (
+from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
     ATTR_ERROR_CODE,
     ATTR_REQUEST_ID,
@@ -46,15 +47,7 @@ from agentmesh.telemetry import (
 from dispatcher_svc import guards, policy
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.events import now_ms
-from dispatcher_svc.model import (
-    EventKind,
-    ModelReply,
-    TaskEvent,
-    TaskStatus,
-    ToolCall,
-    ToolOutcome,
-    Usage,
-)
+from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import Appended, CallOptions, Ports, SessionSpec, ToolInfo
 from dispatcher_svc.tasks import CallState, Cursor, Lease, StaleOwnerError, TaskRecord, TaskStore, fields_of
 

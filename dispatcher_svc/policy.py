@@ -1,4 +1,4 @@
-"""The error-class policy (DESIGN.md §3): what the dispatcher does with each tool outcome.
+"""The error-class policy (docs/architecture.md §3): what the dispatcher does with each tool outcome.
 
 - CONTRACT: the violations go back to the model with a short correction note; at most
   `max_contract_retries` reflective retries per call, then the call is handled as ENGINEERING.
@@ -15,8 +15,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
-from dispatcher_svc.model import ToolCall, ToolOutcome
+from dispatcher_svc.model import ToolOutcome
 
 
 class Action(enum.Enum):

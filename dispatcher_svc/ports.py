@@ -1,6 +1,6 @@
 """What the loop needs from the other services, as small protocols.
 
-`adapters.py` implements them over gRPC with `agentmesh.client.ServiceClients`; unit tests implement
+`adapters.py` implements them over gRPC with `agentmesh.rpc.channels.ServiceClients`; unit tests implement
 them with in-memory fakes. Every method raises `AgentmeshError` for a fault of the call itself
 (UNAVAILABLE, DEADLINE_EXCEEDED, ...); in-band tool outcomes come back as `ToolOutcome`.
 """
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dispatcher_svc.model import ApprovalRecord, ModelReply, ToolCall, ToolOutcome
+from agentmesh.chat import ToolCall
+from dispatcher_svc.model import ApprovalRecord, ModelReply, ToolOutcome
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,20 +8,108 @@ from typing import Any
 import grpc.aio
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from agentmesh.auth import require_identity
-from agentmesh.client import ServiceClients
-from agentmesh.errors import AgentmeshError
-from agentmesh.rpcstatus import abort
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.identity import require_identity
+from agentmesh.rpc import codec
+from agentmesh.rpc.channels import ServiceClients
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
+from agentmesh.rpc.status import to_detail
 from agentmesh.telemetry import current_request_id
-from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
-from dispatcher_svc import convert, testhooks
-from dispatcher_svc.adapters import grpc_ports
-from dispatcher_svc.service import Dispatcher
+from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc, tool_pb2
+from dispatcher_svc import testhooks
+from dispatcher_svc.adapters import grpc_ports, pending_pb, tool_result_pb
+from dispatcher_svc.agents import AgentConfig
+from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent
+from dispatcher_svc.service import Dispatcher, StartRequest
 
 SERVICE_NAME = dispatcher_pb2.DESCRIPTOR.services_by_name["DispatcherService"].full_name
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+
+# --- protobuf <-> dispatcher domain ----------------------------------------------------------------
+
+
+def start_request(pb: dispatcher_pb2.StartTaskRequest) -> StartRequest:
+    return StartRequest(
+        agent_id=pb.agent_id,
+        goal=pb.goal,
+        token_budget=pb.token_budget if pb.HasField("token_budget") else None,
+        max_steps=pb.max_steps if pb.HasField("max_steps") else None,
+        task_id=pb.task_id,
+    )
+
+
+def task_pb(task: Task) -> dispatcher_pb2.Task:
+    pb = dispatcher_pb2.Task(
+        task_id=task.task_id,
+        agent_id=task.agent_id,
+        goal=task.goal,
+        status=int(task.status),  # type: ignore[arg-type]
+        step=task.step,
+        usage=codec.usage_to_pb(task.usage),
+        answer=task.answer,
+        session_id=task.session_id,
+        request_id=task.request_id,
+        last_sequence=task.last_sequence,
+    )
+    if task.error is not None:
+        pb.error.CopyFrom(to_detail(task.error))
+    if task.pending_approval is not None:
+        pb.pending_approval.CopyFrom(pending_pb(task.pending_approval))
+    if task.create_time_ms:
+        pb.create_time.CopyFrom(codec.timestamp_ms(task.create_time_ms))
+    if task.update_time_ms:
+        pb.update_time.CopyFrom(codec.timestamp_ms(task.update_time_ms))
+    return pb
+
+
+def event_pb(event: TaskEvent) -> dispatcher_pb2.TaskEvent:
+    pb = dispatcher_pb2.TaskEvent(
+        task_id=event.task_id,
+        sequence=event.sequence,
+        kind=int(event.kind),  # type: ignore[arg-type]
+        status=int(event.status),  # type: ignore[arg-type]
+        step=event.step,
+        message=event.message,
+        attributes=event.attributes,
+    )
+    pb.time.CopyFrom(codec.timestamp_ms(event.time_ms))
+    if event.tool_call is not None:
+        pb.tool_call.CopyFrom(codec.tool_call_to_pb(event.tool_call))
+    if event.tool_result is not None:
+        pb.tool_result.CopyFrom(tool_result_pb(event.tool_result))
+    if event.error is not None:
+        pb.error.CopyFrom(to_detail(event.error))
+    if event.pending_approval is not None:
+        pb.pending_approval.CopyFrom(pending_pb(event.pending_approval))
+    if event.usage is not None:
+        pb.usage.CopyFrom(codec.usage_to_pb(event.usage))
+    return pb
+
+
+def agent_pb(agent: AgentConfig) -> dispatcher_pb2.Agent:
+    return dispatcher_pb2.Agent(
+        agent_id=agent.id,
+        description=agent.description,
+        model=agent.model,
+        tools=list(agent.tools),
+        capabilities=list(agent.capabilities),
+        token_budget=agent.token_budget,
+        max_steps=agent.max_steps,
+    )
+
+
+def approval_pb(record: ApprovalRecord) -> tool_pb2.Approval:
+    pb = tool_pb2.Approval(
+        state=f"APPROVAL_STATE_{record.state}",
+        resolved_by=record.resolved_by,
+        reason=record.reason,
+    )
+    if record.request is not None:
+        pb.request.CopyFrom(pending_pb(record.request))
+    if record.resolve_time_ms:
+        pb.resolve_time.CopyFrom(codec.timestamp_ms(record.resolve_time_ms))
+    return pb
 
 
 def _traceparent() -> str:
@@ -38,76 +126,56 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
 
     async def _start(self, request: dispatcher_pb2.StartTaskRequest) -> dispatcher_pb2.Task:
         task = await self.dispatcher.start_task(
-            convert.start_request(request), request_id=current_request_id() or "", traceparent=_traceparent()
+            start_request(request), request_id=current_request_id() or "", traceparent=_traceparent()
         )
-        return convert.task_pb(task)
+        return task_pb(task)
 
     async def StartTask(
         self, request: dispatcher_pb2.StartTaskRequest, context: Context
     ) -> dispatcher_pb2.StartTaskResponse:
-        try:
-            return dispatcher_pb2.StartTaskResponse(task=await self._start(request))
-        except AgentmeshError as err:
-            await abort(context, err)
+        return dispatcher_pb2.StartTaskResponse(task=await self._start(request))
 
     async def RunTask(
         self, request: dispatcher_pb2.RunTaskRequest, context: Context
     ) -> AsyncIterator[dispatcher_pb2.RunTaskResponse]:
-        try:
-            task = await self._start(request.start)
-            async for event in self.dispatcher.watch(task.task_id, 0):
-                yield dispatcher_pb2.RunTaskResponse(event=convert.event_pb(event))
-        except AgentmeshError as err:
-            await abort(context, err)
+        task = await self._start(request.start)
+        async for event in self.dispatcher.watch(task.task_id, 0):
+            yield dispatcher_pb2.RunTaskResponse(event=event_pb(event))
 
     async def GetTask(self, request: dispatcher_pb2.GetTaskRequest, context: Context) -> dispatcher_pb2.GetTaskResponse:
-        try:
-            return dispatcher_pb2.GetTaskResponse(task=convert.task_pb(await self.dispatcher.get_task(request.task_id)))
-        except AgentmeshError as err:
-            await abort(context, err)
+        return dispatcher_pb2.GetTaskResponse(task=task_pb(await self.dispatcher.get_task(request.task_id)))
 
     async def WatchTask(
         self, request: dispatcher_pb2.WatchTaskRequest, context: Context
     ) -> AsyncIterator[dispatcher_pb2.WatchTaskResponse]:
-        try:
-            async for event in self.dispatcher.watch(request.task_id, request.after_sequence):
-                yield dispatcher_pb2.WatchTaskResponse(event=convert.event_pb(event))
-        except AgentmeshError as err:
-            await abort(context, err)
+        async for event in self.dispatcher.watch(request.task_id, request.after_sequence):
+            yield dispatcher_pb2.WatchTaskResponse(event=event_pb(event))
 
     async def CancelTask(
         self, request: dispatcher_pb2.CancelTaskRequest, context: Context
     ) -> dispatcher_pb2.CancelTaskResponse:
-        try:
-            task = await self.dispatcher.cancel(request.task_id, request.reason)
-            return dispatcher_pb2.CancelTaskResponse(task=convert.task_pb(task))
-        except AgentmeshError as err:
-            await abort(context, err)
+        task = await self.dispatcher.cancel(request.task_id, request.reason)
+        return dispatcher_pb2.CancelTaskResponse(task=task_pb(task))
 
     async def ResolveApproval(
         self, request: dispatcher_pb2.DispatcherServiceResolveApprovalRequest, context: Context
     ) -> dispatcher_pb2.DispatcherServiceResolveApprovalResponse:
-        try:
-            approval, task = await self.dispatcher.resolve_approval(
-                request.task_id,
-                request.approval_id,
-                approve=request.approve,
-                reason=request.reason,
-                arguments_sha256=request.arguments_sha256,
-                resolver=require_identity().subject,
-            )
-            return dispatcher_pb2.DispatcherServiceResolveApprovalResponse(
-                approval=convert.approval_pb(approval), task=convert.task_pb(task)
-            )
-        except AgentmeshError as err:
-            await abort(context, err)
+        approval, task = await self.dispatcher.resolve_approval(
+            request.task_id,
+            request.approval_id,
+            approve=request.approve,
+            reason=request.reason,
+            arguments_sha256=request.arguments_sha256,
+            resolver=require_identity().subject,
+        )
+        return dispatcher_pb2.DispatcherServiceResolveApprovalResponse(
+            approval=approval_pb(approval), task=task_pb(task)
+        )
 
     async def ListAgents(
         self, request: dispatcher_pb2.ListAgentsRequest, context: Context
     ) -> dispatcher_pb2.ListAgentsResponse:
-        return dispatcher_pb2.ListAgentsResponse(
-            agents=[convert.agent_pb(agent) for agent in self.dispatcher.list_agents()]
-        )
+        return dispatcher_pb2.ListAgentsResponse(agents=[agent_pb(agent) for agent in self.dispatcher.list_agents()])
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:

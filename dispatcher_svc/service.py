@@ -4,7 +4,7 @@
 cancels them, and resolves approvals (forwarded to tool_svc, which is authoritative) before
 re-queueing the parked task. Its expiry sweeper (run by the worker) resumes a parked task whose
 approval expired with nobody resolving it: the call fails with APPROVAL_EXPIRED, an ENGINEERING
-error the model is told about (DESIGN.md §3). The work itself is done by `Worker` + `AgentLoop`.
+error the model is told about (docs/architecture.md §3). The work itself is done by `Worker` + `AgentLoop`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from agentmesh.auth import Authenticator
+from agentmesh.chat import Usage
 from agentmesh.config import Settings
 from agentmesh.errors import (
     AgentmeshError,
@@ -31,20 +31,12 @@ from agentmesh.errors import (
     NotFoundError,
     Violation,
 )
+from agentmesh.identity import Authenticator
 from agentmesh.store import Store
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.events import EventLog, now_ms
 from dispatcher_svc.loop import AgentLoop, Hook
-from dispatcher_svc.model import (
-    ApprovalRecord,
-    EventKind,
-    PendingApproval,
-    Task,
-    TaskEvent,
-    TaskStatus,
-    ToolOutcome,
-    Usage,
-)
+from dispatcher_svc.model import ApprovalRecord, EventKind, PendingApproval, Task, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.tasks import (
     StaleOwnerError,

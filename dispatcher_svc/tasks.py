@@ -1,6 +1,6 @@
 """Task state in Redis: one hash per task, its event stream, and the `am:tasks` work queue.
 
-Ownership (DESIGN.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
+Ownership (docs/architecture.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
 through one consumer group, so a message has one owner at a time. The owner renews its claim
 (XCLAIM JUSTID, which resets the entry's idle time) while it works; a replica that dies stops
 renewing, and another one takes the entry with XAUTOCLAIM once it has been idle `claim_idle_s`.
@@ -27,6 +27,7 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, FailedPreconditionError, NotFoundError, Violation
 from agentmesh.store import Store
@@ -37,9 +38,7 @@ from dispatcher_svc.model import (
     Task,
     TaskEvent,
     TaskStatus,
-    ToolCall,
     ToolOutcome,
-    Usage,
     error_from_json,
     error_to_json,
     event_to_json,

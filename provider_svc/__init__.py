@@ -1,1 +1,1 @@
-"""provider_svc: see DESIGN.md; started alone with `python -m provider_svc [agentmesh.yaml]`."""
+"""provider_svc: see docs/architecture.md; started alone with `python -m provider_svc [agentmesh.yaml]`."""

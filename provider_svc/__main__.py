@@ -2,7 +2,7 @@
 
 import sys
 
-from agentmesh.server import run_service
+from agentmesh.rpc.host import run_service
 from provider_svc.server import SPEC
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """provider_svc's gRPC surface: maps protobuf to the provider domain (`provider_svc.service`) and back.
 
 RPC-level faults (bad request, unknown model, upstream failures after retries and fallbacks) end
-the call with a rich status (DESIGN.md §3): 429 -> RESOURCE_EXHAUSTED + RetryInfo, timeout ->
+the call with a rich status (docs/architecture.md §3): 429 -> RESOURCE_EXHAUSTED + RetryInfo, timeout ->
 DEADLINE_EXCEEDED, 5xx/529 -> UNAVAILABLE, 400 -> INVALID_ARGUMENT, upstream 401/403 ->
 FAILED_PRECONDITION. A failed call's attempts are summarized in the error's metadata["attempts"].
 
@@ -19,13 +19,15 @@ from typing import Any
 
 import grpc
 import grpc.aio
-from google.protobuf import duration_pb2
+from google.protobuf import timestamp_pb2
 
 from agentmesh import callctx
-from agentmesh.auth import Identity, require_identity
-from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, PermissionDeniedError
-from agentmesh.rpcstatus import abort, to_detail
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.chat import Usage
+from agentmesh.errors import AgentmeshError, InvalidRequestError, PermissionDeniedError
+from agentmesh.identity import Identity, require_identity
+from agentmesh.rpc import codec
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
+from agentmesh.rpc.status import to_detail
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from provider_svc.models.base import (
     Attempt,
@@ -34,10 +36,8 @@ from provider_svc.models.base import (
     Message,
     ModelRequest,
     ModelResponse,
-    Role,
     Sampling,
     TextDelta,
-    ToolCall,
     ToolCallDelta,
     ToolChoice,
     ToolDef,
@@ -50,13 +50,6 @@ log = logging.getLogger("provider_svc")
 
 SERVICE_NAME = provider_pb2.DESCRIPTOR.services_by_name["ProviderService"].full_name
 
-_ROLES = {
-    common_pb2.ROLE_SYSTEM: Role.SYSTEM,
-    common_pb2.ROLE_USER: Role.USER,
-    common_pb2.ROLE_ASSISTANT: Role.ASSISTANT,
-    common_pb2.ROLE_TOOL: Role.TOOL,
-}
-_ROLES_BACK = {v: k for k, v in _ROLES.items()}
 _CHOICES = {
     provider_pb2.TOOL_CHOICE_MODE_AUTO: "auto",
     provider_pb2.TOOL_CHOICE_MODE_NONE: "none",
@@ -90,14 +83,11 @@ def to_request(pb: provider_pb2.GenerateRequest) -> ModelRequest:
     """The domain request of a GenerateRequest; InvalidRequestError naming the bad field."""
     messages = []
     for i, m in enumerate(pb.messages):
-        role = _ROLES.get(m.role)
-        if role is None:
-            raise InvalidRequestError(f"messages[{i}].role", "must be SYSTEM, USER, ASSISTANT or TOOL")
         messages.append(
             Message(
-                role=role,
+                role=codec.role_from_pb(m.role, f"messages[{i}].role"),
                 content=m.content,
-                tool_calls=tuple(ToolCall(c.id, c.name, c.arguments_json) for c in m.tool_calls),
+                tool_calls=tuple(codec.tool_call_from_pb(c) for c in m.tool_calls),
                 tool_call_id=m.tool_call_id,
                 name=m.name,
             )
@@ -152,24 +142,18 @@ def call_context(agent_id: str) -> CallContext:
 # --- domain -> protobuf ----------------------------------------------------------------------------
 
 
-def _duration(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(round(max(seconds, 0) * 1e9))
-    return d
-
-
 def _message_pb(m: Message) -> common_pb2.Message:
     return common_pb2.Message(
-        role=_ROLES_BACK[m.role],
+        role=codec.role_to_pb(m.role),
         content=m.content,
-        tool_calls=[common_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json) for c in m.tool_calls],
+        tool_calls=[codec.tool_call_to_pb(c) for c in m.tool_calls],
         tool_call_id=m.tool_call_id,
         name=m.name,
     )
 
 
 def _attempt_pb(a: Attempt) -> provider_pb2.Attempt:
-    pb = provider_pb2.Attempt(model=a.model, http_status=a.http_status, duration=_duration(a.duration_s))
+    pb = provider_pb2.Attempt(model=a.model, http_status=a.http_status, duration=codec.duration(max(a.duration_s, 0.0)))
     if a.error is not None:
         pb.error.CopyFrom(to_detail(a.error))
     return pb
@@ -179,13 +163,9 @@ def _response_pb(response: ModelResponse) -> provider_pb2.GenerateResponse:
     return provider_pb2.GenerateResponse(
         message=_message_pb(response.message),
         finish_reason=_FINISH[response.finish_reason],
-        usage=common_pb2.TokenUsage(
-            input_tokens=response.usage.input_tokens,
-            output_tokens=response.usage.output_tokens,
-            total_tokens=response.usage.total_tokens,
-        ),
+        usage=codec.usage_to_pb(response.usage),
         model=response.model,
-        latency=_duration(response.latency_s),
+        latency=codec.duration(max(response.latency_s, 0.0)),
     )
 
 
@@ -213,8 +193,8 @@ def _with_attempts(err: AgentmeshError, attempts: Sequence[Attempt]) -> Agentmes
     return err
 
 
-def _date(ts: Any) -> dt.date:
-    return ts.ToDatetime(tzinfo=dt.UTC).date()  # type: ignore[no-any-return]
+def _date(ts: timestamp_pb2.Timestamp, field: str) -> dt.date:
+    return dt.datetime.fromtimestamp(codec.seconds(ts, field), dt.UTC).date()
 
 
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
@@ -223,35 +203,26 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     def __init__(self, providers: Providers) -> None:
         self.providers = providers
 
-    async def _fail(self, context: grpc.aio.ServicerContext[Any, Any], exc: Exception, ctx: CallContext | None) -> None:
-        if isinstance(exc, AgentmeshError):
-            await abort(context, _with_attempts(exc, ctx.attempts if ctx is not None else ()))
-        log.exception("provider_svc internal error")
-        await abort(context, AgentmeshError(ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}"))
-
     async def Generate(
         self, request: provider_pb2.GenerateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> provider_pb2.GenerateResponse:
-        ctx: CallContext | None = None
+        agent = accounted_agent(require_identity(), request.agent_id)
+        domain = to_request(request)
+        ctx = call_context(agent)
         try:
-            agent = accounted_agent(require_identity(), request.agent_id)
-            domain = to_request(request)
-            ctx = call_context(agent)
             generation = await self.providers.generate(domain, ctx, model=request.model, task_tag=request.task_tag)
-        except Exception as exc:
-            await self._fail(context, exc, ctx)
-            raise AssertionError("unreachable") from exc  # pragma: no cover
+        except AgentmeshError as exc:
+            raise _with_attempts(exc, ctx.attempts) from None
         return generation_pb(generation)
 
     async def GenerateStream(
         self, request: provider_pb2.GenerateStreamRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[provider_pb2.GenerateStreamResponse]:
-        ctx: CallContext | None = None
         inner = request.request
+        agent = accounted_agent(require_identity(), inner.agent_id)
+        domain = to_request(inner)
+        ctx = call_context(agent)
         try:
-            agent = accounted_agent(require_identity(), inner.agent_id)
-            domain = to_request(inner)
-            ctx = call_context(agent)
             async for event in self.providers.generate_stream(domain, ctx, model=inner.model, task_tag=inner.task_tag):
                 if isinstance(event, TextDelta):
                     yield provider_pb2.GenerateStreamResponse(text_delta=event.text)
@@ -263,8 +234,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
                     )
                 elif isinstance(event, Generation):
                     yield provider_pb2.GenerateStreamResponse(final=generation_pb(event))
-        except Exception as exc:
-            await self._fail(context, exc, ctx)
+        except AgentmeshError as exc:
+            raise _with_attempts(exc, ctx.attempts) from None
 
     async def ListModels(
         self, request: provider_pb2.ListModelsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -289,22 +260,18 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     async def GetUsage(
         self, request: provider_pb2.GetUsageRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> provider_pb2.GetUsageResponse:
-        try:
-            identity = require_identity()
-            agent = request.agent_id
-            if not identity.has_role("operator"):
-                # An agent sees its own usage only.
-                if not identity.agent_id:
-                    raise PermissionDeniedError("operator", "usage of other agents needs the operator role")
-                agent = accounted_agent(identity, agent)
-            start = _date(request.start_time) if request.HasField("start_time") else None
-            end = _date(request.end_time) if request.HasField("end_time") else None
-            if start is not None and end is not None and start > end:
-                raise InvalidRequestError("start_time", "must not be after end_time")
-            rows = await self.providers.usage(agent, start, end)
-        except Exception as exc:
-            await self._fail(context, exc, None)
-            raise AssertionError("unreachable") from exc  # pragma: no cover
+        identity = require_identity()
+        agent = request.agent_id
+        if not identity.has_role("operator"):
+            # An agent sees its own usage only.
+            if not identity.agent_id:
+                raise PermissionDeniedError("operator", "usage of other agents needs the operator role")
+            agent = accounted_agent(identity, agent)
+        start = _date(request.start_time, "start_time") if request.HasField("start_time") else None
+        end = _date(request.end_time, "end_time") if request.HasField("end_time") else None
+        if start is not None and end is not None and start > end:
+            raise InvalidRequestError("start_time", "must not be after end_time")
+        rows = await self.providers.usage(agent, start, end)
         return provider_pb2.GetUsageResponse(
             rows=[
                 provider_pb2.UsageRow(
@@ -313,13 +280,9 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
                     model=r.model,
                     day=r.day,
                     calls=r.calls,
-                    usage=common_pb2.TokenUsage(
-                        input_tokens=r.input_tokens,
-                        output_tokens=r.output_tokens,
-                        total_tokens=r.input_tokens + r.output_tokens,
-                    ),
+                    usage=codec.usage_to_pb(Usage(r.input_tokens, r.output_tokens)),
                     cost_usd=r.cost_usd,
-                    total_latency=_duration(r.total_latency_s),
+                    total_latency=codec.duration(max(r.total_latency_s, 0.0)),
                 )
                 for r in rows
             ]

@@ -1,4 +1,4 @@
-"""Usage and cost per call, in Redis; aggregated by agent, provider, model and UTC day (DESIGN.md §6).
+"""Usage and cost per call, in Redis; aggregated by agent, provider, model and UTC day (docs/architecture.md §6).
 
 Layout: one hash per (agent, day) at `am:usage:{<agent>}:<day>` whose fields are
 `<provider>/<model>#<metric>` (metrics: calls, in, out, cost_nusd, latency_us; integers, so HINCRBY

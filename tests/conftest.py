@@ -22,10 +22,10 @@ import grpc.aio
 import pytest
 import redis
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import RedisSettings, Settings, deep_merge, load_settings
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.identity import Authenticator
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.store import LocalRedis, Store
 from agentmesh.telemetry import setup_telemetry
 

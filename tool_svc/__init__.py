@@ -1,1 +1,1 @@
-"""tool_svc: see DESIGN.md; started alone with `python -m tool_svc [agentmesh.yaml]`."""
+"""tool_svc: see docs/architecture.md; started alone with `python -m tool_svc [agentmesh.yaml]`."""

@@ -1,4 +1,4 @@
-"""Circuit breaker per (agent instance, tool) (DESIGN.md §5).
+"""Circuit breaker per (agent instance, tool) (docs/architecture.md §5).
 
 closed --(failure_threshold consecutive failures)--> open --(open_s)--> half-open: one probe admitted
   probe fails  -> open again

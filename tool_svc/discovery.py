@@ -1,4 +1,4 @@
-"""DiscoverTools: BM25 over each tool's name, description and examples (DESIGN.md §5).
+"""DiscoverTools: BM25 over each tool's name, description and examples (docs/architecture.md §5).
 
 Tokens: Latin words are lower-cased, stop words dropped and stemmed (Snowball English), so "restarting"
 finds "restart"; Chinese (CJK) runs become character bigrams (a single character stays a unigram),

@@ -1,4 +1,4 @@
-"""The tool gateway: every ExecuteTool goes through PIPELINE, in this order (DESIGN.md §5).
+"""The tool gateway: every ExecuteTool goes through PIPELINE, in this order (docs/architecture.md §5).
 
 Each step is one small module with one job. A step returns an outcome to stop (a typed error, a
 replayed result, a PendingApproval, or at the end the Output) or None to hand the call on; steps that
@@ -20,8 +20,7 @@ from opentelemetry.trace import Status, StatusCode
 from agentmesh.config import Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError
 from agentmesh.payloads import PayloadStore
-from agentmesh.store import Store
-from agentmesh.telemetry import (
+from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
     ATTR_ERROR_CODE,
     GEN_AI_AGENT_ID,
@@ -29,6 +28,7 @@ from agentmesh.telemetry import (
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_NAME,
 )
+from agentmesh.store import Store
 from tool_svc import permissions
 from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, is_requester
 from tool_svc.breaker import BreakerConfig, Breakers, CircuitBreaker
@@ -110,7 +110,7 @@ class Gateway:
         )
         self.discovery = Discovery()
 
-        # The order of DESIGN.md §5, one step per module.
+        # The order of docs/architecture.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
             ResolveTool(self.registry),  # UNKNOWN_TOOL (with the closest names)
             ValidateArguments(tools.max_arguments_bytes),  # ARGUMENTS_NOT_JSON, SCHEMA_INVALID

@@ -1,4 +1,4 @@
-"""HTTP executor: POST the arguments as JSON to an allowlisted URL and map the answer (DESIGN.md §5).
+"""HTTP executor: POST the arguments as JSON to an allowlisted URL and map the answer (docs/architecture.md §5).
 
 404 -> UPSTREAM_NOT_FOUND, timeout -> UPSTREAM_TIMEOUT, 5xx / refused -> UPSTREAM_UNAVAILABLE (transient),
 429 -> RATE_LIMITED (with Retry-After), other non-2xx -> UPSTREAM_REJECTED; every ENGINEERING error names

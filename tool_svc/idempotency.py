@@ -1,4 +1,4 @@
-"""Idempotency keys (DESIGN.md §5, §7): a side effect runs once per key.
+"""Idempotency keys (docs/architecture.md §5, §7): a side effect runs once per key.
 
 `am:idem:{<key>}` holds one JSON record:
   {"s": "run", "h": <args sha>, "t": <lease token>}      a call holds the lease (SET NX PX)

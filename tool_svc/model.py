@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentmesh.auth import Identity
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
+from agentmesh.identity import Identity
+from agentmesh.payloads import StoredPayload
 
 ResultKind = Literal["structured", "text"]
 Access = Literal["read", "write"]
@@ -45,7 +46,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ToolDef:
-    """A tool as the registry holds it (DESIGN.md §5)."""
+    """A tool as the registry holds it (docs/architecture.md §5)."""
 
     name: str
     description: str
@@ -201,24 +202,12 @@ class CallRequest:
 
 
 @dataclass(frozen=True)
-class PayloadInfo:
-    """Where an offloaded output lives (mirror of agentmesh.payloads.StoredPayload)."""
-
-    ref_id: str
-    session_id: str
-    size_bytes: int
-    media_type: str
-    sha256: str
-    expire_at: float
-
-
-@dataclass(frozen=True)
 class Output:
     """A successful call: inline text (JSON text when structured) or a payload ref plus digest."""
 
     result_type: ResultKind
     inline: str = ""
-    ref: PayloadInfo | None = None
+    ref: StoredPayload | None = None
     digest: str = ""
     redacted: bool = False
 
@@ -360,7 +349,7 @@ def outcome_from_json(data: Mapping[str, Any]) -> ToolResult:
         outcome = Output(
             result_type=out["result_type"],
             inline=out.get("inline", ""),
-            ref=None if out.get("ref") is None else PayloadInfo(**out["ref"]),
+            ref=None if out.get("ref") is None else StoredPayload(**out["ref"]),
             digest=out.get("digest", ""),
             redacted=bool(out.get("redacted", False)),
         )

@@ -1,4 +1,4 @@
-"""Offload of large outputs at the source (DESIGN.md §2, §4): an output over the threshold is stored
+"""Offload of large outputs at the source (docs/architecture.md §2, §4): an output over the threshold is stored
 once in the session's payloads (`agentmesh.payloads`) and the result carries its ref plus a digest that
 fits in a prompt; the model reads more with `read_payload`."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.payloads import PayloadStore, digest
+from agentmesh.payloads import PayloadStore, StoredPayload, digest
 from tool_svc.call import CallState
-from tool_svc.model import MEDIA_JSON, MEDIA_TEXT, Outcome, Output, PayloadInfo, Produced
+from tool_svc.model import MEDIA_JSON, MEDIA_TEXT, Outcome, Output, Produced
 
 
 def render(produced: Produced) -> str:
@@ -51,7 +51,7 @@ class Offload:
         call.bytes_after_digest = len(summary.encode("utf-8"))
         return Output(
             result_type=produced.result_type,
-            ref=PayloadInfo(
+            ref=StoredPayload(
                 ref_id=stored.ref_id,
                 session_id=stored.session_id,
                 size_bytes=stored.size_bytes,

@@ -1,4 +1,4 @@
-"""Secret redaction of tool outputs before they reach a model or Redis (DESIGN.md §5, §9).
+"""Secret redaction of tool outputs before they reach a model or Redis (docs/architecture.md §5, §9).
 
 Text: patterns for connection strings with passwords, private keys, cloud / SaaS keys, bearer tokens,
 JWTs and `password=...` style assignments. Structured output is walked value by value (so the JSON

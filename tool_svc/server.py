@@ -13,12 +13,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc.aio
-from google.protobuf import duration_pb2, timestamp_pb2
 
-from agentmesh import rpcstatus
-from agentmesh.auth import require_identity
-from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.chat import ToolCall
+from agentmesh.errors import InvalidRequestError
+from agentmesh.identity import require_identity
+from agentmesh.rpc import codec
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
+from agentmesh.rpc.status import to_tool_error
 from agentmesh.store import Keys
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from tool_svc.approvals import ApprovalRecord
@@ -52,18 +53,6 @@ _STATE = {
 }
 
 
-def _duration(seconds: float) -> duration_pb2.Duration:
-    value = duration_pb2.Duration()
-    value.FromNanoseconds(round(seconds * 1e9))
-    return value
-
-
-def _timestamp(unix_s: float) -> timestamp_pb2.Timestamp:
-    value = timestamp_pb2.Timestamp()
-    value.FromNanoseconds(round(unix_s * 1e9))
-    return value
-
-
 # --- ToolSpec <-> ToolDef ---------------------------------------------------------------------------
 
 
@@ -81,12 +70,12 @@ def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
             environment=spec.permission.environment, group=spec.permission.group, access=_ACCESS[spec.permission.access]
         ),
         impact=spec.impact,
-        timeout=_duration(spec.timeout_s),
+        timeout=codec.duration(spec.timeout_s),
         retry_policy=common_pb2.RetryPolicy(
             max_attempts=spec.retry.max_attempts,
-            initial_backoff=_duration(spec.retry.initial_backoff_s),
-            max_backoff=_duration(spec.retry.max_backoff_s),
-            max_jitter=_duration(spec.retry.max_jitter_s),
+            initial_backoff=codec.duration(spec.retry.initial_backoff_s),
+            max_backoff=codec.duration(spec.retry.max_backoff_s),
+            max_jitter=codec.duration(spec.retry.max_jitter_s),
         ),
         idempotent=spec.idempotent,
         requires_approval=spec.requires_approval,
@@ -117,7 +106,7 @@ def spec_from_pb(pb: common_pb2.ToolSpec) -> ToolDef:
         raise InvalidRequestError("tool.permission.access", "must be ACCESS_MODE_READ or ACCESS_MODE_WRITE")
     result_type = {v: k for k, v in _RESULT_TYPE.items()}.get(pb.result_type, "structured")
     retry = pb.retry_policy
-    timeout = pb.timeout.ToNanoseconds() / 1e9 if pb.HasField("timeout") else 10.0
+    timeout = codec.duration_seconds(pb.timeout, "tool.timeout") if pb.HasField("timeout") else 10.0
     input_schema = _schema(pb.input_schema_json, "tool.input_schema_json", required=True)
     assert input_schema is not None
     return ToolDef(
@@ -132,9 +121,15 @@ def spec_from_pb(pb: common_pb2.ToolSpec) -> ToolDef:
         timeout_s=timeout,
         retry=RetryPolicy(
             max_attempts=retry.max_attempts or 3,
-            initial_backoff_s=retry.initial_backoff.ToNanoseconds() / 1e9 if retry.HasField("initial_backoff") else 1.0,
-            max_backoff_s=retry.max_backoff.ToNanoseconds() / 1e9 if retry.HasField("max_backoff") else 4.0,
-            max_jitter_s=retry.max_jitter.ToNanoseconds() / 1e9 if retry.HasField("max_jitter") else 0.5,
+            initial_backoff_s=codec.duration_seconds(retry.initial_backoff, "tool.retry_policy.initial_backoff")
+            if retry.HasField("initial_backoff")
+            else 1.0,
+            max_backoff_s=codec.duration_seconds(retry.max_backoff, "tool.retry_policy.max_backoff")
+            if retry.HasField("max_backoff")
+            else 4.0,
+            max_jitter_s=codec.duration_seconds(retry.max_jitter, "tool.retry_policy.max_jitter")
+            if retry.HasField("max_jitter")
+            else 0.5,
         ),
         idempotent=pb.idempotent,
         requires_approval=pb.requires_approval or access == "write",
@@ -147,30 +142,13 @@ def spec_from_pb(pb: common_pb2.ToolSpec) -> ToolDef:
 # --- results ---------------------------------------------------------------------------------------
 
 
-def error_to_pb(err: AgentmeshError) -> tool_pb2.ToolError:
-    detail = rpcstatus.to_detail(err)
-    out = tool_pb2.ToolError(
-        code=detail.code,
-        error_class=detail.error_class,
-        message=detail.message,
-        violations=detail.violations,
-        retryable=detail.retryable,
-        fallback_tool=detail.fallback_tool,
-        missing_permission=detail.missing_permission,
-        metadata=detail.metadata,
-    )
-    if detail.HasField("retry_after"):
-        out.retry_after.CopyFrom(detail.retry_after)
-    return out
-
-
 def pending_to_pb(pending: Pending) -> tool_pb2.PendingApproval:
     return tool_pb2.PendingApproval(
         approval_id=pending.approval_id,
-        plan=common_pb2.ToolCall(id=pending.call_id, name=pending.tool_name, arguments_json=pending.arguments_json),
+        plan=codec.tool_call_to_pb(ToolCall(pending.call_id, pending.tool_name, pending.arguments_json)),
         impact=pending.impact,
         arguments_sha256=pending.arguments_sha256,
-        expire_time=_timestamp(pending.expire_at),
+        expire_time=codec.timestamp(pending.expire_at),
         requested_by=pending.requested_by,
     )
 
@@ -179,16 +157,7 @@ def output_to_pb(output: Output) -> tool_pb2.ToolOutput:
     out = tool_pb2.ToolOutput(result_type=_RESULT_TYPE[output.result_type], redacted=output.redacted)
     if output.ref is not None:
         ref = output.ref
-        out.ref.CopyFrom(
-            common_pb2.PayloadRef(
-                ref_id=ref.ref_id,
-                session_id=ref.session_id,
-                size_bytes=ref.size_bytes,
-                media_type=ref.media_type,
-                sha256=ref.sha256,
-                expire_time=_timestamp(ref.expire_at),
-            )
-        )
+        out.ref.CopyFrom(codec.payload_ref_to_pb(ref))
         out.digest = output.digest
     else:
         out.inline = output.inline
@@ -201,7 +170,7 @@ def result_to_pb(result: ToolResult) -> tool_pb2.ToolResult:
         tool_name=result.tool_name,
         stats=tool_pb2.ExecutionStats(
             attempts=result.stats.attempts,
-            duration=_duration(result.stats.duration_s),
+            duration=codec.duration(result.stats.duration_s),
             replayed=result.stats.replayed,
             output_bytes=result.stats.output_bytes,
         ),
@@ -212,7 +181,7 @@ def result_to_pb(result: ToolResult) -> tool_pb2.ToolResult:
     elif isinstance(outcome, Pending):
         out.pending_approval.CopyFrom(pending_to_pb(outcome))
     else:
-        out.error.CopyFrom(error_to_pb(outcome))
+        out.error.CopyFrom(to_tool_error(outcome))
     return out
 
 
@@ -224,7 +193,7 @@ def approval_to_pb(record: ApprovalRecord) -> tool_pb2.Approval:
         reason=record.reason,
     )
     if record.resolve_time is not None:
-        out.resolve_time.CopyFrom(_timestamp(record.resolve_time))
+        out.resolve_time.CopyFrom(codec.timestamp(record.resolve_time))
     return out
 
 
@@ -254,35 +223,23 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    async def _guarded(self, context: grpc.aio.ServicerContext[Any, Any], work: Awaitable[Any]) -> Any:
-        try:
-            return await work
-        except AgentmeshError as err:
-            await rpcstatus.abort(context, err)
-        except Exception:
-            log.exception("unexpected failure in ToolService")
-            await rpcstatus.abort(context, AgentmeshError(ErrorCode.INTERNAL, "internal error in tool_svc"))
-
     async def ListTools(
         self, request: tool_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.ListToolsResponse:
-        tools = await self._guarded(context, self.gateway.list_tools(request.group))
+        tools = await self.gateway.list_tools(request.group)
         return tool_pb2.ListToolsResponse(tools=[spec_to_pb(t) for t in tools])
 
     async def DiscoverTools(
         self, request: tool_pb2.DiscoverToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.DiscoverToolsResponse:
-        async def work() -> Any:
-            if not 0 <= request.k <= 50:
-                raise InvalidRequestError("k", f"must be 1..50 (0 for the default 5), got {request.k}")
-            if len(request.goal) > _MAX_GOAL_CHARS:
-                raise InvalidRequestError("goal", f"is limited to {_MAX_GOAL_CHARS} characters")
-            caller = Caller.from_identity(require_identity())
-            return await self.gateway.discover(
-                request.goal, request.k, caller=caller, permitted_only=request.permitted_only
-            )
-
-        scored = await self._guarded(context, work())
+        if not 0 <= request.k <= 50:
+            raise InvalidRequestError("k", f"must be 1..50 (0 for the default 5), got {request.k}")
+        if len(request.goal) > _MAX_GOAL_CHARS:
+            raise InvalidRequestError("goal", f"is limited to {_MAX_GOAL_CHARS} characters")
+        caller = Caller.from_identity(require_identity())
+        scored = await self.gateway.discover(
+            request.goal, request.k, caller=caller, permitted_only=request.permitted_only
+        )
         return tool_pb2.DiscoverToolsResponse(
             tools=[tool_pb2.ScoredTool(tool=spec_to_pb(s.tool), score=s.score) for s in scored]
         )
@@ -290,65 +247,53 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     async def RegisterTool(
         self, request: tool_pb2.RegisterToolRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.RegisterToolResponse:
-        async def work() -> ToolDef:
-            if not request.HasField("tool"):
-                raise InvalidRequestError("tool", "is required")
-            return await self.gateway.register(spec_from_pb(request.tool), replace=request.replace)
-
-        stored = await self._guarded(context, work())
+        if not request.HasField("tool"):
+            raise InvalidRequestError("tool", "is required")
+        stored = await self.gateway.register(spec_from_pb(request.tool), replace=request.replace)
         return tool_pb2.RegisterToolResponse(tool=spec_to_pb(stored))
 
     async def ExecuteTool(
         self, request: tool_pb2.ExecuteToolRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.ExecuteToolResponse:
-        async def work() -> ToolResult:
-            if not request.HasField("call"):
-                raise InvalidRequestError("call", "is required")
-            if len(request.call.id) > _MAX_CALL_ID:
-                raise InvalidRequestError("call.id", f"is limited to {_MAX_CALL_ID} characters")
-            _check_id("session_id", request.session_id, required=True)
-            _check_id("idempotency_key", request.idempotency_key, required=False)
-            caller = Caller.from_identity(require_identity())
-            call = CallRequest(
-                call_id=request.call.id,
-                name=request.call.name,
-                arguments_json=request.call.arguments_json,
-                session_id=request.session_id,
-                idempotency_key=request.idempotency_key,
-                goal=request.goal[:_MAX_GOAL_CHARS],
-            )
-            return await self.gateway.execute(call, caller)
-
-        result = await self._guarded(context, work())
+        if not request.HasField("call"):
+            raise InvalidRequestError("call", "is required")
+        if len(request.call.id) > _MAX_CALL_ID:
+            raise InvalidRequestError("call.id", f"is limited to {_MAX_CALL_ID} characters")
+        _check_id("session_id", request.session_id, required=True)
+        _check_id("idempotency_key", request.idempotency_key, required=False)
+        caller = Caller.from_identity(require_identity())
+        call = CallRequest(
+            call_id=request.call.id,
+            name=request.call.name,
+            arguments_json=request.call.arguments_json,
+            session_id=request.session_id,
+            idempotency_key=request.idempotency_key,
+            goal=request.goal[:_MAX_GOAL_CHARS],
+        )
+        result = await self.gateway.execute(call, caller)
         return tool_pb2.ExecuteToolResponse(result=result_to_pb(result))
 
     async def ResolveApproval(
         self, request: tool_pb2.ResolveApprovalRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.ResolveApprovalResponse:
-        async def work() -> tuple[ApprovalRecord, ToolResult]:
-            _check_id("approval_id", request.approval_id, required=True)
-            if not request.arguments_sha256:
-                raise InvalidRequestError("arguments_sha256", "is required: the hash of the arguments you approve")
-            approver = Caller.from_identity(require_identity())
-            return await self.gateway.resolve_approval(
-                request.approval_id,
-                approve=request.approve,
-                reason=request.reason,
-                arguments_sha256=request.arguments_sha256,
-                approver=approver,
-            )
-
-        record, result = await self._guarded(context, work())
+        _check_id("approval_id", request.approval_id, required=True)
+        if not request.arguments_sha256:
+            raise InvalidRequestError("arguments_sha256", "is required: the hash of the arguments you approve")
+        approver = Caller.from_identity(require_identity())
+        record, result = await self.gateway.resolve_approval(
+            request.approval_id,
+            approve=request.approve,
+            reason=request.reason,
+            arguments_sha256=request.arguments_sha256,
+            approver=approver,
+        )
         return tool_pb2.ResolveApprovalResponse(approval=approval_to_pb(record), result=result_to_pb(result))
 
     async def GetApproval(
         self, request: tool_pb2.GetApprovalRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.GetApprovalResponse:
-        async def work() -> ApprovalRecord:
-            _check_id("approval_id", request.approval_id, required=True)
-            return await self.gateway.get_approval(request.approval_id, Caller.from_identity(require_identity()))
-
-        record = await self._guarded(context, work())
+        _check_id("approval_id", request.approval_id, required=True)
+        record = await self.gateway.get_approval(request.approval_id, Caller.from_identity(require_identity()))
         return tool_pb2.GetApprovalResponse(approval=approval_to_pb(record))
 
 

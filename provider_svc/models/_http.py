@@ -25,7 +25,6 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 from agentmesh import __version__
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.exceptions import UpstreamError, error_from_status, malformed
-from provider_svc.models._net import AsyncioTransport
 from provider_svc.models.base import CallContext
 
 __all__ = ["USER_AGENT", "HttpBackend", "HttpTimeouts", "RawNumber", "dumps_raw", "environment_proxy", "loads_raw"]
@@ -138,11 +137,8 @@ class HttpBackend:
         self.proxy = environment_proxy(self._base_url)
         """The forward proxy the environment sets for this backend (as httpx.AsyncClient honours)."""
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        # Direct connections go through httpcore on plain asyncio (_net.py, ~0.2 ms of CPU less per
-        # call); a proxied backend keeps httpx's own transport, which speaks HTTP CONNECT and SOCKS.
-        self._transport = transport or (
-            httpx.AsyncHTTPTransport(limits=limits, proxy=self.proxy) if self.proxy else AsyncioTransport(limits)
-        )
+        # httpx's own transport (httpcore's pool, keep-alive, TLS; HTTP CONNECT and SOCKS proxies).
+        self._transport = transport or httpx.AsyncHTTPTransport(limits=limits, proxy=self.proxy)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

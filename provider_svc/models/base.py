@@ -2,7 +2,7 @@
 
 Plain Python (no grpc, no protobuf, no SDK): `provider_svc/server.py` maps protobuf to these, each
 adapter maps these to one wire protocol, and wrappers (retry, rate limit, ...) take any Model and
-are a Model themselves (DESIGN.md §6 "Shape", after Pydantic AI's `models/`).
+are a Model themselves (docs/architecture.md §6, after Pydantic AI's `models/`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from agentmesh.chat import Role, ToolCall, Usage
 from agentmesh.errors import AgentmeshError
 
 __all__ = [
@@ -35,24 +36,6 @@ __all__ = [
     "ToolDef",
     "Usage",
 ]
-
-
-class Role(enum.StrEnum):
-    """The author of a message."""
-
-    SYSTEM = "system"
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL = "tool"
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A tool call of the model; `arguments_json` is the raw JSON text (never re-encoded)."""
-
-    id: str
-    name: str
-    arguments_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,18 +100,6 @@ class FinishReason(enum.StrEnum):
     LENGTH = "length"
     TOOL_CALLS = "tool_calls"
     CONTENT_FILTER = "content_filter"
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token usage of one call."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
 
 
 @dataclass(frozen=True, slots=True)

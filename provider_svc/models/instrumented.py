@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentmesh.errors import AgentmeshError
-from agentmesh.telemetry import (
+from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
     ATTR_ERROR_CODE,
     GEN_AI_OPERATION_NAME,

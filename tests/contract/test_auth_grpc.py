@@ -12,10 +12,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 from pydantic import SecretStr
 
-from agentmesh import auth, callctx, rpcstatus
-from agentmesh.auth import Authenticator, AuthInterceptor
+from agentmesh import callctx
+from agentmesh import identity as auth
 from agentmesh.config import AuthSettings
 from agentmesh.errors import ErrorCode
+from agentmesh.identity import Authenticator
+from agentmesh.rpc import status as rpcstatus
+from agentmesh.rpc.auth import AuthInterceptor
+from agentmesh.rpc.interceptors import EdgeInterceptor
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 
 KEY = "contract-test-key-0123456789abcdef"
@@ -84,7 +88,7 @@ async def start() -> AsyncIterator[Start]:
     async def _start(settings: AuthSettings) -> Harness:
         authenticator = Authenticator(settings, environment="dev")
         server = grpc.aio.server(
-            interceptors=[AuthInterceptor(authenticator, {RESOLVE_APPROVAL: frozenset({"operator"})})]
+            interceptors=[EdgeInterceptor(AuthInterceptor(authenticator, {RESOLVE_APPROVAL: frozenset({"operator"})}))]
         )
         servicer = Dispatcher()
         dispatcher_pb2_grpc.add_DispatcherServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

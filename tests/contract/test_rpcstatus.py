@@ -13,7 +13,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from grpc_status import rpc_status
 
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode, Violation
-from agentmesh.rpcstatus import (
+from agentmesh.rpc.status import (
     DOMAIN,
     GRPC_STATUS,
     abort,

@@ -1,4 +1,4 @@
-"""Acceptance tests of DESIGN.md §8: one request id and one trace across services, deadlines
+"""Acceptance tests of docs/architecture.md §8: one request id and one trace across services, deadlines
 propagated, retries only where idempotent, and OTLP export (the path Jaeger uses).
 
 Three real grpc.aio servers A -> B -> C run in this process on ephemeral ports, each with its own
@@ -24,20 +24,23 @@ from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from agentmesh import callctx
-from agentmesh.client import (
+from agentmesh.config import Settings
+from agentmesh.rpc.channels import (
     IDEMPOTENT_METHODS,
     ServiceClients,
     create_channel,
     service_config,
     wire_rounding,
 )
-from agentmesh.config import Settings
-from agentmesh.telemetry import ATTR_REQUEST_ID, Telemetry, server_interceptors, setup_telemetry
+from agentmesh.rpc.interceptors import ChainedCallInterceptor, EdgeInterceptor
+from agentmesh.rpc.telemetry import otlp_exporter, server_interceptors
+from agentmesh.semconv import ATTR_REQUEST_ID
+from agentmesh.telemetry import Telemetry, setup_telemetry
 from agentmesh.v1 import tool_pb2
 
 # gRPC sends a deadline as a relative `grpc-timeout` rounded UP to its unit (10 ms between 1 and 10 s),
 # so the first hop (called by a plain channel) may see up to one unit more than the timeout set; our
-# client interceptor shaves that unit off when it propagates a deadline (agentmesh.client.wire_rounding).
+# client interceptor shaves that unit off when it propagates a deadline (agentmesh.rpc.channels.wire_rounding).
 WIRE_ROUNDING_S = 0.01
 
 SERVICE = "test.Chain"
@@ -91,9 +94,9 @@ class Node:
 
 
 async def start_node(name: str, settings: Settings, downstream: str | None) -> Node:
-    telemetry = setup_telemetry(name, settings)
+    telemetry = setup_telemetry(name, settings, otlp_exporter=otlp_exporter)
     channel = create_channel(downstream, settings, telemetry=telemetry) if downstream else None
-    server = grpc.aio.server(interceptors=server_interceptors(telemetry))
+    server = grpc.aio.server(interceptors=[EdgeInterceptor(ChainedCallInterceptor(server_interceptors(telemetry)))])
     node = Node(name, telemetry, server, "", channel)
 
     async def call(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
@@ -259,7 +262,7 @@ async def test_streaming_server_call_gets_request_id_and_span(tmp_path: Path) ->
         for _ in range(2):
             yield json.dumps([callctx.request_id_var.get(), format(span_ctx.trace_id, "032x")]).encode()
 
-    server = grpc.aio.server(interceptors=server_interceptors(telemetry))
+    server = grpc.aio.server(interceptors=[EdgeInterceptor(ChainedCallInterceptor(server_interceptors(telemetry)))])
     server.add_generic_rpc_handlers(
         [grpc.method_handlers_generic_handler("test.Watch", {"Watch": grpc.unary_stream_rpc_method_handler(watch)})]
     )
@@ -584,4 +587,4 @@ async def test_spans_are_exported_over_otlp_grpc(tmp_path: Path, monkeypatch: py
                 for span in scope_spans.spans:
                     attrs = {a.key: a.value.string_value for a in span.attributes}
                     exported.append((resource.get("service.name"), span.name, attrs.get(ATTR_REQUEST_ID)))
-    assert exported == [("svc-otlp", METHOD, "req-otlp")]
+    assert exported == [("svc-otlp", METHOD.lstrip("/"), "req-otlp")]

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from agentmesh.server import ServiceHost, ServiceSpec, run_service
+from agentmesh.rpc.host import ServiceHost, ServiceSpec, run_service
 from tool_svc.server import setup as tool_setup
 
 

@@ -14,9 +14,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentmesh.demo import list_services
+from agentmesh.cli.demo import list_services
+from agentmesh.cli.supervisor import health_status
 from agentmesh.store import LocalRedis
-from agentmesh.supervisor import health_status
 from tests.e2e.conftest import REPO, alive, children_of, free_port, spawn, wait_for, wait_serving
 
 pytestmark = pytest.mark.e2e
@@ -108,8 +108,8 @@ def test_sigterm_lets_a_slow_call_finish(process_env: dict[str, str], tmp_path: 
     target = f"127.0.0.1:{port}"
     try:
         wait_serving(target)
-        from agentmesh.auth import Authenticator
         from agentmesh.config import load_settings
+        from agentmesh.identity import Authenticator
 
         token = Authenticator(load_settings(overrides={"auth": {"key": env["AGENTMESH_AUTH_KEY"]}}).auth).mint(
             subject="tester", roles=["agent"]

@@ -1,4 +1,4 @@
-"""Identity tokens: minting, verification and every way a token can be rejected (DESIGN.md §9)."""
+"""Identity tokens: minting, verification and every way a token can be rejected (docs/architecture.md §9)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agentmesh import auth
-from agentmesh.auth import Authenticator, Identity, TokenError, mint_token, verify_token
+from agentmesh import identity as auth
 from agentmesh.config import AuthSettings, ConfigError, Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
+from agentmesh.identity import Authenticator, Identity, TokenError, mint_token, verify_token
 
 KEY = b"unit-test-key-0123456789abcdef0123"
 NOW = 1_700_000_000
@@ -312,7 +312,7 @@ def test_enabled_identify_requires_a_valid_token() -> None:
 
 
 def test_disabled_mode_warns_loudly_and_trusts_everyone(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="agentmesh.auth"):
+    with caplog.at_level(logging.WARNING, logger="agentmesh.identity"):
         authenticator = Authenticator(AuthSettings(mode="disabled"), environment="dev")
     assert any(
         r.levelno == logging.WARNING and "auth is DISABLED" in r.getMessage() and "dev only" in r.getMessage()

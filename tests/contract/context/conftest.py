@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, tool_pb2
 from context_svc.server import SPEC
 from tests.conftest import RunningService

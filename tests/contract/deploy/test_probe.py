@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from agentmesh import cli
-from agentmesh.probe import ProbeState, probe, run_probe
-from agentmesh.server import ServiceHost, ServiceSpec
+from agentmesh.cli.probe import ProbeState, probe, run_probe
+from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.v1 import tool_pb2, tool_pb2_grpc
 
 TOOL_SERVICE = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name

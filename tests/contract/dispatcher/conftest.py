@@ -19,7 +19,6 @@ import grpc.aio
 import pytest
 
 from agentmesh import callctx
-from agentmesh.auth import Authenticator, Identity, TokenError
 from agentmesh.config import AuthSettings
 from agentmesh.errors import (
     AgentmeshError,
@@ -30,7 +29,8 @@ from agentmesh.errors import (
     UnauthenticatedError,
     model_text,
 )
-from agentmesh.rpcstatus import abort, from_detail, to_detail
+from agentmesh.identity import Authenticator, Identity, TokenError
+from agentmesh.rpc.status import abort, from_detail, to_detail
 from agentmesh.v1 import (
     common_pb2,
     context_pb2,

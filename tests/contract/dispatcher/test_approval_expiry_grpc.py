@@ -15,7 +15,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.rpcstatus import from_rpc_error, to_detail
+from agentmesh.rpc.status import from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc, tool_pb2
 from tests.contract.dispatcher import conftest
 from tests.contract.dispatcher.conftest import Ctx, MakeMesh, Mesh, answer, identity, tool_call

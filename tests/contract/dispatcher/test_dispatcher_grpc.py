@@ -11,7 +11,7 @@ import grpc.aio
 import pytest
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
-from agentmesh.rpcstatus import from_rpc_error, rich_details
+from agentmesh.rpc.status import from_rpc_error, rich_details
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh, answer, tool_call
 

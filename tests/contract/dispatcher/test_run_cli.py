@@ -6,8 +6,8 @@ import asyncio
 import io
 from typing import Any
 
+from agentmesh.cli.run_view import format_event, run_command
 from agentmesh.config import ServiceEndpoint, ServicesSettings
-from agentmesh.run_view import format_event, run_command
 from agentmesh.v1 import common_pb2, dispatcher_pb2
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh, answer, tool_call
 

@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from agentmesh.errors import ErrorCode
-from agentmesh.rpcstatus import from_rpc_error, rich_details
+from agentmesh.rpc.status import from_rpc_error, rich_details
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from provider_svc.server import SPEC
 from tests.conftest import RunningService

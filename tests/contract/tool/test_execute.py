@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from agentmesh.errors import ErrorCode
-from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.rpc.status import from_rpc_error
 from agentmesh.store import LocalRedis
 from agentmesh.v1 import common_pb2, tool_pb2
 from tests.contract.tool.conftest import Client, class_name, error_name, output_json

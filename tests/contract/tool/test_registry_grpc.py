@@ -10,7 +10,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from agentmesh.errors import ErrorCode
-from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, tool_pb2
 from tests.contract.tool.conftest import Client
 from tests.contract.tool.fakes import FakeUpstream

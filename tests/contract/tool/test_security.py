@@ -10,10 +10,10 @@ from typing import Any
 import grpc
 import pytest
 
-from agentmesh.auth import mint_token
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.errors import ErrorCode
-from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.identity import mint_token
+from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, tool_pb2
 from tests.contract.tool.conftest import Client, class_name, error_name, output_json
 from tests.contract.tool.fakes import FakeUpstream

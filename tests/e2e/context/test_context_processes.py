@@ -14,9 +14,9 @@ import grpc.aio
 import pytest
 from pydantic import SecretStr
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
+from agentmesh.identity import Authenticator
 from agentmesh.store import LocalRedis
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, REPO, free_port, spawn, wait_serving

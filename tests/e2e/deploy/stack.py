@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from agentmesh.supervisor import health_status
+from agentmesh.cli.supervisor import health_status
 from tests.e2e.conftest import free_port, wait_for
 from tests.unit.deploy.manifests import (
     REPO,

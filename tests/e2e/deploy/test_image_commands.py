@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh.probe import probe
+from agentmesh.cli.probe import probe
 from agentmesh.store import LocalRedis
 from tests.e2e.deploy.stack import Image, start_stack
 from tests.unit.deploy.manifests import (

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from agentmesh.auth import Authenticator
 from agentmesh.config import load_settings
+from agentmesh.identity import Authenticator
 from agentmesh.store import LocalRedis
 from tests.e2e.conftest import AUTH_KEY
 from tests.e2e.deploy.conftest import SHELL

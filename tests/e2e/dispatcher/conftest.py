@@ -20,13 +20,13 @@ import grpc.aio
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
+from agentmesh.cli.supervisor import health_status
 from agentmesh.config import AuthSettings
-from agentmesh.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
+from agentmesh.identity import Authenticator
+from agentmesh.semconv import ATTR_REQUEST_ID
 from agentmesh.store import LocalRedis
-from agentmesh.supervisor import health_status
-from agentmesh.telemetry import ATTR_REQUEST_ID
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn
 
 SERVICE_ORDER = ("context", "tool", "provider", "dispatcher")

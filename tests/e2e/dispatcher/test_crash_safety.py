@@ -18,8 +18,8 @@ from pathlib import Path
 import grpc.aio
 import pytest
 
+from agentmesh.cli.demo_ops import OpsApi
 from agentmesh.config import DispatcherSettings, RedisSettings
-from agentmesh.demo_ops import OpsApi
 from agentmesh.store import Store
 from agentmesh.v1 import context_pb2, context_pb2_grpc, dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc.tasks import StaleOwnerError, TaskStore

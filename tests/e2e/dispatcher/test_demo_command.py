@@ -7,8 +7,8 @@ import os
 
 import pytest
 
+from agentmesh.cli.demo import run_demo
 from agentmesh.config import load_settings
-from agentmesh.demo import run_demo
 from tests.e2e.conftest import AUTH_KEY, REPO, free_port
 
 pytestmark = pytest.mark.e2e

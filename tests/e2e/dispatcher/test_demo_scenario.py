@@ -11,9 +11,9 @@ from typing import Any
 import grpc.aio
 import pytest
 
-from agentmesh.demo import ALERT_GOAL, DISK_GOAL
-from agentmesh.demo_ops import OpsApi
-from agentmesh.run_view import RunOutcome, stream_task
+from agentmesh.cli.demo import ALERT_GOAL, DISK_GOAL
+from agentmesh.cli.demo_ops import OpsApi
+from agentmesh.cli.run_view import RunOutcome, stream_task
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, dispatcher_pb2, dispatcher_pb2_grpc
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Collector, Mesh
 
@@ -124,5 +124,5 @@ async def test_the_demo_scenario_across_four_processes(
     in_trace = [s for s in spans if s["trace_id"] == trace_id]
     assert {s["request_id"] for s in in_trace} == {first.request_id}
     names: Any = {s["name"] for s in in_trace}
-    assert {"/agentmesh.v1.ToolService/ExecuteTool", "/agentmesh.v1.ProviderService/Generate"} <= names
+    assert {"agentmesh.v1.ToolService/ExecuteTool", "agentmesh.v1.ProviderService/Generate"} <= names
     assert "invoke_agent ops" in names

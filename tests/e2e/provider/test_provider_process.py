@@ -11,8 +11,8 @@ import grpc
 import pytest
 import yaml
 
-from agentmesh.auth import mint_token
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.identity import mint_token
 from agentmesh.store import LocalRedis
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from tests.contract.provider.fakes import FakeProvider, Reply

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentmesh.auth import mint_token
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.identity import mint_token
 from agentmesh.store import LocalRedis
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn, wait_serving

@@ -11,7 +11,7 @@ import pytest
 from agentmesh.config import ContextSettings
 from agentmesh.store import Store
 from context_svc.engine import BudgetRequest, ContextEngine
-from context_svc.model import BlockKind, Caller, Message, Role, ToolCallRecord, ToolOutcome
+from context_svc.model import BlockKind, Caller, Message, Role, ToolCall, ToolOutcome
 from context_svc.sessions import EncodingChangedError
 from tests.unit.context.ops_session import ops_session
 
@@ -21,7 +21,7 @@ OPERATOR = Caller("oncall", is_operator=True)
 async def play(engine: ContextEngine, session: str, turns: int, seed: int = 3) -> None:
     for step in ops_session(turns, seed=seed, big=False):
         if step.kind == "tool":
-            call = ToolCallRecord(step.call_id, step.tool, json.dumps(step.arguments))
+            call = ToolCall(step.call_id, step.tool, json.dumps(step.arguments))
             await engine.append_message(OPERATOR, session, Message(Role.ASSISTANT, tool_calls=(call,)))
             outcome = ToolOutcome(step.call_id, step.tool, inline=step.output, structured=step.structured)
             await engine.append_tool_result(OPERATOR, session, outcome)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agentmesh.errors import UnavailableError
 from context_svc.facts import fact_strings
-from context_svc.model import Message, Role, ToolCallRecord
+from context_svc.model import Message, Role, ToolCall
 from context_svc.summarize import (
     ExtractiveSummarizer,
     LLMSummarizer,
@@ -37,7 +37,7 @@ def messages_from(texts: list[tuple[int, str]]) -> list[Message]:
             out.append(Message(role, text, tool_call_id=f"c{i}", name="probe", index=i))
         elif kind == 4:
             args = json.dumps({"q": text})
-            out.append(Message(Role.ASSISTANT, "", tool_calls=(ToolCallRecord(f"c{i}", "probe", args),), index=i))
+            out.append(Message(Role.ASSISTANT, "", tool_calls=(ToolCall(f"c{i}", "probe", args),), index=i))
         else:
             out.append(Message(role, text, index=i))
     return out
@@ -66,9 +66,7 @@ def test_extractive_summary_keeps_every_fact_also_when_rolling(texts: list[tuple
 def test_structured_fields() -> None:
     messages = [
         Message(Role.USER, "订单ORD-2025-0001的折扣是85折还是8折？", index=0),
-        Message(
-            Role.ASSISTANT, "", tool_calls=(ToolCallRecord("c1", "query_orders", '{"id": "ORD-2025-0001"}'),), index=1
-        ),
+        Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "query_orders", '{"id": "ORD-2025-0001"}'),), index=1),
         Message(
             Role.TOOL,
             "[tool query_orders failed: UPSTREAM_TIMEOUT]",

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentmesh.auth import Authenticator
 from agentmesh.config import Settings
+from agentmesh.identity import Authenticator
 from agentmesh.store import Store
 from dispatcher_svc.loop import Hook
 from dispatcher_svc.model import TaskEvent

@@ -15,16 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentmesh.chat import ToolCall, Usage
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, model_text
-from dispatcher_svc.model import (
-    ApprovalRecord,
-    ModelReply,
-    PendingApproval,
-    ToolCall,
-    ToolOutcome,
-    ToolOutput,
-    Usage,
-)
+from dispatcher_svc.model import ApprovalRecord, ModelReply, PendingApproval, ToolOutcome, ToolOutput
 from dispatcher_svc.ports import (
     Appended,
     CallOptions,

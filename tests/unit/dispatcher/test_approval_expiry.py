@@ -1,6 +1,6 @@
 """Approvals that expire unresolved: the sweeper resumes the parked task once, with APPROVAL_EXPIRED.
 
-DESIGN.md §3: APPROVAL_EXPIRED is ENGINEERING, so the call fails, the model is told (a FALLBACK
+docs/architecture.md §3: APPROVAL_EXPIRED is ENGINEERING, so the call fails, the model is told (a FALLBACK
 event) and the task goes on; it never stays WAITING_APPROVAL. Real Redis, fake services; the fake
 tool_svc below expires approvals the way tool_svc does (on its clock, when read or decided).
 """
@@ -14,17 +14,10 @@ from typing import Any
 
 import pytest
 
+from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.events import now_ms
-from dispatcher_svc.model import (
-    ApprovalRecord,
-    EventKind,
-    PendingApproval,
-    TaskEvent,
-    TaskStatus,
-    ToolCall,
-    ToolOutcome,
-)
+from dispatcher_svc.model import ApprovalRecord, EventKind, PendingApproval, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import CallOptions
 from tests.unit.dispatcher.conftest import MakeRig, Rig
 from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import DispatcherSettings, RedisSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError, UnavailableError, Violation
 from agentmesh.store import LocalRedis, Store
 from dispatcher_svc import events as events_module
-from dispatcher_svc.convert import event_pb
 from dispatcher_svc.events import EventLog
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import (
@@ -30,11 +30,10 @@ from dispatcher_svc.model import (
     PendingApproval,
     TaskEvent,
     TaskStatus,
-    ToolCall,
     ToolOutcome,
     ToolOutput,
-    Usage,
 )
+from dispatcher_svc.server import event_pb
 from dispatcher_svc.tasks import TaskRecord, TaskStore, fields_of
 
 TASK = "t-feed"

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from agentmesh.auth import Authenticator
+from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
+from agentmesh.identity import Authenticator
 from dispatcher_svc.loop import RunResult
-from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus, ToolCall
+from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
 from dispatcher_svc.ports import CallOptions, ContextView
 from dispatcher_svc.tasks import CommitResult, TaskRecord, TaskStore
 from tests.unit.dispatcher.conftest import MakeRig, Rig

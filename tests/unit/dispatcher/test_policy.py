@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import ConfigError, Settings
 from agentmesh.errors import ERROR_CLASS, AgentmeshError, ErrorClass, ErrorCode, Violation
 from dispatcher_svc import guards, policy
@@ -15,10 +16,8 @@ from dispatcher_svc.model import (
     PendingApproval,
     TaskEvent,
     TaskStatus,
-    ToolCall,
     ToolOutcome,
     ToolOutput,
-    Usage,
     event_from_json,
     event_to_json,
 )

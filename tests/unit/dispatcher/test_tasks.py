@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode
-from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, ToolCall
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.service import StartRequest
 from dispatcher_svc.tasks import ENQUEUE_LUA, StaleOwnerError, TaskRecord, fields_of
 from tests.unit.dispatcher.conftest import MakeRig

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh.trace_view import jaeger_hint, read_spans, render_trace, spans_of_request, trace_command
+from agentmesh.cli.trace_view import jaeger_hint, read_spans, render_trace, spans_of_request, trace_command
 
 MS = 1_000_000
 

@@ -1,4 +1,4 @@
-"""Upstream HTTP answers -> our error codes (DESIGN.md §3), Retry-After parsing."""
+"""Upstream HTTP answers -> our error codes (docs/architecture.md §3), Retry-After parsing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from agentmesh.errors import ErrorClass, ErrorCode
-from agentmesh.rpcstatus import GRPC_STATUS
+from agentmesh.rpc.status import GRPC_STATUS
 from provider_svc.exceptions import ERROR_BODY_LIMIT, error_from_status, malformed, parse_retry_after
 
 

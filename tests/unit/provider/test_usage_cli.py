@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agentmesh.cli import main
+from agentmesh.cli.usage_report import format_table, usage_command
 from agentmesh.config import Settings, load_settings
-from agentmesh.usage_report import format_table, usage_command
 
 
 def _settings(tmp_path: Path, port: int) -> Settings:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentmesh.telemetry import ATTR_REQUEST_ID, otlp_endpoint
+from agentmesh.semconv import ATTR_REQUEST_ID
+from agentmesh.telemetry import otlp_endpoint
 
 JAEGER_UI_PORT = 16686
 
@@ -90,9 +91,10 @@ def spans_of_request(spans: Iterable[Span], request_id: str) -> dict[str, list[S
 
 
 def _short(name: str) -> str:
-    # "/agentmesh.v1.ToolService/ExecuteTool" -> "ToolService/ExecuteTool"
-    if name.startswith("/") and "." in name:
-        return name.rsplit(".", 1)[-1]
+    # "agentmesh.v1.ToolService/ExecuteTool" (or an older file's "/agentmesh.v1...") -> "ToolService/ExecuteTool"
+    service, slash, method = name.lstrip("/").partition("/")
+    if slash and "." in service:
+        return f"{service.rsplit('.', 1)[-1]}/{method}"
     return name
 
 

@@ -1,4 +1,4 @@
-"""The gRPC side of the error vocabulary: AgentmeshError <-> rich gRPC status (DESIGN.md §3).
+"""The gRPC side of the error vocabulary: AgentmeshError <-> rich gRPC status, ErrorDetail and ToolError.
 
 A fault of the RPC itself travels as a gRPC status whose ``grpc-status-details-bin`` trailer holds a
 ``google.rpc.Status`` with the standard details any language can read (ErrorInfo with our code as
@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import grpc
 import grpc.aio
-from google.protobuf import any_pb2, duration_pb2
+from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
 # googleapis-common-protos ships .pyi files but no py.typed marker, so mypy will not read them.
@@ -28,7 +28,8 @@ from agentmesh.errors import (
     default_retryable,
     error_class,
 )
-from agentmesh.v1 import common_pb2
+from agentmesh.rpc import codec
+from agentmesh.v1 import common_pb2, tool_pb2
 
 __all__ = [
     "DOMAIN",
@@ -36,12 +37,14 @@ __all__ = [
     "RichDetails",
     "abort",
     "code_for_grpc_status",
+    "error_from_tool_error",
     "from_detail",
     "from_rpc_error",
     "rich_details",
     "to_detail",
     "to_rpc_status",
     "to_status",
+    "to_tool_error",
 ]
 
 # ErrorInfo.domain of every agentmesh error.
@@ -51,12 +54,12 @@ _DETAILS_KEY = "grpc-status-details-bin"
 _META_CLASS, _META_FALLBACK, _META_PERMISSION = "error_class", "fallback_tool", "missing_permission"
 
 _S = grpc.StatusCode
-# Status used when a code is raised as an RPC fault. Choices beyond DESIGN.md §3:
+# Status used when a code is raised as an RPC fault. Choices beyond docs/architecture.md §3:
 # - PAYLOAD_TOO_LARGE -> RESOURCE_EXHAUSTED: what gRPC itself returns for an oversized message.
 # - FATAL codes -> FAILED_PRECONDITION, not ABORTED: gRPC clients and retry policies treat ABORTED
 #   as "retry at a higher level", while a FATAL stop must wait for a human.
 # - IDEMPOTENCY_CONFLICT -> ALREADY_EXISTS: the key is taken by a different request.
-# - UPSTREAM_REJECTED -> INVALID_ARGUMENT: provider_svc maps an upstream 400 there (DESIGN.md §3).
+# - UPSTREAM_REJECTED -> INVALID_ARGUMENT: provider_svc maps an upstream 400 there (docs/architecture.md §3).
 # - CIRCUIT_OPEN / SANDBOX_UNAVAILABLE -> UNAVAILABLE: transient, the same call may succeed later.
 GRPC_STATUS: Mapping[ErrorCode, grpc.StatusCode] = MappingProxyType(
     {
@@ -133,12 +136,6 @@ def code_for_grpc_status(status: grpc.StatusCode, details: str = "") -> ErrorCod
     return _BARE.get(status, ErrorCode.INTERNAL)
 
 
-def _seconds_to_duration(seconds: float) -> duration_pb2.Duration:
-    duration = duration_pb2.Duration()
-    duration.FromNanoseconds(round(seconds * 1e9))
-    return duration
-
-
 # By name, not number: the generated constructor accepts enum names, and a name missing from the
 # proto fails loudly instead of sending a number the peer cannot read.
 def _pb_code(code: ErrorCode) -> str:
@@ -165,7 +162,7 @@ def to_detail(err: AgentmeshError) -> common_pb2.ErrorDetail:
         metadata=err.metadata,
     )
     if err.retry_after is not None:
-        detail.retry_after.CopyFrom(_seconds_to_duration(err.retry_after))
+        detail.retry_after.CopyFrom(codec.duration(err.retry_after))
     return detail
 
 
@@ -191,7 +188,9 @@ def from_detail(detail: common_pb2.ErrorDetail) -> AgentmeshError:
             for v in detail.violations
         ],
         retryable=detail.retryable,
-        retry_after=detail.retry_after.ToNanoseconds() / 1e9 if detail.HasField("retry_after") else None,
+        retry_after=codec.duration_seconds(detail.retry_after, "retry_after", allow_negative=True)
+        if detail.HasField("retry_after")
+        else None,
         fallback_tool=detail.fallback_tool,
         missing_permission=detail.missing_permission,
         metadata=metadata,
@@ -224,7 +223,7 @@ def _build_rpc_status(err: AgentmeshError) -> Any:
         info_metadata[_META_PERMISSION] = err.missing_permission
     details = [_pack(error_details_pb2.ErrorInfo(reason=err.code.name, domain=DOMAIN, metadata=info_metadata))]
     if err.retry_after is not None:
-        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=_seconds_to_duration(err.retry_after))))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=codec.duration(err.retry_after))))
     if err.violations:
         details.append(
             _pack(
@@ -397,3 +396,42 @@ def from_rpc_error(exc: grpc.RpcError) -> AgentmeshError:
         retryable=default_retryable(code),
         metadata={"grpc_status": status_code.name},
     )
+
+
+# --- ToolError (ErrorDetail field for field, in a ToolResult) ------------------------------------
+
+
+def to_tool_error(err: AgentmeshError) -> tool_pb2.ToolError:
+    """`err` as the ToolError of a ToolResult."""
+    detail = to_detail(err)
+    out = tool_pb2.ToolError(
+        code=detail.code,
+        error_class=detail.error_class,
+        message=detail.message,
+        violations=detail.violations,
+        retryable=detail.retryable,
+        fallback_tool=detail.fallback_tool,
+        missing_permission=detail.missing_permission,
+        metadata=detail.metadata,
+    )
+    if detail.HasField("retry_after"):
+        out.retry_after.CopyFrom(detail.retry_after)
+    return out
+
+
+def error_from_tool_error(pb: tool_pb2.ToolError, field: str) -> AgentmeshError:
+    """The AgentmeshError a ToolError carries; a negative retry_after is INVALID_ARGUMENT."""
+    detail = common_pb2.ErrorDetail(
+        code=pb.code,
+        error_class=pb.error_class,
+        message=pb.message,
+        violations=pb.violations,
+        retryable=pb.retryable,
+        fallback_tool=pb.fallback_tool,
+        missing_permission=pb.missing_permission,
+        metadata=pb.metadata,
+    )
+    if pb.HasField("retry_after"):
+        codec.duration_seconds(pb.retry_after, f"{field}.retry_after")
+        detail.retry_after.CopyFrom(pb.retry_after)
+    return from_detail(detail)

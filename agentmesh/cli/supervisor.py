@@ -7,8 +7,6 @@ within its grace period) before SIGKILL.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -23,31 +21,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.config import Settings
+from agentmesh.process import SUPERVISOR_PID_ENV
 from agentmesh.store import LocalRedis
 
 log = logging.getLogger(__name__)
 
 SERVICES: tuple[str, ...] = ("context", "tool", "provider", "dispatcher")
 """Start order: the dispatcher depends on the other three."""
-
-_PR_SET_PDEATHSIG = 1
-SUPERVISOR_PID_ENV = "AGENTMESH_SUPERVISOR_PID"
-
-
-def die_with_supervisor() -> None:
-    """In a supervised service: get SIGTERM when the supervisor dies; exit if it already has.
-
-    Done in the child itself rather than in a preexec_fn, which is unsafe once grpc has threads.
-    """
-    expected = os.environ.get(SUPERVISOR_PID_ENV)
-    if not expected or not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    # The supervisor may have died before prctl took effect: then we were re-parented already.
-    if str(os.getppid()) != expected:
-        raise SystemExit(f"supervisor {expected} is gone; exiting")
 
 
 def health_status(target: str, timeout_s: float = 2.0, service: str = "") -> str:

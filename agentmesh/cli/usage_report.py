@@ -17,9 +17,10 @@ import grpc
 import grpc.aio
 from google.protobuf import timestamp_pb2
 
-from agentmesh.auth import Authenticator
-from agentmesh.client import ServiceClients
 from agentmesh.config import Settings
+from agentmesh.identity import Authenticator
+from agentmesh.rpc import codec
+from agentmesh.rpc.channels import ServiceClients
 from agentmesh.v1 import provider_pb2
 
 __all__ = ["format_table", "usage_command"]
@@ -28,15 +29,13 @@ HEADER = ("day", "agent", "provider", "model", "calls", "input tok", "output tok
 
 
 def _timestamp(day: dt.date) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC))
-    return ts
+    return codec.timestamp(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp())
 
 
 def _rows(reply: provider_pb2.GetUsageResponse) -> list[dict[str, Any]]:
     rows = []
     for r in reply.rows:
-        latency_s = r.total_latency.ToNanoseconds() / 1e9
+        latency_s = codec.duration_seconds(r.total_latency, "total_latency")
         rows.append(
             {
                 "day": r.day,

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from agentmesh.auth import token_command
+from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status
 from agentmesh.config import ConfigError, Settings, config_path, load_settings
-from agentmesh.supervisor import SERVICES, Supervisor, health_status
+from agentmesh.identity import token_command
 
 
 class _Stop(Exception):
@@ -82,14 +82,14 @@ def cmd_token(settings: Settings, config: Path | None, args: argparse.Namespace)
 
 def cmd_demo(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """Starts everything, shows it serving and answering, stops everything."""
-    from agentmesh.demo import run_demo
+    from agentmesh.cli.demo import run_demo
 
     return run_demo(settings, config)
 
 
 def cmd_probe(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """gRPC health check of one address for container health checks: exit 0 only when SERVING."""
-    from agentmesh.probe import run_probe
+    from agentmesh.cli.probe import run_probe
 
     code, line = run_probe(args.addr, service=args.service, timeout_s=args.timeout)
     print(line, file=sys.stdout if code == 0 else sys.stderr)
@@ -98,7 +98,7 @@ def cmd_probe(settings: Settings, config: Path | None, args: argparse.Namespace)
 
 def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """Starts a task and streams its events; 0 when it SUCCEEDED."""
-    from agentmesh.run_view import run_command
+    from agentmesh.cli.run_view import run_command
 
     approve = "yes" if args.approve else "no" if args.deny else "ask"
     return run_command(
@@ -114,14 +114,14 @@ def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -
 
 def cmd_trace(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """Draws a request's trace as a terminal waterfall from the span file (or points to Jaeger)."""
-    from agentmesh.trace_view import trace_command
+    from agentmesh.cli.trace_view import trace_command
 
     return trace_command(args.span_file or settings.telemetry.span_file, args.request_id, width=args.width)
 
 
 def cmd_context(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """Prints the exact context BuildContext assembles for a session, with tokens per block."""
-    from agentmesh.context_view import context_command
+    from agentmesh.cli.context_view import context_command
 
     return context_command(settings, args.session_id, budget_tokens=args.budget, as_json=args.json)
 
@@ -135,7 +135,7 @@ def _date_arg(text: str) -> dt.date:
 
 def cmd_usage(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """Prints recorded model usage and cost per agent, provider, model and day."""
-    from agentmesh.usage_report import usage_command
+    from agentmesh.cli.usage_report import usage_command
 
     return usage_command(
         settings, agent=args.agent, days=args.days, start=args.since, end=args.until, as_json=args.json
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     context.add_argument("--json", action="store_true", help="the whole view as JSON")
     context.set_defaults(func=cmd_context)
 
-    from agentmesh.probe import positive_seconds
+    from agentmesh.cli.probe import positive_seconds
 
     probe = sub.add_parser("probe", help="gRPC health check of an address (exit 0 only when SERVING)")
     probe.add_argument("addr", help="host:port (or any gRPC target) to check")

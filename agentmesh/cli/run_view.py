@@ -21,11 +21,11 @@ from typing import Any, TextIO
 import grpc
 import grpc.aio
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings
 from agentmesh.errors import ErrorCode
-from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.identity import Authenticator
+from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 
 D = dispatcher_pb2

@@ -1,9 +1,10 @@
-"""Signed identity tokens and the server interceptor that checks them (DESIGN.md §7, §9).
+"""Signed identity tokens: who is calling, proven (docs/architecture.md §9).
 
 Identity is never a request field: the dispatcher mints a token per task (agent, instance,
 environment, roles, permissions, task id, expiry) signed with HMAC-SHA256 under `auth.key`, and
-every downstream call carries it in the `x-agentmesh-identity` metadata. Services verify it in
-`AuthInterceptor`; servicers read the result with `current_identity()` / `require_identity()`.
+every downstream call carries it in the `x-agentmesh-identity` metadata. Services verify it at the
+RPC edge (`agentmesh.rpc.auth.AuthInterceptor`); code serving a call reads the result with
+`current_identity()` / `require_identity()`. This module imports neither grpc nor the stubs.
 
 Token format (v1): ``base64url(claims JSON) "." base64url(HMAC-SHA256(key, first part))``,
 unpadded. The signature covers the exact ASCII text of the first part, so nothing is parsed
@@ -34,18 +35,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-import grpc.aio
-
-from agentmesh import callctx, rpcstatus
+from agentmesh import callctx
 from agentmesh.config import AuthSettings, ConfigError, Settings
-from agentmesh.errors import PermissionDeniedError, UnauthenticatedError
+from agentmesh.errors import UnauthenticatedError
 
 __all__ = [
     "KNOWN_ROLES",
-    "PUBLIC_METHOD_PREFIXES",
     "TOKEN_VERSION",
-    "AuthInterceptor",
     "Authenticator",
     "Identity",
     "TokenError",
@@ -63,13 +59,6 @@ TOKEN_VERSION = 1
 KNOWN_ROLES: frozenset[str] = frozenset({"agent", "operator", "admin"})
 # Role implication: holding the key role grants the listed roles too.
 _IMPLIED_ROLES: Mapping[str, frozenset[str]] = {"admin": frozenset({"operator"})}
-
-# Health probes and grpcurl's reflection must work without a token.
-PUBLIC_METHOD_PREFIXES: tuple[str, ...] = (
-    "/grpc.health.v1.Health/",
-    "/grpc.reflection.v1alpha.ServerReflection/",
-    "/grpc.reflection.v1.ServerReflection/",
-)
 
 # A token is a few hundred bytes; refusing huge ones bounds the work an unauthenticated caller causes.
 _MAX_TOKEN_CHARS = 16 * 1024
@@ -390,7 +379,7 @@ class Authenticator:
 # --- the identity of the call being served --------------------------------------------------------
 
 identity_var: ContextVar[Identity | None] = ContextVar("agentmesh_identity", default=None)
-"""The verified identity of the incoming call; set by AuthInterceptor."""
+"""The verified identity of the incoming call; set by the RPC edge (agentmesh.rpc.auth)."""
 
 
 def current_identity() -> Identity | None:
@@ -402,62 +391,8 @@ def require_identity() -> Identity:
     """The identity of the call being served; UnauthenticatedError when there is none."""
     identity = identity_var.get()
     if identity is None:
-        raise UnauthenticatedError("no caller identity (is AuthInterceptor installed?)")
+        raise UnauthenticatedError("no caller identity (is the RPC edge's AuthInterceptor installed?)")
     return identity
-
-
-class AuthInterceptor(callctx.CallInterceptor):
-    """Verifies the identity token of every call and enforces per-method roles.
-
-    `method_roles` maps a full method name ("/agentmesh.v1.DispatcherService/ResolveApproval")
-    to the roles that may call it; other methods need `default_roles`. The caller needs at least
-    one of the roles (admin counts as operator); an empty set admits any valid token. Health and
-    reflection methods need no token.
-    """
-
-    def __init__(
-        self,
-        authenticator: Authenticator,
-        method_roles: Mapping[str, frozenset[str]] | None = None,
-        default_roles: frozenset[str] = frozenset(),
-    ) -> None:
-        self.authenticator = authenticator
-        self.method_roles: dict[str, frozenset[str]] = dict(method_roles or {})
-        self.default_roles = default_roles
-        # A typo in a role name would lock a method for everyone; fail at startup instead.
-        for method, roles in [*self.method_roles.items(), ("(default)", default_roles)]:
-            unknown = set(roles) - KNOWN_ROLES
-            if unknown:
-                raise ValueError(f"{method}: unknown roles {sorted(unknown)}; known: {sorted(KNOWN_ROLES)}")
-
-    def required_roles(self, method: str) -> frozenset[str]:
-        return self.method_roles.get(method, self.default_roles)
-
-    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        if method.startswith(PUBLIC_METHOD_PREFIXES):
-            return
-        token = callctx.metadata_value(context.invocation_metadata(), callctx.IDENTITY_HEADER)
-        try:
-            identity = self.authenticator.identify(token)
-        except TokenError as exc:
-            # The reason only: the token is a credential and must never reach a log.
-            logger.info("rejected call to %s: %s", method, exc.reason)
-            await rpcstatus.abort(context, exc)
-        required = self.required_roles(method)
-        if required and not identity.has_any_role(required):
-            wanted = " or ".join(sorted(required))
-            held = ", ".join(sorted(identity.roles)) or "none"
-            logger.info("denied %s to %s: needs role %s", method, identity.subject, wanted)
-            await rpcstatus.abort(
-                context,
-                PermissionDeniedError(
-                    missing_permission=f"role:{'|'.join(sorted(required))}",
-                    message=f"{method} requires role {wanted}; {identity.subject} has roles {held}",
-                ),
-            )
-        identity_var.set(identity)
-        # Downstream calls forward the caller's own token, so the identity travels unchanged.
-        callctx.identity_token_var.set(token or None)
 
 
 # --- CLI support -----------------------------------------------------------------------------------

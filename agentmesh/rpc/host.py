@@ -1,8 +1,11 @@
-"""The grpc.aio bootstrap every service shares: limits, health, reflection, interceptors, drain.
+"""The grpc.aio bootstrap every service shares: the edge, limits, health, reflection, drain.
 
 A service's `__main__` calls `run_service(spec)`; tests build a `ServiceHost` directly on an
 ephemeral port. The host owns what is the same for every service so a servicer only maps protobuf
 to domain calls:
+- the edge (`agentmesh.rpc.interceptors.EdgeInterceptor`) around every handler of every service:
+  span, request id, load shedding and authentication before the request is decoded, then the
+  error boundary (docs/architecture.md §11);
 - health per service name (and "" for the whole server), flipped to NOT_SERVING on shutdown;
 - reflection, so grpcurl and polyglot tools can discover the API;
 - 32 MiB message limits and keepalive from configuration;
@@ -27,16 +30,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
-from agentmesh.auth import Authenticator, AuthInterceptor
-from agentmesh.callctx import CallInterceptor, ChainedCallInterceptor, intercept_registrations
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import OverloadedError, UnavailableError
-from agentmesh.rpcstatus import abort
+from agentmesh.identity import Authenticator
+from agentmesh.process import die_with_supervisor
+from agentmesh.rpc.auth import AuthInterceptor
+from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
+from agentmesh.rpc.status import abort
+from agentmesh.rpc.telemetry import otlp_exporter, server_interceptors
 from agentmesh.store import Store, StoreMisconfiguredError
-from agentmesh.supervisor import die_with_supervisor
-from agentmesh.telemetry import Telemetry, server_interceptors, setup_telemetry
+from agentmesh.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 # Probes must always get through, even when the server sheds load.
@@ -55,7 +62,7 @@ class ConcurrencyLimitInterceptor(CallInterceptor):
         self.retry_after_s = retry_after_s
         self.in_flight = 0
 
-    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def enter(self, method: str, context: Context) -> None:
         if method.startswith(_UNLIMITED_PREFIXES):
             return
         if self.in_flight >= self.limit:
@@ -68,7 +75,7 @@ class ConcurrencyLimitInterceptor(CallInterceptor):
             )
         self.in_flight += 1
 
-    def leave(self, method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
+    def leave(self, method: str, context: Context, error: BaseException | None) -> None:
         if not method.startswith(_UNLIMITED_PREFIXES):
             self.in_flight -= 1
 
@@ -114,10 +121,12 @@ class ServiceHost:
             ("grpc.http2.max_pings_without_data", 0),
         ]
         # grpc's own limit stays as a backstop above ours (health checks are not counted by ours).
-        self.server = grpc.aio.server(options=options, maximum_concurrent_rpcs=server_settings.max_concurrent_rpcs + 16)
-        # Every handler (health and reflection included) runs inside the chain, wrapped once at
-        # registration rather than by grpc's per-call interceptor path.
-        intercept_registrations(self.server, chain)
+        # Every handler (health and reflection included) runs inside the one edge interceptor.
+        self.server = grpc.aio.server(
+            interceptors=[EdgeInterceptor(chain)],
+            options=options,
+            maximum_concurrent_rpcs=server_settings.max_concurrent_rpcs + 16,
+        )
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
 
@@ -195,7 +204,7 @@ class ServiceSpec:
 
 
 async def _serve(spec: ServiceSpec, settings: Settings) -> None:
-    telemetry = setup_telemetry(f"{spec.name}_svc", settings)
+    telemetry = setup_telemetry(f"{spec.name}_svc", settings, otlp_exporter=otlp_exporter)
     store: Store | None = None
     try:
         # Refuse to start on an unreachable or evicting Redis rather than fail on the first call.

@@ -16,11 +16,11 @@ import grpc
 import grpc.aio
 from google.protobuf import json_format
 
-from agentmesh.auth import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.client import create_channel
 from agentmesh.config import Settings
-from agentmesh.rpcstatus import from_rpc_error
+from agentmesh.identity import Authenticator
+from agentmesh.rpc.channels import create_channel
+from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import context_pb2, context_pb2_grpc
 
 __all__ = ["context_command", "fetch_view", "render_view"]

@@ -29,7 +29,8 @@ from opentelemetry import context as otel_context
 
 from agentmesh import __version__, callctx
 from agentmesh.config import ClientSettings, Settings
-from agentmesh.telemetry import BAGGAGE_REQUEST_ID, Telemetry, is_valid_request_id, traced_method
+from agentmesh.semconv import BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
+from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import (
     context_pb2_grpc,
     dispatcher_pb2_grpc,
@@ -219,7 +220,7 @@ class CallContextClientInterceptor:
         if self._tracer is not None and traced_method(method):
             service, _, name = method.lstrip("/").partition("/")
             span = self._tracer.start_span(
-                method,
+                method.lstrip("/"),  # `package.Service/Method`, as the RPC conventions name it
                 context=context,
                 kind=trace.SpanKind.CLIENT,
                 attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},

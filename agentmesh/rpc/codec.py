@@ -1,0 +1,156 @@
+"""The protobuf mappings several services share: Role, ToolCall, usage, Timestamp, Duration, PayloadRef.
+
+Each exists only here; a service's `server.py` maps its own messages and calls these for the shared
+ones (errors, ErrorDetail and ToolError, are `agentmesh.rpc.status`'s). Decoders validate what
+protobuf cannot (an enum value we do not know, a Timestamp outside 0001-9999, a negative Duration)
+and raise InvalidRequestError naming the field, so a bad value is INVALID_ARGUMENT at the edge
+rather than a failure deep in a service.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from agentmesh.chat import Role, ToolCall, Usage
+from agentmesh.errors import InvalidRequestError
+from agentmesh.payloads import StoredPayload
+from agentmesh.v1 import common_pb2
+
+__all__ = [
+    "duration",
+    "duration_seconds",
+    "millis",
+    "payload_ref_from_pb",
+    "payload_ref_to_pb",
+    "role_from_pb",
+    "role_to_pb",
+    "seconds",
+    "timestamp",
+    "timestamp_ms",
+    "tool_call_from_pb",
+    "tool_call_to_pb",
+    "usage_from_pb",
+    "usage_to_pb",
+]
+
+_ROLE_TO_PB = {
+    Role.SYSTEM: common_pb2.ROLE_SYSTEM,
+    Role.USER: common_pb2.ROLE_USER,
+    Role.ASSISTANT: common_pb2.ROLE_ASSISTANT,
+    Role.TOOL: common_pb2.ROLE_TOOL,
+}
+_ROLE_FROM_PB = {pb: role for role, pb in _ROLE_TO_PB.items()}
+
+# google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+# google.protobuf.Duration's documented range: about +-10,000 years.
+_MAX_DURATION_SECONDS = 315_576_000_000
+
+
+# --- Role, ToolCall, usage ---------------------------------------------------------------------------
+
+
+def role_to_pb(role: Role) -> common_pb2.Role:
+    return _ROLE_TO_PB[role]
+
+
+def role_from_pb(value: int, field: str) -> Role:
+    """The Role of a message's `role` field; ROLE_UNSPECIFIED or an unknown number is INVALID_ARGUMENT."""
+    role: Role | None = _ROLE_FROM_PB.get(value)  # type: ignore[call-overload]
+    if role is None:
+        raise InvalidRequestError(field, "must be ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT or ROLE_TOOL")
+    return role
+
+
+def tool_call_to_pb(call: ToolCall) -> common_pb2.ToolCall:
+    return common_pb2.ToolCall(id=call.id, name=call.name, arguments_json=call.arguments_json)
+
+
+def tool_call_from_pb(pb: common_pb2.ToolCall) -> ToolCall:
+    return ToolCall(id=pb.id, name=pb.name, arguments_json=pb.arguments_json)
+
+
+def usage_to_pb(usage: Usage) -> common_pb2.TokenUsage:
+    return common_pb2.TokenUsage(
+        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, total_tokens=usage.total_tokens
+    )
+
+
+def usage_from_pb(pb: common_pb2.TokenUsage) -> Usage:
+    return Usage(input_tokens=pb.input_tokens, output_tokens=pb.output_tokens)
+
+
+# --- Timestamp and Duration ------------------------------------------------------------------------
+
+
+def timestamp(unix_s: float) -> timestamp_pb2.Timestamp:
+    """A Timestamp of Unix seconds (nanosecond precision)."""
+    value = timestamp_pb2.Timestamp()
+    value.FromNanoseconds(round(unix_s * 1e9))
+    return value
+
+
+def timestamp_ms(unix_ms: int) -> timestamp_pb2.Timestamp:
+    """A Timestamp of Unix milliseconds."""
+    value = timestamp_pb2.Timestamp()
+    value.FromMilliseconds(unix_ms)
+    return value
+
+
+def _checked(stamp: timestamp_pb2.Timestamp, field: str) -> timestamp_pb2.Timestamp:
+    if not _MIN_SECONDS <= stamp.seconds <= _MAX_SECONDS or not 0 <= stamp.nanos <= 999_999_999:
+        raise InvalidRequestError(field, "is outside the Timestamp range 0001-01-01 to 9999-12-31")
+    return stamp
+
+
+def seconds(stamp: timestamp_pb2.Timestamp, field: str) -> float:
+    """Unix seconds of a Timestamp; out of range is INVALID_ARGUMENT naming `field`."""
+    return float(_checked(stamp, field).ToNanoseconds()) / 1e9
+
+
+def millis(stamp: timestamp_pb2.Timestamp, field: str) -> int:
+    """Unix milliseconds of a Timestamp; out of range is INVALID_ARGUMENT naming `field`."""
+    return int(_checked(stamp, field).ToMilliseconds())
+
+
+def duration(value_s: float) -> duration_pb2.Duration:
+    """A Duration of seconds (nanosecond precision)."""
+    value = duration_pb2.Duration()
+    value.FromNanoseconds(round(value_s * 1e9))
+    return value
+
+
+def duration_seconds(value: duration_pb2.Duration, field: str, *, allow_negative: bool = False) -> float:
+    """Seconds of a Duration; out of range (or negative, unless allowed) is INVALID_ARGUMENT."""
+    if abs(value.seconds) > _MAX_DURATION_SECONDS or abs(value.nanos) > 999_999_999:
+        raise InvalidRequestError(field, "is outside the Duration range")
+    result = float(value.ToNanoseconds()) / 1e9
+    if result < 0 and not allow_negative:
+        raise InvalidRequestError(field, f"must not be negative, got {result}s")
+    return result
+
+
+# --- payload references ------------------------------------------------------------------------------
+
+
+def payload_ref_to_pb(ref: StoredPayload) -> common_pb2.PayloadRef:
+    return common_pb2.PayloadRef(
+        ref_id=ref.ref_id,
+        session_id=ref.session_id,
+        size_bytes=ref.size_bytes,
+        media_type=ref.media_type,
+        sha256=ref.sha256,
+        expire_time=timestamp(ref.expire_at),
+    )
+
+
+def payload_ref_from_pb(ref: common_pb2.PayloadRef, field: str) -> StoredPayload:
+    return StoredPayload(
+        ref_id=ref.ref_id,
+        session_id=ref.session_id,
+        size_bytes=ref.size_bytes,
+        media_type=ref.media_type,
+        sha256=ref.sha256,
+        expire_at=seconds(ref.expire_time, f"{field}.expire_time") if ref.HasField("expire_time") else 0.0,
+    )

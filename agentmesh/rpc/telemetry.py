@@ -1,0 +1,178 @@
+"""The RPC edge's telemetry: the SERVER span and call context of every incoming call, OTLP over gRPC.
+
+Server interceptor order (see `server_interceptors`): the server-span interceptor first, so its span
+is current while `RequestContextInterceptor.enter`, every later interceptor and the servicer run.
+Spans are made on the OTel SDK's public Tracer API; the CLIENT spans of outgoing calls are made by
+`agentmesh.rpc.channels`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+import grpc.aio
+from opentelemetry import baggage, propagate, trace
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from agentmesh import __version__, callctx
+from agentmesh.rpc.interceptors import CallInterceptor, unexpected_error
+from agentmesh.semconv import ATTR_REQUEST_ID, BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
+from agentmesh.telemetry import Telemetry, service_var
+
+__all__ = [
+    "RequestContextInterceptor",
+    "ServerSpanInterceptor",
+    "otlp_exporter",
+    "server_interceptors",
+]
+
+
+def otlp_exporter(endpoint: str) -> SpanExporter:
+    """The OTLP/gRPC span exporter for `endpoint` (`insecure` follows the scheme: http:// is plaintext)."""
+    # Imported here: it opens a sync grpc channel that only services exporting over OTLP need.
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=endpoint)
+
+
+class RequestContextInterceptor(CallInterceptor):
+    """Fills the call context of an incoming call, inside the server span (runs after ServerSpanInterceptor).
+
+    - request id: `x-request-id` metadata, else the upstream baggage, else minted here (the edge);
+    - `request_id_var`, W3C baggage (attached, so client calls made by the servicer forward it), and
+      the `agentmesh.request_id` attribute of the current (server) span;
+    - `deadline_var` from the client's deadline, so downstream calls never outlive this one.
+
+    `identity_token_var` is left to agentmesh.rpc.auth.AuthInterceptor, which sets it only once the
+    token is verified, so only verified tokens are forwarded.
+    """
+
+    def __init__(self, service_name: str) -> None:
+        self.service_name = service_name
+
+    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        metadata = context.invocation_metadata()
+        rid = callctx.metadata_value(metadata, callctx.REQUEST_ID_HEADER)
+        if not rid:
+            upstream = baggage.get_baggage(BAGGAGE_REQUEST_ID)
+            rid = str(upstream) if upstream else None
+        if not rid or not is_valid_request_id(rid):
+            rid = callctx.new_request_id()
+
+        callctx.request_id_var.set(rid)
+        service_var.set(self.service_name)
+        # Not detached: grpc.aio runs each RPC in its own task, whose context dies with the call.
+        otel_context.attach(baggage.set_baggage(BAGGAGE_REQUEST_ID, rid))
+        trace.get_current_span().set_attribute(ATTR_REQUEST_ID, rid)
+
+        remaining = context.time_remaining()
+        if remaining is not None:
+            callctx.deadline_var.set(time.monotonic() + remaining)
+
+
+# Server-side statuses that mean "the server failed" (OTel RPC semantic conventions); a client's
+# mistake (INVALID_ARGUMENT, NOT_FOUND ...) leaves the server span's status unset.
+_SERVER_ERROR_CODES = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
+_server_span_var: ContextVar[trace.Span | None] = ContextVar("agentmesh_server_span", default=None)
+
+
+def _peer_attributes(peer: str) -> dict[str, Any]:
+    """`network.peer.address`/`.port` of "ipv4:10.0.0.1:5000" or "ipv6:[::1]:5000"; none for unix."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return {}
+    address, _, port = rest.split(",")[0].rpartition(":")
+    attributes: dict[str, Any] = {"network.peer.address": address.strip("[]")}
+    if port.isdigit():  # an int, as the conventions require
+        attributes["network.peer.port"] = int(port)
+    return attributes
+
+
+class ServerSpanInterceptor(CallInterceptor):
+    """The SERVER span of every traced call, parented on the caller's `traceparent` + baggage.
+
+    Does what the OTel grpc instrumentation's aio server interceptor does (same semantic-convention
+    attributes: rpc.system/service/method, rpc.grpc.status_code, peer address; error status only
+    for server-side failure codes), inside our one handler wrapper: the instrumentation's own
+    wrapper, servicer-context proxy and peer parsing cost ~0.2-0.4 ms per call here (bench A/B),
+    more than a bare gRPC round trip.
+    """
+
+    def __init__(self, tracer_provider: trace.TracerProvider) -> None:
+        self._tracer = tracer_provider.get_tracer("agentmesh.server", __version__)
+        # The metadata keys the global propagator reads (traceparent, tracestate, baggage by default).
+        self._fields = frozenset(propagate.get_global_textmap().fields)
+
+    async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not traced_method(method):
+            return
+        carrier = {k: v for k, v in context.invocation_metadata() or () if k in self._fields and isinstance(v, str)}
+        # An edge call carries no trace headers: nothing to parse, the span is a root.
+        parent = propagate.extract(carrier) if carrier else otel_context.Context()
+        service, _, name = method.lstrip("/").partition("/")
+        attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+        attributes.update(_peer_attributes(context.peer() or ""))
+        # The RPC conventions name the span `package.Service/Method`, without grpc's leading slash.
+        span = self._tracer.start_span(
+            method.lstrip("/"), context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+        )
+        # Not detached: grpc.aio runs each call in its own task, whose context dies with the call.
+        otel_context.attach(trace.set_span_in_context(span, parent))
+        _server_span_var.set(span)
+
+    def leave(self, method: str, context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> None:
+        span = _server_span_var.get()
+        if span is None:
+            return
+        _server_span_var.set(None)
+        code = _status_code(context, error)
+        span.set_attribute("rpc.grpc.status_code", code.value[0])
+        # The edge's boundary answered INTERNAL for it (and recorded it on this span): the caller saw a
+        # generic message, the operator reading the trace sees the exception.
+        answered = unexpected_error()
+        escaped = error is not None and not isinstance(error, grpc.aio.AbortError | asyncio.CancelledError)
+        unexpected = answered or (error if escaped else None)
+        if code in _SERVER_ERROR_CODES:
+            details = f"{type(unexpected).__name__}: {unexpected}" if unexpected else context.details()
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}:{details or ''}"))
+        if escaped and error is not None:
+            span.record_exception(error)
+        span.end()
+
+
+def _status_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> grpc.StatusCode:
+    """The status the call ends with: what the servicer set or aborted with; UNKNOWN when it raised
+    (grpc's answer to an unhandled exception); CANCELLED when the caller went away."""
+    if isinstance(error, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    if error is not None and not isinstance(error, grpc.aio.AbortError):
+        return grpc.StatusCode.UNKNOWN
+    code = context.code()
+    return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.OK
+
+
+def server_interceptors(telemetry: Telemetry) -> list[Any]:
+    """The interceptors every agentmesh server puts FIRST, in this order.
+
+    1. ServerSpanInterceptor: extracts traceparent + baggage and starts the SERVER span, current
+       around everything later in the list and the servicer.
+    2. RequestContextInterceptor: request id, baggage, deadline (see its doc).
+
+    Interceptors appended after these (auth, load shedding, error mapping) run inside the span with
+    the request id set, so their log lines and rejections are traced too.
+    """
+    return [ServerSpanInterceptor(telemetry.tracer_provider), RequestContextInterceptor(telemetry.service_name)]

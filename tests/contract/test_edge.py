@@ -1,0 +1,172 @@
+"""One behaviour at the RPC edge, for every RPC of every service (enumerated from the descriptors).
+
+Through the real ServiceHost of each service, unary and streaming RPCs alike:
+- no token: UNAUTHENTICATED, even for undecodable bytes (nothing is decoded before auth), and
+  nothing is logged at ERROR;
+- a valid token and undecodable bytes: INVALID_ARGUMENT carrying an ErrorDetail;
+- a servicer that raises something unexpected: INTERNAL whose message carries the request id and
+  none of the exception's text, class or paths; the traceback goes to the log once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from google.protobuf.descriptor import MethodDescriptor
+
+from agentmesh.callctx import REQUEST_ID_HEADER
+from agentmesh.errors import ErrorCode
+from agentmesh.rpc.host import ServiceSpec
+from agentmesh.rpc.status import from_rpc_error, rich_details
+from agentmesh.v1 import context_pb2, dispatcher_pb2, provider_pb2, tool_pb2
+from context_svc.server import SPEC as CONTEXT_SPEC
+from context_svc.server import ContextServicer
+from dispatcher_svc.server import SPEC as DISPATCHER_SPEC
+from dispatcher_svc.server import DispatcherServicer
+from provider_svc.server import SPEC as PROVIDER_SPEC
+from provider_svc.server import ProviderServicer
+from tests.conftest import RunningService
+from tool_svc.server import SPEC as TOOL_SPEC
+from tool_svc.server import ToolServicer
+
+# A length-delimited field 1 that promises 5 bytes and carries 2: no message can parse it.
+GARBAGE = b"\x0a\x05ab"
+SECRET_TEXT = "kaboom at /etc/agentmesh/secret.key"
+
+SERVICES: list[tuple[ServiceSpec, Any, type]] = [
+    (CONTEXT_SPEC, context_pb2.DESCRIPTOR.services_by_name["ContextService"], ContextServicer),
+    (TOOL_SPEC, tool_pb2.DESCRIPTOR.services_by_name["ToolService"], ToolServicer),
+    (PROVIDER_SPEC, provider_pb2.DESCRIPTOR.services_by_name["ProviderService"], ProviderServicer),
+    (DISPATCHER_SPEC, dispatcher_pb2.DESCRIPTOR.services_by_name["DispatcherService"], DispatcherServicer),
+]
+RPCS = [
+    pytest.param(spec, method, servicer, id=f"{service.name}.{method.name}")
+    for spec, service, servicer in SERVICES
+    for method in service.methods
+]
+
+
+def test_every_service_method_is_enumerated() -> None:
+    assert len(RPCS) == sum(len(service.methods) for _, service, _ in SERVICES) >= 25
+
+
+async def _call(svc: RunningService, method: MethodDescriptor, payload: bytes, metadata: Any) -> None:
+    """Sends raw bytes to `method` and drains its reply (a stream to its end)."""
+    path = f"/{method.containing_service.full_name}/{method.name}"
+    channel: Any = svc.channel  # bytes in, bytes out: no (de)serializers
+    if method.client_streaming:
+        stream = channel.stream_stream if method.server_streaming else channel.stream_unary
+
+        async def requests() -> AsyncIterator[bytes]:
+            yield payload
+
+        call = stream(path)(requests(), metadata=metadata, timeout=20)
+    elif method.server_streaming:
+        call = channel.unary_stream(path)(payload, metadata=metadata, timeout=20)
+    else:
+        await channel.unary_unary(path)(payload, metadata=metadata, timeout=20)
+        return
+    if method.server_streaming:
+        async for _ in call:
+            pass
+    else:
+        await call
+
+
+Start = Callable[..., Awaitable[RunningService]]
+
+
+@pytest.fixture
+async def started(start_service: Start) -> AsyncIterator[Callable[[ServiceSpec], Awaitable[RunningService]]]:
+    cache: dict[str, RunningService] = {}
+
+    async def get(spec: ServiceSpec) -> RunningService:
+        if spec.name not in cache:
+            cache[spec.name] = await start_service(spec)
+        return cache[spec.name]
+
+    yield get
+
+
+def _admin(svc: RunningService) -> Any:
+    # admin holds every role a method may require (admin implies operator).
+    return svc.metadata(roles=("admin",))
+
+
+@pytest.mark.parametrize(("spec", "method", "servicer"), RPCS)
+async def test_no_token_is_unauthenticated_before_anything_is_decoded(
+    started: Any, spec: ServiceSpec, method: MethodDescriptor, servicer: type, caplog: pytest.LogCaptureFixture
+) -> None:
+    svc = await started(spec)
+    caplog.clear()
+    with caplog.at_level(logging.INFO), pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(svc, method, GARBAGE, metadata=())
+    # Undecodable bytes, yet UNAUTHENTICATED: the edge never decoded them.
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value.details()
+    assert from_rpc_error(info.value).code is ErrorCode.UNAUTHENTICATED
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+
+
+@pytest.mark.parametrize(("spec", "method", "servicer"), RPCS)
+async def test_undecodable_bytes_are_invalid_argument_with_an_error_detail(
+    started: Any, spec: ServiceSpec, method: MethodDescriptor, servicer: type, caplog: pytest.LogCaptureFixture
+) -> None:
+    svc = await started(spec)
+    caplog.clear()
+    with caplog.at_level(logging.INFO), pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(svc, method, GARBAGE, metadata=_admin(svc))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    rich = rich_details(info.value)
+    assert rich.detail is not None and rich.error_info is not None
+    assert rich.error_info.reason == "INVALID_REQUEST"
+    assert method.input_type.full_name in rich.detail.message
+    assert rich.bad_request is not None
+    assert [v.field for v in rich.bad_request.field_violations] == ["request"]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def _raising(method: MethodDescriptor) -> Any:
+    if method.server_streaming:
+
+        async def stream(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+            raise RuntimeError(SECRET_TEXT)
+            yield  # an async generator, as the real method is
+
+        return stream
+
+    async def unary(self: Any, request: Any, context: Any) -> Any:
+        raise RuntimeError(SECRET_TEXT)
+
+    return unary
+
+
+@pytest.mark.parametrize(("spec", "method", "servicer"), RPCS)
+async def test_an_unexpected_exception_is_internal_without_its_text(
+    start_service: Start,
+    spec: ServiceSpec,
+    method: MethodDescriptor,
+    servicer: type,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(servicer, method.name, _raising(method))
+    svc = await start_service(spec)
+    metadata = (*_admin(svc), (REQUEST_ID_HEADER, "edge-test-rid-1"))
+    with caplog.at_level(logging.ERROR), pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(svc, method, b"", metadata=metadata)
+    assert info.value.code() == grpc.StatusCode.INTERNAL
+    details = info.value.details() or ""
+    assert "edge-test-rid-1" in details
+    for leaked in ("kaboom", "/etc/", "secret", "RuntimeError", "Traceback", ".py"):
+        assert leaked not in details, details
+    assert from_rpc_error(info.value).code is ErrorCode.INTERNAL
+    # Logged once, with the traceback, for the operator.
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
+    assert len(logged) == 1
+    assert SECRET_TEXT in str(logged[0].exc_info[1] if logged[0].exc_info else "")

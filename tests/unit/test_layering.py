@@ -1,0 +1,113 @@
+"""The layering rules of docs/architecture.md hold in what loads, and `make lint` enforces them.
+
+- Every domain module (a service's modules but server.py, adapters.py and __main__) and every core
+  module of agentmesh imports without loading grpc, in a fresh interpreter.
+- `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
+  importing another, a domain module importing grpc or the stubs, the core importing the edge.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("context_svc", "tool_svc", "provider_svc", "dispatcher_svc")
+EDGE_MODULES = {"server", "adapters", "__main__"}
+FIXTURES = ROOT / "tests" / "lint_fixtures"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def _modules(package: str) -> list[str]:
+    root = importlib.import_module(package)
+    return sorted(info.name for info in pkgutil.walk_packages(root.__path__, f"{package}."))
+
+
+def core_modules() -> list[str]:
+    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.v1")
+    return [m for m in _modules("agentmesh") if not m.startswith(edge)]
+
+
+def domain_modules() -> list[str]:
+    return [m for s in SERVICES for m in _modules(s) if m.rsplit(".", 1)[-1] not in EDGE_MODULES]
+
+
+def test_no_domain_or_core_module_loads_grpc() -> None:
+    modules = ["agentmesh", *core_modules(), *domain_modules()]
+    assert len(modules) > 60, modules  # the walk found the tree
+    # One interpreter, modules one at a time: the first that pulls grpc in is named.
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    loaded = sorted(m for m in sys.modules if m == 'grpc' or m.startswith(('grpc.', 'agentmesh.v1')))\n"
+        "    if loaded:\n"
+        "        print(json.dumps([name, loaded[:5]])); sys.exit(1)\n"
+        "print(json.dumps(None))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"loads grpc or the stubs: {proc.stdout.strip()} {proc.stderr[-2000:]}"
+    assert json.loads(proc.stdout) is None
+
+
+def test_the_core_contract_lists_every_core_module() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
+    assert sorted(contracts["core-grpc-free"]["source_modules"]) == core_modules()
+
+
+def _tree_copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in ("agentmesh", *SERVICES):
+        shutil.copytree(ROOT / package, tree / package, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", "pyproject.toml", "--no-cache"],
+        cwd=tree,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fixture", "target", "append", "contract"),
+    [
+        ("service_imports_service.py", "context_svc/_lint_fixture.py", False, "A service never imports another"),
+        ("domain_imports_grpc.py", "tool_svc/_lint_fixture.py", False, "Only the RPC edge"),
+        ("domain_imports_stubs.py", "dispatcher_svc/_lint_fixture.py", False, "Only the RPC edge"),
+        ("core_imports_grpc.py", "agentmesh/semconv.py", True, "The core never imports grpc"),
+    ],
+)
+def test_lint_fails_on_each_layering_violation(
+    tmp_path: Path, fixture: str, target: str, append: bool, contract: str
+) -> None:
+    tree = _tree_copy(tmp_path)
+    clean = _lint(tree)
+    assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-2000:]
+    text = (FIXTURES / fixture).read_text(encoding="utf-8")
+    path = tree / target
+    path.write_text((path.read_text(encoding="utf-8") + "\n" if append else "") + text, encoding="utf-8")
+    broken = _lint(tree)
+    assert broken.returncode != 0, broken.stdout[-3000:]
+    # The contract's name is wrapped across lines in the report: compare without line breaks.
+    report = " ".join(broken.stdout.split())
+    start = report.find(contract)
+    assert start >= 0, report[-3000:]
+    verdicts = [v for v in ("KEPT", "BROKEN") if report.find(v, start) >= 0]
+    first = min(verdicts, key=lambda v: report.find(v, start))
+    assert first == "BROKEN", report[-3000:]
