@@ -138,21 +138,13 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
         streaming_request = handler.stream_unary is not None
 
         async def unary_response(request: Any, context: Context) -> Any:
+            await _admit(method, context, enter)
             error: BaseException | None = None
             try:
-                await enter(method, context)
+                return await inner(_decoded(request, decode, streaming_request), context)
             except BaseException as exc:
-                await _boundary(method, context, exc)
-            try:
-                decoded = _decode_stream(request, decode) if streaming_request else decode(request)
-                return await inner(decoded, context)
-            except BaseException as exc:
-                error = exc
-                try:
-                    await _boundary(method, context, exc)
-                except BaseException as mapped:
-                    error = mapped
-                    raise
+                error = await _mapped(method, context, exc)
+                raise error from None
             finally:
                 leave(method, context, error)
 
@@ -163,14 +155,10 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
     streaming_request = handler.stream_stream is not None
 
     async def stream_response(request: Any, context: Context) -> AsyncIterator[Any]:
+        await _admit(method, context, enter)
         error: BaseException | None = None
         try:
-            await enter(method, context)
-        except BaseException as exc:
-            await _boundary(method, context, exc)
-        try:
-            decoded = _decode_stream(request, decode) if streaming_request else decode(request)
-            result = inner_stream(decoded, context)
+            result = inner_stream(_decoded(request, decode, streaming_request), context)
             if inspect.isasyncgen(result):
                 async for item in result:
                     yield item
@@ -178,12 +166,8 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
                 # A servicer that writes with context.write() returns a coroutine instead.
                 await result
         except BaseException as exc:
-            error = exc
-            try:
-                await _boundary(method, context, exc)
-            except BaseException as mapped:
-                error = mapped
-                raise
+            error = await _mapped(method, context, exc)
+            raise error from None
         finally:
             leave(method, context, error)
 
@@ -191,6 +175,27 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
         grpc.unary_stream_rpc_method_handler if handler.unary_stream else grpc.stream_stream_rpc_method_handler
     )
     return stream_factory(stream_response, request_deserializer=None, response_serializer=handler.response_serializer)
+
+
+async def _admit(method: str, context: Context, enter: Callable[[str, Context], Awaitable[None]]) -> None:
+    """Runs the chain's `enter`; a rejection (or a failure of the chain itself) ends the call here."""
+    try:
+        await enter(method, context)
+    except BaseException as exc:
+        await _boundary(method, context, exc)
+
+
+async def _mapped(method: str, context: Context, exc: BaseException) -> BaseException:
+    """What ends the call for `exc`: the abort the boundary made of it, or `exc` itself."""
+    try:
+        await _boundary(method, context, exc)
+    except BaseException as mapped:
+        return mapped
+    raise AssertionError("the boundary always raises")  # pragma: no cover
+
+
+def _decoded(request: Any, decode: Callable[[Any], Any], streaming: bool) -> Any:
+    return _decode_stream(request, decode) if streaming else decode(request)
 
 
 async def _decode_stream(requests: AsyncIterator[Any], decode: Callable[[Any], Any]) -> AsyncIterator[Any]:
