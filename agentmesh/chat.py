@@ -1,4 +1,5 @@
-"""The conversation types every service shares: who wrote a message, a model's tool call, token usage.
+"""The conversation types every service shares: who wrote a message, a model's tool call, token usage,
+and the dispatcher's typed correction of a failed call with the one place it is rendered to text.
 
 One definition each, so the RPC edge maps them to protobuf in one place (`agentmesh.rpc.codec`).
 Core: no grpc, no stubs.
@@ -12,7 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Role", "ToolCall", "Usage"]
+from agentmesh.errors import AgentmeshError, ErrorCode, model_text
+
+__all__ = ["Correction", "NextStep", "Role", "ToolCall", "Usage", "tool_error_text"]
 
 
 class Role(enum.StrEnum):
@@ -77,3 +80,92 @@ class Usage:
     @classmethod
     def from_json(cls, data: list[int] | None) -> Usage:
         return cls(*data) if data else cls()
+
+
+class NextStep(enum.IntEnum):
+    """What the model should do after a failed tool call (the numbers of agentmesh.v1.NextStep)."""
+
+    UNSPECIFIED = 0
+    FIX_ARGUMENTS = 1
+    """CONTRACT: the call was not run; fix its arguments from the hints and call it again."""
+    STOP_CORRECTING = 2
+    """CONTRACT, corrections used up: use the fallback tool or another way."""
+    USE_FALLBACK = 3
+    """ENGINEERING: a fault outside the model's control; do not repeat the call."""
+    NOT_REPEATED = 4
+    """The model repeated a call that had failed; it was not run again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    """The dispatcher's note to the model on a failed tool call, as data (agentmesh.v1.Correction).
+
+    `text` is the only place it becomes words; nothing parses the words back.
+    """
+
+    next_step: NextStep
+    attempt: int = 0
+    """FIX_ARGUMENTS: which correction (1-based); STOP_CORRECTING: the contract failures so far."""
+    max_attempts: int = 0
+    fallback_tool: str = ""
+    failed_with: ErrorCode | None = None
+    """NOT_REPEATED: the code the earlier identical call failed with."""
+
+    def text(self, tool_name: str, error: AgentmeshError | None = None) -> str:
+        """The note as the model reads it."""
+        advice = (
+            f"Use the fallback tool {self.fallback_tool} instead."
+            if self.fallback_tool
+            else "No fallback tool exists: use another tool, or answer with what you know and say what failed."
+        )
+        if self.next_step is NextStep.FIX_ARGUMENTS:
+            return (
+                f"correction {self.attempt} of {self.max_attempts}: the call to {tool_name} was not run. "
+                "Fix the arguments using the hints above and call it again."
+            )
+        if self.next_step is NextStep.STOP_CORRECTING:
+            return f"the call to {tool_name} failed its contract {self.attempt} times; stop correcting it. " + advice
+        if self.next_step is NextStep.NOT_REPEATED:
+            failed = self.failed_with.name if self.failed_with is not None else "an error"
+            return f"you already made this exact call and it failed with {failed}; it was not run again. " + (
+                f"Use the fallback tool {self.fallback_tool} instead."
+                if self.fallback_tool
+                else "Choose another approach."
+            )
+        what = f" with {error.code.name} ({error.error_class.name})" if error is not None else ""
+        return (
+            f"{tool_name} failed{what}: a fault outside your control. "
+            f"Do not call {tool_name} again with the same arguments. " + advice
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The compact form stored in Redis (task checkpoints, session logs)."""
+        data: dict[str, Any] = {"n": int(self.next_step)}
+        if self.attempt:
+            data["a"] = self.attempt
+        if self.max_attempts:
+            data["m"] = self.max_attempts
+        if self.fallback_tool:
+            data["f"] = self.fallback_tool
+        if self.failed_with is not None:
+            data["w"] = self.failed_with.name
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Correction:
+        failed = data.get("w")
+        return cls(
+            next_step=NextStep(data["n"]),
+            attempt=int(data.get("a", 0)),
+            max_attempts=int(data.get("m", 0)),
+            fallback_tool=str(data.get("f", "")),
+            failed_with=ErrorCode.__members__.get(failed) if failed else None,
+        )
+
+
+def tool_error_text(error: AgentmeshError, tool_name: str, correction: Correction | None = None) -> str:
+    """A failed call's tool message as the model reads it: the error's fields, then the note."""
+    text = model_text(error)
+    if correction is not None:
+        text += f"\nnext step: {correction.text(tool_name, error)}"
+    return text

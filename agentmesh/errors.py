@@ -10,7 +10,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar, TypedDict, Unpack
+from typing import Any, ClassVar, TypedDict, Unpack
 
 __all__ = [
     "ERROR_CLASS",
@@ -29,6 +29,8 @@ __all__ = [
     "Violation",
     "default_retryable",
     "error_class",
+    "error_from_json",
+    "error_to_json",
     "model_text",
 ]
 
@@ -307,3 +309,39 @@ def model_text(err: AgentmeshError) -> str:
         lines.append(f"fallback_tool: {err.fallback_tool}")
     lines.extend(f"{key}: {_clip(value)}" for key, value in sorted(err.metadata.items()))
     return "\n".join(lines)
+
+
+def error_to_json(err: AgentmeshError) -> dict[str, Any]:
+    """The compact JSON form stored in Redis (task checkpoints and events, session logs); falsy fields omitted."""
+    data: dict[str, Any] = {"code": err.code.name, "message": err.message}
+    if err.violations:
+        data["violations"] = [[v.path, v.rule, v.expected, v.actual, v.hint] for v in err.violations]
+    if err.retryable:
+        data["retryable"] = True
+    if err.retry_after is not None:
+        data["retry_after"] = err.retry_after
+    if err.fallback_tool:
+        data["fallback_tool"] = err.fallback_tool
+    if err.missing_permission:
+        data["missing_permission"] = err.missing_permission
+    if err.metadata:
+        data["metadata"] = err.metadata
+    return data
+
+
+def error_from_json(data: Mapping[str, Any]) -> AgentmeshError:
+    """An error from `error_to_json`; an unknown or unset code reads as INTERNAL."""
+    code = ErrorCode.__members__.get(str(data.get("code")), ErrorCode.INTERNAL)
+    if code == ErrorCode.UNSPECIFIED:
+        code = ErrorCode.INTERNAL
+    error_class(code)
+    return AgentmeshError(
+        code,
+        str(data.get("message", "")),
+        violations=[Violation(*v) for v in data.get("violations", [])],
+        retryable=bool(data.get("retryable", False)),
+        retry_after=data.get("retry_after"),
+        fallback_tool=str(data.get("fallback_tool", "")),
+        missing_permission=str(data.get("missing_permission", "")),
+        metadata=data.get("metadata") or {},
+    )

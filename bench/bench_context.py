@@ -49,7 +49,7 @@ from agentmesh.identity import Authenticator, mint_token
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.store import LocalRedis, Store
 from agentmesh.telemetry import setup_telemetry
-from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, tool_pb2
+from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table
 from context_svc.server import SPEC
 from context_svc.tokens import counter_for
@@ -137,8 +137,8 @@ class Client:
 
     async def result(self, session: str, call_id: str, tool: str, output: str, structured: bool) -> Any:
         kind = common_pb2.RESULT_TYPE_STRUCTURED if structured else common_pb2.RESULT_TYPE_TEXT
-        result = tool_pb2.ToolResult(
-            tool_call_id=call_id, tool_name=tool, output=tool_pb2.ToolOutput(inline=output, result_type=kind)
+        result = common_pb2.ToolResult(
+            tool_call_id=call_id, tool_name=tool, output=common_pb2.ToolOutput(inline=output, result_type=kind)
         )
         return await self.stub.AppendToolResult(
             K.AppendToolResultRequest(session_id=session, result=result), metadata=self.md

@@ -128,7 +128,7 @@ class MinimalTools(tool_pb2_grpc.ToolServiceServicer):
 
     async def ExecuteTool(self, request: Any, context: Any) -> Any:
         Counting.saw("ExecuteTool", request)
-        result = tool_pb2.ToolResult(tool_call_id=request.call.id, tool_name=request.call.name)
+        result = common_pb2.ToolResult(tool_call_id=request.call.id, tool_name=request.call.name)
         result.output.inline = "42"
         return tool_pb2.ExecuteToolResponse(result=result)
 

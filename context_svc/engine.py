@@ -19,6 +19,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from agentmesh.chat import tool_error_text
 from agentmesh.config import ContextSettings
 from agentmesh.errors import (
     AgentmeshError,
@@ -380,8 +381,9 @@ class ContextEngine:
         offloaded: StoredPayload | None = None
         ref: StoredPayload | None = None
         flags = " (secrets redacted)" if outcome.redacted else ""
-        if outcome.error_text or outcome.error_code:
-            content = f"[tool {name} failed: {outcome.error_code or 'error'}]\n{outcome.error_text}".rstrip()
+        error = outcome.error
+        if error is not None:
+            content = f"[tool {name} failed: {error.code.name}]\n{tool_error_text(error, name, outcome.correction)}"
         elif outcome.pending is not None:
             pending = outcome.pending
             expires = (
@@ -430,8 +432,10 @@ class ContextEngine:
             tool_call_id=outcome.tool_call_id,
             name=name,
             ref=ref,
-            error_code=outcome.error_code,
-            fallback_tool=outcome.fallback_tool,
+            error_code=error.code.name if error is not None else "",
+            fallback_tool=error.fallback_tool if error is not None else "",
+            error=error,
+            correction=outcome.correction if error is not None else None,
         )
         index, tokens = await self._append(caller, session_id, message)
         return index, tokens, offloaded

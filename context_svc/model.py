@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentmesh.chat import Role, ToolCall
+from agentmesh.chat import Correction, Role, ToolCall
+from agentmesh.errors import AgentmeshError, error_from_json, error_to_json
 from agentmesh.payloads import StoredPayload
 
 __all__ = [
@@ -70,6 +71,10 @@ class Message:
     error_code: str = ""
     """For tool results that failed: the ErrorCode name (open questions track it)."""
     fallback_tool: str = ""
+    error: AgentmeshError | None = None
+    """For tool results that failed: the typed error (the content holds it rendered)."""
+    correction: Correction | None = None
+    """For tool results that failed: the dispatcher's note (the content holds it rendered)."""
     index: int = -1
     """Position in the log; set when read back (not stored)."""
 
@@ -89,6 +94,10 @@ class Message:
             data["e"] = self.error_code
         if self.fallback_tool:
             data["fb"] = self.fallback_tool
+        if self.error is not None:
+            data["err"] = error_to_json(self.error)
+        if self.correction is not None:
+            data["corr"] = self.correction.to_json()
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -108,6 +117,8 @@ class Message:
             ref=_ref_from_json(data["ref"]) if "ref" in data else None,
             error_code=data.get("e", ""),
             fallback_tool=data.get("fb", ""),
+            error=error_from_json(data["err"]) if "err" in data else None,
+            correction=Correction.from_json(data["corr"]) if "corr" in data else None,
             index=index,
         )
 
@@ -346,9 +357,9 @@ class ToolOutcome:
     structured: bool | None = None
     """True: JSON; False: text; None: unspecified (sniffed)."""
     redacted: bool = False
-    error_text: str = ""
-    """The model-facing text of a ToolError (errors.model_text)."""
-    error_code: str = ""
-    fallback_tool: str = ""
+    error: AgentmeshError | None = None
+    """The typed error of a failed call."""
+    correction: Correction | None = None
+    """The dispatcher's note on a failed call."""
     pending: PendingInfo | None = None
     extra: dict[str, str] = field(default_factory=dict)

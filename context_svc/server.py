@@ -19,13 +19,13 @@ import grpc.aio
 from agentmesh.callctx import remaining_time
 from agentmesh.chat import Role
 from agentmesh.config import ConfigError
-from agentmesh.errors import InvalidRequestError, model_text
+from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
-from agentmesh.rpc.status import error_from_tool_error, from_rpc_error
-from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2, tool_pb2
+from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
+from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2
 from context_svc.engine import BudgetRequest, ContextEngine
 from context_svc.model import (
     BlockKind,
@@ -80,6 +80,8 @@ def message_pb(message: Message) -> common_pb2.Message:
         name=message.name,
         token_count=message.token_count,
         create_time=codec.timestamp(message.create_time),
+        tool_error=to_detail(message.error) if message.error is not None else None,
+        correction=codec.correction_to_pb(message.correction) if message.correction is not None else None,
     )
 
 
@@ -163,7 +165,7 @@ def view_pb(view: ContextView) -> context_pb2.ContextView:
     )
 
 
-def tool_outcome_domain(result: tool_pb2.ToolResult) -> ToolOutcome:
+def tool_outcome_domain(result: common_pb2.ToolResult) -> ToolOutcome:
     kind = result.WhichOneof("outcome")
     base: dict[str, Any] = {"tool_call_id": result.tool_call_id, "tool_name": result.tool_name}
     if kind == "output":
@@ -183,9 +185,10 @@ def tool_outcome_domain(result: tool_pb2.ToolResult) -> ToolOutcome:
             )
         return ToolOutcome(**base, inline=output.inline, structured=structured, redacted=output.redacted)
     if kind == "error":
-        err = error_from_tool_error(result.error, "result.error")
         return ToolOutcome(
-            **base, error_text=model_text(err), error_code=err.code.name, fallback_tool=result.error.fallback_tool
+            **base,
+            error=checked_from_detail(result.error, "result.error"),
+            correction=codec.correction_from_pb(result.correction, "result.correction"),
         )
     if kind == "pending_approval":
         pending = result.pending_approval

@@ -19,7 +19,7 @@ from agentmesh.chat import Role, ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
-from agentmesh.rpc.status import error_from_tool_error, from_rpc_error, to_tool_error
+from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, context_pb2, provider_pb2, tool_pb2
 from dispatcher_svc.model import (
     ApprovalRecord,
@@ -83,8 +83,8 @@ def payload_ref(pb: common_pb2.PayloadRef) -> PayloadRef:
 # --- tools ----------------------------------------------------------------------------------------
 
 
-def pending_pb(pending: PendingApproval) -> tool_pb2.PendingApproval:
-    pb = tool_pb2.PendingApproval(
+def pending_pb(pending: PendingApproval) -> common_pb2.PendingApproval:
+    pb = common_pb2.PendingApproval(
         approval_id=pending.approval_id,
         plan=codec.tool_call_to_pb(pending.plan),
         impact=pending.impact,
@@ -96,7 +96,7 @@ def pending_pb(pending: PendingApproval) -> tool_pb2.PendingApproval:
     return pb
 
 
-def pending(pb: tool_pb2.PendingApproval) -> PendingApproval:
+def pending(pb: common_pb2.PendingApproval) -> PendingApproval:
     return PendingApproval(
         approval_id=pb.approval_id,
         plan=codec.tool_call_from_pb(pb.plan),
@@ -107,11 +107,11 @@ def pending(pb: tool_pb2.PendingApproval) -> PendingApproval:
     )
 
 
-def tool_result_pb(outcome: ToolOutcome) -> tool_pb2.ToolResult:
-    pb = tool_pb2.ToolResult(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name)
+def tool_result_pb(outcome: ToolOutcome) -> common_pb2.ToolResult:
+    pb = common_pb2.ToolResult(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name)
     if outcome.output is not None:
         out = outcome.output
-        output = tool_pb2.ToolOutput(
+        output = common_pb2.ToolOutput(
             digest=out.digest,
             result_type=_RESULT_TYPES.get(out.result_type, common_pb2.RESULT_TYPE_UNSPECIFIED),
             redacted=out.redacted,
@@ -122,9 +122,11 @@ def tool_result_pb(outcome: ToolOutcome) -> tool_pb2.ToolResult:
             output.inline = out.inline
         pb.output.CopyFrom(output)
     elif outcome.error is not None:
-        pb.error.CopyFrom(to_tool_error(outcome.error))
+        pb.error.CopyFrom(to_detail(outcome.error))
     elif outcome.pending is not None:
         pb.pending_approval.CopyFrom(pending_pb(outcome.pending))
+    if outcome.correction is not None:
+        pb.correction.CopyFrom(codec.correction_to_pb(outcome.correction))
     s = outcome.stats
     pb.stats.attempts = s.attempts
     pb.stats.duration.CopyFrom(codec.duration(s.duration_ms / 1000))
@@ -133,7 +135,7 @@ def tool_result_pb(outcome: ToolOutcome) -> tool_pb2.ToolResult:
     return pb
 
 
-def tool_result(pb: tool_pb2.ToolResult) -> ToolOutcome:
+def tool_result(pb: common_pb2.ToolResult) -> ToolOutcome:
     which = pb.WhichOneof("outcome")
     output = error = pend = None
     if which == "output":
@@ -147,7 +149,7 @@ def tool_result(pb: tool_pb2.ToolResult) -> ToolOutcome:
             redacted=o.redacted,
         )
     elif which == "error":
-        error = error_from_tool_error(pb.error, "result.error")
+        error = checked_from_detail(pb.error, "result.error")
     elif which == "pending_approval":
         pend = pending(pb.pending_approval)
     else:
@@ -173,8 +175,8 @@ def tool_info(spec: common_pb2.ToolSpec) -> ToolInfo:
     )
 
 
-def approval(pb: tool_pb2.Approval) -> ApprovalRecord:
-    state = tool_pb2.ApprovalState.Name(pb.state).removeprefix("APPROVAL_STATE_")
+def approval(pb: common_pb2.Approval) -> ApprovalRecord:
+    state = common_pb2.ApprovalState.Name(pb.state).removeprefix("APPROVAL_STATE_")
     return ApprovalRecord(
         request=pending(pb.request) if pb.HasField("request") else None,
         state=state,

@@ -32,7 +32,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from agentmesh.chat import ToolCall, Usage
+from agentmesh.chat import Correction, NextStep, ToolCall, Usage
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from agentmesh.semconv import (
@@ -660,11 +660,8 @@ class _Run:
         # ENGINEERING: the same failing call is never re-issued; the model hears why.
         fallback = self.fallback_for(call.name, "")
         error = policy.repeat_of_failure(call, c.failed[signature], fallback)
-        cs.outcome = ToolOutcome(call.id, call.name, error=error)
-        cs.note = (
-            f"you already made this exact call and it failed with {c.failed[signature]}; it was not run again. "
-            + (f"Use the fallback tool {fallback} instead." if fallback else "Choose another approach.")
-        )
+        not_repeated = Correction(NextStep.NOT_REPEATED, fallback_tool=fallback, failed_with=error.code)
+        cs.outcome = ToolOutcome(call.id, call.name, error=error, correction=not_repeated)
         cs.state = "done"
         fallback_event = self.event(
             EventKind.FALLBACK,
@@ -721,7 +718,7 @@ class _Run:
                 early = None
                 events += await self.apply(cs, outcome)
             assert cs.state == "done" and cs.outcome is not None
-            tokens = await self.append_result(_with_note(cs.outcome, cs.note))
+            tokens = await self.append_result(cs.outcome)
             c.raw_tokens += raw_tokens_of(cs.outcome, tokens)
             cs.state = "appended"
             if index + 1 < len(c.calls):
@@ -799,8 +796,7 @@ class _Run:
         if action == policy.Action.FALLBACK and outcome.error is not None and decision.fallback_tool:
             # The model sees the fallback even when only the registry named it.
             outcome = replace(outcome, error=_with_fallback(outcome.error, decision.fallback_tool))
-        cs.outcome = outcome
-        cs.note = decision.note
+        cs.outcome = replace(outcome, correction=decision.correction)
         cs.state = "done"
         if action == policy.Action.ABORT:
             assert decision.error is not None
@@ -874,24 +870,6 @@ def _normalise(reply: ModelReply, step: int) -> ModelReply:
         seen.add(call_id)
         calls.append(call if call_id == call.id else replace(call, id=call_id))
     return replace(reply, tool_calls=tuple(calls))
-
-
-def _with_note(outcome: ToolOutcome, note: str) -> ToolOutcome:
-    """The outcome as the model sees it: an error carries the dispatcher's note as `next_step`."""
-    if not note or outcome.error is None:
-        return outcome
-    err = outcome.error
-    noted = AgentmeshError(
-        err.code,
-        err.message,
-        violations=err.violations,
-        retryable=err.retryable,
-        retry_after=err.retry_after,
-        fallback_tool=err.fallback_tool,
-        missing_permission=err.missing_permission,
-        metadata={**err.metadata, "next_step": note},
-    )
-    return replace(outcome, error=noted)
 
 
 def _with_fallback(err: AgentmeshError, fallback: str) -> AgentmeshError:

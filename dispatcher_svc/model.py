@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentmesh.chat import ToolCall, Usage
-from agentmesh.errors import AgentmeshError, ErrorCode, Violation, error_class
+from agentmesh.chat import Correction, ToolCall, Usage
+from agentmesh.errors import AgentmeshError, error_from_json, error_to_json
 
 
 class TaskStatus(enum.IntEnum):
@@ -111,6 +111,8 @@ class ToolOutcome:
     error: AgentmeshError | None = None
     pending: PendingApproval | None = None
     stats: ExecStats = ExecStats()
+    correction: Correction | None = None
+    """For an error: what the dispatcher tells the model to do next (set by the loop's policy)."""
 
     def __post_init__(self) -> None:
         if sum(x is not None for x in (self.output, self.error, self.pending)) != 1:
@@ -189,40 +191,6 @@ class Task:
 # --- JSON codecs (checkpoint and event log) -----------------------------------------------------
 
 
-def error_to_json(err: AgentmeshError) -> dict[str, Any]:
-    data: dict[str, Any] = {"code": err.code.name, "message": err.message}
-    if err.violations:
-        data["violations"] = [[v.path, v.rule, v.expected, v.actual, v.hint] for v in err.violations]
-    if err.retryable:
-        data["retryable"] = True
-    if err.retry_after is not None:
-        data["retry_after"] = err.retry_after
-    if err.fallback_tool:
-        data["fallback_tool"] = err.fallback_tool
-    if err.missing_permission:
-        data["missing_permission"] = err.missing_permission
-    if err.metadata:
-        data["metadata"] = err.metadata
-    return data
-
-
-def error_from_json(data: dict[str, Any]) -> AgentmeshError:
-    code = ErrorCode.__members__.get(str(data.get("code")), ErrorCode.INTERNAL)
-    if code == ErrorCode.UNSPECIFIED:
-        code = ErrorCode.INTERNAL
-    error_class(code)
-    return AgentmeshError(
-        code,
-        str(data.get("message", "")),
-        violations=[Violation(*v) for v in data.get("violations", [])],
-        retryable=bool(data.get("retryable", False)),
-        retry_after=data.get("retry_after"),
-        fallback_tool=str(data.get("fallback_tool", "")),
-        missing_permission=str(data.get("missing_permission", "")),
-        metadata=data.get("metadata") or {},
-    )
-
-
 def _ref_to_json(ref: PayloadRef) -> dict[str, Any]:
     return {
         "ref_id": ref.ref_id,
@@ -284,6 +252,8 @@ def outcome_to_json(outcome: ToolOutcome) -> dict[str, Any]:
         data["pending"] = pending_to_json(outcome.pending)
     s = outcome.stats
     data["stats"] = [s.attempts, s.duration_ms, s.replayed, s.output_bytes]
+    if outcome.correction is not None:
+        data["corr"] = outcome.correction.to_json()
     return data
 
 
@@ -310,6 +280,7 @@ def outcome_from_json(data: dict[str, Any]) -> ToolOutcome:
         error=error,
         pending=pending,
         stats=ExecStats(int(attempts), float(duration_ms), bool(replayed), int(output_bytes)),
+        correction=Correction.from_json(data["corr"]) if "corr" in data else None,
     )
 
 

@@ -1,8 +1,8 @@
 """The error-class policy (docs/architecture.md §3): what the dispatcher does with each tool outcome.
 
-- CONTRACT: the violations go back to the model with a short correction note; at most
-  `max_contract_retries` reflective retries per call, then the call is handled as ENGINEERING.
-- ENGINEERING: a structured note (what failed, the code, the `fallback_tool`) goes into context;
+- CONTRACT: the violations go back to the model with a typed Correction (fix the arguments); at
+  most `max_contract_retries` reflective retries per call, then the call is handled as ENGINEERING.
+- ENGINEERING: a Correction (do not repeat the call; the `fallback_tool`) goes into context;
   the same failing call is never re-issued (the loop answers a repeat without running it).
 - PendingApproval: the task parks in WAITING_APPROVAL.
 - FATAL: the task is ABORTED at once with an incident; no further tool runs.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from agentmesh.chat import ToolCall
+from agentmesh.chat import Correction, NextStep, ToolCall
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from dispatcher_svc.model import ToolOutcome
 
@@ -31,8 +31,8 @@ class Action(enum.Enum):
 @dataclass(frozen=True)
 class Decision:
     action: Action
-    note: str = ""
-    """What the model is told with the result (empty for plain successes)."""
+    correction: Correction | None = None
+    """What the model is told with the result (None for plain successes)."""
     error: AgentmeshError | None = None
     retries_used: int = 0
     """For CORRECT: which reflective retry this is (1-based)."""
@@ -63,27 +63,14 @@ def decide(
     if cls == ErrorClass.CONTRACT:
         attempt = contract_failures + 1
         if attempt <= max_contract_retries:
-            note = (
-                f"correction {attempt} of {max_contract_retries}: the call to {outcome.tool_name} was not run. "
-                "Fix the arguments using the hints above and call it again."
-            )
-            return Decision(Action.CORRECT, note=note, error=err, retries_used=attempt, fallback_tool=fallback)
-        note = (
-            f"the call to {outcome.tool_name} failed its contract {attempt} times; stop correcting it. "
-            + _fallback_advice(fallback)
+            fix = Correction(NextStep.FIX_ARGUMENTS, attempt=attempt, max_attempts=max_contract_retries)
+            return Decision(Action.CORRECT, correction=fix, error=err, retries_used=attempt, fallback_tool=fallback)
+        stop = Correction(
+            NextStep.STOP_CORRECTING, attempt=attempt, max_attempts=max_contract_retries, fallback_tool=fallback
         )
-        return Decision(Action.FALLBACK, note=note, error=err, fallback_tool=fallback)
-    note = (
-        f"{outcome.tool_name} failed with {err.code.name} ({cls.name}): a fault outside your control. "
-        f"Do not call {outcome.tool_name} again with the same arguments. " + _fallback_advice(fallback)
-    )
-    return Decision(Action.FALLBACK, note=note, error=err, fallback_tool=fallback)
-
-
-def _fallback_advice(fallback: str) -> str:
-    if fallback:
-        return f"Use the fallback tool {fallback} instead."
-    return "No fallback tool exists: use another tool, or answer with what you know and say what failed."
+        return Decision(Action.FALLBACK, correction=stop, error=err, fallback_tool=fallback)
+    use = Correction(NextStep.USE_FALLBACK, fallback_tool=fallback)
+    return Decision(Action.FALLBACK, correction=use, error=err, fallback_tool=fallback)
 
 
 def repeat_of_failure(call: ToolCall, code_name: str, fallback: str) -> AgentmeshError:

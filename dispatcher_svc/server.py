@@ -14,7 +14,7 @@ from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import to_detail
 from agentmesh.telemetry import current_request_id
-from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc, tool_pb2
+from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc import testhooks
 from dispatcher_svc.adapters import grpc_ports, pending_pb, tool_result_pb
 from dispatcher_svc.agents import AgentConfig
@@ -99,8 +99,8 @@ def agent_pb(agent: AgentConfig) -> dispatcher_pb2.Agent:
     )
 
 
-def approval_pb(record: ApprovalRecord) -> tool_pb2.Approval:
-    pb = tool_pb2.Approval(
+def approval_pb(record: ApprovalRecord) -> common_pb2.Approval:
+    pb = common_pb2.Approval(
         state=f"APPROVAL_STATE_{record.state}",
         resolved_by=record.resolved_by,
         reason=record.reason,

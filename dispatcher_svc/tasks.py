@@ -29,7 +29,14 @@ import redis.exceptions as rexc
 
 from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import DispatcherSettings
-from agentmesh.errors import AgentmeshError, FailedPreconditionError, NotFoundError, Violation
+from agentmesh.errors import (
+    AgentmeshError,
+    FailedPreconditionError,
+    NotFoundError,
+    Violation,
+    error_from_json,
+    error_to_json,
+)
 from agentmesh.store import Store
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import (
@@ -39,8 +46,6 @@ from dispatcher_svc.model import (
     TaskEvent,
     TaskStatus,
     ToolOutcome,
-    error_from_json,
-    error_to_json,
     event_to_json,
     outcome_from_json,
     outcome_to_json,
@@ -223,7 +228,8 @@ class CallState:
     resolved: ToolOutcome | None = None
     """An outcome delivered by ResolveApproval, not yet handled by the loop."""
     note: str = ""
-    """What the dispatcher tells the model about this call (correction or fallback note)."""
+    """The text note of a checkpoint written before corrections were typed (ToolOutcome.correction):
+    kept, and written back, so such records stay readable; never shown to the model again."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"call": self.call.to_json(), "state": self.state}

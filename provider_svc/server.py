@@ -27,7 +27,7 @@ from agentmesh.errors import AgentmeshError, InvalidRequestError, PermissionDeni
 from agentmesh.identity import Identity, require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
-from agentmesh.rpc.status import to_detail
+from agentmesh.rpc.status import checked_from_detail, to_detail
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from provider_svc.models.base import (
     Attempt,
@@ -90,6 +90,10 @@ def to_request(pb: provider_pb2.GenerateRequest) -> ModelRequest:
                 tool_calls=tuple(codec.tool_call_from_pb(c) for c in m.tool_calls),
                 tool_call_id=m.tool_call_id,
                 name=m.name,
+                tool_error=checked_from_detail(m.tool_error, f"messages[{i}].tool_error")
+                if m.HasField("tool_error")
+                else None,
+                correction=codec.correction_from_pb(m.correction, f"messages[{i}].correction"),
             )
         )
     tools = tuple(

@@ -19,7 +19,7 @@ from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
-from agentmesh.rpc.status import to_tool_error
+from agentmesh.rpc.status import to_detail
 from agentmesh.store import Keys
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from tool_svc.approvals import ApprovalRecord
@@ -46,10 +46,10 @@ _KEYS = Keys()
 _RESULT_TYPE = {"structured": common_pb2.RESULT_TYPE_STRUCTURED, "text": common_pb2.RESULT_TYPE_TEXT}
 _ACCESS = {"read": common_pb2.ACCESS_MODE_READ, "write": common_pb2.ACCESS_MODE_WRITE}
 _STATE = {
-    "pending": tool_pb2.APPROVAL_STATE_PENDING,
-    "approved": tool_pb2.APPROVAL_STATE_APPROVED,
-    "denied": tool_pb2.APPROVAL_STATE_DENIED,
-    "expired": tool_pb2.APPROVAL_STATE_EXPIRED,
+    "pending": common_pb2.APPROVAL_STATE_PENDING,
+    "approved": common_pb2.APPROVAL_STATE_APPROVED,
+    "denied": common_pb2.APPROVAL_STATE_DENIED,
+    "expired": common_pb2.APPROVAL_STATE_EXPIRED,
 }
 
 
@@ -142,8 +142,8 @@ def spec_from_pb(pb: common_pb2.ToolSpec) -> ToolDef:
 # --- results ---------------------------------------------------------------------------------------
 
 
-def pending_to_pb(pending: Pending) -> tool_pb2.PendingApproval:
-    return tool_pb2.PendingApproval(
+def pending_to_pb(pending: Pending) -> common_pb2.PendingApproval:
+    return common_pb2.PendingApproval(
         approval_id=pending.approval_id,
         plan=codec.tool_call_to_pb(ToolCall(pending.call_id, pending.tool_name, pending.arguments_json)),
         impact=pending.impact,
@@ -153,8 +153,8 @@ def pending_to_pb(pending: Pending) -> tool_pb2.PendingApproval:
     )
 
 
-def output_to_pb(output: Output) -> tool_pb2.ToolOutput:
-    out = tool_pb2.ToolOutput(result_type=_RESULT_TYPE[output.result_type], redacted=output.redacted)
+def output_to_pb(output: Output) -> common_pb2.ToolOutput:
+    out = common_pb2.ToolOutput(result_type=_RESULT_TYPE[output.result_type], redacted=output.redacted)
     if output.ref is not None:
         ref = output.ref
         out.ref.CopyFrom(codec.payload_ref_to_pb(ref))
@@ -164,11 +164,11 @@ def output_to_pb(output: Output) -> tool_pb2.ToolOutput:
     return out
 
 
-def result_to_pb(result: ToolResult) -> tool_pb2.ToolResult:
-    out = tool_pb2.ToolResult(
+def result_to_pb(result: ToolResult) -> common_pb2.ToolResult:
+    out = common_pb2.ToolResult(
         tool_call_id=result.call_id,
         tool_name=result.tool_name,
-        stats=tool_pb2.ExecutionStats(
+        stats=common_pb2.ExecutionStats(
             attempts=result.stats.attempts,
             duration=codec.duration(result.stats.duration_s),
             replayed=result.stats.replayed,
@@ -181,12 +181,12 @@ def result_to_pb(result: ToolResult) -> tool_pb2.ToolResult:
     elif isinstance(outcome, Pending):
         out.pending_approval.CopyFrom(pending_to_pb(outcome))
     else:
-        out.error.CopyFrom(to_tool_error(outcome))
+        out.error.CopyFrom(to_detail(outcome))
     return out
 
 
-def approval_to_pb(record: ApprovalRecord) -> tool_pb2.Approval:
-    out = tool_pb2.Approval(
+def approval_to_pb(record: ApprovalRecord) -> common_pb2.Approval:
+    out = common_pb2.Approval(
         request=pending_to_pb(record.pending),
         state=_STATE[record.state],
         resolved_by=record.resolved_by,

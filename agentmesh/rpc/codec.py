@@ -1,7 +1,7 @@
 """The protobuf mappings several services share: Role, ToolCall, usage, Timestamp, Duration, PayloadRef.
 
 Each exists only here; a service's `server.py` maps its own messages and calls these for the shared
-ones (errors, ErrorDetail and ToolError, are `agentmesh.rpc.status`'s). Decoders validate what
+ones (errors and ErrorDetail are `agentmesh.rpc.status`'s). Decoders validate what
 protobuf cannot (an enum value we do not know, a Timestamp outside 0001-9999, a negative Duration)
 and raise InvalidRequestError naming the field, so a bad value is INVALID_ARGUMENT at the edge
 rather than a failure deep in a service.
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from agentmesh.chat import Role, ToolCall, Usage
-from agentmesh.errors import InvalidRequestError
+from agentmesh.chat import Correction, NextStep, Role, ToolCall, Usage
+from agentmesh.errors import ErrorCode, InvalidRequestError
 from agentmesh.payloads import StoredPayload
 from agentmesh.v1 import common_pb2
 
 __all__ = [
+    "correction_from_pb",
+    "correction_to_pb",
     "duration",
     "duration_seconds",
     "millis",
@@ -79,6 +81,39 @@ def usage_to_pb(usage: Usage) -> common_pb2.TokenUsage:
 
 def usage_from_pb(pb: common_pb2.TokenUsage) -> Usage:
     return Usage(input_tokens=pb.input_tokens, output_tokens=pb.output_tokens)
+
+
+# --- the dispatcher's correction of a failed call ---------------------------------------------------
+
+
+def correction_to_pb(correction: Correction) -> common_pb2.Correction:
+    return common_pb2.Correction(
+        next_step=int(correction.next_step),  # type: ignore[arg-type]
+        attempt=correction.attempt,
+        max_attempts=correction.max_attempts,
+        fallback_tool=correction.fallback_tool,
+        failed_with=int(correction.failed_with) if correction.failed_with is not None else 0,  # type: ignore[arg-type]
+    )
+
+
+def correction_from_pb(pb: common_pb2.Correction, field: str) -> Correction | None:
+    """The Correction of a message or result; None when unset; an unknown enum is INVALID_ARGUMENT."""
+    if pb.next_step == common_pb2.NEXT_STEP_UNSPECIFIED:
+        return None
+    try:
+        next_step = NextStep(pb.next_step)
+        failed_with = ErrorCode(pb.failed_with) if pb.failed_with else None
+    except ValueError:
+        raise InvalidRequestError(field, "has an unknown next_step or failed_with") from None
+    if pb.attempt < 0 or pb.max_attempts < 0:
+        raise InvalidRequestError(field, "attempt and max_attempts must not be negative")
+    return Correction(
+        next_step=next_step,
+        attempt=pb.attempt,
+        max_attempts=pb.max_attempts,
+        fallback_tool=pb.fallback_tool,
+        failed_with=failed_with,
+    )
 
 
 # --- Timestamp and Duration ------------------------------------------------------------------------

@@ -204,7 +204,7 @@ _WHERE = (
         "a fault of the RPC itself: malformed request, unauthenticated, overloaded, unavailable, deadline",
         "the `grpc-status-details-bin` trailer (below)",
     ),
-    ("`ToolResult.error` (`ToolError`)", "a tool call failed; the RPC itself succeeded", "the fields of the message"),
+    ("`ToolResult.error` (`ErrorDetail`)", "a tool call failed; the RPC itself succeeded", "the fields of the message"),
     (
         "`Task.error`, `TaskEvent.error` (`ErrorDetail`)",
         "a task FAILED or was ABORTED; CORRECTION, FALLBACK and INCIDENT events",

@@ -1,4 +1,4 @@
-"""The gRPC side of the error vocabulary: AgentmeshError <-> rich gRPC status, ErrorDetail and ToolError.
+"""The gRPC side of the error vocabulary: AgentmeshError <-> rich gRPC status and ErrorDetail.
 
 A fault of the RPC itself travels as a gRPC status whose ``grpc-status-details-bin`` trailer holds a
 ``google.rpc.Status`` with the standard details any language can read (ErrorInfo with our code as
@@ -29,22 +29,21 @@ from agentmesh.errors import (
     error_class,
 )
 from agentmesh.rpc import codec
-from agentmesh.v1 import common_pb2, tool_pb2
+from agentmesh.v1 import common_pb2
 
 __all__ = [
     "DOMAIN",
     "GRPC_STATUS",
     "RichDetails",
     "abort",
+    "checked_from_detail",
     "code_for_grpc_status",
-    "error_from_tool_error",
     "from_detail",
     "from_rpc_error",
     "rich_details",
     "to_detail",
     "to_rpc_status",
     "to_status",
-    "to_tool_error",
 ]
 
 # ErrorInfo.domain of every agentmesh error.
@@ -398,40 +397,11 @@ def from_rpc_error(exc: grpc.RpcError) -> AgentmeshError:
     )
 
 
-# --- ToolError (ErrorDetail field for field, in a ToolResult) ------------------------------------
+# --- an ErrorDetail a caller sent (ToolResult.error) ------------------------------------------------
 
 
-def to_tool_error(err: AgentmeshError) -> tool_pb2.ToolError:
-    """`err` as the ToolError of a ToolResult."""
-    detail = to_detail(err)
-    out = tool_pb2.ToolError(
-        code=detail.code,
-        error_class=detail.error_class,
-        message=detail.message,
-        violations=detail.violations,
-        retryable=detail.retryable,
-        fallback_tool=detail.fallback_tool,
-        missing_permission=detail.missing_permission,
-        metadata=detail.metadata,
-    )
+def checked_from_detail(detail: common_pb2.ErrorDetail, field: str) -> AgentmeshError:
+    """The AgentmeshError of an ErrorDetail in a request; a negative retry_after is INVALID_ARGUMENT."""
     if detail.HasField("retry_after"):
-        out.retry_after.CopyFrom(detail.retry_after)
-    return out
-
-
-def error_from_tool_error(pb: tool_pb2.ToolError, field: str) -> AgentmeshError:
-    """The AgentmeshError a ToolError carries; a negative retry_after is INVALID_ARGUMENT."""
-    detail = common_pb2.ErrorDetail(
-        code=pb.code,
-        error_class=pb.error_class,
-        message=pb.message,
-        violations=pb.violations,
-        retryable=pb.retryable,
-        fallback_tool=pb.fallback_tool,
-        missing_permission=pb.missing_permission,
-        metadata=pb.metadata,
-    )
-    if pb.HasField("retry_after"):
-        codec.duration_seconds(pb.retry_after, f"{field}.retry_after")
-        detail.retry_after.CopyFrom(pb.retry_after)
+        codec.duration_seconds(detail.retry_after, f"{field}.retry_after")
     return from_detail(detail)

@@ -74,6 +74,22 @@ class AccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCESS_MODE_UNSPECIFIED: _ClassVar[AccessMode]
     ACCESS_MODE_READ: _ClassVar[AccessMode]
     ACCESS_MODE_WRITE: _ClassVar[AccessMode]
+
+class ApprovalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_STATE_UNSPECIFIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_PENDING: _ClassVar[ApprovalState]
+    APPROVAL_STATE_APPROVED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_DENIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_EXPIRED: _ClassVar[ApprovalState]
+
+class NextStep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NEXT_STEP_UNSPECIFIED: _ClassVar[NextStep]
+    NEXT_STEP_FIX_ARGUMENTS: _ClassVar[NextStep]
+    NEXT_STEP_STOP_CORRECTING: _ClassVar[NextStep]
+    NEXT_STEP_USE_FALLBACK: _ClassVar[NextStep]
+    NEXT_STEP_NOT_REPEATED: _ClassVar[NextStep]
 ERROR_CODE_UNSPECIFIED: ErrorCode
 ERROR_CODE_SCHEMA_INVALID: ErrorCode
 ERROR_CODE_ARGUMENTS_NOT_JSON: ErrorCode
@@ -123,6 +139,16 @@ RESULT_TYPE_TEXT: ResultType
 ACCESS_MODE_UNSPECIFIED: AccessMode
 ACCESS_MODE_READ: AccessMode
 ACCESS_MODE_WRITE: AccessMode
+APPROVAL_STATE_UNSPECIFIED: ApprovalState
+APPROVAL_STATE_PENDING: ApprovalState
+APPROVAL_STATE_APPROVED: ApprovalState
+APPROVAL_STATE_DENIED: ApprovalState
+APPROVAL_STATE_EXPIRED: ApprovalState
+NEXT_STEP_UNSPECIFIED: NextStep
+NEXT_STEP_FIX_ARGUMENTS: NextStep
+NEXT_STEP_STOP_CORRECTING: NextStep
+NEXT_STEP_USE_FALLBACK: NextStep
+NEXT_STEP_NOT_REPEATED: NextStep
 
 class FieldViolation(_message.Message):
     __slots__ = ("path", "rule", "expected", "actual", "hint")
@@ -178,7 +204,7 @@ class ToolCall(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("role", "content", "tool_calls", "tool_call_id", "name", "token_count", "create_time")
+    __slots__ = ("role", "content", "tool_calls", "tool_call_id", "name", "token_count", "create_time", "tool_error", "correction")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +212,8 @@ class Message(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
     role: Role
     content: str
     tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
@@ -193,7 +221,9 @@ class Message(_message.Message):
     name: str
     token_count: int
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., token_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    tool_error: ErrorDetail
+    correction: Correction
+    def __init__(self, role: _Optional[_Union[Role, str]] = ..., content: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ..., name: _Optional[str] = ..., token_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tool_error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., correction: _Optional[_Union[Correction, _Mapping]] = ...) -> None: ...
 
 class ToolPermission(_message.Message):
     __slots__ = ("environment", "group", "access")
@@ -276,3 +306,91 @@ class PayloadRef(_message.Message):
     sha256: str
     expire_time: _timestamp_pb2.Timestamp
     def __init__(self, ref_id: _Optional[str] = ..., session_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., media_type: _Optional[str] = ..., sha256: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ToolResult(_message.Message):
+    __slots__ = ("tool_call_id", "tool_name", "output", "error", "pending_approval", "stats", "correction")
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    tool_call_id: str
+    tool_name: str
+    output: ToolOutput
+    error: ErrorDetail
+    pending_approval: PendingApproval
+    stats: ExecutionStats
+    correction: Correction
+    def __init__(self, tool_call_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., output: _Optional[_Union[ToolOutput, _Mapping]] = ..., error: _Optional[_Union[ErrorDetail, _Mapping]] = ..., pending_approval: _Optional[_Union[PendingApproval, _Mapping]] = ..., stats: _Optional[_Union[ExecutionStats, _Mapping]] = ..., correction: _Optional[_Union[Correction, _Mapping]] = ...) -> None: ...
+
+class ToolOutput(_message.Message):
+    __slots__ = ("inline", "ref", "digest", "result_type", "redacted")
+    INLINE_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_FIELD_NUMBER: _ClassVar[int]
+    inline: str
+    ref: PayloadRef
+    digest: str
+    result_type: ResultType
+    redacted: bool
+    def __init__(self, inline: _Optional[str] = ..., ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., digest: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., redacted: _Optional[bool] = ...) -> None: ...
+
+class PendingApproval(_message.Message):
+    __slots__ = ("approval_id", "plan", "impact", "arguments_sha256", "expire_time", "requested_by")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    IMPACT_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    plan: ToolCall
+    impact: str
+    arguments_sha256: str
+    expire_time: _timestamp_pb2.Timestamp
+    requested_by: str
+    def __init__(self, approval_id: _Optional[str] = ..., plan: _Optional[_Union[ToolCall, _Mapping]] = ..., impact: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requested_by: _Optional[str] = ...) -> None: ...
+
+class ExecutionStats(_message.Message):
+    __slots__ = ("attempts", "duration", "replayed", "output_bytes")
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    attempts: int
+    duration: _duration_pb2.Duration
+    replayed: bool
+    output_bytes: int
+    def __init__(self, attempts: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., replayed: _Optional[bool] = ..., output_bytes: _Optional[int] = ...) -> None: ...
+
+class Approval(_message.Message):
+    __slots__ = ("request", "state", "resolved_by", "reason", "resolve_time")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    request: PendingApproval
+    state: ApprovalState
+    resolved_by: str
+    reason: str
+    resolve_time: _timestamp_pb2.Timestamp
+    def __init__(self, request: _Optional[_Union[PendingApproval, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class Correction(_message.Message):
+    __slots__ = ("next_step", "attempt", "max_attempts", "fallback_tool", "failed_with")
+    NEXT_STEP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_TOOL_FIELD_NUMBER: _ClassVar[int]
+    FAILED_WITH_FIELD_NUMBER: _ClassVar[int]
+    next_step: NextStep
+    attempt: int
+    max_attempts: int
+    fallback_tool: str
+    failed_with: ErrorCode
+    def __init__(self, next_step: _Optional[_Union[NextStep, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., fallback_tool: _Optional[str] = ..., failed_with: _Optional[_Union[ErrorCode, str]] = ...) -> None: ...

@@ -1,7 +1,6 @@
 import datetime
 
 from agentmesh.v1 import common_pb2 as _common_pb2
-from agentmesh.v1 import tool_pb2 as _tool_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -127,8 +126,8 @@ class AppendToolResultRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    result: _tool_pb2.ToolResult
-    def __init__(self, session_id: _Optional[str] = ..., result: _Optional[_Union[_tool_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+    result: _common_pb2.ToolResult
+    def __init__(self, session_id: _Optional[str] = ..., result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
 
 class AppendToolResultResponse(_message.Message):
     __slots__ = ("index", "token_count", "ref")

@@ -23,11 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
-from agentmesh.v1 import tool_pb2 as agentmesh_dot_v1_dot_tool__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentmesh/v1/dispatcher.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x17\x61gentmesh/v1/tool.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x01\n\x05\x41gent\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05tools\x18\x04 \x03(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x05 \x03(\t\x12\x14\n\x0ctoken_budget\x18\x06 \x01(\x03\x12\x11\n\tmax_steps\x18\x07 \x01(\x05\"\xac\x03\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0c\n\x04goal\x18\x03 \x01(\t\x12(\n\x06status\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12\x0c\n\x04step\x18\x05 \x01(\x05\x12\'\n\x05usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12\x0e\n\x06\x61nswer\x18\x07 \x01(\t\x12(\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x37\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12\x15\n\rlast_sequence\x18\x0c \x01(\x03\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x95\x01\n\x10StartTaskRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0c\n\x04goal\x18\x02 \x01(\t\x12\x19\n\x0ctoken_budget\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\tmax_steps\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x07task_id\x18\x05 \x01(\tB\x0f\n\r_token_budgetB\x0c\n\n_max_steps\"5\n\x11StartTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"?\n\x0eRunTaskRequest\x12-\n\x05start\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.StartTaskRequest\"\xa2\x04\n\tTaskEvent\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.agentmesh.v1.TaskEventKind\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12\x0c\n\x04step\x18\x06 \x01(\x05\x12\x0f\n\x07message\x18\x07 \x01(\t\x12)\n\ttool_call\x18\x08 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12-\n\x0btool_result\x18\t \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\x12(\n\x05\x65rror\x18\n \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x37\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12\'\n\x05usage\x18\x0c \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12;\n\nattributes\x18\r \x03(\x0b\x32\'.agentmesh.v1.TaskEvent.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\x0fRunTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\";\n\x11WatchTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"3\n\x0fGetTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\";\n\x10WatchTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"4\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"6\n\x12\x43\x61ncelTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\x8a\x01\n\'DispatcherServiceResolveApprovalRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61pproval_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x05 \x01(\t\"v\n(DispatcherServiceResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\x13\n\x11ListAgentsRequest\"9\n\x12ListAgentsResponse\x12#\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x13.agentmesh.v1.Agent*\xe4\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_PENDING\x10\x01\x12\x17\n\x13TASK_STATUS_RUNNING\x10\x02\x12 \n\x1cTASK_STATUS_WAITING_APPROVAL\x10\x03\x12\x19\n\x15TASK_STATUS_SUCCEEDED\x10\x04\x12\x16\n\x12TASK_STATUS_FAILED\x10\x05\x12\x17\n\x13TASK_STATUS_ABORTED\x10\x06\x12\x19\n\x15TASK_STATUS_CANCELLED\x10\x07*\xd1\x03\n\rTaskEventKind\x12\x1f\n\x1bTASK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19TASK_EVENT_KIND_HEARTBEAT\x10\x01\x12\x1a\n\x16TASK_EVENT_KIND_STATUS\x10\x02\x12 \n\x1cTASK_EVENT_KIND_STEP_STARTED\x10\x03\x12\x1f\n\x1bTASK_EVENT_KIND_MODEL_REPLY\x10\x04\x12\x1d\n\x19TASK_EVENT_KIND_TOOL_CALL\x10\x05\x12\x1f\n\x1bTASK_EVENT_KIND_TOOL_RESULT\x10\x06\x12\x1e\n\x1aTASK_EVENT_KIND_CORRECTION\x10\x07\x12\x1c\n\x18TASK_EVENT_KIND_FALLBACK\x10\x08\x12%\n!TASK_EVENT_KIND_APPROVAL_REQUIRED\x10\t\x12%\n!TASK_EVENT_KIND_APPROVAL_RESOLVED\x10\n\x12\x1c\n\x18TASK_EVENT_KIND_INCIDENT\x10\x0b\x12\x1a\n\x16TASK_EVENT_KIND_ANSWER\x10\x0c\x12\x1b\n\x17TASK_EVENT_KIND_CONTEXT\x10\r2\xe8\x04\n\x11\x44ispatcherService\x12H\n\x07RunTask\x12\x1c.agentmesh.v1.RunTaskRequest\x1a\x1d.agentmesh.v1.RunTaskResponse0\x01\x12L\n\tStartTask\x12\x1e.agentmesh.v1.StartTaskRequest\x1a\x1f.agentmesh.v1.StartTaskResponse\x12\x46\n\x07GetTask\x12\x1c.agentmesh.v1.GetTaskRequest\x1a\x1d.agentmesh.v1.GetTaskResponse\x12N\n\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse0\x01\x12O\n\nCancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\x12\x80\x01\n\x0fResolveApproval\x12\x35.agentmesh.v1.DispatcherServiceResolveApprovalRequest\x1a\x36.agentmesh.v1.DispatcherServiceResolveApprovalResponse\x12O\n\nListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentmesh/v1/dispatcher.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x01\n\x05\x41gent\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05tools\x18\x04 \x03(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x05 \x03(\t\x12\x14\n\x0ctoken_budget\x18\x06 \x01(\x03\x12\x11\n\tmax_steps\x18\x07 \x01(\x05\"\xac\x03\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0c\n\x04goal\x18\x03 \x01(\t\x12(\n\x06status\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12\x0c\n\x04step\x18\x05 \x01(\x05\x12\'\n\x05usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12\x0e\n\x06\x61nswer\x18\x07 \x01(\t\x12(\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x12\n\nsession_id\x18\t \x01(\t\x12\x12\n\nrequest_id\x18\n \x01(\t\x12\x37\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12\x15\n\rlast_sequence\x18\x0c \x01(\x03\x12/\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x95\x01\n\x10StartTaskRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0c\n\x04goal\x18\x02 \x01(\t\x12\x19\n\x0ctoken_budget\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\tmax_steps\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x07task_id\x18\x05 \x01(\tB\x0f\n\r_token_budgetB\x0c\n\n_max_steps\"5\n\x11StartTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"?\n\x0eRunTaskRequest\x12-\n\x05start\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.StartTaskRequest\"\xa2\x04\n\tTaskEvent\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.agentmesh.v1.TaskEventKind\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12\x0c\n\x04step\x18\x06 \x01(\x05\x12\x0f\n\x07message\x18\x07 \x01(\t\x12)\n\ttool_call\x18\x08 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12-\n\x0btool_result\x18\t \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\x12(\n\x05\x65rror\x18\n \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x37\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12\'\n\x05usage\x18\x0c \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12;\n\nattributes\x18\r \x03(\x0b\x32\'.agentmesh.v1.TaskEvent.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\x0fRunTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\";\n\x11WatchTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\"!\n\x0eGetTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\"3\n\x0fGetTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\";\n\x10WatchTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"4\n\x11\x43\x61ncelTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"6\n\x12\x43\x61ncelTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\x8a\x01\n\'DispatcherServiceResolveApprovalRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61pproval_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x05 \x01(\t\"v\n(DispatcherServiceResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\x13\n\x11ListAgentsRequest\"9\n\x12ListAgentsResponse\x12#\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x13.agentmesh.v1.Agent*\xe4\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_PENDING\x10\x01\x12\x17\n\x13TASK_STATUS_RUNNING\x10\x02\x12 \n\x1cTASK_STATUS_WAITING_APPROVAL\x10\x03\x12\x19\n\x15TASK_STATUS_SUCCEEDED\x10\x04\x12\x16\n\x12TASK_STATUS_FAILED\x10\x05\x12\x17\n\x13TASK_STATUS_ABORTED\x10\x06\x12\x19\n\x15TASK_STATUS_CANCELLED\x10\x07*\xd1\x03\n\rTaskEventKind\x12\x1f\n\x1bTASK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19TASK_EVENT_KIND_HEARTBEAT\x10\x01\x12\x1a\n\x16TASK_EVENT_KIND_STATUS\x10\x02\x12 \n\x1cTASK_EVENT_KIND_STEP_STARTED\x10\x03\x12\x1f\n\x1bTASK_EVENT_KIND_MODEL_REPLY\x10\x04\x12\x1d\n\x19TASK_EVENT_KIND_TOOL_CALL\x10\x05\x12\x1f\n\x1bTASK_EVENT_KIND_TOOL_RESULT\x10\x06\x12\x1e\n\x1aTASK_EVENT_KIND_CORRECTION\x10\x07\x12\x1c\n\x18TASK_EVENT_KIND_FALLBACK\x10\x08\x12%\n!TASK_EVENT_KIND_APPROVAL_REQUIRED\x10\t\x12%\n!TASK_EVENT_KIND_APPROVAL_RESOLVED\x10\n\x12\x1c\n\x18TASK_EVENT_KIND_INCIDENT\x10\x0b\x12\x1a\n\x16TASK_EVENT_KIND_ANSWER\x10\x0c\x12\x1b\n\x17TASK_EVENT_KIND_CONTEXT\x10\r2\xe8\x04\n\x11\x44ispatcherService\x12H\n\x07RunTask\x12\x1c.agentmesh.v1.RunTaskRequest\x1a\x1d.agentmesh.v1.RunTaskResponse0\x01\x12L\n\tStartTask\x12\x1e.agentmesh.v1.StartTaskRequest\x1a\x1f.agentmesh.v1.StartTaskResponse\x12\x46\n\x07GetTask\x12\x1c.agentmesh.v1.GetTaskRequest\x1a\x1d.agentmesh.v1.GetTaskResponse\x12N\n\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse0\x01\x12O\n\nCancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\x12\x80\x01\n\x0fResolveApproval\x12\x35.agentmesh.v1.DispatcherServiceResolveApprovalRequest\x1a\x36.agentmesh.v1.DispatcherServiceResolveApprovalResponse\x12O\n\nListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,46 +35,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TASKEVENT_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATUS']._serialized_start=2247
-  _globals['_TASKSTATUS']._serialized_end=2475
-  _globals['_TASKEVENTKIND']._serialized_start=2478
-  _globals['_TASKEVENTKIND']._serialized_end=2943
-  _globals['_AGENT']._serialized_start=133
-  _globals['_AGENT']._serialized_end=272
-  _globals['_TASK']._serialized_start=275
-  _globals['_TASK']._serialized_end=703
-  _globals['_STARTTASKREQUEST']._serialized_start=706
-  _globals['_STARTTASKREQUEST']._serialized_end=855
-  _globals['_STARTTASKRESPONSE']._serialized_start=857
-  _globals['_STARTTASKRESPONSE']._serialized_end=910
-  _globals['_RUNTASKREQUEST']._serialized_start=912
-  _globals['_RUNTASKREQUEST']._serialized_end=975
-  _globals['_TASKEVENT']._serialized_start=978
-  _globals['_TASKEVENT']._serialized_end=1524
-  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_start=1475
-  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_end=1524
-  _globals['_RUNTASKRESPONSE']._serialized_start=1526
-  _globals['_RUNTASKRESPONSE']._serialized_end=1583
-  _globals['_WATCHTASKRESPONSE']._serialized_start=1585
-  _globals['_WATCHTASKRESPONSE']._serialized_end=1644
-  _globals['_GETTASKREQUEST']._serialized_start=1646
-  _globals['_GETTASKREQUEST']._serialized_end=1679
-  _globals['_GETTASKRESPONSE']._serialized_start=1681
-  _globals['_GETTASKRESPONSE']._serialized_end=1732
-  _globals['_WATCHTASKREQUEST']._serialized_start=1734
-  _globals['_WATCHTASKREQUEST']._serialized_end=1793
-  _globals['_CANCELTASKREQUEST']._serialized_start=1795
-  _globals['_CANCELTASKREQUEST']._serialized_end=1847
-  _globals['_CANCELTASKRESPONSE']._serialized_start=1849
-  _globals['_CANCELTASKRESPONSE']._serialized_end=1903
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_start=1906
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_end=2044
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_start=2046
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_end=2164
-  _globals['_LISTAGENTSREQUEST']._serialized_start=2166
-  _globals['_LISTAGENTSREQUEST']._serialized_end=2185
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=2187
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=2244
-  _globals['_DISPATCHERSERVICE']._serialized_start=2946
-  _globals['_DISPATCHERSERVICE']._serialized_end=3562
+  _globals['_TASKSTATUS']._serialized_start=2222
+  _globals['_TASKSTATUS']._serialized_end=2450
+  _globals['_TASKEVENTKIND']._serialized_start=2453
+  _globals['_TASKEVENTKIND']._serialized_end=2918
+  _globals['_AGENT']._serialized_start=108
+  _globals['_AGENT']._serialized_end=247
+  _globals['_TASK']._serialized_start=250
+  _globals['_TASK']._serialized_end=678
+  _globals['_STARTTASKREQUEST']._serialized_start=681
+  _globals['_STARTTASKREQUEST']._serialized_end=830
+  _globals['_STARTTASKRESPONSE']._serialized_start=832
+  _globals['_STARTTASKRESPONSE']._serialized_end=885
+  _globals['_RUNTASKREQUEST']._serialized_start=887
+  _globals['_RUNTASKREQUEST']._serialized_end=950
+  _globals['_TASKEVENT']._serialized_start=953
+  _globals['_TASKEVENT']._serialized_end=1499
+  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_start=1450
+  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_end=1499
+  _globals['_RUNTASKRESPONSE']._serialized_start=1501
+  _globals['_RUNTASKRESPONSE']._serialized_end=1558
+  _globals['_WATCHTASKRESPONSE']._serialized_start=1560
+  _globals['_WATCHTASKRESPONSE']._serialized_end=1619
+  _globals['_GETTASKREQUEST']._serialized_start=1621
+  _globals['_GETTASKREQUEST']._serialized_end=1654
+  _globals['_GETTASKRESPONSE']._serialized_start=1656
+  _globals['_GETTASKRESPONSE']._serialized_end=1707
+  _globals['_WATCHTASKREQUEST']._serialized_start=1709
+  _globals['_WATCHTASKREQUEST']._serialized_end=1768
+  _globals['_CANCELTASKREQUEST']._serialized_start=1770
+  _globals['_CANCELTASKREQUEST']._serialized_end=1822
+  _globals['_CANCELTASKRESPONSE']._serialized_start=1824
+  _globals['_CANCELTASKRESPONSE']._serialized_end=1878
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_start=1881
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_end=2019
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_start=2021
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_end=2139
+  _globals['_LISTAGENTSREQUEST']._serialized_start=2141
+  _globals['_LISTAGENTSREQUEST']._serialized_end=2160
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=2162
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=2219
+  _globals['_DISPATCHERSERVICE']._serialized_start=2921
+  _globals['_DISPATCHERSERVICE']._serialized_end=3537
 # @@protoc_insertion_point(module_scope)

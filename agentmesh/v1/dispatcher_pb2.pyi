@@ -1,7 +1,6 @@
 import datetime
 
 from agentmesh.v1 import common_pb2 as _common_pb2
-from agentmesh.v1 import tool_pb2 as _tool_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -106,11 +105,11 @@ class Task(_message.Message):
     error: _common_pb2.ErrorDetail
     session_id: str
     request_id: str
-    pending_approval: _tool_pb2.PendingApproval
+    pending_approval: _common_pb2.PendingApproval
     last_sequence: int
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_tool_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StartTaskRequest(_message.Message):
     __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id")
@@ -168,12 +167,12 @@ class TaskEvent(_message.Message):
     step: int
     message: str
     tool_call: _common_pb2.ToolCall
-    tool_result: _tool_pb2.ToolResult
+    tool_result: _common_pb2.ToolResult
     error: _common_pb2.ErrorDetail
-    pending_approval: _tool_pb2.PendingApproval
+    pending_approval: _common_pb2.PendingApproval
     usage: _common_pb2.TokenUsage
     attributes: _containers.ScalarMap[str, str]
-    def __init__(self, task_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[TaskEventKind, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., message: _Optional[str] = ..., tool_call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[_tool_pb2.ToolResult, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., pending_approval: _Optional[_Union[_tool_pb2.PendingApproval, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, task_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[TaskEventKind, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., message: _Optional[str] = ..., tool_call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RunTaskResponse(_message.Message):
     __slots__ = ("event",)
@@ -239,9 +238,9 @@ class DispatcherServiceResolveApprovalResponse(_message.Message):
     __slots__ = ("approval", "task")
     APPROVAL_FIELD_NUMBER: _ClassVar[int]
     TASK_FIELD_NUMBER: _ClassVar[int]
-    approval: _tool_pb2.Approval
+    approval: _common_pb2.Approval
     task: Task
-    def __init__(self, approval: _Optional[_Union[_tool_pb2.Approval, _Mapping]] = ..., task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+    def __init__(self, approval: _Optional[_Union[_common_pb2.Approval, _Mapping]] = ..., task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class ListAgentsRequest(_message.Message):
     __slots__ = ()

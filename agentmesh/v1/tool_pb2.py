@@ -23,61 +23,41 @@ _sym_db = _symbol_database.Default()
 
 
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
-from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
-from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61gentmesh/v1/tool.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"!\n\x10ListToolsRequest\x12\r\n\x05group\x18\x01 \x01(\t\":\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.agentmesh.v1.ToolSpec\"G\n\x14\x44iscoverToolsRequest\x12\x0c\n\x04goal\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\x16\n\x0epermitted_only\x18\x03 \x01(\x08\"A\n\nScoredTool\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\r\n\x05score\x18\x02 \x01(\x01\"@\n\x15\x44iscoverToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.ScoredTool\"L\n\x13RegisterToolRequest\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"<\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\"u\n\x12\x45xecuteToolRequest\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x0c\n\x04goal\x18\x04 \x01(\t\"?\n\x13\x45xecuteToolResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\"\xfe\x01\n\nToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12*\n\x06output\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.ToolOutputH\x00\x12(\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x17.agentmesh.v1.ToolErrorH\x00\x12\x39\n\x10pending_approval\x18\x05 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApprovalH\x00\x12+\n\x05stats\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.ExecutionStatsB\t\n\x07outcome\"\xa3\x01\n\nToolOutput\x12\x10\n\x06inline\x18\x01 \x01(\tH\x00\x12\'\n\x03ref\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRefH\x00\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12-\n\x0bresult_type\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.ResultType\x12\x10\n\x08redacted\x18\x05 \x01(\x08\x42\t\n\x07\x63ontent\"\x84\x03\n\tToolError\x12%\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x17.agentmesh.v1.ErrorCode\x12-\n\x0b\x65rror_class\x18\x02 \x01(\x0e\x32\x18.agentmesh.v1.ErrorClass\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x30\n\nviolations\x18\x04 \x03(\x0b\x32\x1c.agentmesh.v1.FieldViolation\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12.\n\x0bretry_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rfallback_tool\x18\x07 \x01(\t\x12\x1a\n\x12missing_permission\x18\x08 \x01(\t\x12\x37\n\x08metadata\x18\t \x03(\x0b\x32%.agentmesh.v1.ToolError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbd\x01\n\x0fPendingApproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12$\n\x04plan\x18\x02 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x0e\n\x06impact\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\"w\n\x0e\x45xecutionStats\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\x05\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12\x14\n\x0coutput_bytes\x18\x04 \x01(\x03\"\xbd\x01\n\x08\x41pproval\x12.\n\x07request\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.agentmesh.v1.ApprovalState\x12\x13\n\x0bresolved_by\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\x0cresolve_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x16ResolveApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\"m\n\x17ResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12(\n\x06result\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\")\n\x12GetApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\"?\n\x13GetApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval*\x9f\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04\x32\x94\x04\n\x0bToolService\x12L\n\tListTools\x12\x1e.agentmesh.v1.ListToolsRequest\x1a\x1f.agentmesh.v1.ListToolsResponse\x12X\n\rDiscoverTools\x12\".agentmesh.v1.DiscoverToolsRequest\x1a#.agentmesh.v1.DiscoverToolsResponse\x12U\n\x0cRegisterTool\x12!.agentmesh.v1.RegisterToolRequest\x1a\".agentmesh.v1.RegisterToolResponse\x12R\n\x0b\x45xecuteTool\x12 .agentmesh.v1.ExecuteToolRequest\x1a!.agentmesh.v1.ExecuteToolResponse\x12^\n\x0fResolveApproval\x12$.agentmesh.v1.ResolveApprovalRequest\x1a%.agentmesh.v1.ResolveApprovalResponse\x12R\n\x0bGetApproval\x12 .agentmesh.v1.GetApprovalRequest\x1a!.agentmesh.v1.GetApprovalResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61gentmesh/v1/tool.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\"!\n\x10ListToolsRequest\x12\r\n\x05group\x18\x01 \x01(\t\":\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.agentmesh.v1.ToolSpec\"G\n\x14\x44iscoverToolsRequest\x12\x0c\n\x04goal\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\x16\n\x0epermitted_only\x18\x03 \x01(\x08\"A\n\nScoredTool\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\r\n\x05score\x18\x02 \x01(\x01\"@\n\x15\x44iscoverToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.ScoredTool\"L\n\x13RegisterToolRequest\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"<\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\"u\n\x12\x45xecuteToolRequest\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x0c\n\x04goal\x18\x04 \x01(\t\"?\n\x13\x45xecuteToolResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\"h\n\x16ResolveApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\"m\n\x17ResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12(\n\x06result\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\")\n\x12GetApprovalRequest\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\"?\n\x13GetApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval2\x94\x04\n\x0bToolService\x12L\n\tListTools\x12\x1e.agentmesh.v1.ListToolsRequest\x1a\x1f.agentmesh.v1.ListToolsResponse\x12X\n\rDiscoverTools\x12\".agentmesh.v1.DiscoverToolsRequest\x1a#.agentmesh.v1.DiscoverToolsResponse\x12U\n\x0cRegisterTool\x12!.agentmesh.v1.RegisterToolRequest\x1a\".agentmesh.v1.RegisterToolResponse\x12R\n\x0b\x45xecuteTool\x12 .agentmesh.v1.ExecuteToolRequest\x1a!.agentmesh.v1.ExecuteToolResponse\x12^\n\x0fResolveApproval\x12$.agentmesh.v1.ResolveApprovalRequest\x1a%.agentmesh.v1.ResolveApprovalResponse\x12R\n\x0bGetApproval\x12 .agentmesh.v1.GetApprovalRequest\x1a!.agentmesh.v1.GetApprovalResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.tool_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOOLERROR_METADATAENTRY']._loaded_options = None
-  _globals['_TOOLERROR_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_APPROVALSTATE']._serialized_start=2403
-  _globals['_APPROVALSTATE']._serialized_end=2562
-  _globals['_LISTTOOLSREQUEST']._serialized_start=133
-  _globals['_LISTTOOLSREQUEST']._serialized_end=166
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=168
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=226
-  _globals['_DISCOVERTOOLSREQUEST']._serialized_start=228
-  _globals['_DISCOVERTOOLSREQUEST']._serialized_end=299
-  _globals['_SCOREDTOOL']._serialized_start=301
-  _globals['_SCOREDTOOL']._serialized_end=366
-  _globals['_DISCOVERTOOLSRESPONSE']._serialized_start=368
-  _globals['_DISCOVERTOOLSRESPONSE']._serialized_end=432
-  _globals['_REGISTERTOOLREQUEST']._serialized_start=434
-  _globals['_REGISTERTOOLREQUEST']._serialized_end=510
-  _globals['_REGISTERTOOLRESPONSE']._serialized_start=512
-  _globals['_REGISTERTOOLRESPONSE']._serialized_end=572
-  _globals['_EXECUTETOOLREQUEST']._serialized_start=574
-  _globals['_EXECUTETOOLREQUEST']._serialized_end=691
-  _globals['_EXECUTETOOLRESPONSE']._serialized_start=693
-  _globals['_EXECUTETOOLRESPONSE']._serialized_end=756
-  _globals['_TOOLRESULT']._serialized_start=759
-  _globals['_TOOLRESULT']._serialized_end=1013
-  _globals['_TOOLOUTPUT']._serialized_start=1016
-  _globals['_TOOLOUTPUT']._serialized_end=1179
-  _globals['_TOOLERROR']._serialized_start=1182
-  _globals['_TOOLERROR']._serialized_end=1570
-  _globals['_TOOLERROR_METADATAENTRY']._serialized_start=1523
-  _globals['_TOOLERROR_METADATAENTRY']._serialized_end=1570
-  _globals['_PENDINGAPPROVAL']._serialized_start=1573
-  _globals['_PENDINGAPPROVAL']._serialized_end=1762
-  _globals['_EXECUTIONSTATS']._serialized_start=1764
-  _globals['_EXECUTIONSTATS']._serialized_end=1883
-  _globals['_APPROVAL']._serialized_start=1886
-  _globals['_APPROVAL']._serialized_end=2075
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=2077
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=2181
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=2183
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=2292
-  _globals['_GETAPPROVALREQUEST']._serialized_start=2294
-  _globals['_GETAPPROVALREQUEST']._serialized_end=2335
-  _globals['_GETAPPROVALRESPONSE']._serialized_start=2337
-  _globals['_GETAPPROVALRESPONSE']._serialized_end=2400
-  _globals['_TOOLSERVICE']._serialized_start=2565
-  _globals['_TOOLSERVICE']._serialized_end=3097
+  _globals['_LISTTOOLSREQUEST']._serialized_start=68
+  _globals['_LISTTOOLSREQUEST']._serialized_end=101
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=103
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=161
+  _globals['_DISCOVERTOOLSREQUEST']._serialized_start=163
+  _globals['_DISCOVERTOOLSREQUEST']._serialized_end=234
+  _globals['_SCOREDTOOL']._serialized_start=236
+  _globals['_SCOREDTOOL']._serialized_end=301
+  _globals['_DISCOVERTOOLSRESPONSE']._serialized_start=303
+  _globals['_DISCOVERTOOLSRESPONSE']._serialized_end=367
+  _globals['_REGISTERTOOLREQUEST']._serialized_start=369
+  _globals['_REGISTERTOOLREQUEST']._serialized_end=445
+  _globals['_REGISTERTOOLRESPONSE']._serialized_start=447
+  _globals['_REGISTERTOOLRESPONSE']._serialized_end=507
+  _globals['_EXECUTETOOLREQUEST']._serialized_start=509
+  _globals['_EXECUTETOOLREQUEST']._serialized_end=626
+  _globals['_EXECUTETOOLRESPONSE']._serialized_start=628
+  _globals['_EXECUTETOOLRESPONSE']._serialized_end=691
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=693
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=797
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=799
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=908
+  _globals['_GETAPPROVALREQUEST']._serialized_start=910
+  _globals['_GETAPPROVALREQUEST']._serialized_end=951
+  _globals['_GETAPPROVALRESPONSE']._serialized_start=953
+  _globals['_GETAPPROVALRESPONSE']._serialized_end=1016
+  _globals['_TOOLSERVICE']._serialized_start=1019
+  _globals['_TOOLSERVICE']._serialized_end=1551
 # @@protoc_insertion_point(module_scope)

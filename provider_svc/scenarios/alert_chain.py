@@ -25,7 +25,7 @@ from provider_svc.models.scripted import (
     ScriptedRequest,
     ScriptedToolCall,
     fix_last_call,
-    parse_tool_error,
+    tool_error_of,
 )
 
 STAGES = ("query_logs", "query_metrics", "get_deployment", "restart_service")
@@ -69,7 +69,7 @@ def factory(blind_retries: int = 3) -> Callable[[ScriptedRequest], ScriptedReply
             attempts[stage] = attempts.get(stage, 0) + 1
             if _is_untyped_error(message.content):
                 continue  # the baseline's opaque failure: this stage is not done
-            typed = parse_tool_error(message.content)
+            typed = tool_error_of(message)
             if typed is None or typed.is_engineering:
                 done.add(stage)  # a result, or a typed fault the model must not retry
         for stage in STAGES:

@@ -25,7 +25,7 @@ from provider_svc.models.scripted import (
     ScriptedRequest,
     ScriptedToolCall,
     fix_last_call,
-    parse_tool_error,
+    tool_error_of,
 )
 
 DEFAULT_SERVICE = "payment-svc"
@@ -57,7 +57,7 @@ def _answer(req: ScriptedRequest, service: str) -> str:
     metrics = req.results_of("query_metrics")
     pods = req.results_of("list_pods")
     restart = req.results_of("restart_service")
-    restarted = bool(restart) and parse_tool_error(restart[-1].content) is None
+    restarted = bool(restart) and tool_error_of(restart[-1]) is None
     lines = [f"Root cause on {service}: the database connection pool is exhausted, so requests queue and time out."]
     if errors:
         lines.append(f"Evidence: {errors[0][:160]}")

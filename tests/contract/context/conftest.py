@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from agentmesh.rpc.status import from_rpc_error
-from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, tool_pb2
+from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from context_svc.server import SPEC
 from tests.conftest import RunningService
 from tests.unit.context.ops_session import Step
@@ -38,10 +38,10 @@ class Ctx:
         return await self.stub.AppendMessage(request, metadata=self.agent_md)
 
     async def tool(self, session_id: str, call_id: str, name: str, output: str, *, structured: bool = False) -> Any:
-        result = tool_pb2.ToolResult(
+        result = common_pb2.ToolResult(
             tool_call_id=call_id,
             tool_name=name,
-            output=tool_pb2.ToolOutput(
+            output=common_pb2.ToolOutput(
                 inline=output,
                 result_type=common_pb2.RESULT_TYPE_STRUCTURED if structured else common_pb2.RESULT_TYPE_TEXT,
             ),

@@ -15,7 +15,7 @@ import pytest
 from agentmesh.errors import ErrorCode
 from agentmesh.payloads import PayloadStore
 from agentmesh.store import LocalRedis
-from agentmesh.v1 import common_pb2, context_pb2, tool_pb2
+from agentmesh.v1 import common_pb2, context_pb2
 from tests.contract.context.conftest import Ctx, expect_error
 
 K = context_pb2
@@ -27,7 +27,7 @@ REF = "pl_" + "ab" * 32
 async def test_unknown_session_is_not_found_everywhere(ctx: Ctx) -> None:
     md = ctx.agent_md
     message = common_pb2.Message(role=USER, content="hello")
-    result = tool_pb2.ToolResult(tool_call_id="c1", tool_name="t", output=tool_pb2.ToolOutput(inline="ok"))
+    result = common_pb2.ToolResult(tool_call_id="c1", tool_name="t", output=common_pb2.ToolOutput(inline="ok"))
     calls = [
         ctx.stub.GetSession(K.GetSessionRequest(session_id="nope"), metadata=md),
         ctx.stub.AppendMessage(K.AppendMessageRequest(session_id="nope", message=message), metadata=md),
@@ -93,8 +93,8 @@ async def test_malformed_messages_and_results(ctx: Ctx) -> None:
         )
         assert err.violations[0].path == field
     results = [
-        (tool_pb2.ToolResult(tool_call_id="c1", tool_name="t"), "result.outcome"),
-        (tool_pb2.ToolResult(tool_name="t", output=tool_pb2.ToolOutput(inline="x")), "result.tool_call_id"),
+        (common_pb2.ToolResult(tool_call_id="c1", tool_name="t"), "result.outcome"),
+        (common_pb2.ToolResult(tool_name="t", output=common_pb2.ToolOutput(inline="x")), "result.tool_call_id"),
     ]
     for result, field in results:
         err = await expect_error(
@@ -186,7 +186,7 @@ async def test_non_utf8_is_flagged_never_a_crash(ctx: Ctx) -> None:
     stored = await PayloadStore(ctx.svc.host.store).put("s1", content, "text/plain; charset=utf-8")
     await ctx.call("s1", "c1", "logs", {})
     ref = common_pb2.PayloadRef(ref_id=stored.ref_id, session_id="s1", size_bytes=stored.size_bytes)
-    result = tool_pb2.ToolResult(tool_call_id="c1", tool_name="logs", output=tool_pb2.ToolOutput(ref=ref))
+    result = common_pb2.ToolResult(tool_call_id="c1", tool_name="logs", output=common_pb2.ToolOutput(ref=ref))
     await ctx.stub.AppendToolResult(K.AppendToolResultRequest(session_id="s1", result=result), metadata=ctx.agent_md)
     view = await ctx.build()
     observation = next(m.content for m in view.messages if m.role == TOOL)

@@ -6,7 +6,7 @@ import json
 
 import grpc
 
-from agentmesh.v1 import common_pb2, context_pb2, tool_pb2
+from agentmesh.v1 import common_pb2, context_pb2
 from tests.contract.context.conftest import AGENT, Ctx, expect_error
 from tests.unit.context.ops_session import big_json_rows, big_log
 
@@ -135,18 +135,18 @@ async def test_tool_result_forms_ref_error_pending(ctx: Ctx) -> None:
     ref = common_pb2.PayloadRef(ref_id=stored.ref_id, session_id="s1", size_bytes=stored.size_bytes,
                                 media_type=stored.media_type, sha256=stored.sha256)  # fmt: skip
     await ctx.call("s1", "c1", "query", {})
-    result = tool_pb2.ToolResult(tool_call_id="c1", tool_name="query",
-                                 output=tool_pb2.ToolOutput(ref=ref, digest="3 items: 1, 2, 3"))  # fmt: skip
+    result = common_pb2.ToolResult(tool_call_id="c1", tool_name="query",
+                                 output=common_pb2.ToolOutput(ref=ref, digest="3 items: 1, 2, 3"))  # fmt: skip
     by_ref = await ctx.stub.AppendToolResult(
         K.AppendToolResultRequest(session_id="s1", result=result), metadata=ctx.agent_md
     )
     assert not by_ref.HasField("ref")  # offloaded at the source, not here
 
     await ctx.call("s1", "c2", "restart_pod", {"pod": "checkout-1"})
-    error = tool_pb2.ToolResult(
+    error = common_pb2.ToolResult(
         tool_call_id="c2",
         tool_name="restart_pod",
-        error=tool_pb2.ToolError(
+        error=common_pb2.ErrorDetail(
             code=common_pb2.ERROR_CODE_UPSTREAM_TIMEOUT,
             message="k8s API timed out after 30s",
             fallback_tool="k8s_status",
@@ -154,8 +154,10 @@ async def test_tool_result_forms_ref_error_pending(ctx: Ctx) -> None:
     )
     await ctx.stub.AppendToolResult(K.AppendToolResultRequest(session_id="s1", result=error), metadata=ctx.agent_md)
     await ctx.call("s1", "c3", "scale", {"replicas": 3})
-    pending = tool_pb2.ToolResult(
-        tool_call_id="c3", tool_name="scale", pending_approval=tool_pb2.PendingApproval(approval_id="apr_1", impact="x")
+    pending = common_pb2.ToolResult(
+        tool_call_id="c3",
+        tool_name="scale",
+        pending_approval=common_pb2.PendingApproval(approval_id="apr_1", impact="x"),
     )
     await ctx.stub.AppendToolResult(K.AppendToolResultRequest(session_id="s1", result=pending), metadata=ctx.agent_md)
 
@@ -166,10 +168,10 @@ async def test_tool_result_forms_ref_error_pending(ctx: Ctx) -> None:
     assert "awaiting approval apr_1" in tools[2]
 
     # A ref of another session is refused.
-    foreign = tool_pb2.ToolResult(
+    foreign = common_pb2.ToolResult(
         tool_call_id="c1",
         tool_name="query",
-        output=tool_pb2.ToolOutput(ref=common_pb2.PayloadRef(ref_id=stored.ref_id, session_id="other"), digest="d"),
+        output=common_pb2.ToolOutput(ref=common_pb2.PayloadRef(ref_id=stored.ref_id, session_id="other"), digest="d"),
     )
     err = await expect_error(
         ctx.stub.AppendToolResult(K.AppendToolResultRequest(session_id="s1", result=foreign), metadata=ctx.agent_md),

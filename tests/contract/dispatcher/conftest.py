@@ -166,8 +166,8 @@ class FakeToolService(tool_pb2_grpc.ToolServiceServicer):
     needs_approval: set[str] = field(default_factory=set)
     runs: Counter[str] = field(default_factory=Counter)
     callers: list[Identity] = field(default_factory=list)
-    keys: dict[str, tool_pb2.ToolResult] = field(default_factory=dict)
-    approvals: dict[str, tuple[tool_pb2.PendingApproval, int, str]] = field(default_factory=dict)
+    keys: dict[str, common_pb2.ToolResult] = field(default_factory=dict)
+    approvals: dict[str, tuple[common_pb2.PendingApproval, int, str]] = field(default_factory=dict)
     resolvers: list[Identity] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -188,14 +188,14 @@ class FakeToolService(tool_pb2_grpc.ToolServiceServicer):
         scored = [tool_pb2.ScoredTool(tool=self.spec(n), score=1.0) for n in sorted(self.handlers)]
         return tool_pb2.DiscoverToolsResponse(tools=scored[: request.k or 5])
 
-    def _run(self, call: common_pb2.ToolCall) -> tool_pb2.ToolResult:
-        result = tool_pb2.ToolResult(tool_call_id=call.id, tool_name=call.name)
+    def _run(self, call: common_pb2.ToolCall) -> common_pb2.ToolResult:
+        result = common_pb2.ToolResult(tool_call_id=call.id, tool_name=call.name)
         self.runs[call.name] += 1
         out = self.handlers[call.name](json.loads(call.arguments_json))
         if isinstance(out, AgentmeshError):
             d = to_detail(out)
             result.error.CopyFrom(
-                tool_pb2.ToolError(
+                common_pb2.ErrorDetail(
                     code=d.code,
                     error_class=d.error_class,
                     message=d.message,
@@ -217,25 +217,25 @@ class FakeToolService(tool_pb2_grpc.ToolServiceServicer):
         if call.name not in self.handlers:
             err = AgentmeshError(ErrorCode.UNKNOWN_TOOL, f"no tool {call.name}")
             d = to_detail(err)
-            result = tool_pb2.ToolResult(tool_call_id=call.id, tool_name=call.name)
-            result.error.CopyFrom(tool_pb2.ToolError(code=d.code, error_class=d.error_class, message=d.message))
+            result = common_pb2.ToolResult(tool_call_id=call.id, tool_name=call.name)
+            result.error.CopyFrom(common_pb2.ErrorDetail(code=d.code, error_class=d.error_class, message=d.message))
             return tool_pb2.ExecuteToolResponse(result=result)
         if request.idempotency_key in self.keys:
-            replay = tool_pb2.ToolResult()
+            replay = common_pb2.ToolResult()
             replay.CopyFrom(self.keys[request.idempotency_key])
             replay.stats.replayed = True
             return tool_pb2.ExecuteToolResponse(result=replay)
         if call.name in self.needs_approval:
             approval_id = f"ap-{next(self._ids)}"
-            pending = tool_pb2.PendingApproval(
+            pending = common_pb2.PendingApproval(
                 approval_id=approval_id,
                 plan=call,
                 impact=f"{call.name}: brief outage",
                 arguments_sha256="sha-" + call.arguments_json,
                 requested_by=caller.subject,
             )
-            self.approvals[approval_id] = (pending, tool_pb2.APPROVAL_STATE_PENDING, caller.subject)
-            result = tool_pb2.ToolResult(tool_call_id=call.id, tool_name=call.name, pending_approval=pending)
+            self.approvals[approval_id] = (pending, common_pb2.APPROVAL_STATE_PENDING, caller.subject)
+            result = common_pb2.ToolResult(tool_call_id=call.id, tool_name=call.name, pending_approval=pending)
             return tool_pb2.ExecuteToolResponse(result=result)
         result = self._run(call)
         self.keys[request.idempotency_key] = result
@@ -249,27 +249,27 @@ class FakeToolService(tool_pb2_grpc.ToolServiceServicer):
         if request.approval_id not in self.approvals:
             await abort(context, NotFoundError(f"no approval {request.approval_id}"))
         pending, state, requester = self.approvals[request.approval_id]
-        if state != tool_pb2.APPROVAL_STATE_PENDING:
+        if state != common_pb2.APPROVAL_STATE_PENDING:
             await abort(context, FailedPreconditionError("already resolved"))
         if caller.subject == requester:
             await abort(context, PermissionDeniedError("approver", "the requester cannot approve"))
-        new_state = tool_pb2.APPROVAL_STATE_APPROVED if request.approve else tool_pb2.APPROVAL_STATE_DENIED
+        new_state = common_pb2.APPROVAL_STATE_APPROVED if request.approve else common_pb2.APPROVAL_STATE_DENIED
         self.approvals[request.approval_id] = (pending, new_state, requester)
-        approval = tool_pb2.Approval(
+        approval = common_pb2.Approval(
             request=pending, state=new_state, resolved_by=caller.subject, reason=request.reason
         )
         if request.approve:
             result = self._run(pending.plan)
         else:
             d = to_detail(AgentmeshError(ErrorCode.APPROVAL_DENIED, "denied"))
-            result = tool_pb2.ToolResult(tool_call_id=pending.plan.id, tool_name=pending.plan.name)
-            result.error.CopyFrom(tool_pb2.ToolError(code=d.code, error_class=d.error_class, message=d.message))
+            result = common_pb2.ToolResult(tool_call_id=pending.plan.id, tool_name=pending.plan.name)
+            result.error.CopyFrom(common_pb2.ErrorDetail(code=d.code, error_class=d.error_class, message=d.message))
         return tool_pb2.ResolveApprovalResponse(approval=approval, result=result)
 
     async def GetApproval(self, request: tool_pb2.GetApprovalRequest, context: Ctx) -> Any:
         await identity(context)
         pending, state, _ = self.approvals[request.approval_id]
-        return tool_pb2.GetApprovalResponse(approval=tool_pb2.Approval(request=pending, state=state))  # type: ignore[arg-type]
+        return tool_pb2.GetApprovalResponse(approval=common_pb2.Approval(request=pending, state=state))  # type: ignore[arg-type]
 
 
 Policy = Callable[[list[common_pb2.Message], list[str]], common_pb2.Message]

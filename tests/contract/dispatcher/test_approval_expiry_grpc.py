@@ -44,19 +44,19 @@ class ExpiringToolService(conftest.FakeToolService):
 
     def _expire(self, approval_id: str) -> None:
         pending, state, requester = self.approvals[approval_id]
-        if state == tool_pb2.APPROVAL_STATE_PENDING and time.time() >= self.expire_at[approval_id]:
-            self.approvals[approval_id] = (pending, tool_pb2.APPROVAL_STATE_EXPIRED, requester)
+        if state == common_pb2.APPROVAL_STATE_PENDING and time.time() >= self.expire_at[approval_id]:
+            self.approvals[approval_id] = (pending, common_pb2.APPROVAL_STATE_EXPIRED, requester)
 
     async def ResolveApproval(self, request: tool_pb2.ResolveApprovalRequest, context: Ctx) -> Any:
         if request.approval_id in self.approvals:
             self._expire(request.approval_id)
             pending, state, _ = self.approvals[request.approval_id]
-            if state == tool_pb2.APPROVAL_STATE_EXPIRED:
+            if state == common_pb2.APPROVAL_STATE_EXPIRED:
                 await identity(context)
                 d = to_detail(AgentmeshError(ErrorCode.APPROVAL_EXPIRED, f"approval {request.approval_id} expired"))
-                result = tool_pb2.ToolResult(tool_call_id=pending.plan.id, tool_name=pending.plan.name)
-                result.error.CopyFrom(tool_pb2.ToolError(code=d.code, error_class=d.error_class, message=d.message))
-                approval = tool_pb2.Approval(request=pending, state=tool_pb2.APPROVAL_STATE_EXPIRED)
+                result = common_pb2.ToolResult(tool_call_id=pending.plan.id, tool_name=pending.plan.name)
+                result.error.CopyFrom(common_pb2.ErrorDetail(code=d.code, error_class=d.error_class, message=d.message))
+                approval = common_pb2.Approval(request=pending, state=common_pb2.APPROVAL_STATE_EXPIRED)
                 return tool_pb2.ResolveApprovalResponse(approval=approval, result=result)
         return await super().ResolveApproval(request, context)
 

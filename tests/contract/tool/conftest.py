@@ -196,7 +196,7 @@ class Client:
         metadata: Any = None,
         timeout: float = 15,  # noqa: ASYNC109 - the gRPC deadline
         **claims: Any,
-    ) -> tool_pb2.ToolResult:
+    ) -> common_pb2.ToolResult:
         text = raw if raw is not None else json.dumps(arguments if arguments is not None else {})
         reply = await self.stub.ExecuteTool(
             tool_pb2.ExecuteToolRequest(
@@ -208,7 +208,7 @@ class Client:
             metadata=metadata if metadata is not None else self.meta(**claims),
             timeout=timeout,
         )
-        result: tool_pb2.ToolResult = reply.result
+        result: common_pb2.ToolResult = reply.result
         return result
 
 
@@ -217,15 +217,15 @@ def client_for() -> Callable[[Any], Client]:
     return Client
 
 
-def error_name(result: tool_pb2.ToolResult) -> str:
+def error_name(result: common_pb2.ToolResult) -> str:
     assert result.WhichOneof("outcome") == "error", result
     return common_pb2.ErrorCode.Name(result.error.code).removeprefix("ERROR_CODE_")
 
 
-def class_name(result: tool_pb2.ToolResult) -> str:
+def class_name(result: common_pb2.ToolResult) -> str:
     return common_pb2.ErrorClass.Name(result.error.error_class).removeprefix("ERROR_CLASS_")
 
 
-def output_json(result: tool_pb2.ToolResult) -> Any:
+def output_json(result: common_pb2.ToolResult) -> Any:
     assert result.WhichOneof("outcome") == "output", result
     return json.loads(result.output.inline)

@@ -295,7 +295,7 @@ async def test_circuit_breaker_opens_probes_and_ramps_back(tool_service: Any, up
         await asyncio.sleep(0.1)
 
 
-def error_name_or_none(result: tool_pb2.ToolResult) -> str | None:
+def error_name_or_none(result: common_pb2.ToolResult) -> str | None:
     return error_name(result) if result.WhichOneof("outcome") == "error" else None
 
 

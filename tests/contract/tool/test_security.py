@@ -128,7 +128,7 @@ async def test_resolve_approval_needs_operator(tool_service: Any) -> None:
 # --- approvals ----------------------------------------------------------------------------------------
 
 
-async def _pending(c: Client, service: str = "payment-svc", **kw: Any) -> tool_pb2.PendingApproval:
+async def _pending(c: Client, service: str = "payment-svc", **kw: Any) -> common_pb2.PendingApproval:
     result = await c.execute("restart_service", {"service": service}, **kw)
     assert result.WhichOneof("outcome") == "pending_approval", result
     return result.pending_approval
@@ -161,10 +161,10 @@ async def test_write_waits_for_approval_then_runs_once(tool_service: Any, upstre
     got = await c.stub.GetApproval(
         tool_pb2.GetApprovalRequest(approval_id=pending.approval_id), metadata=c.meta(), timeout=5
     )
-    assert got.approval.state == tool_pb2.APPROVAL_STATE_PENDING
+    assert got.approval.state == common_pb2.APPROVAL_STATE_PENDING
 
     reply = await _resolve(c, pending.approval_id, pending.arguments_sha256)
-    assert reply.approval.state == tool_pb2.APPROVAL_STATE_APPROVED and reply.approval.resolved_by == "alice"
+    assert reply.approval.state == common_pb2.APPROVAL_STATE_APPROVED and reply.approval.resolved_by == "alice"
     assert output_json(reply.result)["n"] == 1 and reply.result.tool_call_id == "call-7"
     assert upstream.counts["/count"] == 1
 
@@ -207,7 +207,7 @@ async def test_denial(tool_service: Any, upstream: FakeUpstream) -> None:
     c = Client(await tool_service())
     pending = await _pending(c, key="task-1:call-1")
     reply = await _resolve(c, pending.approval_id, pending.arguments_sha256, approve=False)
-    assert reply.approval.state == tool_pb2.APPROVAL_STATE_DENIED
+    assert reply.approval.state == common_pb2.APPROVAL_STATE_DENIED
     assert error_name(reply.result) == "APPROVAL_DENIED" and class_name(reply.result) == "ENGINEERING"
     # The same call again (a resumed task) gets the denial, not a new approval.
     again = await c.execute("restart_service", {"service": "payment-svc"}, key="task-1:call-1")
@@ -226,12 +226,12 @@ async def test_approvals_expire(tool_service: Any, upstream: FakeUpstream) -> No
         got = await c.stub.GetApproval(
             tool_pb2.GetApprovalRequest(approval_id=pending.approval_id), metadata=c.meta(), timeout=5
         )
-        if got.approval.state == tool_pb2.APPROVAL_STATE_EXPIRED:
+        if got.approval.state == common_pb2.APPROVAL_STATE_EXPIRED:
             break
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
     reply = await _resolve(c, pending.approval_id, pending.arguments_sha256)
-    assert reply.approval.state == tool_pb2.APPROVAL_STATE_EXPIRED
+    assert reply.approval.state == common_pb2.APPROVAL_STATE_EXPIRED
     assert error_name(reply.result) == "APPROVAL_EXPIRED" and class_name(reply.result) == "ENGINEERING"
     assert upstream.counts["/count"] == 0
     # Expiry is not final: the same call asks again.

@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentmesh.chat import ToolCall, Usage
-from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, model_text
+from agentmesh.chat import ToolCall, Usage, tool_error_text
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError
 from dispatcher_svc.model import ApprovalRecord, ModelReply, PendingApproval, ToolOutcome, ToolOutput
 from dispatcher_svc.ports import (
     Appended,
@@ -37,7 +37,7 @@ def tokens(text: str) -> int:
 def render(outcome: ToolOutcome) -> str:
     """What a tool message says to the model (context_svc's job in the real system)."""
     if outcome.error is not None:
-        return model_text(outcome.error)
+        return tool_error_text(outcome.error, outcome.tool_name, outcome.correction)
     if outcome.pending is not None:
         return f"pending approval {outcome.pending.approval_id}"
     assert outcome.output is not None

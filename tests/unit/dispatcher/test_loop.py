@@ -109,7 +109,7 @@ async def test_contract_error_is_corrected_with_the_hint(make_rig: MakeRig) -> N
     # The model saw the violation with its hint and the dispatcher's note, and its fix carried the hint.
     shown = rig.provider.prompts[1].tool_messages()[-1]["content"]
     assert "hint: use ORD-2025-0001" in shown
-    assert "next_step: correction 1 of 2" in shown
+    assert "next step: correction 1 of 2" in shown
     calls = [e.tool_call for e in events if e.kind == EventKind.TOOL_CALL]
     assert [json.loads(c.arguments_json)["order_id"] for c in calls if c] == ["ord-2025-1", "ORD-2025-0001"]
     task = await rig.dispatcher.get_task(task_id)

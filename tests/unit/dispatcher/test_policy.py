@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentmesh.chat import ToolCall, Usage
+from agentmesh.chat import NextStep, ToolCall, Usage
 from agentmesh.config import ConfigError, Settings
 from agentmesh.errors import ERROR_CLASS, AgentmeshError, ErrorClass, ErrorCode, Violation
 from dispatcher_svc import guards, policy
@@ -38,7 +38,15 @@ def test_contract_errors_are_corrected_twice_then_engineering(code: ErrorCode) -
     assert (first.action, first.retries_used) == (policy.Action.CORRECT, 1)
     assert (second.action, second.retries_used) == (policy.Action.CORRECT, 2)
     assert third.action == policy.Action.FALLBACK
-    assert "correction 1 of 2" in first.note and "stop correcting" in third.note
+    assert first.correction is not None and third.correction is not None
+    assert (first.correction.next_step, first.correction.attempt, first.correction.max_attempts) == (
+        NextStep.FIX_ARGUMENTS,
+        1,
+        2,
+    )
+    assert third.correction.next_step is NextStep.STOP_CORRECTING and third.correction.attempt == 3
+    assert "correction 1 of 2" in first.correction.text("lookup")
+    assert "stop correcting" in third.correction.text("lookup")
 
 
 @pytest.mark.parametrize("code", [c for c, k in ERROR_CLASS.items() if k == ErrorClass.ENGINEERING])
@@ -47,10 +55,13 @@ def test_engineering_errors_take_the_fallback(code: ErrorCode) -> None:
     from_spec = policy.decide(failing(code), contract_failures=0, max_contract_retries=2, spec_fallback="plan_c")
     none = policy.decide(failing(code), contract_failures=0, max_contract_retries=2)
     assert named.action == from_spec.action == none.action == policy.Action.FALLBACK
-    assert named.fallback_tool == "plan_b" and "fallback tool plan_b" in named.note
+    assert named.correction is not None and none.correction is not None
+    assert named.fallback_tool == "plan_b" and named.correction.fallback_tool == "plan_b"
+    assert named.correction.next_step is NextStep.USE_FALLBACK
+    assert "fallback tool plan_b" in named.correction.text("lookup")
     assert from_spec.fallback_tool == "plan_c"
-    assert "No fallback tool" in none.note
-    assert "Do not call lookup again with the same arguments" in none.note
+    assert "No fallback tool" in none.correction.text("lookup")
+    assert "Do not call lookup again with the same arguments" in none.correction.text("lookup")
 
 
 @pytest.mark.parametrize("code", [c for c, k in ERROR_CLASS.items() if k == ErrorClass.FATAL])

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import random
 
-from agentmesh.errors import AgentmeshError, ErrorCode, Violation, model_text
+from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from provider_svc.models.base import Message, ModelRequest, Role, ToolCall, ToolDef
 from provider_svc.models.scripted import ScriptedReply, ScriptedRequest
 from provider_svc.scenarios import alert_chain, nonce_chain, ops_troubleshooting
+from tests.unit.provider.messages import tool_message
 
 METRICS = ToolDef(
     "query_metrics",
@@ -25,12 +26,12 @@ METRICS = ToolDef(
 )
 
 
-def request(goal: str, *turns: tuple[str, str, str]) -> ScriptedRequest:
+def request(goal: str, *turns: tuple[str, str, str | AgentmeshError]) -> ScriptedRequest:
     """A prompt: the goal, then (tool, arguments, result text) turns."""
     messages = [Message(Role.SYSTEM, "sre"), Message(Role.USER, goal)]
     for i, (name, args, result) in enumerate(turns):
         messages.append(Message(Role.ASSISTANT, "", (ToolCall(f"c{i}", name, args),)))
-        messages.append(Message(Role.TOOL, result, tool_call_id=f"c{i}", name=name))
+        messages.append(tool_message(result, tool_call_id=f"c{i}", name=name))
     tools = (
         METRICS,
         ToolDef("query_logs"),
@@ -65,13 +66,13 @@ def test_ops_scenario_walks_the_story_and_reacts_to_what_it_is_shown() -> None:
         "bad window",
         violations=[Violation("$.window", "pattern", "^[0-9]{1,4}[smh]$", '"15 minutes"', "e.g. 15m")],
     )
-    bad = ("query_metrics", json.dumps(args), model_text(err))
+    bad = ("query_metrics", json.dumps(args), (err))
     name, fixed = only_call(ops_troubleshooting.policy(request(goal, logs, bad)))
     assert (name, fixed["window"]) == ("query_metrics", "15m")  # the fix came from the hint
     good = ("query_metrics", json.dumps(fixed), '{"latency_p99_ms": 4870}')
     assert only_call(ops_troubleshooting.policy(request(goal, logs, bad, good)))[0] == "get_deployment"
     not_found = AgentmeshError(ErrorCode.UPSTREAM_NOT_FOUND, "404", fallback_tool="list_pods")
-    missing = ("get_deployment", '{"service":"payment-svc"}', model_text(not_found))
+    missing = ("get_deployment", '{"service":"payment-svc"}', (not_found))
     assert only_call(ops_troubleshooting.policy(request(goal, logs, bad, good, missing)))[0] == "list_pods"
     pods = ("list_pods", '{"service":"payment-svc"}', '{"pods": []}')
     name, restart = only_call(ops_troubleshooting.policy(request(goal, logs, bad, good, missing, pods)))
@@ -107,6 +108,6 @@ def test_alert_chain_retries_untyped_errors_blindly_but_takes_typed_fallbacks() 
     typed = (
         "get_deployment",
         "{}",
-        model_text(AgentmeshError(ErrorCode.UPSTREAM_NOT_FOUND, "404", fallback_tool="list_pods")),
+        (AgentmeshError(ErrorCode.UPSTREAM_NOT_FOUND, "404", fallback_tool="list_pods")),
     )
     assert only_call(policy(request(goal, logs, metrics, typed)))[0] == "list_pods"

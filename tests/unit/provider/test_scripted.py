@@ -37,8 +37,9 @@ from provider_svc.models.scripted import (
     count_tokens,
     load_policy,
     load_scenario,
-    parse_tool_error,
+    tool_error_of,
 )
+from tests.unit.provider.messages import tool_message
 
 ORDER_TOOL = ToolDef(
     "get_order",
@@ -63,13 +64,13 @@ WEATHER_TOOL = ToolDef(
 )
 
 
-def _schema_error(actual: str, hint: str, path: str = "$.order_id") -> str:
+def _schema_error(actual: str, hint: str, path: str = "$.order_id") -> AgentmeshError:
     err = AgentmeshError(
         ErrorCode.SCHEMA_INVALID,
         "arguments violate the input schema",
         violations=[Violation(path, "pattern", r"^ORD-\d{4}-\d{4}$", json.dumps(actual), hint)],
     )
-    return model_text(err)
+    return err
 
 
 async def _ask(
@@ -78,7 +79,7 @@ async def _ask(
     return await model.request(ModelRequest(messages=messages, tools=tools, **kw), CallContext())  # type: ignore[arg-type]
 
 
-def test_parse_tool_error_reads_model_text_back() -> None:
+def test_tool_error_of_reads_the_typed_error_not_the_text() -> None:
     err = AgentmeshError(
         ErrorCode.UPSTREAM_TIMEOUT,
         "inventory did not answer",
@@ -89,7 +90,7 @@ def test_parse_tool_error_reads_model_text_back() -> None:
         missing_permission="prod:inv:read",
         metadata={"ref_id": "pl_1"},
     )
-    parsed = parse_tool_error(model_text(err))
+    parsed = tool_error_of(tool_message(err, tool_call_id="c1"))
     assert parsed is not None
     assert (parsed.code, parsed.error_class, parsed.message) == (
         "UPSTREAM_TIMEOUT",
@@ -101,9 +102,11 @@ def test_parse_tool_error_reads_model_text_back() -> None:
     assert parsed.retryable and parsed.retry_after_s == 2
     assert parsed.fallback_tool == "inventory_cache" and parsed.missing_permission == "prod:inv:read"
     assert parsed.metadata == {"ref_id": "pl_1"} and parsed.is_engineering
+    # The rendered text alone is a normal result: the model's words are never parsed back.
+    assert tool_error_of(tool_message(model_text(err), tool_call_id="c1")) is None
 
 
-def test_parse_tool_error_json_form_and_plain_results() -> None:
+def test_tool_error_of_json_form_and_plain_results() -> None:
     text = json.dumps(
         {
             "error": {
@@ -113,10 +116,10 @@ def test_parse_tool_error_json_form_and_plain_results() -> None:
             }
         }
     )
-    parsed = parse_tool_error(text)
+    parsed = tool_error_of(tool_message(text))
     assert parsed is not None and parsed.code == "UNKNOWN_TOOL" and parsed.is_contract
-    assert parse_tool_error('{"status": "shipped"}') is None
-    assert parse_tool_error("all good: 3 records") is None
+    assert tool_error_of(tool_message('{"status": "shipped"}')) is None
+    assert tool_error_of(tool_message("all good: 3 records")) is None
 
 
 async def test_generic_policy_calls_the_relevant_tool_then_answers() -> None:
@@ -126,7 +129,7 @@ async def test_generic_policy_calls_the_relevant_tool_then_answers() -> None:
     call = first.message.tool_calls[0]
     assert first.finish_reason == FinishReason.TOOL_CALLS
     assert (call.name, json.loads(call.arguments_json)) == ("get_order", {"order_id": "ORD-2025-0042"})
-    result = Message(Role.TOOL, '{"status": "shipped"}', tool_call_id=call.id, name="get_order")
+    result = tool_message('{"status": "shipped"}', tool_call_id=call.id, name="get_order")
     second = await _ask(model, (goal, first.message, result), tools=(WEATHER_TOOL, ORDER_TOOL))
     assert second.finish_reason == FinishReason.STOP and not second.message.tool_calls
     assert "shipped" in second.message.content
@@ -138,11 +141,11 @@ async def test_a_corrected_call_uses_the_hint_it_was_shown() -> None:
     goal = Message(Role.USER, "check my order")
     bad = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_order", '{"order_id": "ord-2025-12"}'),))
     hint = "order_id must match ^ORD-\\d{4}-\\d{4}$ (e.g. ORD-2025-0001), got 'ord-2025-12'"
-    error = Message(Role.TOOL, _schema_error("ord-2025-12", hint), tool_call_id="c1", name="get_order")
+    error = tool_message(_schema_error("ord-2025-12", hint), tool_call_id="c1", name="get_order")
     reply = await _ask(model, (goal, bad, error), tools=(WEATHER_TOOL,))
     assert json.loads(reply.message.tool_calls[0].arguments_json) == {"order_id": "ORD-2025-0001"}
     other_hint = hint.replace("ORD-2025-0001", "ORD-1999-0007")
-    error2 = Message(Role.TOOL, _schema_error("ord-2025-12", other_hint), tool_call_id="c1", name="get_order")
+    error2 = tool_message(_schema_error("ord-2025-12", other_hint), tool_call_id="c1", name="get_order")
     reply2 = await _ask(model, (goal, bad, error2), tools=(WEATHER_TOOL,))
     assert json.loads(reply2.message.tool_calls[0].arguments_json) == {"order_id": "ORD-1999-0007"}
 
@@ -151,7 +154,7 @@ async def test_fix_prefers_a_value_from_the_goal_over_the_example() -> None:
     model = ScriptedModel("scripted", "default")
     goal = Message(Role.USER, "my order is ORD-2024-7777")
     bad = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_order", '{"order_id": "7777"}'),))
-    error = Message(Role.TOOL, _schema_error("7777", "must match (e.g. ORD-2025-0001)"), tool_call_id="c1")
+    error = tool_message(_schema_error("7777", "must match (e.g. ORD-2025-0001)"), tool_call_id="c1")
     reply = await _ask(model, (goal, bad, error))
     assert json.loads(reply.message.tool_calls[0].arguments_json) == {"order_id": "ORD-2024-7777"}
 
@@ -159,26 +162,24 @@ async def test_fix_prefers_a_value_from_the_goal_over_the_example() -> None:
 async def test_unknown_tool_malformed_json_and_fallback_tool() -> None:
     model = ScriptedModel("scripted", "default")
     goal = Message(Role.USER, "order ORD-2025-0001 status")
-    unknown = model_text(
-        AgentmeshError(ErrorCode.UNKNOWN_TOOL, "no tool get_ordr", metadata={"closest_tools": "get_order"})
-    )
+    unknown = AgentmeshError(ErrorCode.UNKNOWN_TOOL, "no tool get_ordr", metadata={"closest_tools": "get_order"})
     bad_name = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_ordr", '{"order_id": "ORD-2025-0001"}'),))
-    reply = await _ask(model, (goal, bad_name, Message(Role.TOOL, unknown, tool_call_id="c1")))
+    reply = await _ask(model, (goal, bad_name, tool_message(unknown, tool_call_id="c1")))
     assert reply.message.tool_calls[0].name == "get_order"
 
-    not_json = model_text(AgentmeshError(ErrorCode.ARGUMENTS_NOT_JSON, "Expecting ',' delimiter"))
+    not_json = AgentmeshError(ErrorCode.ARGUMENTS_NOT_JSON, "Expecting ',' delimiter")
     broken = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_order", '{"order_id": "ORD-2025-0001",'),))
-    fixed = await _ask(model, (goal, broken, Message(Role.TOOL, not_json, tool_call_id="c1")))
+    fixed = await _ask(model, (goal, broken, tool_message(not_json, tool_call_id="c1")))
     assert json.loads(fixed.message.tool_calls[0].arguments_json) == {"order_id": "ORD-2025-0001"}
 
-    down = model_text(AgentmeshError(ErrorCode.UPSTREAM_UNAVAILABLE, "orders db down", fallback_tool="order_cache"))
+    down = AgentmeshError(ErrorCode.UPSTREAM_UNAVAILABLE, "orders db down", fallback_tool="order_cache")
     cache = ToolDef("order_cache", "cached orders", {"type": "object", "properties": {"order_id": {"type": "string"}}})
     call = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_order", '{"order_id": "ORD-2025-0001"}'),))
-    fallback = await _ask(model, (goal, call, Message(Role.TOOL, down, tool_call_id="c1")), tools=(ORDER_TOOL, cache))
+    fallback = await _ask(model, (goal, call, tool_message(down, tool_call_id="c1")), tools=(ORDER_TOOL, cache))
     assert fallback.message.tool_calls[0].name == "order_cache"
 
-    fatal = model_text(AgentmeshError(ErrorCode.DANGEROUS_OPERATION, "rm -rf refused"))
-    stop = await _ask(model, (goal, call, Message(Role.TOOL, fatal, tool_call_id="c1")))
+    fatal = AgentmeshError(ErrorCode.DANGEROUS_OPERATION, "rm -rf refused")
+    stop = await _ask(model, (goal, call, tool_message(fatal, tool_call_id="c1")))
     assert not stop.message.tool_calls and "DANGEROUS_OPERATION" in stop.message.content
 
 
@@ -239,7 +240,7 @@ async def test_fault_rates_are_seeded_and_corrections_stay_clean() -> None:
     always = ScriptedModel("scripted", "default", faults=FaultConfig(seed=1, schema_violation=1.0))
     goal = Message(Role.USER, "order ORD-2025-0001")
     bad = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "get_order", '{"order_id": "x"}'),))
-    error = Message(Role.TOOL, _schema_error("x", "e.g. ORD-2025-0001"), tool_call_id="c1")
+    error = tool_message(_schema_error("x", "e.g. ORD-2025-0001"), tool_call_id="c1")
     fixed = await _ask(always, (goal, bad, error))
     assert json.loads(fixed.message.tool_calls[0].arguments_json) == {"order_id": "ORD-2025-0001"}
 
@@ -261,7 +262,7 @@ async def test_custom_policy_sees_the_prompt_and_streams() -> None:
     call = final.response.message.tool_calls[0]
     deltas = [e for e in events if isinstance(e, ToolCallDelta)]
     assert "".join(d.arguments_delta for d in deltas) == call.arguments_json and deltas[0].name == "get_order"
-    history = (goal, final.response.message, Message(Role.TOOL, "shipped", tool_call_id=call.id))
+    history = (goal, final.response.message, tool_message("shipped", tool_call_id=call.id))
     events = [e async for e in model.request_stream(ModelRequest(history, (ORDER_TOOL,)), CallContext())]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "done after 1 steps: shipped"
     assert seen[-1].goal == "go" and seen[-1].last_result is not None and seen[-1].call_index == 1
@@ -316,10 +317,10 @@ async def test_scenario_yaml(tmp_path: Path) -> None:
     first = await _ask(model, (goal,))
     args = json.loads(first.message.tool_calls[0].arguments_json)
     assert args == {"order_id": "ORD-2025-0101", "note": "refund ORD-2025-0101 please"}
-    result = Message(Role.TOOL, "status: shipped", tool_call_id=first.message.tool_calls[0].id)
+    result = tool_message("status: shipped", tool_call_id=first.message.tool_calls[0].id)
     done = await _ask(model, (goal, first.message, result))
     assert done.message.content == "Shipped: status: shipped"
-    other = Message(Role.TOOL, "status: lost", tool_call_id=first.message.tool_calls[0].id)
+    other = tool_message("status: lost", tool_call_id=first.message.tool_calls[0].id)
     generic = await _ask(model, (goal, first.message, other))  # no rule matches: the generic policy answers
     assert "lost" in generic.message.content
 

@@ -28,6 +28,7 @@ from provider_svc.models.scripted import (
     fix_last_call,
     synthesize_arguments,
 )
+from tests.unit.provider.messages import tool_message
 from tool_svc.builtin import calculator, default_specs
 from tool_svc.registry import ToolRegistry
 from tool_svc.validation import SchemaCheck, schema_error
@@ -64,7 +65,7 @@ GOAL = "ALERT #0007 on checkout-svc: error rate above SLO. Triage, diagnose and 
 CHECKS = {t.name: SchemaCheck.compile(t.input_schema) for t in OPS_TOOLS}
 
 
-def _unknown_tool_text(name: str, tools: tuple[ToolDef, ...] = OPS_TOOLS) -> str:
+def _unknown_tool_text(name: str, tools: tuple[ToolDef, ...] = OPS_TOOLS) -> AgentmeshError:
     """The UNKNOWN_TOOL text the model sees, built by tool_svc's registry itself."""
     registry = ToolRegistry(
         ToolsSettings(
@@ -83,21 +84,23 @@ def _unknown_tool_text(name: str, tools: tuple[ToolDef, ...] = OPS_TOOLS) -> str
         ),
         default_specs(),
     )
-    return model_text(registry.unknown(name))
+    return registry.unknown(name)
 
 
-def _schema_text(tool: str, arguments: dict[str, Any]) -> str:
+def _schema_text(tool: str, arguments: dict[str, Any]) -> AgentmeshError:
     """The SCHEMA_INVALID text tool_svc sends for `arguments`."""
     violations = CHECKS[tool].violations(arguments)
     assert violations, "the arguments must break the schema"
-    return model_text(schema_error(tool, violations))
+    return schema_error(tool, violations)
 
 
-def _request(call: ToolCall, result: str, tools: tuple[ToolDef, ...] = OPS_TOOLS, goal: str = GOAL) -> ScriptedRequest:
+def _request(
+    call: ToolCall, result: str | AgentmeshError, tools: tuple[ToolDef, ...] = OPS_TOOLS, goal: str = GOAL
+) -> ScriptedRequest:
     messages = (
         Message(Role.USER, goal),
         Message(Role.ASSISTANT, "", tool_calls=(call,)),
-        Message(Role.TOOL, result, tool_call_id=call.id, name=call.name),
+        tool_message(result, tool_call_id=call.id, name=call.name),
     )
     return ScriptedRequest(
         messages=messages,
@@ -136,8 +139,8 @@ def test_unknown_tool_arguments_are_adapted_to_the_suggested_tool() -> None:
 
     # The suggested tool needs more than the call had: filled from the goal and the schema.
     call = ToolCall("c2", "restart", '{"service": "checkout-svc"}')
-    error = model_text(
-        AgentmeshError(ErrorCode.UNKNOWN_TOOL, "no tool named 'restart'", metadata={"closest_tools": "restart_service"})
+    error = AgentmeshError(
+        ErrorCode.UNKNOWN_TOOL, "no tool named 'restart'", metadata={"closest_tools": "restart_service"}
     )
     name, fixed = _only_call(_request(call, error))
     assert name == "restart_service" and fixed["service"] == "checkout-svc"
@@ -148,19 +151,17 @@ def test_unknown_tool_suggestion_read_from_the_hint_and_offered_tools_preferred(
     # By spelling alone list_pod is closest to list_pods; the error's own suggestion wins, and of
     # its suggestions the one the model is offered.
     call = ToolCall("c1", "list_pod", '{"service": "checkout-svc"}')
-    hinted = model_text(
-        AgentmeshError(
-            ErrorCode.UNKNOWN_TOOL,
-            "no tool named 'list_pod'",
-            violations=[Violation("$.name", "enum", "", "list_pod", "did you mean nope_tool or get_deployment?")],
-        )
+    hinted = AgentmeshError(
+        ErrorCode.UNKNOWN_TOOL,
+        "no tool named 'list_pod'",
+        violations=[Violation("$.name", "enum", "", "list_pod", "did you mean nope_tool or get_deployment?")],
     )
     assert _only_call(_request(call, hinted)) == ("get_deployment", {"service": "checkout-svc"})
 
 
 def test_unknown_tool_without_any_other_name_answers_instead_of_looping() -> None:
     call = ToolCall("c1", "ghost", "{}")
-    error = model_text(AgentmeshError(ErrorCode.UNKNOWN_TOOL, "no tool named 'ghost'"))
+    error = AgentmeshError(ErrorCode.UNKNOWN_TOOL, "no tool named 'ghost'")
     reply = fix_last_call(_request(call, error, tools=()))
     assert not reply.tool_calls and "UNKNOWN_TOOL" in reply.text
 
@@ -171,9 +172,10 @@ def test_unknown_tool_without_any_other_name_answers_instead_of_looping() -> Non
 def test_an_extra_property_named_by_tool_svc_is_removed() -> None:
     args = {"service": "checkout-svc", "extra_field": True}
     call = ToolCall("c1", "get_deployment", json.dumps(args))
-    text = _schema_text("get_deployment", args)
+    error = _schema_text("get_deployment", args)
+    text = model_text(error)
     assert "$.extra_field" in text and "'extra_field'" in text
-    name, fixed = _only_call(_request(call, text))
+    name, fixed = _only_call(_request(call, error))
     assert (name, fixed) == ("get_deployment", {"service": "checkout-svc"})
 
 
@@ -181,33 +183,27 @@ def test_an_extra_property_is_removed_even_when_the_tool_schema_is_not_offered()
     # Only the violation says what to remove (the model was not shown the tool's schema).
     args = {"service": "checkout-svc", "extra_field": True, "keep": 1}
     call = ToolCall("c1", "get_deployment", json.dumps(args))
-    new_form = model_text(
-        AgentmeshError(
-            ErrorCode.SCHEMA_INVALID,
-            "bad",
-            violations=[
-                Violation("$.extra_field", "additionalProperties", "only keep, service", "'extra_field'", "remove it")
-            ],
-        )
+    new_form = AgentmeshError(
+        ErrorCode.SCHEMA_INVALID,
+        "bad",
+        violations=[
+            Violation("$.extra_field", "additionalProperties", "only keep, service", "'extra_field'", "remove it")
+        ],
     )
     assert _only_call(_request(call, new_form, tools=())) == ("get_deployment", {"service": "checkout-svc", "keep": 1})
     # The older form: the parent object's path, the names listed unquoted.
-    old_form = model_text(
-        AgentmeshError(
-            ErrorCode.SCHEMA_INVALID,
-            "bad",
-            violations=[Violation("$", "additionalProperties", "only keep, service", "extra_field", "allowed: a")],
-        )
+    old_form = AgentmeshError(
+        ErrorCode.SCHEMA_INVALID,
+        "bad",
+        violations=[Violation("$", "additionalProperties", "only keep, service", "extra_field", "allowed: a")],
     )
     assert _only_call(_request(call, old_form, tools=())) == ("get_deployment", {"service": "checkout-svc", "keep": 1})
     nested = {"service": "checkout-svc", "opts": {"a": 1, "bad-key": 2}}
     nested_call = ToolCall("c1", "get_deployment", json.dumps(nested))
-    located = model_text(
-        AgentmeshError(
-            ErrorCode.SCHEMA_INVALID,
-            "bad",
-            violations=[Violation("$.opts['bad-key']", "additionalProperties", "only a", "'bad-key'", "remove it")],
-        )
+    located = AgentmeshError(
+        ErrorCode.SCHEMA_INVALID,
+        "bad",
+        violations=[Violation("$.opts['bad-key']", "additionalProperties", "only a", "'bad-key'", "remove it")],
     )
     fixed = _only_call(_request(nested_call, located, tools=()))[1]
     assert fixed == {"service": "checkout-svc", "opts": {"a": 1}}
@@ -215,12 +211,10 @@ def test_an_extra_property_is_removed_even_when_the_tool_schema_is_not_offered()
 
 def test_an_extra_property_is_removed_when_only_the_allowed_names_are_given() -> None:
     call = ToolCall("c1", "get_deployment", '{"service": "checkout-svc", "zz": 1}')
-    text = model_text(
-        AgentmeshError(
-            ErrorCode.SCHEMA_INVALID,
-            "bad",
-            violations=[Violation("$", "additionalProperties", "", "", "remove properties; allowed: service")],
-        )
+    text = AgentmeshError(
+        ErrorCode.SCHEMA_INVALID,
+        "bad",
+        violations=[Violation("$", "additionalProperties", "", "", "remove properties; allowed: service")],
     )
     assert _only_call(_request(call, text, tools=()))[1] == {"service": "checkout-svc"}
 
@@ -267,14 +261,14 @@ async def test_every_injected_fault_is_corrected_in_one_step_without_repeating_a
                 result = _unknown_tool_text(bad.name)
             else:
                 result = _schema_text(bad.name, json.loads(bad.arguments_json))
-            messages.append(Message(Role.TOOL, result, tool_call_id=bad.id, name=bad.name))
+            messages.append(tool_message(result, tool_call_id=bad.id, name=bad.name))
             fixed = (await model.request(ModelRequest(tuple(messages), OPS_TOOLS), CallContext())).message
             call = fixed.tool_calls[0]
             assert (call.name, call.arguments_json) != (bad.name, bad.arguments_json)
             assert call.name == stage, (fault, seed, call)
             assert CHECKS[stage].violations(json.loads(call.arguments_json)) == [], (fault, seed, call)
             messages.append(fixed)
-            messages.append(Message(Role.TOOL, '{"ok": true}', tool_call_id=call.id, name=call.name))
+            messages.append(tool_message('{"ok": true}', tool_call_id=call.id, name=call.name))
 
 
 # --- GenericPolicy: arguments from the goal ---------------------------------------------------------
