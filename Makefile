@@ -8,7 +8,11 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos demo bench venv clean up
+.PHONY: test lint protos demo bench venv clean up baseline
+
+# The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
+# (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
+BASELINE := protos/breaking-baseline.binpb
 
 venv: $(VENV)/.installed node_modules/.installed
 
@@ -25,8 +29,13 @@ node_modules/.installed: package.json package-lock.json
 protos: $(VENV)/.installed
 	$(PY) -m agentmesh.codegen agentmesh/v1
 
+baseline: node_modules/.installed
+	npx --no-install buf build -o $(BASELINE)
+
 lint: venv
 	npx --no-install buf lint
+	img=$$(mktemp --suffix=.binpb) && npx --no-install buf build -o $$img \
+	  && npx --no-install buf breaking $$img --against $(BASELINE); rc=$$?; rm -f $$img; exit $$rc
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -15,6 +15,9 @@ from grpc_tools import protoc
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
 PROTO_PACKAGE = PROTO_ROOT / "agentmesh" / "v1"
+# Vendored imports (google/api/field_behavior.proto): on the include path, not generated (their
+# Python modules come from googleapis-common-protos).
+THIRD_PARTY = PROTO_ROOT / "third_party"
 
 
 def proto_files() -> list[Path]:
@@ -30,6 +33,7 @@ def generate(out_root: Path) -> list[Path]:
     args = [
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
+        f"-I{THIRD_PARTY}",
         f"-I{well_known}",
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",

@@ -29,12 +29,18 @@ from opentelemetry import context as otel_context
 
 from agentmesh import __version__, callctx
 from agentmesh.config import ClientSettings, Settings
+from agentmesh.rpc.fields import retry_safe_methods
 from agentmesh.semconv import BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import (
+    common_pb2,
+    context_pb2,
     context_pb2_grpc,
+    dispatcher_pb2,
     dispatcher_pb2_grpc,
+    provider_pb2,
     provider_pb2_grpc,
+    tool_pb2,
     tool_pb2_grpc,
 )
 
@@ -53,20 +59,19 @@ __all__ = [
 SERVICE_NAMES: Final = ("dispatcher", "context", "tool", "provider")
 
 IDEMPOTENT_METHODS: Final[tuple[tuple[str, str], ...]] = (
-    ("agentmesh.v1.ToolService", "ListTools"),
-    ("agentmesh.v1.ToolService", "DiscoverTools"),
-    ("agentmesh.v1.ToolService", "GetApproval"),
-    ("agentmesh.v1.ContextService", "GetSession"),
-    ("agentmesh.v1.ContextService", "BuildContext"),
-    ("agentmesh.v1.ContextService", "GetPayload"),
-    ("agentmesh.v1.ProviderService", "ListModels"),
-    ("agentmesh.v1.ProviderService", "GetUsage"),
-    ("agentmesh.v1.DispatcherService", "GetTask"),
-    ("agentmesh.v1.DispatcherService", "WatchTask"),
-    ("agentmesh.v1.DispatcherService", "ListAgents"),
+    *retry_safe_methods(
+        [
+            common_pb2.DESCRIPTOR,
+            context_pb2.DESCRIPTOR,
+            dispatcher_pb2.DESCRIPTOR,
+            provider_pb2.DESCRIPTOR,
+            tool_pb2.DESCRIPTOR,
+        ]
+    ),
     ("grpc.health.v1.Health", "Check"),
 )
-"""(service, method) pairs safe to retry on UNAVAILABLE: reads, or replayable from `after`."""
+"""(service, method) pairs safe to retry on UNAVAILABLE: the RPCs whose `idempotency_level` is
+IDEMPOTENT or NO_SIDE_EFFECTS in the contracts, and the health check."""
 
 # gRPC ignores retry policies with more attempts than this.
 _GRPC_MAX_ATTEMPTS = 5

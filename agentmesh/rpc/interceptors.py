@@ -7,7 +7,8 @@ handler it returns a copy that behaves the same for all four services, unary and
 1. the chained `CallInterceptor`s run first, inside the handler's own task: the server span,
    request id and deadline, load shedding, authentication. A rejected call ends here, before its
    request bytes are decoded or logged: grpc hands us the raw bytes (no request deserializer), and
-2. only then are the bytes decoded; undecodable bytes are INVALID_ARGUMENT with an ErrorDetail;
+2. only then are the bytes decoded; undecodable bytes, and REQUIRED fields (google.api.field_behavior)
+   left unset, are INVALID_ARGUMENT with an ErrorDetail naming them;
 3. the servicer runs inside the error boundary: an AgentmeshError becomes its rich status, an
    abort passes through, and anything unexpected is logged once with its traceback and answered
    INTERNAL with a generic message carrying the request id (never the exception's text).
@@ -24,11 +25,12 @@ from typing import Any, NoReturn, TypeAlias
 
 import grpc
 import grpc.aio
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry import trace
 
 from agentmesh import callctx
-from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError
+from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation
+from agentmesh.rpc.fields import missing_required
 from agentmesh.rpc.status import abort
 
 __all__ = ["CallInterceptor", "ChainedCallInterceptor", "EdgeInterceptor", "unexpected_error", "wrap_handler"]
@@ -102,10 +104,19 @@ def _decoder(deserializer: Any, method: str) -> Callable[[Any], Any]:
 
     def decode(raw: Any) -> Any:
         try:
-            return deserializer(raw)
+            request = deserializer(raw)
         except (DecodeError, RecursionError, ValueError) as exc:
             # Only the parser's reason: the bytes themselves are the caller's and may be anything.
             raise InvalidRequestError("request", f"not a valid {name}: {str(exc)[:200]}") from None
+        if isinstance(request, Message):
+            missing = missing_required(request)
+            if missing:
+                raise AgentmeshError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{name}: required field{'s' if len(missing) > 1 else ''} not set: {', '.join(missing)}",
+                    violations=[Violation(path=path, rule="required", hint=f"{path} is required") for path in missing],
+                )
+        return request
 
     return decode
 

@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61gentmesh/v1/common.proto\x12\x0c\x61gentmesh.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\\\n\x0e\x46ieldViolation\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\x10\n\x08\x65xpected\x18\x03 \x01(\t\x12\x0e\n\x06\x61\x63tual\x18\x04 \x01(\t\x12\x0c\n\x04hint\x18\x05 \x01(\t\"\x88\x03\n\x0b\x45rrorDetail\x12%\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x17.agentmesh.v1.ErrorCode\x12-\n\x0b\x65rror_class\x18\x02 \x01(\x0e\x32\x18.agentmesh.v1.ErrorClass\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x30\n\nviolations\x18\x04 \x03(\x0b\x32\x1c.agentmesh.v1.FieldViolation\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12.\n\x0bretry_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rfallback_tool\x18\x07 \x01(\t\x12\x1a\n\x12missing_permission\x18\x08 \x01(\t\x12\x39\n\x08metadata\x18\t \x03(\x0b\x32\'.agentmesh.v1.ErrorDetail.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xaf\x02\n\x07Message\x12 \n\x04role\x18\x01 \x01(\x0e\x32\x12.agentmesh.v1.Role\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12*\n\ntool_calls\x18\x03 \x03(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x13\n\x0btoken_count\x18\x06 \x01(\x05\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\ntool_error\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12,\n\ncorrection\x18\t \x01(\x0b\x32\x18.agentmesh.v1.Correction\"^\n\x0eToolPermission\x12\x13\n\x0b\x65nvironment\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12(\n\x06\x61\x63\x63\x65ss\x18\x03 \x01(\x0e\x32\x18.agentmesh.v1.AccessMode\"\xb6\x01\n\x0bRetryPolicy\x12\x14\n\x0cmax_attempts\x18\x01 \x01(\x05\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bmax_backoff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nmax_jitter\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xb2\x03\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x10\n\x08\x65xamples\x18\x03 \x03(\t\x12\x19\n\x11input_schema_json\x18\x04 \x01(\t\x12\x1a\n\x12output_schema_json\x18\x05 \x01(\t\x12-\n\x0bresult_type\x18\x06 \x01(\x0e\x32\x18.agentmesh.v1.ResultType\x12\x30\n\npermission\x18\x07 \x01(\x0b\x32\x1c.agentmesh.v1.ToolPermission\x12\x0e\n\x06impact\x18\x08 \x01(\t\x12*\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cretry_policy\x18\n \x01(\x0b\x32\x19.agentmesh.v1.RetryPolicy\x12\x12\n\nidempotent\x18\x0b \x01(\x08\x12\x19\n\x11requires_approval\x18\x0c \x01(\x08\x12\x15\n\rfallback_tool\x18\r \x01(\t\x12\x10\n\x08\x65xecutor\x18\x0e \x01(\t\x12\x14\n\x0c\x65ndpoint_url\x18\x0f \x01(\t\"O\n\nTokenUsage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x03\"\x99\x01\n\nPayloadRef\x12\x0e\n\x06ref_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x12\n\nmedia_type\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xae\x02\n\nToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x11\n\ttool_name\x18\x02 \x01(\t\x12*\n\x06output\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.ToolOutputH\x00\x12*\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetailH\x00\x12\x39\n\x10pending_approval\x18\x05 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApprovalH\x00\x12+\n\x05stats\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.ExecutionStats\x12,\n\ncorrection\x18\x07 \x01(\x0b\x32\x18.agentmesh.v1.CorrectionB\t\n\x07outcome\"\xa3\x01\n\nToolOutput\x12\x10\n\x06inline\x18\x01 \x01(\tH\x00\x12\'\n\x03ref\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRefH\x00\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12-\n\x0bresult_type\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.ResultType\x12\x10\n\x08redacted\x18\x05 \x01(\x08\x42\t\n\x07\x63ontent\"\xbd\x01\n\x0fPendingApproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12$\n\x04plan\x18\x02 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x0e\n\x06impact\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\"w\n\x0e\x45xecutionStats\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\x05\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12\x14\n\x0coutput_bytes\x18\x04 \x01(\x03\"\xbd\x01\n\x08\x41pproval\x12.\n\x07request\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.agentmesh.v1.ApprovalState\x12\x13\n\x0bresolved_by\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\x0cresolve_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa3\x01\n\nCorrection\x12)\n\tnext_step\x18\x01 \x01(\x0e\x32\x16.agentmesh.v1.NextStep\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x03 \x01(\x05\x12\x15\n\rfallback_tool\x18\x04 \x01(\t\x12,\n\x0b\x66\x61iled_with\x18\x05 \x01(\x0e\x32\x17.agentmesh.v1.ErrorCode*\xdd\x08\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x45RROR_CODE_SCHEMA_INVALID\x10\x01\x12!\n\x1d\x45RROR_CODE_ARGUMENTS_NOT_JSON\x10\x02\x12\x1b\n\x17\x45RROR_CODE_UNKNOWN_TOOL\x10\x03\x12#\n\x1f\x45RROR_CODE_IDEMPOTENCY_CONFLICT\x10\x04\x12!\n\x1d\x45RROR_CODE_UPSTREAM_NOT_FOUND\x10\x64\x12\x1f\n\x1b\x45RROR_CODE_UPSTREAM_TIMEOUT\x10\x65\x12#\n\x1f\x45RROR_CODE_UPSTREAM_UNAVAILABLE\x10\x66\x12 \n\x1c\x45RROR_CODE_UPSTREAM_REJECTED\x10g\x12\x1b\n\x17\x45RROR_CODE_RATE_LIMITED\x10h\x12\x1b\n\x17\x45RROR_CODE_CIRCUIT_OPEN\x10i\x12 \n\x1c\x45RROR_CODE_PERMISSION_DENIED\x10j\x12\x1e\n\x1a\x45RROR_CODE_APPROVAL_DENIED\x10k\x12\x1f\n\x1b\x45RROR_CODE_APPROVAL_EXPIRED\x10l\x12\x1d\n\x19\x45RROR_CODE_OUTPUT_INVALID\x10m\x12\"\n\x1e\x45RROR_CODE_SANDBOX_UNAVAILABLE\x10n\x12#\n\x1f\x45RROR_CODE_PROVIDER_AUTH_FAILED\x10o\x12&\n\"ERROR_CODE_CONTEXT_LENGTH_EXCEEDED\x10p\x12\x1f\n\x1b\x45RROR_CODE_CONTENT_FILTERED\x10q\x12\x1e\n\x1a\x45RROR_CODE_INVALID_REQUEST\x10r\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10s\x12\x18\n\x14\x45RROR_CODE_NOT_FOUND\x10t\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10u\x12\x1e\n\x1a\x45RROR_CODE_UNAUTHENTICATED\x10v\x12 \n\x1c\x45RROR_CODE_PAYLOAD_TOO_LARGE\x10w\x12\x19\n\x15\x45RROR_CODE_OVERLOADED\x10x\x12\x18\n\x14\x45RROR_CODE_CANCELLED\x10y\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10z\x12\"\n\x1e\x45RROR_CODE_FAILED_PRECONDITION\x10{\x12#\n\x1e\x45RROR_CODE_DANGEROUS_OPERATION\x10\xc8\x01\x12 \n\x1b\x45RROR_CODE_BUDGET_EXHAUSTED\x10\xc9\x01\x12\"\n\x1d\x45RROR_CODE_MAX_STEPS_EXCEEDED\x10\xca\x01\x12\x1d\n\x18\x45RROR_CODE_LOOP_DETECTED\x10\xcb\x01\x12!\n\x1c\x45RROR_CODE_SANDBOX_VIOLATION\x10\xcc\x01*w\n\nErrorClass\x12\x1b\n\x17\x45RROR_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_CLASS_CONTRACT\x10\x01\x12\x1b\n\x17\x45RROR_CLASS_ENGINEERING\x10\x02\x12\x15\n\x11\x45RROR_CLASS_FATAL\x10\x03*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*[\n\nResultType\x12\x1b\n\x17RESULT_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16RESULT_TYPE_STRUCTURED\x10\x01\x12\x14\n\x10RESULT_TYPE_TEXT\x10\x02*V\n\nAccessMode\x12\x1b\n\x17\x41\x43\x43\x45SS_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43\x43\x45SS_MODE_READ\x10\x01\x12\x15\n\x11\x41\x43\x43\x45SS_MODE_WRITE\x10\x02*\x9f\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04*\x99\x01\n\x08NextStep\x12\x19\n\x15NEXT_STEP_UNSPECIFIED\x10\x00\x12\x1b\n\x17NEXT_STEP_FIX_ARGUMENTS\x10\x01\x12\x1d\n\x19NEXT_STEP_STOP_CORRECTING\x10\x02\x12\x1a\n\x16NEXT_STEP_USE_FALLBACK\x10\x03\x12\x1a\n\x16NEXT_STEP_NOT_REPEATED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61gentmesh/v1/common.proto\x12\x0c\x61gentmesh.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\\\n\x0e\x46ieldViolation\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04rule\x18\x02 \x01(\t\x12\x10\n\x08\x65xpected\x18\x03 \x01(\t\x12\x0e\n\x06\x61\x63tual\x18\x04 \x01(\t\x12\x0c\n\x04hint\x18\x05 \x01(\t\"\x88\x03\n\x0b\x45rrorDetail\x12%\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x17.agentmesh.v1.ErrorCode\x12-\n\x0b\x65rror_class\x18\x02 \x01(\x0e\x32\x18.agentmesh.v1.ErrorClass\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x30\n\nviolations\x18\x04 \x03(\x0b\x32\x1c.agentmesh.v1.FieldViolation\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12.\n\x0bretry_after\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rfallback_tool\x18\x07 \x01(\t\x12\x1a\n\x12missing_permission\x18\x08 \x01(\t\x12\x39\n\x08metadata\x18\t \x03(\x0b\x32\'.agentmesh.v1.ErrorDetail.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"\xbb\x02\n\x07Message\x12&\n\x04role\x18\x01 \x01(\x0e\x32\x12.agentmesh.v1.RoleB\x04\xe2\x41\x01\x02\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12*\n\ntool_calls\x18\x03 \x03(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\x12\x19\n\x0btoken_count\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\ntool_error\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12,\n\ncorrection\x18\t \x01(\x0b\x32\x18.agentmesh.v1.Correction\"^\n\x0eToolPermission\x12\x13\n\x0b\x65nvironment\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12(\n\x06\x61\x63\x63\x65ss\x18\x03 \x01(\x0e\x32\x18.agentmesh.v1.AccessMode\"\xb6\x01\n\x0bRetryPolicy\x12\x14\n\x0cmax_attempts\x18\x01 \x01(\x05\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bmax_backoff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nmax_jitter\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xb8\x03\n\x08ToolSpec\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x10\n\x08\x65xamples\x18\x03 \x03(\t\x12\x19\n\x11input_schema_json\x18\x04 \x01(\t\x12\x1a\n\x12output_schema_json\x18\x05 \x01(\t\x12-\n\x0bresult_type\x18\x06 \x01(\x0e\x32\x18.agentmesh.v1.ResultType\x12\x30\n\npermission\x18\x07 \x01(\x0b\x32\x1c.agentmesh.v1.ToolPermission\x12\x0e\n\x06impact\x18\x08 \x01(\t\x12*\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0cretry_policy\x18\n \x01(\x0b\x32\x19.agentmesh.v1.RetryPolicy\x12\x12\n\nidempotent\x18\x0b \x01(\x08\x12\x19\n\x11requires_approval\x18\x0c \x01(\x08\x12\x15\n\rfallback_tool\x18\r \x01(\t\x12\x10\n\x08\x65xecutor\x18\x0e \x01(\t\x12\x14\n\x0c\x65ndpoint_url\x18\x0f \x01(\t\"O\n\nTokenUsage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\x03\"\x99\x01\n\nPayloadRef\x12\x0e\n\x06ref_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x12\n\nmedia_type\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xba\x02\n\nToolResult\x12\x1a\n\x0ctool_call_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\ttool_name\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12*\n\x06output\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.ToolOutputH\x00\x12*\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetailH\x00\x12\x39\n\x10pending_approval\x18\x05 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApprovalH\x00\x12+\n\x05stats\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.ExecutionStats\x12,\n\ncorrection\x18\x07 \x01(\x0b\x32\x18.agentmesh.v1.CorrectionB\t\n\x07outcome\"\xa3\x01\n\nToolOutput\x12\x10\n\x06inline\x18\x01 \x01(\tH\x00\x12\'\n\x03ref\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRefH\x00\x12\x0e\n\x06\x64igest\x18\x03 \x01(\t\x12-\n\x0bresult_type\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.ResultType\x12\x10\n\x08redacted\x18\x05 \x01(\x08\x42\t\n\x07\x63ontent\"\xbd\x01\n\x0fPendingApproval\x12\x13\n\x0b\x61pproval_id\x18\x01 \x01(\t\x12$\n\x04plan\x18\x02 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12\x0e\n\x06impact\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\x12/\n\x0b\x65xpire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0crequested_by\x18\x06 \x01(\t\"w\n\x0e\x45xecutionStats\x12\x10\n\x08\x61ttempts\x18\x01 \x01(\x05\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08replayed\x18\x03 \x01(\x08\x12\x14\n\x0coutput_bytes\x18\x04 \x01(\x03\"\xbd\x01\n\x08\x41pproval\x12.\n\x07request\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.agentmesh.v1.ApprovalState\x12\x13\n\x0bresolved_by\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x30\n\x0cresolve_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa3\x01\n\nCorrection\x12)\n\tnext_step\x18\x01 \x01(\x0e\x32\x16.agentmesh.v1.NextStep\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x03 \x01(\x05\x12\x15\n\rfallback_tool\x18\x04 \x01(\t\x12,\n\x0b\x66\x61iled_with\x18\x05 \x01(\x0e\x32\x17.agentmesh.v1.ErrorCode*\xdd\x08\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x45RROR_CODE_SCHEMA_INVALID\x10\x01\x12!\n\x1d\x45RROR_CODE_ARGUMENTS_NOT_JSON\x10\x02\x12\x1b\n\x17\x45RROR_CODE_UNKNOWN_TOOL\x10\x03\x12#\n\x1f\x45RROR_CODE_IDEMPOTENCY_CONFLICT\x10\x04\x12!\n\x1d\x45RROR_CODE_UPSTREAM_NOT_FOUND\x10\x64\x12\x1f\n\x1b\x45RROR_CODE_UPSTREAM_TIMEOUT\x10\x65\x12#\n\x1f\x45RROR_CODE_UPSTREAM_UNAVAILABLE\x10\x66\x12 \n\x1c\x45RROR_CODE_UPSTREAM_REJECTED\x10g\x12\x1b\n\x17\x45RROR_CODE_RATE_LIMITED\x10h\x12\x1b\n\x17\x45RROR_CODE_CIRCUIT_OPEN\x10i\x12 \n\x1c\x45RROR_CODE_PERMISSION_DENIED\x10j\x12\x1e\n\x1a\x45RROR_CODE_APPROVAL_DENIED\x10k\x12\x1f\n\x1b\x45RROR_CODE_APPROVAL_EXPIRED\x10l\x12\x1d\n\x19\x45RROR_CODE_OUTPUT_INVALID\x10m\x12\"\n\x1e\x45RROR_CODE_SANDBOX_UNAVAILABLE\x10n\x12#\n\x1f\x45RROR_CODE_PROVIDER_AUTH_FAILED\x10o\x12&\n\"ERROR_CODE_CONTEXT_LENGTH_EXCEEDED\x10p\x12\x1f\n\x1b\x45RROR_CODE_CONTENT_FILTERED\x10q\x12\x1e\n\x1a\x45RROR_CODE_INVALID_REQUEST\x10r\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10s\x12\x18\n\x14\x45RROR_CODE_NOT_FOUND\x10t\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10u\x12\x1e\n\x1a\x45RROR_CODE_UNAUTHENTICATED\x10v\x12 \n\x1c\x45RROR_CODE_PAYLOAD_TOO_LARGE\x10w\x12\x19\n\x15\x45RROR_CODE_OVERLOADED\x10x\x12\x18\n\x14\x45RROR_CODE_CANCELLED\x10y\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10z\x12\"\n\x1e\x45RROR_CODE_FAILED_PRECONDITION\x10{\x12#\n\x1e\x45RROR_CODE_DANGEROUS_OPERATION\x10\xc8\x01\x12 \n\x1b\x45RROR_CODE_BUDGET_EXHAUSTED\x10\xc9\x01\x12\"\n\x1d\x45RROR_CODE_MAX_STEPS_EXCEEDED\x10\xca\x01\x12\x1d\n\x18\x45RROR_CODE_LOOP_DETECTED\x10\xcb\x01\x12!\n\x1c\x45RROR_CODE_SANDBOX_VIOLATION\x10\xcc\x01*w\n\nErrorClass\x12\x1b\n\x17\x45RROR_CLASS_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_CLASS_CONTRACT\x10\x01\x12\x1b\n\x17\x45RROR_CLASS_ENGINEERING\x10\x02\x12\x15\n\x11\x45RROR_CLASS_FATAL\x10\x03*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*[\n\nResultType\x12\x1b\n\x17RESULT_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16RESULT_TYPE_STRUCTURED\x10\x01\x12\x14\n\x10RESULT_TYPE_TEXT\x10\x02*V\n\nAccessMode\x12\x1b\n\x17\x41\x43\x43\x45SS_MODE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x41\x43\x43\x45SS_MODE_READ\x10\x01\x12\x15\n\x11\x41\x43\x43\x45SS_MODE_WRITE\x10\x02*\x9f\x01\n\rApprovalState\x12\x1e\n\x1a\x41PPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x41PPROVAL_STATE_PENDING\x10\x01\x12\x1b\n\x17\x41PPROVAL_STATE_APPROVED\x10\x02\x12\x19\n\x15\x41PPROVAL_STATE_DENIED\x10\x03\x12\x1a\n\x16\x41PPROVAL_STATE_EXPIRED\x10\x04*\x99\x01\n\x08NextStep\x12\x19\n\x15NEXT_STEP_UNSPECIFIED\x10\x00\x12\x1b\n\x17NEXT_STEP_FIX_ARGUMENTS\x10\x01\x12\x1d\n\x19NEXT_STEP_STOP_CORRECTING\x10\x02\x12\x1a\n\x16NEXT_STEP_USE_FALLBACK\x10\x03\x12\x1a\n\x16NEXT_STEP_NOT_REPEATED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,50 +36,60 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERRORDETAIL_METADATAENTRY']._loaded_options = None
   _globals['_ERRORDETAIL_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ERRORCODE']._serialized_start=3063
-  _globals['_ERRORCODE']._serialized_end=4180
-  _globals['_ERRORCLASS']._serialized_start=4182
-  _globals['_ERRORCLASS']._serialized_end=4301
-  _globals['_ROLE']._serialized_start=4303
-  _globals['_ROLE']._serialized_end=4398
-  _globals['_RESULTTYPE']._serialized_start=4400
-  _globals['_RESULTTYPE']._serialized_end=4491
-  _globals['_ACCESSMODE']._serialized_start=4493
-  _globals['_ACCESSMODE']._serialized_end=4579
-  _globals['_APPROVALSTATE']._serialized_start=4582
-  _globals['_APPROVALSTATE']._serialized_end=4741
-  _globals['_NEXTSTEP']._serialized_start=4744
-  _globals['_NEXTSTEP']._serialized_end=4897
-  _globals['_FIELDVIOLATION']._serialized_start=108
-  _globals['_FIELDVIOLATION']._serialized_end=200
-  _globals['_ERRORDETAIL']._serialized_start=203
-  _globals['_ERRORDETAIL']._serialized_end=595
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=548
-  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=595
-  _globals['_TOOLCALL']._serialized_start=597
-  _globals['_TOOLCALL']._serialized_end=657
-  _globals['_MESSAGE']._serialized_start=660
-  _globals['_MESSAGE']._serialized_end=963
-  _globals['_TOOLPERMISSION']._serialized_start=965
-  _globals['_TOOLPERMISSION']._serialized_end=1059
-  _globals['_RETRYPOLICY']._serialized_start=1062
-  _globals['_RETRYPOLICY']._serialized_end=1244
-  _globals['_TOOLSPEC']._serialized_start=1247
-  _globals['_TOOLSPEC']._serialized_end=1681
-  _globals['_TOKENUSAGE']._serialized_start=1683
-  _globals['_TOKENUSAGE']._serialized_end=1762
-  _globals['_PAYLOADREF']._serialized_start=1765
-  _globals['_PAYLOADREF']._serialized_end=1918
-  _globals['_TOOLRESULT']._serialized_start=1921
-  _globals['_TOOLRESULT']._serialized_end=2223
-  _globals['_TOOLOUTPUT']._serialized_start=2226
-  _globals['_TOOLOUTPUT']._serialized_end=2389
-  _globals['_PENDINGAPPROVAL']._serialized_start=2392
-  _globals['_PENDINGAPPROVAL']._serialized_end=2581
-  _globals['_EXECUTIONSTATS']._serialized_start=2583
-  _globals['_EXECUTIONSTATS']._serialized_end=2702
-  _globals['_APPROVAL']._serialized_start=2705
-  _globals['_APPROVAL']._serialized_end=2894
-  _globals['_CORRECTION']._serialized_start=2897
-  _globals['_CORRECTION']._serialized_end=3060
+  _globals['_MESSAGE'].fields_by_name['role']._loaded_options = None
+  _globals['_MESSAGE'].fields_by_name['role']._serialized_options = b'\342A\001\002'
+  _globals['_MESSAGE'].fields_by_name['token_count']._loaded_options = None
+  _globals['_MESSAGE'].fields_by_name['token_count']._serialized_options = b'\342A\001\003'
+  _globals['_TOOLSPEC'].fields_by_name['name']._loaded_options = None
+  _globals['_TOOLSPEC'].fields_by_name['name']._serialized_options = b'\342A\001\002'
+  _globals['_TOOLRESULT'].fields_by_name['tool_call_id']._loaded_options = None
+  _globals['_TOOLRESULT'].fields_by_name['tool_call_id']._serialized_options = b'\342A\001\002'
+  _globals['_TOOLRESULT'].fields_by_name['tool_name']._loaded_options = None
+  _globals['_TOOLRESULT'].fields_by_name['tool_name']._serialized_options = b'\342A\001\002'
+  _globals['_ERRORCODE']._serialized_start=3126
+  _globals['_ERRORCODE']._serialized_end=4243
+  _globals['_ERRORCLASS']._serialized_start=4245
+  _globals['_ERRORCLASS']._serialized_end=4364
+  _globals['_ROLE']._serialized_start=4366
+  _globals['_ROLE']._serialized_end=4461
+  _globals['_RESULTTYPE']._serialized_start=4463
+  _globals['_RESULTTYPE']._serialized_end=4554
+  _globals['_ACCESSMODE']._serialized_start=4556
+  _globals['_ACCESSMODE']._serialized_end=4642
+  _globals['_APPROVALSTATE']._serialized_start=4645
+  _globals['_APPROVALSTATE']._serialized_end=4804
+  _globals['_NEXTSTEP']._serialized_start=4807
+  _globals['_NEXTSTEP']._serialized_end=4960
+  _globals['_FIELDVIOLATION']._serialized_start=141
+  _globals['_FIELDVIOLATION']._serialized_end=233
+  _globals['_ERRORDETAIL']._serialized_start=236
+  _globals['_ERRORDETAIL']._serialized_end=628
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_start=581
+  _globals['_ERRORDETAIL_METADATAENTRY']._serialized_end=628
+  _globals['_TOOLCALL']._serialized_start=630
+  _globals['_TOOLCALL']._serialized_end=690
+  _globals['_MESSAGE']._serialized_start=693
+  _globals['_MESSAGE']._serialized_end=1008
+  _globals['_TOOLPERMISSION']._serialized_start=1010
+  _globals['_TOOLPERMISSION']._serialized_end=1104
+  _globals['_RETRYPOLICY']._serialized_start=1107
+  _globals['_RETRYPOLICY']._serialized_end=1289
+  _globals['_TOOLSPEC']._serialized_start=1292
+  _globals['_TOOLSPEC']._serialized_end=1732
+  _globals['_TOKENUSAGE']._serialized_start=1734
+  _globals['_TOKENUSAGE']._serialized_end=1813
+  _globals['_PAYLOADREF']._serialized_start=1816
+  _globals['_PAYLOADREF']._serialized_end=1969
+  _globals['_TOOLRESULT']._serialized_start=1972
+  _globals['_TOOLRESULT']._serialized_end=2286
+  _globals['_TOOLOUTPUT']._serialized_start=2289
+  _globals['_TOOLOUTPUT']._serialized_end=2452
+  _globals['_PENDINGAPPROVAL']._serialized_start=2455
+  _globals['_PENDINGAPPROVAL']._serialized_end=2644
+  _globals['_EXECUTIONSTATS']._serialized_start=2646
+  _globals['_EXECUTIONSTATS']._serialized_end=2765
+  _globals['_APPROVAL']._serialized_start=2768
+  _globals['_APPROVAL']._serialized_end=2957
+  _globals['_CORRECTION']._serialized_start=2960
+  _globals['_CORRECTION']._serialized_end=3123
 # @@protoc_insertion_point(module_scope)

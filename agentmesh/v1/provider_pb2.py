@@ -23,53 +23,66 @@ _sym_db = _symbol_database.Default()
 
 
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentmesh/v1/provider.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n\nToolChoice\x12*\n\x04mode\x18\x01 \x01(\x0e\x32\x1c.agentmesh.v1.ToolChoiceMode\x12\x11\n\ttool_name\x18\x02 \x01(\t\"\xaa\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x0c\n\x04stop\x18\x04 \x03(\t\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\r\n\x0b_max_tokensB\x07\n\x05_seed\"\x91\x02\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08task_tag\x18\x02 \x01(\t\x12\'\n\x08messages\x18\x03 \x03(\x0b\x32\x15.agentmesh.v1.Message\x12%\n\x05tools\x18\x04 \x03(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12-\n\x0btool_choice\x18\x05 \x01(\x0b\x32\x18.agentmesh.v1.ToolChoice\x12.\n\x08sampling\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.SamplingParams\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x08 \x01(\t\"G\n\x15GenerateStreamRequest\x12.\n\x07request\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.GenerateRequest\"\x84\x01\n\x07\x41ttempt\x12\r\n\x05model\x18\x01 \x01(\t\x12(\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12+\n\x08\x64uration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x8c\x02\n\x10GenerateResponse\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.agentmesh.v1.Message\x12\x31\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.FinishReason\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12\r\n\x05model\x18\x04 \x01(\t\x12\x10\n\x08\x63ost_usd\x18\x05 \x01(\x01\x12\'\n\x08\x61ttempts\x18\x06 \x03(\x0b\x32\x15.agentmesh.v1.Attempt\x12*\n\x07latency\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"Q\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x17\n\x0f\x61rguments_delta\x18\x04 \x01(\t\"\xa0\x01\n\x16GenerateStreamResponse\x12\x14\n\ntext_delta\x18\x01 \x01(\tH\x00\x12\x36\n\x0ftool_call_delta\x18\x02 \x01(\x0b\x32\x1b.agentmesh.v1.ToolCallDeltaH\x00\x12/\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x1e.agentmesh.v1.GenerateResponseH\x00\x42\x07\n\x05\x65vent\"\x13\n\x11ListModelsRequest\"\xc1\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x15\n\rprovider_type\x18\x03 \x01(\t\x12\x0f\n\x07\x61liases\x18\x04 \x03(\t\x12\x1c\n\x14input_price_per_mtok\x18\x05 \x01(\x01\x12\x1d\n\x15output_price_per_mtok\x18\x06 \x01(\x01\x12\x13\n\x0bunavailable\x18\x07 \x01(\x08\x12\x1a\n\x12unavailable_reason\x18\x08 \x01(\t\"\xaa\x01\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.agentmesh.v1.ModelInfo\x12<\n\x06routes\x18\x02 \x03(\x0b\x32,.agentmesh.v1.ListModelsResponse.RoutesEntry\x1a-\n\x0bRoutesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x81\x01\n\x0fGetUsageRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc6\x01\n\x08UsageRow\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0b\n\x03\x64\x61y\x18\x04 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x05 \x01(\x03\x12\'\n\x05usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12\x10\n\x08\x63ost_usd\x18\x07 \x01(\x01\x12\x30\n\rtotal_latency\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\"8\n\x10GetUsageResponse\x12$\n\x04rows\x18\x01 \x03(\x0b\x32\x16.agentmesh.v1.UsageRow*\xa2\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x19\n\x15TOOL_CHOICE_MODE_TOOL\x10\x04*\x9f\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTENT_FILTER\x10\x04\x32\xd7\x02\n\x0fProviderService\x12I\n\x08Generate\x12\x1d.agentmesh.v1.GenerateRequest\x1a\x1e.agentmesh.v1.GenerateResponse\x12]\n\x0eGenerateStream\x12#.agentmesh.v1.GenerateStreamRequest\x1a$.agentmesh.v1.GenerateStreamResponse0\x01\x12O\n\nListModels\x12\x1f.agentmesh.v1.ListModelsRequest\x1a .agentmesh.v1.ListModelsResponse\x12I\n\x08GetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentmesh/v1/provider.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"K\n\nToolChoice\x12*\n\x04mode\x18\x01 \x01(\x0e\x32\x1c.agentmesh.v1.ToolChoiceMode\x12\x11\n\ttool_name\x18\x02 \x01(\t\"\xaa\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x0c\n\x04stop\x18\x04 \x03(\t\x12\x11\n\x04seed\x18\x05 \x01(\x03H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\r\n\x0b_max_tokensB\x07\n\x05_seed\"\x91\x02\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x10\n\x08task_tag\x18\x02 \x01(\t\x12\'\n\x08messages\x18\x03 \x03(\x0b\x32\x15.agentmesh.v1.Message\x12%\n\x05tools\x18\x04 \x03(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12-\n\x0btool_choice\x18\x05 \x01(\x0b\x32\x18.agentmesh.v1.ToolChoice\x12.\n\x08sampling\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.SamplingParams\x12\x1c\n\x14response_schema_json\x18\x07 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x08 \x01(\t\"M\n\x15GenerateStreamRequest\x12\x34\n\x07request\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.GenerateRequestB\x04\xe2\x41\x01\x02\"\x84\x01\n\x07\x41ttempt\x12\r\n\x05model\x18\x01 \x01(\t\x12(\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12+\n\x08\x64uration\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x9e\x02\n\x10GenerateResponse\x12&\n\x07message\x18\x01 \x01(\x0b\x32\x15.agentmesh.v1.Message\x12\x31\n\rfinish_reason\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.FinishReason\x12\'\n\x05usage\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12\r\n\x05model\x18\x04 \x01(\t\x12\x16\n\x08\x63ost_usd\x18\x05 \x01(\x01\x42\x04\xe2\x41\x01\x03\x12-\n\x08\x61ttempts\x18\x06 \x03(\x0b\x32\x15.agentmesh.v1.AttemptB\x04\xe2\x41\x01\x03\x12\x30\n\x07latency\x18\x07 \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x03\"Q\n\rToolCallDelta\x12\r\n\x05index\x18\x01 \x01(\x05\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x17\n\x0f\x61rguments_delta\x18\x04 \x01(\t\"\xa0\x01\n\x16GenerateStreamResponse\x12\x14\n\ntext_delta\x18\x01 \x01(\tH\x00\x12\x36\n\x0ftool_call_delta\x18\x02 \x01(\x0b\x32\x1b.agentmesh.v1.ToolCallDeltaH\x00\x12/\n\x05\x66inal\x18\x03 \x01(\x0b\x32\x1e.agentmesh.v1.GenerateResponseH\x00\x42\x07\n\x05\x65vent\"\x13\n\x11ListModelsRequest\"\xc1\x01\n\tModelInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\x15\n\rprovider_type\x18\x03 \x01(\t\x12\x0f\n\x07\x61liases\x18\x04 \x03(\t\x12\x1c\n\x14input_price_per_mtok\x18\x05 \x01(\x01\x12\x1d\n\x15output_price_per_mtok\x18\x06 \x01(\x01\x12\x13\n\x0bunavailable\x18\x07 \x01(\x08\x12\x1a\n\x12unavailable_reason\x18\x08 \x01(\t\"\xaa\x01\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.agentmesh.v1.ModelInfo\x12<\n\x06routes\x18\x02 \x03(\x0b\x32,.agentmesh.v1.ListModelsResponse.RoutesEntry\x1a-\n\x0bRoutesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x81\x01\n\x0fGetUsageRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc6\x01\n\x08UsageRow\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08provider\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0b\n\x03\x64\x61y\x18\x04 \x01(\t\x12\r\n\x05\x63\x61lls\x18\x05 \x01(\x03\x12\'\n\x05usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12\x10\n\x08\x63ost_usd\x18\x07 \x01(\x01\x12\x30\n\rtotal_latency\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\"8\n\x10GetUsageResponse\x12$\n\x04rows\x18\x01 \x03(\x0b\x32\x16.agentmesh.v1.UsageRow*\xa2\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x12\x19\n\x15TOOL_CHOICE_MODE_TOOL\x10\x04*\x9f\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x1c\n\x18\x46INISH_REASON_TOOL_CALLS\x10\x03\x12 \n\x1c\x46INISH_REASON_CONTENT_FILTER\x10\x04\x32\xe1\x02\n\x0fProviderService\x12I\n\x08Generate\x12\x1d.agentmesh.v1.GenerateRequest\x1a\x1e.agentmesh.v1.GenerateResponse\x12]\n\x0eGenerateStream\x12#.agentmesh.v1.GenerateStreamRequest\x1a$.agentmesh.v1.GenerateStreamResponse0\x01\x12T\n\nListModels\x12\x1f.agentmesh.v1.ListModelsRequest\x1a .agentmesh.v1.ListModelsResponse\"\x03\x90\x02\x01\x12N\n\x08GetUsage\x12\x1d.agentmesh.v1.GetUsageRequest\x1a\x1e.agentmesh.v1.GetUsageResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.provider_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_GENERATESTREAMREQUEST'].fields_by_name['request']._loaded_options = None
+  _globals['_GENERATESTREAMREQUEST'].fields_by_name['request']._serialized_options = b'\342A\001\002'
+  _globals['_GENERATERESPONSE'].fields_by_name['cost_usd']._loaded_options = None
+  _globals['_GENERATERESPONSE'].fields_by_name['cost_usd']._serialized_options = b'\342A\001\003'
+  _globals['_GENERATERESPONSE'].fields_by_name['attempts']._loaded_options = None
+  _globals['_GENERATERESPONSE'].fields_by_name['attempts']._serialized_options = b'\342A\001\003'
+  _globals['_GENERATERESPONSE'].fields_by_name['latency']._loaded_options = None
+  _globals['_GENERATERESPONSE'].fields_by_name['latency']._serialized_options = b'\342A\001\003'
   _globals['_LISTMODELSRESPONSE_ROUTESENTRY']._loaded_options = None
   _globals['_LISTMODELSRESPONSE_ROUTESENTRY']._serialized_options = b'8\001'
-  _globals['_TOOLCHOICEMODE']._serialized_start=2170
-  _globals['_TOOLCHOICEMODE']._serialized_end=2332
-  _globals['_FINISHREASON']._serialized_start=2335
-  _globals['_FINISHREASON']._serialized_end=2494
-  _globals['_TOOLCHOICE']._serialized_start=137
-  _globals['_TOOLCHOICE']._serialized_end=212
-  _globals['_SAMPLINGPARAMS']._serialized_start=215
-  _globals['_SAMPLINGPARAMS']._serialized_end=385
-  _globals['_GENERATEREQUEST']._serialized_start=388
-  _globals['_GENERATEREQUEST']._serialized_end=661
-  _globals['_GENERATESTREAMREQUEST']._serialized_start=663
-  _globals['_GENERATESTREAMREQUEST']._serialized_end=734
-  _globals['_ATTEMPT']._serialized_start=737
-  _globals['_ATTEMPT']._serialized_end=869
-  _globals['_GENERATERESPONSE']._serialized_start=872
-  _globals['_GENERATERESPONSE']._serialized_end=1140
-  _globals['_TOOLCALLDELTA']._serialized_start=1142
-  _globals['_TOOLCALLDELTA']._serialized_end=1223
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1226
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1386
-  _globals['_LISTMODELSREQUEST']._serialized_start=1388
-  _globals['_LISTMODELSREQUEST']._serialized_end=1407
-  _globals['_MODELINFO']._serialized_start=1410
-  _globals['_MODELINFO']._serialized_end=1603
-  _globals['_LISTMODELSRESPONSE']._serialized_start=1606
-  _globals['_LISTMODELSRESPONSE']._serialized_end=1776
-  _globals['_LISTMODELSRESPONSE_ROUTESENTRY']._serialized_start=1731
-  _globals['_LISTMODELSRESPONSE_ROUTESENTRY']._serialized_end=1776
-  _globals['_GETUSAGEREQUEST']._serialized_start=1779
-  _globals['_GETUSAGEREQUEST']._serialized_end=1908
-  _globals['_USAGEROW']._serialized_start=1911
-  _globals['_USAGEROW']._serialized_end=2109
-  _globals['_GETUSAGERESPONSE']._serialized_start=2111
-  _globals['_GETUSAGERESPONSE']._serialized_end=2167
-  _globals['_PROVIDERSERVICE']._serialized_start=2497
-  _globals['_PROVIDERSERVICE']._serialized_end=2840
+  _globals['_PROVIDERSERVICE'].methods_by_name['ListModels']._loaded_options = None
+  _globals['_PROVIDERSERVICE'].methods_by_name['ListModels']._serialized_options = b'\220\002\001'
+  _globals['_PROVIDERSERVICE'].methods_by_name['GetUsage']._loaded_options = None
+  _globals['_PROVIDERSERVICE'].methods_by_name['GetUsage']._serialized_options = b'\220\002\001'
+  _globals['_TOOLCHOICEMODE']._serialized_start=2227
+  _globals['_TOOLCHOICEMODE']._serialized_end=2389
+  _globals['_FINISHREASON']._serialized_start=2392
+  _globals['_FINISHREASON']._serialized_end=2551
+  _globals['_TOOLCHOICE']._serialized_start=170
+  _globals['_TOOLCHOICE']._serialized_end=245
+  _globals['_SAMPLINGPARAMS']._serialized_start=248
+  _globals['_SAMPLINGPARAMS']._serialized_end=418
+  _globals['_GENERATEREQUEST']._serialized_start=421
+  _globals['_GENERATEREQUEST']._serialized_end=694
+  _globals['_GENERATESTREAMREQUEST']._serialized_start=696
+  _globals['_GENERATESTREAMREQUEST']._serialized_end=773
+  _globals['_ATTEMPT']._serialized_start=776
+  _globals['_ATTEMPT']._serialized_end=908
+  _globals['_GENERATERESPONSE']._serialized_start=911
+  _globals['_GENERATERESPONSE']._serialized_end=1197
+  _globals['_TOOLCALLDELTA']._serialized_start=1199
+  _globals['_TOOLCALLDELTA']._serialized_end=1280
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=1283
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1443
+  _globals['_LISTMODELSREQUEST']._serialized_start=1445
+  _globals['_LISTMODELSREQUEST']._serialized_end=1464
+  _globals['_MODELINFO']._serialized_start=1467
+  _globals['_MODELINFO']._serialized_end=1660
+  _globals['_LISTMODELSRESPONSE']._serialized_start=1663
+  _globals['_LISTMODELSRESPONSE']._serialized_end=1833
+  _globals['_LISTMODELSRESPONSE_ROUTESENTRY']._serialized_start=1788
+  _globals['_LISTMODELSRESPONSE_ROUTESENTRY']._serialized_end=1833
+  _globals['_GETUSAGEREQUEST']._serialized_start=1836
+  _globals['_GETUSAGEREQUEST']._serialized_end=1965
+  _globals['_USAGEROW']._serialized_start=1968
+  _globals['_USAGEROW']._serialized_end=2166
+  _globals['_GETUSAGERESPONSE']._serialized_start=2168
+  _globals['_GETUSAGERESPONSE']._serialized_end=2224
+  _globals['_PROVIDERSERVICE']._serialized_start=2554
+  _globals['_PROVIDERSERVICE']._serialized_end=2907
 # @@protoc_insertion_point(module_scope)

@@ -27,6 +27,13 @@ SERVICE = "agentmesh.v1.DispatcherService"
 RESOLVE_APPROVAL = f"/{SERVICE}/ResolveApproval"
 
 
+def resolve_request() -> dispatcher_pb2.DispatcherServiceResolveApprovalRequest:
+    """A ResolveApproval request with its REQUIRED fields set (the edge refuses one without)."""
+    return dispatcher_pb2.DispatcherServiceResolveApprovalRequest(
+        task_id="t1", approval_id="apr_1", arguments_sha256="0" * 64
+    )
+
+
 class Dispatcher(dispatcher_pb2_grpc.DispatcherServiceServicer):
     """Echoes what the auth layer gave the servicer, so tests see the identity came from the token."""
 
@@ -170,9 +177,7 @@ async def test_malformed_token_is_unauthenticated(enabled: Harness) -> None:
 
 async def test_agent_token_on_operator_rpc_is_permission_denied(enabled: Harness) -> None:
     err = await assert_fails(
-        enabled.stub.ResolveApproval(
-            dispatcher_pb2.DispatcherServiceResolveApprovalRequest(), metadata=md(enabled.token())
-        ),
+        enabled.stub.ResolveApproval(resolve_request(), metadata=md(enabled.token())),
         grpc.StatusCode.PERMISSION_DENIED,
         "requires role operator",
     )
@@ -185,7 +190,7 @@ async def test_agent_token_on_operator_rpc_is_permission_denied(enabled: Harness
 @pytest.mark.parametrize("role", ["operator", "admin"])
 async def test_operator_and_admin_tokens_pass_the_operator_rpc(enabled: Harness, role: str) -> None:
     token = enabled.token(subject="alice", roles={role})
-    await enabled.stub.ResolveApproval(dispatcher_pb2.DispatcherServiceResolveApprovalRequest(), metadata=md(token))
+    await enabled.stub.ResolveApproval(resolve_request(), metadata=md(token))
     [identity] = enabled.servicer.seen
     assert identity is not None
     assert identity.subject == "alice"
@@ -244,8 +249,8 @@ async def test_reflection_needs_no_token(enabled: Harness) -> None:
 
 async def test_disabled_mode_lets_a_call_without_token_pass(start: Start) -> None:
     harness = await start(AuthSettings(mode="disabled"))
-    response = await harness.stub.GetTask(dispatcher_pb2.GetTaskRequest())
+    response = await harness.stub.GetTask(dispatcher_pb2.GetTaskRequest(task_id="t1"))
     assert response.task.agent_id == "dev"
     # The dev identity holds every role, so operator-only methods pass too.
-    await harness.stub.ResolveApproval(dispatcher_pb2.DispatcherServiceResolveApprovalRequest())
+    await harness.stub.ResolveApproval(resolve_request())
     assert harness.servicer.forwarded_tokens == [None, None]

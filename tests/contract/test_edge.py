@@ -5,11 +5,14 @@ Through the real ServiceHost of each service, unary and streaming RPCs alike:
   nothing is logged at ERROR;
 - a valid token and undecodable bytes: INVALID_ARGUMENT carrying an ErrorDetail;
 - a servicer that raises something unexpected: INTERNAL whose message carries the request id and
-  none of the exception's text, class or paths; the traceback goes to the log once.
+  none of the exception's text, class or paths; the traceback goes to the log once;
+- each REQUIRED field (google.api.field_behavior) left unset: INVALID_ARGUMENT naming it.
+And the channel retries exactly the RPCs the contracts mark IDEMPOTENT or NO_SIDE_EFFECTS.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -17,10 +20,15 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from google.api import field_behavior_pb2  # type: ignore[import-untyped]
+from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.descriptor_pb2 import MethodOptions
 
 from agentmesh.callctx import REQUEST_ID_HEADER
+from agentmesh.config import load_settings
 from agentmesh.errors import ErrorCode
+from agentmesh.rpc.channels import service_config
 from agentmesh.rpc.host import ServiceSpec
 from agentmesh.rpc.status import from_rpc_error, rich_details
 from agentmesh.v1 import context_pb2, dispatcher_pb2, provider_pb2, tool_pb2
@@ -159,7 +167,8 @@ async def test_an_unexpected_exception_is_internal_without_its_text(
     svc = await start_service(spec)
     metadata = (*_admin(svc), (REQUEST_ID_HEADER, "edge-test-rid-1"))
     with caplog.at_level(logging.ERROR), pytest.raises(grpc.aio.AioRpcError) as info:
-        await _call(svc, method, b"", metadata=metadata)
+        # Every REQUIRED field set, so the request reaches the servicer.
+        await _call(svc, method, _filled(method.input_type).SerializeToString(), metadata=metadata)
     assert info.value.code() == grpc.StatusCode.INTERNAL
     details = info.value.details() or ""
     assert "edge-test-rid-1" in details
@@ -170,3 +179,104 @@ async def test_an_unexpected_exception_is_internal_without_its_text(
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
     assert len(logged) == 1
     assert SECRET_TEXT in str(logged[0].exc_info[1] if logged[0].exc_info else "")
+
+
+# --- REQUIRED fields (google.api.field_behavior), enforced by the edge for every RPC -----------------
+
+
+def _required(field: Any) -> bool:
+    return field_behavior_pb2.REQUIRED in field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+
+
+def _filled(descriptor: Any) -> Any:
+    """A message of `descriptor` with every REQUIRED field set, recursively (a plausible value)."""
+    message = message_factory.GetMessageClass(descriptor)()
+    for field in descriptor.fields:
+        if not _required(field):
+            continue
+        if field.message_type is not None:
+            value = _filled(field.message_type)
+            if field.is_repeated:
+                getattr(message, field.name).add().CopyFrom(value)
+            else:
+                getattr(message, field.name).CopyFrom(value)
+        elif field.enum_type is not None:
+            setattr(message, field.name, field.enum_type.values[-1].number)
+        elif field.type == field.TYPE_STRING:
+            if field.is_repeated:
+                getattr(message, field.name).append("x")
+            else:
+                setattr(message, field.name, "x")
+        else:
+            raise AssertionError(f"no plausible value for REQUIRED {field.full_name}")
+    return message
+
+
+def _required_paths(descriptor: Any, prefix: str = "") -> list[str]:
+    paths = []
+    for field in descriptor.fields:
+        if _required(field):
+            paths.append(f"{prefix}{field.name}")
+            if field.message_type is not None:
+                index = "[0]" if field.is_repeated else ""
+                paths += _required_paths(field.message_type, f"{prefix}{field.name}{index}.")
+    return paths
+
+
+def _without(message: Any, path: str) -> Any:
+    """A copy of `message` with the field at `path` (a.b[0].c) cleared."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    *parents, last = path.split(".")
+    target = copy
+    for part in parents:
+        name, _, index = part.partition("[")
+        target = getattr(target, name)[int(index.rstrip("]"))] if index else getattr(target, name)
+    target.ClearField(last)
+    return copy
+
+
+REQUIRED_CASES = [
+    pytest.param(spec, method, path, id=f"{method.containing_service.name}.{method.name}:{path}")
+    for spec, service, _ in SERVICES
+    for method in service.methods
+    for path in _required_paths(method.input_type)
+]
+
+
+def test_the_contracts_mark_required_fields() -> None:
+    assert len(REQUIRED_CASES) >= 25
+
+
+@pytest.mark.parametrize(("spec", "method", "path"), REQUIRED_CASES)
+async def test_each_missing_required_field_is_invalid_argument_naming_it(
+    started: Any, spec: ServiceSpec, method: MethodDescriptor, path: str
+) -> None:
+    svc = await started(spec)
+    request = _without(_filled(method.input_type), path)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _call(svc, method, request.SerializeToString(), metadata=_admin(svc))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    rich = rich_details(info.value)
+    assert rich.bad_request is not None
+    assert [v.field for v in rich.bad_request.field_violations] == [path]
+    assert rich.detail is not None and path in rich.detail.message
+
+
+# --- retries: the client's retry-safe set is what the contracts mark ---------------------------------
+
+
+def test_the_retry_safe_methods_are_the_rpcs_marked_idempotent_or_without_side_effects() -> None:
+    safe = (MethodOptions.IDEMPOTENT, MethodOptions.NO_SIDE_EFFECTS)
+    marked = {
+        (service.full_name, method.name)
+        for _, service, _ in SERVICES
+        for method in service.methods
+        if method.GetOptions().idempotency_level in safe
+    }
+    config = json.loads(service_config(load_settings(overrides={"auth": {"mode": "disabled"}})))
+    retried = {(n["service"], n["method"]) for n in config["methodConfig"][0]["name"]}
+    assert retried == marked | {("grpc.health.v1.Health", "Check")}
+    # Side effects are never retried by the channel.
+    for unsafe in ("ExecuteTool", "Generate", "StartTask", "RunTask", "AppendMessage", "AppendToolResult"):
+        assert all(method != unsafe for _, method in retried)

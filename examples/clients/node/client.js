@@ -39,7 +39,7 @@ class UsageError extends Error {}
 
 function loadDispatcher(protosRoot) {
   const definition = protoLoader.loadSync('agentmesh/v1/dispatcher.proto', {
-    includeDirs: [protosRoot],
+    includeDirs: [protosRoot, path.join(protosRoot, 'third_party')], // third_party: google/api/field_behavior.proto
     keepCase: false,
     longs: Number, // sequences and token counts stay far below 2^53
     enums: String,

@@ -21,7 +21,8 @@ const DOMAIN = 'agentmesh.v1';
 
 // The google/rpc protos are vendored (from googleapis-common-protos); ours come from protos/.
 function loadDetailTypes(protosRoot) {
-  const dirs = [path.join(__dirname, 'protos'), protosRoot];
+  // third_party: google/api/field_behavior.proto, vendored beside our contracts.
+  const dirs = [path.join(__dirname, 'protos'), protosRoot, path.join(protosRoot, 'third_party')];
   const root = new protobuf.Root();
   root.resolvePath = (origin, target) => {
     for (const dir of dirs) {

@@ -119,7 +119,10 @@ async def test_an_expired_approval_is_swept_and_the_task_goes_on(make_mesh: Make
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await s.ResolveApproval(
             D.DispatcherServiceResolveApprovalRequest(
-                task_id=events[0].task_id, approval_id=pending.approval_id, approve=True
+                task_id=events[0].task_id,
+                approval_id=pending.approval_id,
+                approve=True,
+                arguments_sha256=pending.arguments_sha256,
             ),
             metadata=mesh.md(),
         )

@@ -139,7 +139,8 @@ async def test_unknown_task_id_is_not_found(make_mesh: MakeMesh) -> None:
         s.GetTask(D.GetTaskRequest(task_id="nope"), metadata=mesh.md()),
         s.CancelTask(D.CancelTaskRequest(task_id="nope"), metadata=mesh.md()),
         s.ResolveApproval(
-            D.DispatcherServiceResolveApprovalRequest(task_id="nope", approval_id="a"), metadata=mesh.md()
+            D.DispatcherServiceResolveApprovalRequest(task_id="nope", approval_id="a", arguments_sha256="0" * 64),
+            metadata=mesh.md(),
         ),
     ):
         with pytest.raises(grpc.aio.AioRpcError) as caught:
