@@ -218,6 +218,27 @@ class AgentmeshError(Exception):
     def error_class(self) -> ErrorClass:
         return ERROR_CLASS[self.code]
 
+    def replace(self, **changes: Any) -> AgentmeshError:
+        """A plain AgentmeshError with these fields changed and the others copied (as
+        ``dataclasses.replace``): ``err.replace(fallback_tool="orders_cache")``."""
+        fields: dict[str, Any] = {
+            "code": self.code,
+            "message": self.message,
+            "violations": self.violations,
+            "retryable": self.retryable,
+            "retry_after": self.retry_after,
+            "fallback_tool": self.fallback_tool,
+            "missing_permission": self.missing_permission,
+            "metadata": self.metadata,
+        }
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise TypeError(f"AgentmeshError has no fields {sorted(unknown)}")
+        fields.update(changes)
+        code = fields.pop("code")
+        message = fields.pop("message")
+        return AgentmeshError(code, message, **fields)
+
     def __str__(self) -> str:
         return f"{self.code.name}: {self.message}" if self.message else self.code.name
 

@@ -46,8 +46,9 @@ from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import load_settings
 from agentmesh.identity import Authenticator, mint_token
+from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.host import ServiceHost
-from agentmesh.store import LocalRedis, Store
+from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table

@@ -47,7 +47,7 @@ from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.demo_ops import OpsApi, write_service_log
 from agentmesh.config import Settings, load_settings
 from agentmesh.identity import Authenticator
-from agentmesh.store import LocalRedis
+from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.bench_step import AUTH_KEY, _free_port, host_service
 from bench.common import BENCH_DIR, percentile, table

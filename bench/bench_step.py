@@ -48,9 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings, load_settings
 from agentmesh.identity import Authenticator
+from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.channels import create_channel
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
-from agentmesh.store import LocalRedis, Store
+from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import (
     common_pb2,

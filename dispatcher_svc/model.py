@@ -16,6 +16,31 @@ from agentmesh.chat import Correction, ToolCall, Usage
 from agentmesh.errors import AgentmeshError, error_from_json, error_to_json
 
 
+class Phase(enum.StrEnum):
+    """Where a run of a task is (Cursor.phase; the value is what the checkpoint stores)."""
+
+    INIT = "init"
+    """The session is not set up yet."""
+    THINKING = "thinking"
+    """A step has started: context, tools and the model's reply come next."""
+    ACTING = "acting"
+    """The reply is checkpointed: its tool calls run in order."""
+
+
+class CallStage(enum.StrEnum):
+    """Where one tool call of a step is (CallState.state; the value is what the checkpoint stores).
+
+    new -> running (TOOL_CALL committed; may have been sent) -> done (outcome committed) ->
+    appended (its result is in the session log); waiting = parked on an approval.
+    """
+
+    NEW = "new"
+    RUNNING = "running"
+    DONE = "done"
+    APPENDED = "appended"
+    WAITING = "waiting"
+
+
 class TaskStatus(enum.IntEnum):
     """Mirror of agentmesh.v1.TaskStatus (same numbers)."""
 

@@ -36,11 +36,20 @@ from agentmesh.store import Store
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.events import EventLog, now_ms
 from dispatcher_svc.loop import AgentLoop, Hook
-from dispatcher_svc.model import ApprovalRecord, EventKind, PendingApproval, Task, TaskEvent, TaskStatus, ToolOutcome
+from dispatcher_svc.model import (
+    ApprovalRecord,
+    CallStage,
+    EventKind,
+    PendingApproval,
+    Task,
+    TaskEvent,
+    TaskStatus,
+    ToolOutcome,
+)
 from dispatcher_svc.ports import CallOptions, Ports
+from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.tasks import (
     StaleOwnerError,
-    TaskQueue,
     TaskRecord,
     TaskStore,
     WrongStatusError,
@@ -374,8 +383,8 @@ class Dispatcher:
             outcome = ToolOutcome(plan.id, plan.name, error=err)
         cursor = record.cursor
         for cs in cursor.calls:
-            if cs.state == "waiting":
-                cs.state = "running"
+            if cs.state is CallStage.WAITING:
+                cs.state = CallStage.RUNNING
                 cs.resolved = outcome
         who = approval.resolved_by or resolver
         if expired:

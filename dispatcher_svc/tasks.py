@@ -1,9 +1,6 @@
-"""Task state in Redis: one hash per task, its event stream, and the `am:tasks` work queue.
+"""Task state in Redis: one hash per task and its event stream (records, fenced commits, leases).
 
-Ownership (docs/architecture.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
-through one consumer group, so a message has one owner at a time. The owner renews its claim
-(XCLAIM JUSTID, which resets the entry's idle time) while it works; a replica that dies stops
-renewing, and another one takes the entry with XAUTOCLAIM once it has been idle `claim_idle_s`.
+The `am:tasks` work queue is `dispatcher_svc.queue`; the Lua scripts are `dispatcher_svc.task_scripts`.
 
 Every write to a task is one Lua script (`COMMIT_LUA`) that checks the writer's fencing number
 first: acquiring a task increments `fence`, so a stale owner (paused, partitioned, or simply slow)
@@ -40,8 +37,10 @@ from agentmesh.errors import (
 from agentmesh.store import Store
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import (
+    CallStage,
     ModelReply,
     PendingApproval,
+    Phase,
     Task,
     TaskEvent,
     TaskStatus,
@@ -54,121 +53,8 @@ from dispatcher_svc.model import (
     reply_from_json,
     reply_to_json,
 )
-
-COMMIT_LUA = """
--- One fenced write to a task. KEYS[1]: task hash, KEYS[2]: its event stream.
--- ARGV[1] expected fence ('' = create: the task must not exist yet)
--- ARGV[2] expected status ('' = any)       ARGV[3] '1' = increment the fence (take ownership)
--- ARGV[4] lease ms (0 = keep)               ARGV[5] event stream MAXLEN (approximate)
--- ARGV[6] ttl s (0 keep, >0 expire, <0 persist)   ARGV[7] n = field/value pairs that follow
--- then n field/value pairs, then one JSON string per event to append.
--- Returns {code, fence, status, last_sequence}; code 1 ok, 0 stale fence, -1 other status,
--- -2 no such task, -3 already exists.
-local fence = redis.call('HGET', KEYS[1], 'fence')
-local status = redis.call('HGET', KEYS[1], 'status') or '0'
-if ARGV[1] == '' then
-  if fence then return {-3, tonumber(fence), tonumber(status), 0} end
-  fence = '0'
-  redis.call('HSET', KEYS[1], 'fence', '0')
-else
-  if not fence then return {-2, 0, 0, 0} end
-  if fence ~= ARGV[1] then return {0, tonumber(fence), tonumber(status), 0} end
-end
-if ARGV[2] ~= '' and status ~= ARGV[2] then return {-1, tonumber(fence), tonumber(status), 0} end
-if ARGV[3] == '1' then fence = tostring(redis.call('HINCRBY', KEYS[1], 'fence', 1)) end
-local n = tonumber(ARGV[7])
-local i = 8
-if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
-i = i + 2 * n
-local lease = tonumber(ARGV[4])
-if lease > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[1], 'lease_until', tostring(now + lease))
-end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0')
-for j = i, #ARGV do
-  seq = seq + 1
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'e', ARGV[j])
-end
-redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
-local ttl = tonumber(ARGV[6])
-if ttl > 0 then
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[2], ttl)
-elseif ttl < 0 then
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', KEYS[2])
-end
-status = redis.call('HGET', KEYS[1], 'status') or '0'
-return {1, tonumber(fence), tonumber(status), seq}
-"""
-
-ACQUIRE_LUA = """
--- Takes ownership of a task for a consumer, unless it is finished, parked, or held by a live owner.
--- KEYS[1]: task hash, KEYS[2]: its event stream.
--- ARGV: consumer, lease ms, event MAXLEN, event JSON if it was PENDING, event JSON if taken over,
---       update time ms. Returns {1, fence, <hash as a flat list>, status before} when acquired;
---       {0, status} when there is nothing to run; {-1, status} when a live owner holds it; {-2} when
---       there is no task.
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {-2} end
-local s = tonumber(status)
-if s >= 3 then return {0, s} end
-local owner = redis.call('HGET', KEYS[1], 'owner') or ''
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if s == 2 and owner ~= '' and owner ~= ARGV[1] then
-  local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
-  if lease > now then return {-1, s} end
-end
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HINCRBY', KEYS[1], 'runs', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', tostring(now + tonumber(ARGV[2])), 'status', '2',
-  'update_ms', ARGV[6])
-local event = ARGV[5]
-if s == 1 then event = ARGV[4] end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0') + 1
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '0-' .. seq, 'e', event)
-redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
-return {1, fence, redis.call('HGETALL', KEYS[1]), s}
-"""
-
-ENQUEUE_LUA = """
--- Queues a task; given a group and consumer, also reads the next new entry for that consumer in
--- the same atomic step, before a blocked reader of another replica is served: the replica that
--- accepted the task runs it when it has room (and its watchers get the events from memory).
--- KEYS[1]: the tasks stream. ARGV: task id, group ('' = only queue), consumer.
--- Returns {entry id} or {entry id, {{id, {field, value, ...}}, ...}}.
-local id = redis.call('XADD', KEYS[1], '*', 'task', ARGV[1])
-if ARGV[2] == '' then return {id} end
-local read = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
-if type(read) ~= 'table' or read.err then return {id} end  -- nothing new, or no group yet
-return {id, read[1][2]}
-"""
-
-TOUCH_LUA = """
--- Renews this consumer's claim on a queue entry, only if it still holds it.
--- KEYS[1]: the tasks stream. ARGV: group, consumer, entry id. Returns 1 if renewed.
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-return 1
-"""
-
-DUE_APPROVALS_LUA = """
--- Takes the parked tasks whose approval is due (score = expiry, ms, <= Redis time) for one sweeper.
--- KEYS[1]: the sorted set of waiting approvals. ARGV: hold ms, max count.
--- Each member taken is re-scored to now + hold, so other replicas skip it meanwhile and it comes due
--- again if this sweeper dies before settling it.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-for _, member in ipairs(due) do
-  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), member)
-end
-return due
-"""
+from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue, taken_entries
+from dispatcher_svc.task_scripts import ACQUIRE_LUA, COMMIT_LUA, DUE_APPROVALS_LUA
 
 UNKNOWN_EXPIRY_RECHECK_MS = 60_000
 """An approval without a known expiry is looked at this often (tool_svc says whether it expired)."""
@@ -218,12 +104,13 @@ def parse_status(task_id: str, raw: Sequence[bytes | None]) -> tuple[TaskStatus,
 class CallState:
     """One tool call of the current reply, as far as it got.
 
-    new -> running (TOOL_CALL committed; may have been sent) -> done (outcome committed) ->
-    appended (its result is in the session log). `waiting` = parked on an approval.
+    Its stage (CallStage): new -> running (TOOL_CALL committed; may have been sent) -> done
+    (outcome committed) -> appended (its result is in the session log); waiting = parked on an
+    approval.
     """
 
     call: ToolCall
-    state: str = "new"
+    state: CallStage = CallStage.NEW
     outcome: ToolOutcome | None = None
     resolved: ToolOutcome | None = None
     """An outcome delivered by ResolveApproval, not yet handled by the loop."""
@@ -232,7 +119,7 @@ class CallState:
     kept, and written back, so such records stay readable; never shown to the model again."""
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"call": self.call.to_json(), "state": self.state}
+        data: dict[str, Any] = {"call": self.call.to_json(), "state": self.state.value}
         if self.outcome is not None:
             data["outcome"] = outcome_to_json(self.outcome)
         if self.resolved is not None:
@@ -245,7 +132,7 @@ class CallState:
     def from_json(cls, data: dict[str, Any]) -> CallState:
         return cls(
             call=ToolCall.from_json(data["call"]),
-            state=data.get("state", "new"),
+            state=CallStage(data.get("state", "new")),
             outcome=outcome_from_json(data["outcome"]) if "outcome" in data else None,
             resolved=outcome_from_json(data["resolved"]) if "resolved" in data else None,
             note=data.get("note", ""),
@@ -256,7 +143,7 @@ class CallState:
 class Cursor:
     """Where the task's loop is: enough to resume it on any replica without repeating a side effect."""
 
-    phase: str = "init"
+    phase: Phase = Phase.INIT
     """init (no session yet) | thinking (step started, no reply) | acting (reply checkpointed)."""
     step: int = 0
     ctx_count: int = 0
@@ -277,7 +164,7 @@ class Cursor:
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
-            "phase": self.phase,
+            "phase": self.phase.value,
             "step": self.step,
             "ctx": self.ctx_count,
             "reply": reply_to_json(self.reply) if self.reply is not None else None,
@@ -297,7 +184,7 @@ class Cursor:
             return cls()
         data = json.loads(text)
         return cls(
-            phase=data.get("phase", "init"),
+            phase=Phase(data.get("phase", "init")),
             step=int(data.get("step", 0)),
             ctx_count=int(data.get("ctx", 0)),
             reply=reply_from_json(data["reply"]) if data.get("reply") else None,
@@ -540,7 +427,7 @@ class TaskStore:
                 # task now (the Script objects load themselves), then queue it (again).
                 if isinstance(commit_reply, rexc.NoScriptError):
                     commit_reply = await self._commit(keys=keys, args=args)
-                taken = _taken(queue_reply) if not isinstance(queue_reply, Exception) else []
+                taken = taken_entries(queue_reply) if not isinstance(queue_reply, Exception) else []
                 again = [task_id, "" if taken else queue_args[1], queue.consumer]  # one entry per slot
                 queue_reply = await queue.enqueue_script(keys=[queue.key], args=again)
             else:
@@ -548,7 +435,7 @@ class TaskStore:
             for reply in (commit_reply, queue_reply):
                 if isinstance(reply, Exception):
                     raise reply
-        return Created(created=int(commit_reply[0]) == _OK, taken=taken + _taken(queue_reply))
+        return Created(created=int(commit_reply[0]) == _OK, taken=taken + taken_entries(queue_reply))
 
     async def redis_time_ms(self) -> int:
         now: Any = await self.store.call("time", self.store.redis.time())
@@ -636,93 +523,6 @@ class TaskStore:
 
 def _waiting_member(task_id: str, approval_id: str) -> str:
     return f"{task_id} {approval_id}"  # task ids never hold a space
-
-
-def _taken(reply: Any) -> list[tuple[str, str]]:
-    """The entries an ENQUEUE_LUA reply read for this replica (entry id, task id)."""
-    if len(reply) < 2 or not reply[1]:
-        return []
-    # A script returns an entry's fields flat; XREADGROUP's reply as redis-py parses it, as a dict.
-    return TaskQueue._entries([(msg_id, dict(zip(flat[::2], flat[1::2], strict=True))) for msg_id, flat in reply[1]])
-
-
-class TaskQueue:
-    """The `am:tasks` stream and its consumer group: who works on which task."""
-
-    def __init__(self, store: Store, group: str, consumer: str) -> None:
-        self.store = store
-        self.group = group
-        self.consumer = consumer
-        self.key = store.keys.tasks_stream()
-        self._touch = store.script("dispatcher_touch", TOUCH_LUA)
-        self.enqueue_script = store.script("dispatcher_enqueue", ENQUEUE_LUA)
-
-    async def ensure_group(self) -> None:
-        """Creates the consumer group (from the stream's start, so nothing queued is missed)."""
-        try:
-            async with self.store.guard("create consumer group"):
-                await self.store.redis.xgroup_create(self.key, self.group, id="0", mkstream=True)
-        except rexc.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-
-    async def enqueue(self, task_id: str) -> str:
-        async with self.store.guard("enqueue task"):
-            msg_id = await self.store.redis.xadd(self.key, {"task": task_id})
-        return msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id)
-
-    @staticmethod
-    def _entries(raw: Any) -> list[tuple[str, str]]:
-        found: list[tuple[str, str]] = []
-        for msg_id, fields in raw or ():
-            if not fields:
-                continue
-            task = fields.get(b"task")
-            if task:
-                found.append((msg_id.decode(), task.decode()))
-        return found
-
-    async def read(self, count: int, block_ms: int) -> list[tuple[str, str]]:
-        """New entries for this consumer (msg id, task id), waiting up to `block_ms`."""
-        try:
-            async with self.store.guard("read tasks"):
-                reply: Any = await self.store.redis.xreadgroup(
-                    self.group, self.consumer, {self.key: ">"}, count=count, block=block_ms
-                )
-        except rexc.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            await self.ensure_group()
-            return []
-        return [entry for _, entries in reply or () for entry in self._entries(entries)]
-
-    async def autoclaim(self, min_idle_ms: int, count: int) -> list[tuple[str, str]]:
-        """Entries whose owner has not renewed them for `min_idle_ms`, now claimed by this consumer."""
-        claimed: list[tuple[str, str]] = []
-        start = "0-0"
-        for _ in range(16):  # bounded scan per pass
-            async with self.store.guard("claim tasks"):
-                reply_claim: Any = await self.store.redis.xautoclaim(
-                    self.key, self.group, self.consumer, min_idle_ms, start_id=start, count=count
-                )
-            start = reply_claim[0].decode() if isinstance(reply_claim[0], bytes) else str(reply_claim[0])
-            claimed += self._entries(reply_claim[1])
-            if start == "0-0" or len(claimed) >= count:
-                break
-        return claimed
-
-    async def touch(self, msg_id: str) -> bool:
-        """Renews our claim on an entry; False if another consumer holds it now."""
-        async with self.store.guard("renew claim"):
-            return bool(await self._touch(keys=[self.key], args=[self.group, self.consumer, msg_id]))
-
-    async def done(self, msg_id: str) -> None:
-        """Acknowledges and deletes an entry: the task is finished or parked."""
-        async with self.store.guard("ack task"):
-            pipe = self.store.redis.pipeline(transaction=False)
-            pipe.xack(self.key, self.group, msg_id)
-            pipe.xdel(self.key, msg_id)
-            await pipe.execute()
 
 
 class Lease:

@@ -28,10 +28,10 @@ from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.loop import AgentLoop
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
+from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.tasks import (
     Lease,
     StaleOwnerError,
-    TaskQueue,
     TaskRecord,
     TaskStore,
     fields_of,

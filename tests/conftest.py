@@ -25,8 +25,9 @@ import redis
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import RedisSettings, Settings, deep_merge, load_settings
 from agentmesh.identity import Authenticator
+from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
-from agentmesh.store import LocalRedis, Store
+from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
 
 # The port a system Redis listens on; a test server must never be it.

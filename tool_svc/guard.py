@@ -3,7 +3,7 @@
 Values are parsed, not grepped: shell with shlex (so `rm -r -f`, `rm -fr`, `--recursive --force`,
 `sudo`, `bash -c`, `$(...)`, `find -exec` and pipelines are all seen as the commands they run), SQL with
 sqlglot (a `TRUNCATE` inside a string literal is not a statement), Python with ast. What counts as
-destructive is the policy file `policy/danger.yaml`, not code.
+destructive is the policy file `policy/danger.yaml`, not code. The shell lexing is `tool_svc.guard_shell`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import fnmatch
 import posixpath
 import re
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,19 @@ from sqlglot.errors import ParseError, TokenError
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from tool_svc.call import CallState
+from tool_svc.guard_shell import (
+    ASSIGNMENT,
+    command_name,
+    option_flags,
+    positional_args,
+    split_commands,
+    substitutions,
+    tokenize,
+)
 from tool_svc.model import Outcome
 from tool_svc.validation import marked_values
 
 DEFAULT_POLICY = Path(__file__).resolve().parent / "policy" / "danger.yaml"
-
-_SEPARATORS = frozenset(";&|()\n")
-_REDIRECT_CHARS = frozenset("<>")
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass(frozen=True)
@@ -197,103 +202,6 @@ def _matches_any(value: str, patterns: Sequence[str]) -> bool:
     return any(_glob_match(c, p) for c in candidates for p in patterns)
 
 
-# --- shell -------------------------------------------------------------------------------------------
-
-
-def _tokenize(text: str) -> list[str]:
-    for suffix in ("", '"', "'"):
-        lexer = shlex.shlex(text + suffix, posix=True, punctuation_chars=";&|()<>\n")
-        lexer.whitespace = " \t\r"
-        lexer.whitespace_split = True
-        lexer.commenters = ""
-        try:
-            return list(lexer)
-        except ValueError:
-            continue
-    # Still unbalanced (e.g. mixed quotes): plain words are the best view left, and still see `rm -rf`.
-    return text.replace(";", " ; ").replace("|", " | ").replace("&", " & ").split()
-
-
-def _substitutions(text: str) -> Iterator[str]:
-    """Bodies of `$(...)` and backticks outside single quotes (they run even inside double quotes)."""
-    i, n = 0, len(text)
-    in_single = in_double = False
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and not in_single:
-            i += 2
-            continue
-        if ch == "'" and not in_double:
-            in_single = not in_single
-        elif ch == '"' and not in_single:
-            in_double = not in_double
-        elif not in_single and ch == "$" and i + 1 < n and text[i + 1] == "(":
-            depth, j = 1, i + 2
-            while j < n and depth:
-                depth += {"(": 1, ")": -1}.get(text[j], 0)
-                j += 1
-            yield text[i + 2 : j - 1]
-            i = j
-            continue
-        elif not in_single and ch == "`":
-            end = text.find("`", i + 1)
-            if end == -1:
-                yield text[i + 1 :]
-                return
-            yield text[i + 1 : end]
-            i = end + 1
-            continue
-        i += 1
-
-
-def _split_commands(tokens: list[str]) -> list[tuple[list[str], list[str], str]]:
-    """Simple commands as (argv, redirect targets, the separator that followed)."""
-    commands: list[tuple[list[str], list[str], str]] = []
-    argv: list[str] = []
-    redirects: list[str] = []
-    expect_target = False
-    for token in tokens:
-        if token and set(token) <= _SEPARATORS:
-            commands.append((argv, redirects, token))
-            argv, redirects, expect_target = [], [], False
-        elif token and set(token) <= _SEPARATORS | _REDIRECT_CHARS and set(token) & _REDIRECT_CHARS:
-            expect_target = True
-        elif expect_target:
-            redirects.append(token)
-            expect_target = False
-        else:
-            argv.append(token)
-    commands.append((argv, redirects, ""))
-    return commands
-
-
-def _flags(args: Sequence[str]) -> set[str]:
-    found: set[str] = set()
-    for arg in args:
-        if arg == "--":
-            break
-        if arg.startswith("--"):
-            found.add(arg.split("=", 1)[0])
-        elif arg.startswith("-") and len(arg) > 1:
-            found.update(arg[1:])
-    return found
-
-
-def _positionals(args: Sequence[str]) -> list[str]:
-    out: list[str] = []
-    options_done = False
-    for arg in args:
-        if not options_done and arg == "--":
-            options_done = True
-        elif options_done or not arg.startswith("-") or arg == "-":
-            out.append(arg)
-    return out
-
-
-def _command_name(word: str) -> str:
-    return posixpath.basename(word.strip("\\"))
-
-
 class DangerGuard:
     """Checks values by kind; `check(kind, value, write=...)` returns the first Finding or None."""
 
@@ -332,11 +240,11 @@ class DangerGuard:
         for rule_id, pattern, reason in policy.raw_patterns:
             if pattern.search(squeezed):
                 return Finding(rule_id, reason, _clip(text))
-        for inner in _substitutions(text):
+        for inner in substitutions(text):
             found = self.check_shell(inner, depth + 1)
             if found:
                 return found
-        commands = _split_commands(_tokenize(text))
+        commands = split_commands(tokenize(text))
         for index, (argv, redirects, separator) in enumerate(commands):
             for target in redirects:
                 if _matches_any(target, policy.protected_redirects):
@@ -346,8 +254,8 @@ class DangerGuard:
                 return found
             if policy.pipe_to_shell and separator == "|" and index + 1 < len(commands):
                 nxt = self._unwrap(commands[index + 1][0])
-                reads_stdin = "-c" not in nxt[1:] and not _positionals(nxt[1:])
-                if nxt and _command_name(nxt[0]) in policy.shells and reads_stdin:
+                reads_stdin = "-c" not in nxt[1:] and not positional_args(nxt[1:])
+                if nxt and command_name(nxt[0]) in policy.shells and reads_stdin:
                     return Finding("pipe_to_shell", "pipes data into a shell, which cannot be inspected", _clip(text))
         return None
 
@@ -360,11 +268,11 @@ class DangerGuard:
         """Drops variable assignments and wrapper commands (sudo, env, xargs, timeout, ...)."""
         argv = list(argv)
         for _ in range(16):
-            while argv and _ASSIGNMENT.match(argv[0]):
+            while argv and ASSIGNMENT.match(argv[0]):
                 argv.pop(0)
             if not argv:
                 return argv
-            wrapper = self.policy.wrappers.get(_command_name(argv[0]))
+            wrapper = self.policy.wrappers.get(command_name(argv[0]))
             if wrapper is None:
                 return argv
             rest = argv[1:]
@@ -377,7 +285,7 @@ class DangerGuard:
                 if word.startswith("-") and len(word) > 1:
                     i += 2 if word in wrapper.value_options else 1
                     continue
-                if _ASSIGNMENT.match(word):
+                if ASSIGNMENT.match(word):
                     i += 1
                     continue
                 if skipped_positional < wrapper.positional:
@@ -393,7 +301,7 @@ class DangerGuard:
         argv = self._unwrap(argv)
         if not argv:
             return None
-        name = _command_name(argv[0])
+        name = command_name(argv[0])
         args = argv[1:]
         if name in policy.shells and "-c" in args:
             index = args.index("-c")
@@ -431,8 +339,8 @@ class DangerGuard:
         return None
 
     def _rule_matches(self, rule: ShellRule, args: list[str]) -> bool:
-        flags = _flags(args)
-        positionals = _positionals(args)
+        flags = option_flags(args)
+        positionals = positional_args(args)
         if rule.subcommand and (not positionals or positionals[0] != rule.subcommand):
             return False
         if any(not (group & flags) for group in rule.flags_all):

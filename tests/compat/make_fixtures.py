@@ -45,26 +45,30 @@ from typing import Any
 from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import ContextSettings, DispatcherSettings, RedisSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
+from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore, StoredPayload
-from agentmesh.store import LocalRedis, Store
+from agentmesh.store import Store
 from context_svc.engine import BudgetRequest, ContextEngine
 from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome
 from dispatcher_svc.events import EventLog
 from dispatcher_svc.model import (
+    CallStage,
     EventKind,
     ExecStats,
     ModelReply,
     PayloadRef,
     PendingApproval,
+    Phase,
     TaskEvent,
     TaskStatus,
     ToolOutcome,
     ToolOutput,
 )
+from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.tasks import CallState as CursorCall
-from dispatcher_svc.tasks import Cursor, TaskQueue, TaskRecord, TaskStore, fields_of
+from dispatcher_svc.tasks import Cursor, TaskRecord, TaskStore, fields_of
 from tool_svc.approvals import ApprovalBook, RequireApproval
 from tool_svc.call import CallState
 from tool_svc.idempotency import Idempotency
@@ -528,7 +532,7 @@ async def write_task_done(d: Dispatcher, tools: Tools, engine: ContextEngine) ->
     ]
     for role, text in turns:
         await engine.append_message(caller, SESSION, Message(role=role, content=text))
-    cursor = Cursor(phase="thinking", step=1, ctx_count=len(turns))
+    cursor = Cursor(phase=Phase.THINKING, step=1, ctx_count=len(turns))
     await d.tasks.commit(
         task_id,
         fence=fence,
@@ -544,8 +548,8 @@ async def write_task_done(d: Dispatcher, tools: Tools, engine: ContextEngine) ->
         model="compat-model-1",
         finish_reason="tool_calls",
     )
-    cursor.reply, cursor.reply_appended, cursor.phase = reply, False, "acting"
-    cursor.calls = [CursorCall(call, state="running")]
+    cursor.reply, cursor.reply_appended, cursor.phase = reply, False, Phase.ACTING
+    cursor.calls = [CursorCall(call, state=CallStage.RUNNING)]
     cursor.signatures = {call.signature(): 1}
     usage = reply.usage
     await d.tasks.commit(
@@ -614,7 +618,7 @@ async def write_task_done(d: Dispatcher, tools: Tools, engine: ContextEngine) ->
             structured=True,
         ),
     )
-    cursor.calls[0].state, cursor.calls[0].outcome, cursor.ctx_count = "appended", outcome, index + 1
+    cursor.calls[0].state, cursor.calls[0].outcome, cursor.ctx_count = CallStage.APPENDED, outcome, index + 1
     result_event = event(
         task_id,
         EventKind.TOOL_RESULT,
@@ -627,7 +631,7 @@ async def write_task_done(d: Dispatcher, tools: Tools, engine: ContextEngine) ->
     )
     cursor.pinned = ["read_payload"]
     cursor.raw_tokens = 1730
-    cursor.step, cursor.phase, cursor.reply, cursor.calls = 2, "thinking", None, []
+    cursor.step, cursor.phase, cursor.reply, cursor.calls = 2, Phase.THINKING, None, []
     await d.tasks.commit(
         task_id,
         fence=fence,
@@ -686,7 +690,7 @@ async def write_task_parked(d: Dispatcher, tools: Tools) -> None:
     msg_id = await d.create(task_id, goal, T0 + 1000, take=True)
     assert msg_id is not None
     fence = (await d.acquire(task_id, T0 + 1100)).fence
-    cursor = Cursor(phase="thinking", step=1)
+    cursor = Cursor(phase=Phase.THINKING, step=1)
     await d.tasks.commit(
         task_id,
         fence=fence,
@@ -697,8 +701,8 @@ async def write_task_parked(d: Dispatcher, tools: Tools) -> None:
         id="call_refund_1", name="refunds_issue", arguments_json='{"order_id": "ORD-1042", "amount_cents": 4599}'
     )
     reply = ModelReply(tool_calls=(call,), usage=Usage(640, 37), model="compat-model-1", finish_reason="tool_calls")
-    cursor.reply, cursor.reply_appended, cursor.phase = reply, True, "acting"
-    cursor.calls = [CursorCall(call, state="running")]
+    cursor.reply, cursor.reply_appended, cursor.phase = reply, True, Phase.ACTING
+    cursor.calls = [CursorCall(call, state=CallStage.RUNNING)]
     cursor.signatures = {call.signature(): 1}
     cursor.ctx_count = 2
     await d.tasks.commit(
@@ -731,7 +735,7 @@ async def write_task_parked(d: Dispatcher, tools: Tools) -> None:
     result = await tools.execute(state, None, step=1, index=0)
     assert isinstance(result.outcome, Pending)
     pending = pending_of(call, result.outcome)
-    cursor.calls[0].state = "waiting"
+    cursor.calls[0].state = CallStage.WAITING
     # Indexed before it is parked, as the loop does.
     await d.tasks.index_approval(task_id, pending.approval_id, pending.expire_time_ms)
     await d.tasks.commit(
@@ -770,11 +774,11 @@ async def write_task_failed(d: Dispatcher, tools: Tools) -> None:
     msg_id = await d.create(task_id, goal, T0 + 2000, take=True)
     assert msg_id is not None
     fence = (await d.acquire(task_id, T0 + 2100)).fence
-    cursor = Cursor(phase="thinking", step=1)
+    cursor = Cursor(phase=Phase.THINKING, step=1)
     call = ToolCall(id="call_lookup_9", name="orders_lookup", arguments_json='{"order_id": "ORD-9999"}')
     reply = ModelReply(tool_calls=(call,), usage=Usage(598, 22), model="compat-model-1", finish_reason="tool_calls")
-    cursor.reply, cursor.reply_appended, cursor.phase = reply, True, "acting"
-    cursor.calls = [CursorCall(call, state="running")]
+    cursor.reply, cursor.reply_appended, cursor.phase = reply, True, Phase.ACTING
+    cursor.calls = [CursorCall(call, state=CallStage.RUNNING)]
     cursor.signatures = {call.signature(): 1}
     await d.tasks.commit(
         task_id,
@@ -821,7 +825,7 @@ async def write_task_failed(d: Dispatcher, tools: Tools) -> None:
     state = tool_call_state(ORDERS_LOOKUP, call, task_id=task_id, key=idempotency_key(task_id, 1, 0, call), goal=goal)
     result = await tools.execute(state, tool_error, step=1, index=0)
     outcome = dispatcher_outcome(call, result)
-    cursor.calls[0].state, cursor.calls[0].outcome = "done", outcome
+    cursor.calls[0].state, cursor.calls[0].outcome = CallStage.DONE, outcome
     cursor.calls[0].note = "the order does not exist; try orders_search"
     cursor.failed = {call.signature(): ErrorCode.UPSTREAM_NOT_FOUND.name}
     error = AgentmeshError(

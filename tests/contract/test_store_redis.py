@@ -14,16 +14,11 @@ import pytest
 import redis
 import redis.exceptions as rexc
 
-from agentmesh import store as store_mod
+from agentmesh import localredis as localredis_mod
 from agentmesh.config import RedisSettings
 from agentmesh.errors import ErrorCode, UnavailableError
-from agentmesh.store import (
-    LocalRedis,
-    LocalRedisError,
-    Store,
-    StoreMisconfiguredError,
-    find_redis_server,
-)
+from agentmesh.localredis import LocalRedis, LocalRedisError, find_redis_server
+from agentmesh.store import Store, StoreMisconfiguredError
 
 # Failure tests use short timeouts so they run fast; the bound asserted is generous on purpose:
 # these are no-hang checks, not speed tests.
@@ -298,8 +293,8 @@ def test_launcher_retries_when_the_chosen_port_is_taken(
     redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The port picked by binding port 0 can be grabbed by someone else before redis binds it.
-    ports = iter([redis_server.port, store_mod._free_port()])
-    monkeypatch.setattr(store_mod, "_free_port", lambda: next(ports))
+    ports = iter([redis_server.port, localredis_mod._free_port()])
+    monkeypatch.setattr(localredis_mod, "_free_port", lambda: next(ports))
     with LocalRedis() as server:
         assert server.port != redis_server.port
         assert server.running()

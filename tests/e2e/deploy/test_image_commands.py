@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh.cli.probe import probe
-from agentmesh.store import LocalRedis
+from agentmesh.localredis import LocalRedis
 from tests.e2e.deploy.stack import Image, start_stack
 from tests.unit.deploy.manifests import (
     SERVICES,

@@ -23,7 +23,7 @@ import pytest
 
 from agentmesh.config import load_settings
 from agentmesh.identity import Authenticator
-from agentmesh.store import LocalRedis
+from agentmesh.localredis import LocalRedis
 from tests.e2e.conftest import AUTH_KEY
 from tests.e2e.deploy.conftest import SHELL
 from tests.e2e.deploy.stack import Image, Stack, start_stack

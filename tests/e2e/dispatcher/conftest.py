@@ -25,8 +25,8 @@ from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import AuthSettings
 from agentmesh.identity import Authenticator
+from agentmesh.localredis import LocalRedis
 from agentmesh.semconv import ATTR_REQUEST_ID
-from agentmesh.store import LocalRedis
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn
 
 SERVICE_ORDER = ("context", "tool", "provider", "dispatcher")

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from agentmesh.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError, UnavailableError
+from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import (
     OFFLOAD_THRESHOLD_BYTES,
     PayloadStore,
@@ -17,7 +18,7 @@ from agentmesh.payloads import (
     structured_digest,
     text_digest,
 )
-from agentmesh.store import LocalRedis, Store
+from agentmesh.store import Store
 from tests.unit.context.ops_session import big_json_rows, big_log
 
 # -- structured digests -------------------------------------------------------------------------

@@ -10,10 +10,12 @@ from agentmesh.errors import ERROR_CLASS, AgentmeshError, ErrorClass, ErrorCode,
 from dispatcher_svc import guards, policy
 from dispatcher_svc.agents import AgentRegistry
 from dispatcher_svc.model import (
+    CallStage,
     EventKind,
     ExecStats,
     PayloadRef,
     PendingApproval,
+    Phase,
     TaskEvent,
     TaskStatus,
     ToolOutcome,
@@ -150,7 +152,9 @@ def test_event_and_checkpoint_codecs_round_trip() -> None:
             assert back.tool_result.error is not None
             assert vars(back.tool_result.error) == vars(outcome.error)
         assert (back.tool_call, back.usage, back.attributes, back.step) == (CALL, Usage(1, 2), {"a": "b"}, 2)
-    cursor = Cursor(phase="acting", step=3, ctx_count=5, calls=[CallState(CALL, "done", outcomes[2], note="n")])
+    cursor = Cursor(
+        phase=Phase.ACTING, step=3, ctx_count=5, calls=[CallState(CALL, CallStage.DONE, outcomes[2], note="n")]
+    )
     cursor.signatures[CALL.signature()] = 2
     again = Cursor.from_json(cursor.to_json())
     assert again.to_json() == cursor.to_json()

@@ -13,8 +13,9 @@ import pytest
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
+from dispatcher_svc.queue import ENQUEUE_LUA
 from dispatcher_svc.service import StartRequest
-from dispatcher_svc.tasks import ENQUEUE_LUA, StaleOwnerError, TaskRecord, fields_of
+from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, fields_of
 from tests.unit.dispatcher.conftest import MakeRig
 from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
 

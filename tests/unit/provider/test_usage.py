@@ -8,7 +8,8 @@ import pytest
 
 from agentmesh.config import RedisSettings
 from agentmesh.errors import AgentmeshError, InvalidRequestError
-from agentmesh.store import LocalRedis, Store
+from agentmesh.localredis import LocalRedis
+from agentmesh.store import Store
 from provider_svc.models.base import Usage
 from provider_svc.usage import Prices, UsageLedger, cost_usd, day_of
 

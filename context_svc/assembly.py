@@ -1,0 +1,451 @@
+"""Assembly: the budgeted context view BuildContext returns.
+
+`Assembler` splits a budget into blocks and fills them: the system block (prompt, goal, sub-goals,
+known facts), the summary block (the persisted rolling summary extended with the older turns not
+compacted yet, cut to its share, with a footer naming the payload that holds the rest), and the
+recent turns and tool observations of the window, clipped when the newest group alone is over
+budget; then the view with its blocks and, on request, a debug rendering. When the turns outside
+the window are over the trigger it has the `Compactor` fold them into the summary first.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+from agentmesh.config import ContextSettings
+from agentmesh.payloads import MEDIA_TEXT, PayloadStore, StoredPayload
+from context_svc.budget import BlockBudgets, group_entries, select_window
+from context_svc.compaction import Compactor
+from context_svc.entities import MAX_ENTITIES_SHOWN
+from context_svc.lru import LRU
+from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
+from context_svc.sessions import Loaded, SessionStore
+from context_svc.tokens import TokenCounter, counter_for
+
+__all__ = ["Assembler", "SummaryView"]
+
+_INTENT_VIEW_CHARS = 400
+_OPEN_VIEW_CHARS = 200
+_MIN_SUMMARY_TOKENS = 48
+_OPEN_VIEW_ITEMS = 5
+
+
+@dataclass(frozen=True)
+class SummaryView:
+    """The summary block as rendered for one view."""
+
+    text: str
+    tokens: int
+    covered: int
+    """Messages the summary covers (0 .. covered-1)."""
+    omitted: int
+    """Lines of the summary left out of this view (the footer names the payload holding them)."""
+    needs_compaction: bool = False
+    """Lines of turns not compacted yet were cut: they are in no payload, so compact first."""
+
+
+def _now() -> float:
+    return time.time()
+
+
+class Assembler:
+    """Builds the budgeted context view of a loaded session (see the module docstring)."""
+
+    def __init__(
+        self, settings: ContextSettings, sessions: SessionStore, payloads: PayloadStore, compaction: Compactor
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.payloads = payloads
+        self.compaction = compaction
+        self._summary_views: LRU[tuple[object, ...], tuple[SummaryView, float]] = LRU(1024)
+        self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(1024)
+        self._tokens: LRU[tuple[str, str], int] = LRU(8192)
+
+    def _count(self, counter: TokenCounter, text: str) -> int:
+        key = (counter.name, text)
+        cached = self._tokens.get(key)
+        if cached is None:
+            cached = self._tokens.put(key, counter.count(text))
+        return cached
+
+    def _message_tokens(self, counter: TokenCounter, role: Role, text: str) -> int:
+        return counter.message(role.value, "") + self._count(counter, text)
+
+    async def build(self, loaded: Loaded, total: int, *, debug: bool = False) -> ContextView:
+        """The context of `loaded` that fits `total` tokens (the caller checked access and the budget)."""
+        session = loaded.session
+        counter = counter_for(session.budget.encoding)
+        plan = BlockBudgets.of(total, session.budget)
+        system_text, system_tokens = self.system_block(session, loaded.entities, plan.system, counter)
+
+        base = session.summarized_upto + 1
+        groups = group_entries(loaded.entries, base)
+        recent_budget = plan.recent
+        available = total - system_tokens - plan.reply
+        window = select_window(groups, recent_budget=recent_budget, available=available,
+                               keep=session.budget.keep_recent_messages)  # fmt: skip
+        if session.summarized_upto >= 0 or window.first > 0:
+            # Older turns exist: the summary block gets its share before the recent window.
+            available -= plan.summary
+            window = select_window(groups, recent_budget=recent_budget, available=available,
+                                   keep=session.budget.keep_recent_messages)  # fmt: skip
+        first_kept = groups[window.first].start if window.first < len(groups) else session.message_count
+        hole_tokens = sum(g.tokens for g in groups[: window.first])
+
+        compacted = False
+        version = loaded.summary_version
+        upto = session.summarized_upto
+        if hole_tokens > session.budget.summary_trigger_tokens:
+            result = await self.compaction.compact(session, version, upto, first_kept - 1)
+            if result is not None:
+                version, _ = result
+                upto = first_kept - 1
+                compacted = True
+
+        summary_view: SummaryView | None = None
+        if first_kept > 0:
+            summary_view = await self._summary_view(
+                session, version, upto, first_kept - 1, plan.summary, counter, loaded.tail
+            )
+            if summary_view is not None and summary_view.needs_compaction and not compacted:
+                result = await self.compaction.compact(session, version, upto, first_kept - 1)
+                if result is not None:
+                    version, upto, compacted = result[0], first_kept - 1, True
+                    summary_view = await self._summary_view(
+                        session, version, upto, first_kept - 1, plan.summary, counter, loaded.tail
+                    )
+
+        kept = await self._window_messages(loaded, first_kept)
+        if window.clipped:
+            kept = self._clip_group(kept, counter, recent_budget, available)
+        return self._assemble(
+            session, plan, counter, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug
+        )
+
+    def system_block(
+        self, session: Session, entities: dict[str, tuple[str, int]], budget: int, counter: TokenCounter
+    ) -> tuple[str, int]:
+        """The system message: prompt, goal, sub-goals, known facts; facts and then the prompt are
+        cut to fit `budget`."""
+        goal = [f"Goal: {session.goal}"]
+        if session.sub_goals:
+            goal += ["Sub-goals:", *(f"- {g}" for g in session.sub_goals)]
+        facts = sorted(entities.items(), key=lambda item: -item[1][1])[:MAX_ENTITIES_SHOWN]
+        prompt = session.system_prompt
+
+        def render(prompt_text: str, shown: int) -> str:
+            parts = [prompt_text] if prompt_text else []
+            parts.append("\n".join(goal))
+            if shown:
+                parts.append("Known facts (latest values): " + "; ".join(f"{k}={v}" for k, (v, _) in facts[:shown]))
+            return "\n\n".join(parts)
+
+        shown = len(facts)
+        text = render(prompt, shown)
+        tokens = self._message_tokens(counter, Role.SYSTEM, text)
+        while tokens > budget and shown:
+            shown = shown // 2 if shown > 4 else shown - 1
+            text = render(prompt, shown)
+            tokens = self._message_tokens(counter, Role.SYSTEM, text)
+        if tokens > budget:
+            # The system prompt itself is too long for its share: keep its start, say it was cut.
+            goal_tokens = self._message_tokens(counter, Role.SYSTEM, render("", 0))
+            note = "\n[system prompt cut to fit the context budget]"
+            room = max(0, budget - goal_tokens - counter.count(note) - 4)
+            text = render(counter.clip(prompt, room) + note, 0)
+            tokens = self._message_tokens(counter, Role.SYSTEM, text)
+            if tokens > budget:
+                text = counter.clip(text, max(0, budget - counter.message(Role.SYSTEM.value, "")))
+                tokens = self._message_tokens(counter, Role.SYSTEM, text)
+        return text, tokens
+
+    async def _window_messages(self, loaded: Loaded, first_kept: int) -> list[Message]:
+        """Messages first_kept.. of the log (the load read the last ones; older ones are read now)."""
+        n = loaded.session.message_count
+        held = [loaded.tail.get(index) for index in range(first_kept, n)]
+        missing = [first_kept + i for i, m in enumerate(held) if m is None]
+        if missing:
+            for message in await self.sessions.messages(loaded.session.session_id, missing[0], missing[-1]):
+                held[message.index - first_kept] = message
+        return [m for m in held if m is not None]
+
+    def _clip_group(self, kept: list[Message], counter: TokenCounter, recent: int, available: int) -> list[Message]:
+        """The newest group alone is over budget: clip each message's content proportionally."""
+        conversation = sum(m.token_count for m in kept if m.role is not Role.TOOL)
+        total = sum(m.token_count for m in kept)
+        scale = min(available / total if total else 1.0, recent / conversation if conversation else 1.0, 1.0)
+        clipped = []
+        for m in kept:
+            note = f"\n[clipped to fit the context budget; message {m.index} has {m.token_count} tokens]"
+            room = max(0, math.floor(m.token_count * scale) - (m.token_count - counter.count(m.content)) - 24)
+            content = counter.clip(m.content, room) + note
+            extra = [c.name for c in m.tool_calls] + [c.arguments_json for c in m.tool_calls]
+            tokens = counter.message(m.role.value, content, extra + ([m.name] if m.name else []))
+            clipped.append(replace(m, content=content, token_count=tokens))
+        return clipped
+
+    async def _summary_view(
+        self,
+        session: Session,
+        version: int,
+        upto: int,
+        last: int,
+        budget: int,
+        counter: TokenCounter,
+        held: dict[int, Message],
+    ) -> SummaryView | None:
+        """The summary block: the persisted summary (up to `upto`) extended with the turns
+        upto+1..last not compacted yet, cut to `budget`; what is cut is one read_payload away."""
+        key = (session.session_id, session.epoch, version, upto, last, budget)
+        cached = self._summary_views.get(key)
+        # Re-rendered when half the payload TTL has passed: that refreshes the payload it points to.
+        if cached is not None and _now() - cached[1] < self.settings.payload_ttl_s / 2:
+            return cached[0]
+        # The persisted summary is read once per version, and the turns after it usually are among
+        # the messages the load just returned: then this needs no Redis read at all.
+        persisted = self.compaction.persisted.get((session.session_id, session.epoch, version)) if upto >= 0 else None
+        stored_version = version
+        hole_or_none = [held.get(index) for index in range(upto + 1, last + 1)]
+        if (upto >= 0 and persisted is None) or any(m is None for m in hole_or_none):
+            persisted, stored_version, hole = await self.sessions.summary_and_messages(
+                session.session_id, upto + 1, last
+            )
+            if persisted is not None:
+                self.compaction.persisted.put((session.session_id, session.epoch, stored_version), persisted)
+        else:
+            hole = [m for m in hole_or_none if m is not None]
+        covered_upto = persisted.last_index if persisted is not None else -1
+        hole = [m for m in hole if m.index > covered_upto]
+        summary = persisted
+        if hole:
+            seen = self.compaction.known(session, stored_version, persisted) if persisted is not None else None
+            summary = self.compaction.extractive.summarize(
+                persisted, [self.compaction.notes(session, m) for m in hole], seen=seen
+            )
+        if summary is None:
+            return None
+        view = await self._render_summary(session, summary, persisted, stored_version, budget, counter)
+        if view is not None and not view.needs_compaction:
+            self._summary_views.put(key, (view, _now()))
+        return view
+
+    async def _persisted_ref(self, session: Session, version: int, persisted: Summary) -> StoredPayload:
+        """The persisted summary's full text as a payload: written once per version (and again when
+        half its TTL has passed), so a view that cuts it can point to it."""
+        key = (session.session_id, session.epoch, version)
+        cached = self._persisted_refs.get(key)
+        if cached is not None and cached.expire_at - _now() > self.settings.payload_ttl_s / 2:
+            return cached
+        ref = await self.payloads.put(session.session_id, persisted.render().encode("utf-8"), MEDIA_TEXT)
+        return self._persisted_refs.put(key, ref)
+
+    async def _render_summary(
+        self,
+        session: Session,
+        summary: Summary,
+        persisted: Summary | None,
+        version: int,
+        budget: int,
+        counter: TokenCounter,
+    ) -> SummaryView | None:
+        overhead = counter.message(Role.SYSTEM.value, "")
+        if budget < _MIN_SUMMARY_TOKENS:
+            return None
+        head = [
+            f"Summary of earlier messages {summary.first_index}-{summary.last_index} ({summary.summarizer})",
+            f"User intent: {_clip(summary.user_intent, _INTENT_VIEW_CHARS) or '-'}",
+        ]
+        open_questions = summary.open_questions
+        if open_questions:
+            # The newest few: a long list of old unanswered questions must not crowd out the facts.
+            head.append("Open questions (newest last):")
+            head += [f"- {_clip(q, _OPEN_VIEW_CHARS)}" for q in open_questions[-_OPEN_VIEW_ITEMS:]]
+        open_omitted = max(0, len(open_questions) - _OPEN_VIEW_ITEMS)
+        key_data, actions_taken = summary.key_data, summary.actions_taken
+
+        def assemble(keys: int, actions: int, footer: str) -> str:
+            parts = list(head)
+            if keys:
+                parts.append("Key data (oldest first):")
+                parts += [f"- {line}" for line in key_data[len(key_data) - keys :]]
+            if actions:
+                parts.append("Actions taken:")
+                parts += [f"- {line}" for line in actions_taken[len(actions_taken) - actions :]]
+            if footer:
+                parts.append(footer)
+            return "\n".join(parts)
+
+        def cost(line: str) -> int:
+            return self._count(counter, line) + 3  # "- ", the newline
+
+        def fill(room: float, lines: tuple[str, ...], taken: int, spent: int) -> tuple[int, int]:
+            # Newest first; costs are computed only for the lines looked at (a long session's summary
+            # has thousands of lines and only the newest fit).
+            while taken < len(lines):
+                line_cost = cost(lines[len(lines) - 1 - taken])
+                if spent + line_cost > room:
+                    break
+                spent += line_cost
+                taken += 1
+            return taken, spent
+
+        fixed = overhead + self._count(counter, assemble(0, 0, "")) + 16  # section titles
+        keys, spent = fill(budget - fixed, key_data, 0, 0)
+        actions, spent = fill(budget - fixed, actions_taken, 0, spent)
+        if not open_omitted and keys == len(key_data) and actions == len(actions_taken):
+            text = assemble(keys, actions, "")
+            tokens = overhead + self._count(counter, text)
+            if tokens <= budget:
+                return SummaryView(text, tokens, summary.last_index + 1, 0)
+
+        # Too long: the newest key data and actions, and a footer naming the full summary's ref.
+        ref = await self._persisted_ref(session, version, persisted) if persisted is not None else None
+
+        def footer(keys: int, actions: int) -> str:
+            where = "they are compacted next"
+            if persisted is not None and ref is not None:
+                span = f"{persisted.first_index}-{persisted.last_index}"
+                where = f'the summary of messages {span} is read_payload(ref_id="{ref.ref_id}")'
+
+            return (
+                f"[not shown here: {len(key_data) - keys} older key-data lines, {len(actions_taken) - actions} older "
+                f"actions, {open_omitted} older open questions; {where}]"
+            )
+
+        room = budget - overhead - self._count(counter, assemble(0, 0, footer(0, 0))) - 16
+        # Key data gets up to 3/4 of the room (the facts), actions the rest, then key data again.
+        keys, spent = fill(room * 0.75, key_data, 0, 0)
+        actions, spent = fill(room, actions_taken, 0, spent)
+        keys, spent = fill(room, key_data, keys, spent)
+        text = assemble(keys, actions, footer(keys, actions))
+        tokens = overhead + self._count(counter, text)
+        # Joined text can count a little differently from its lines: trim until it truly fits.
+        while tokens > budget and (keys or actions):
+            if actions >= keys and actions:
+                actions -= 1
+            else:
+                keys -= 1
+            text = assemble(keys, actions, footer(keys, actions))
+            tokens = overhead + self._count(counter, text)
+        if tokens > budget:
+            text = counter.clip(text, budget - overhead)
+            tokens = overhead + self._count(counter, text)
+        # Lines of turns not compacted yet are in no payload: if any is cut, compact now.
+        persisted_keys = len(persisted.key_data) if persisted is not None else 0
+        persisted_actions = len(persisted.actions_taken) if persisted is not None else 0
+        needs_compaction = len(key_data) - keys > persisted_keys or len(actions_taken) - actions > persisted_actions
+        omitted = len(key_data) - keys + len(actions_taken) - actions + open_omitted
+        return SummaryView(text, tokens, summary.last_index + 1, omitted, needs_compaction)
+
+    def _assemble(
+        self,
+        session: Session,
+        plan: BlockBudgets,
+        counter: TokenCounter,
+        system_text: str,
+        system_tokens: int,
+        summary_view: SummaryView | None,
+        kept: list[Message],
+        first_kept: int,
+        compacted: bool,
+        debug: bool,
+    ) -> ContextView:
+        now = _now()
+        messages = [Message(Role.SYSTEM, system_text, token_count=system_tokens, create_time=now)]
+        summary_tokens = 0
+        if summary_view is not None:
+            summary_tokens = summary_view.tokens
+            messages.append(Message(Role.SYSTEM, summary_view.text, token_count=summary_tokens, create_time=now))
+        messages += kept
+        recent = [m for m in kept if m.role is not Role.TOOL]
+        observations = [m for m in kept if m.role is Role.TOOL]
+        recent_tokens = sum(m.token_count for m in recent)
+        observation_tokens = sum(m.token_count for m in observations)
+        observation_budget = plan.total - system_tokens - summary_tokens - recent_tokens - plan.reply
+        blocks = [
+            Block(BlockKind.SYSTEM, system_tokens, plan.system, 1, system_text if debug else ""),
+            Block(
+                BlockKind.SUMMARY,
+                summary_tokens,
+                plan.summary,
+                1 if summary_view else 0,
+                summary_view.text if debug and summary_view else "",
+            ),
+            Block(
+                BlockKind.RECENT,
+                recent_tokens,
+                plan.recent,
+                len(recent),
+                "\n\n".join(_render(m) for m in recent) if debug else "",
+            ),
+            Block(
+                BlockKind.OBSERVATIONS,
+                observation_tokens,
+                observation_budget,
+                len(observations),
+                "\n\n".join(_render(m) for m in observations) if debug else "",
+            ),
+        ]
+        summarized = first_kept if summary_view is not None else 0
+        view = ContextView(
+            messages=tuple(messages),
+            blocks=tuple(blocks),
+            total_tokens=sum(m.token_count for m in messages),
+            budget_tokens=plan.total,
+            summarized_messages=summarized,
+            dropped_messages=first_kept - summarized,
+            compacted=compacted,
+        )
+        if debug:
+            view = replace(view, debug_text=_debug_text(view, plan, summary_view))
+        return view
+
+
+# -- rendering helpers -------------------------------------------------------------------------
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _render(m: Message) -> str:
+    label = m.role.value
+    if m.role is Role.TOOL:
+        label = f"tool {m.name} {m.tool_call_id}"
+    head = f"[{label} #{m.index}] ({m.token_count} tokens)"
+    body = m.content
+    for call in m.tool_calls:
+        body += f"\ntool_call {call.id}: {call.name}({call.arguments_json})"
+    return f"{head}\n{body}".rstrip()
+
+
+def _debug_text(view: ContextView, plan: BlockBudgets, summary: SummaryView | None) -> str:
+    blocks = {b.kind: b for b in view.blocks}
+    lines = []
+    system, summary_block = blocks[BlockKind.SYSTEM], blocks[BlockKind.SUMMARY]
+    lines.append(f"### SYSTEM block: {system.tokens}/{system.budget_tokens} tokens")
+    lines.append(f"[system] ({view.messages[0].token_count} tokens)\n{view.messages[0].content}")
+    position = 1
+    if summary is not None:
+        lines.append(
+            f"### SUMMARY block: {summary_block.tokens}/{summary_block.budget_tokens} tokens, "
+            f"covers messages 0-{summary.covered - 1}, {summary.omitted} lines only in the full summary"
+        )
+        lines.append(f"[system] ({summary.tokens} tokens)\n{summary.text}")
+        position = 2
+    recent, observations = blocks[BlockKind.RECENT], blocks[BlockKind.OBSERVATIONS]
+    lines.append(
+        f"### RECENT {recent.tokens}/{recent.budget_tokens} tokens ({recent.message_count} messages) + "
+        f"OBSERVATIONS {observations.tokens}/{observations.budget_tokens} tokens "
+        f"({observations.message_count} messages), in log order"
+    )
+    lines += [_render(m) for m in view.messages[position:]]
+    lines.append(
+        f"### total {view.total_tokens}/{view.budget_tokens} tokens ({plan.reply} held back for the reply); "
+        f"{view.summarized_messages} messages summarised, {view.dropped_messages} dropped"
+        + (", compacted during this build" if view.compacted else "")
+    )
+    return "\n\n".join(lines)

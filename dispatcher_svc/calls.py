@@ -1,0 +1,206 @@
+"""A run's calls to the other services (through `ports.Ports`): deadlines, bounded retries of
+transient faults, exactly-once appends to the session log, tool execution by idempotency key, and
+the tools offered to the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from agentmesh.chat import ToolCall
+from agentmesh.errors import AgentmeshError, ErrorCode
+from dispatcher_svc import guards
+from dispatcher_svc.checkpoints import Checkpoints
+from dispatcher_svc.events import now_ms
+from dispatcher_svc.model import ToolOutcome
+from dispatcher_svc.ports import Appended, CallOptions, ToolInfo
+from dispatcher_svc.tasks import CallState
+
+log = logging.getLogger("dispatcher_svc.loop")
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+READ_PAYLOAD_TOOL = "read_payload"
+"""The built-in tool that reads offloaded payloads; offered once the task has one."""
+
+# Faults of our own services worth a bounded retry: the same call may succeed in a moment.
+_RETRY_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED})
+# Faults after which an append may or may not have landed.
+_UNCERTAIN_CODES = _RETRY_CODES | {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.CANCELLED}
+
+
+class PortFailure(Exception):
+    """A downstream call failed for good (after bounded retries); the task fails with `error`."""
+
+    def __init__(self, what: str, error: AgentmeshError) -> None:
+        super().__init__(f"{what}: {error}")
+        self.what = what
+        self.error = error
+
+
+def idempotency_key(task_id: str, step: int, index: int, call: ToolCall) -> str:
+    """task + step.index + tool_call_id + argument hash: a resumed step replays, a new step runs."""
+    call_id = "".join(ch for ch in call.id if ch.isprintable() and not ch.isspace() and ch not in "{}")[:96]
+    return f"{task_id}:{step}.{index}:{call_id}:{call.arguments_sha256()[:32]}"
+
+
+class DownstreamCalls(Checkpoints):
+    """The calls a run makes to context_svc, tool_svc and provider_svc."""
+
+    async def ready(self) -> CallOptions:
+        """Options for the next downstream call, once the lease is known to be ours."""
+        if self.lease is not None:
+            await self.lease.ensure()
+        return self.opts()
+
+    def opts(self) -> CallOptions:
+        now = time.monotonic()
+        if not self._token or now - self._token_at > self.loop.token_ttl_s / 2:
+            self._token = self.loop.mint_token(self.record, self.agent)
+            self._token_at = now
+        remaining_s = (self.deadline_ms - now_ms()) / 1000
+        if remaining_s <= 0:
+            err = guards.deadline(now_ms=now_ms(), deadline_ms=self.deadline_ms)
+            assert err is not None
+            raise PortFailure("deadline", err)
+        return CallOptions(
+            identity_token=self._token,
+            request_id=self.record.request_id,
+            timeout_s=min(self.settings.call_timeout_s, remaining_s),
+        )
+
+    async def call(self, what: str, fn: Callable[[CallOptions], Awaitable[T]]) -> T:
+        """A downstream call with bounded retries of UNAVAILABLE / OVERLOADED; PortFailure after."""
+        attempts = self.settings.service_retry_attempts
+        delay = self.settings.service_retry_backoff_s
+        for attempt in range(1, attempts + 1):
+            opts = await self.ready()
+            try:
+                return await fn(opts)
+            except AgentmeshError as err:
+                if err.code in _RETRY_CODES and attempt < attempts:
+                    log.info("%s: %s (attempt %d of %d); retrying", what, err.code.name, attempt, attempts)
+                    await asyncio.sleep(err.retry_after if err.retry_after else delay)
+                    delay *= 2
+                    continue
+                raise PortFailure(what, err) from err
+        raise AssertionError("unreachable")
+
+    async def append_once(self, what: str, fn: Callable[[CallOptions], Awaitable[Appended]]) -> int:
+        """Appends to the session log exactly once; returns the tokens it took (0 if found already there).
+
+        Before the first append of a run, and after any failure that leaves it uncertain whether
+        the append landed, the session's message count is compared with the checkpoint's.
+        """
+        attempts = self.settings.service_retry_attempts
+        delay = self.settings.service_retry_backoff_s
+        for attempt in range(1, attempts + 1):
+            if not self._count_verified:
+                info = await self.call(
+                    "GetSession", lambda o: self.ports.context.get_session(self.record.session_id, o)
+                )
+                self._count_verified = True
+                if info.message_count > self.cursor.ctx_count:
+                    log.info("%s: already in the session log (count %d)", what, info.message_count)
+                    self.cursor.ctx_count = info.message_count
+                    return 0
+            opts = await self.ready()
+            try:
+                appended = await fn(opts)
+            except AgentmeshError as err:
+                if err.code in _UNCERTAIN_CODES and attempt < attempts:
+                    self._count_verified = False
+                    await asyncio.sleep(err.retry_after if err.retry_after else delay)
+                    delay *= 2
+                    continue
+                raise PortFailure(what, err) from err
+            self.cursor.ctx_count = appended.index + 1
+            return appended.token_count
+        raise AssertionError("unreachable")
+
+    async def append_result(self, outcome: ToolOutcome) -> int:
+        session_id = self.record.session_id
+        return await self.append_once(
+            f"AppendToolResult({outcome.tool_name})",
+            lambda o: self.ports.context.append_tool_result(session_id, outcome, o),
+        )
+
+    async def fetch_outcome(self, index: int, cs: CallState) -> ToolOutcome:
+        """Executes a call, or takes the outcome an approval delivered."""
+        record, c, call = self.record, self.cursor, cs.call
+        if cs.resolved is not None:
+            outcome = cs.resolved
+            cs.resolved = None
+            return outcome
+        key = idempotency_key(record.task_id, c.step, index, call)
+        outcome = await self.call(
+            f"ExecuteTool({call.name})",
+            lambda o: self.ports.tools.execute(
+                call, session_id=record.session_id, idempotency_key=key, goal=record.goal, opts=o
+            ),
+        )
+        await self.reached("after_tool_call")
+        return outcome
+
+    async def reached(self, point: str) -> None:
+        if self.loop.hook is not None:
+            await self.loop.hook(point, self.record)
+
+    def tools_known(self) -> bool:
+        """Whether `offer_tools` can answer without asking tool_svc."""
+        if self._discovered is None:
+            return False
+        names = {t.name for t in self._discovered}
+        return self._all_tools is not None or all(name in names for name in self.cursor.pinned)
+
+    async def offer_tools(self) -> list[ToolInfo]:
+        """Top-k tools for the goal (asked once per run: the goal does not change), narrowed to the
+        agent's list, plus the pinned ones (fallbacks, read_payload)."""
+        record, agent = self.record, self.agent
+        if self._discovered is None:
+            found = await self.call(
+                "DiscoverTools", lambda o: self.ports.tools.discover(record.goal, agent.discover_k, o)
+            )
+            for info in found:
+                self._tools_seen[info.name] = info
+            self._discovered = [info for info in found if agent.allows_tool(info.name, info.group)]
+        offered = list(self._discovered)
+        names = {t.name for t in offered}
+        missing = [name for name in self.cursor.pinned if name not in names]
+        if missing:
+            if self._all_tools is None:
+                self._all_tools = await self.call("ListTools", self.ports.tools.list_tools)
+                for info in self._all_tools:
+                    self._tools_seen.setdefault(info.name, info)
+            for info in self._all_tools:
+                allowed = info.name == READ_PAYLOAD_TOOL or agent.allows_tool(info.name, info.group)
+                if info.name in missing and allowed:
+                    offered.append(info)
+        return offered
+
+    def fallback_for(self, tool: str, named: str) -> str:
+        if named:
+            return named
+        info = self._tools_seen.get(tool)
+        return info.fallback_tool if info is not None else ""
+
+
+async def alongside(first: Awaitable[T], second: Awaitable[U]) -> tuple[T, U]:
+    """Both results of two independent calls made at once. If the first fails, the second is
+    cancelled and waited for, so no call outlives the step that made it; its own outcome is then
+    moot (the first failure is what the run acts on)."""
+    other = asyncio.ensure_future(second)
+    try:
+        result = await first
+    except BaseException:
+        other.cancel()
+        await asyncio.wait((other,))
+        if not other.cancelled():
+            other.exception()  # observed: never "exception was never retrieved"
+        raise
+    return result, await other

@@ -1,0 +1,94 @@
+"""A run's checkpoints: every write of its cursor and events is one fenced commit (tasks.py).
+
+A stale owner's commit is refused (StaleOwnerError), so a task taken over never gets a write from
+its previous owner. A step's first checkpoint may be in flight while read-only calls run
+(`checkpoint_behind`); everything with an effect waits for it (`settle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from dispatcher_svc.events import now_ms
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
+from dispatcher_svc.run_state import RunState
+from dispatcher_svc.tasks import fields_of
+
+
+class Checkpoints(RunState):
+    """Events and fenced commits of a run."""
+
+    def event(self, kind: EventKind, message: str = "", **fields: object) -> TaskEvent:
+        status = fields.pop("status", self.status)
+        assert isinstance(status, TaskStatus)
+        return TaskEvent(
+            task_id=self.record.task_id,
+            sequence=0,
+            kind=kind,
+            time_ms=now_ms(),
+            status=status,
+            step=self.cursor.step,
+            message=message,
+            **fields,  # type: ignore[arg-type]
+        )
+
+    async def commit(
+        self,
+        events: Sequence[TaskEvent] = (),
+        *,
+        status: TaskStatus | None = None,
+        **fields: object,
+    ) -> None:
+        await self.settle()
+        await self._write(*self._checkpoint(events, status, fields))
+
+    def checkpoint_behind(self, events: Sequence[TaskEvent]) -> None:
+        """Starts a checkpoint without waiting for it; `settle()` waits for it.
+
+        Only read-only calls (BuildContext, DiscoverTools) may overlap it: whatever has an effect,
+        or costs money (Generate), comes after `settle()`, so a stale owner is still stopped before
+        it does anything, and a crash meanwhile resumes from the previous checkpoint as before.
+        """
+        assert self._in_flight is None, "one checkpoint in flight at a time"
+        # Serialised now: the cursor changes while the write is on its way.
+        self._in_flight = asyncio.ensure_future(self._write(*self._checkpoint(events, None, {})))
+
+    async def settle(self) -> None:
+        """Waits for the checkpoint in flight, if any, raising what it raised (StaleOwnerError)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            await in_flight
+
+    def _abandon_in_flight(self) -> None:
+        """The run ends with a checkpoint still in flight: it completes on its own (a commit is
+        atomic); its outcome no longer matters to this run, but must not go unobserved."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    def _checkpoint(
+        self, events: Sequence[TaskEvent], status: TaskStatus | None, fields: dict[str, object]
+    ) -> tuple[dict[str, str], Sequence[TaskEvent], int]:
+        """The hash fields, events and TTL of a commit of the current state."""
+        if status is not None:
+            self.status = status
+        values = fields_of(
+            status=status,
+            step=self.cursor.step,
+            usage=self.usage,
+            cursor=self.cursor,
+            update_ms=now_ms(),
+            **fields,  # type: ignore[arg-type]
+        )
+        terminal = status is not None and status.terminal
+        parked = status == TaskStatus.WAITING_APPROVAL
+        if terminal or parked:
+            values["lease_until"] = "0"
+        return values, tuple(events), self.settings.task_ttl_s if terminal else 0
+
+    async def _write(self, values: dict[str, str], events: Sequence[TaskEvent], ttl_s: int) -> None:
+        result = await self.loop.tasks.commit(
+            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s
+        )
+        self.record.last_sequence = result.last_sequence

@@ -1,0 +1,126 @@
+"""The `am:tasks` work queue: which replica works on which task (consumer group, claims, renewals).
+
+Ownership (docs/architecture.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
+through one consumer group, so a message has one owner at a time. The owner renews its claim
+(XCLAIM JUSTID, which resets the entry's idle time) while it works; a replica that dies stops
+renewing, and another one takes the entry with XAUTOCLAIM once it has been idle `claim_idle_s`.
+
+The task hashes and event streams the entries point to are `dispatcher_svc.tasks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions as rexc
+
+from agentmesh.store import Store
+
+ENQUEUE_LUA = """
+-- Queues a task; given a group and consumer, also reads the next new entry for that consumer in
+-- the same atomic step, before a blocked reader of another replica is served: the replica that
+-- accepted the task runs it when it has room (and its watchers get the events from memory).
+-- KEYS[1]: the tasks stream. ARGV: task id, group ('' = only queue), consumer.
+-- Returns {entry id} or {entry id, {{id, {field, value, ...}}, ...}}.
+local id = redis.call('XADD', KEYS[1], '*', 'task', ARGV[1])
+if ARGV[2] == '' then return {id} end
+local read = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
+if type(read) ~= 'table' or read.err then return {id} end  -- nothing new, or no group yet
+return {id, read[1][2]}
+"""
+
+TOUCH_LUA = """
+-- Renews this consumer's claim on a queue entry, only if it still holds it.
+-- KEYS[1]: the tasks stream. ARGV: group, consumer, entry id. Returns 1 if renewed.
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
+return 1
+"""
+
+
+def taken_entries(reply: Any) -> list[tuple[str, str]]:
+    """The entries an ENQUEUE_LUA reply read for this replica (entry id, task id)."""
+    if len(reply) < 2 or not reply[1]:
+        return []
+    # A script returns an entry's fields flat; XREADGROUP's reply as redis-py parses it, as a dict.
+    return TaskQueue._entries([(msg_id, dict(zip(flat[::2], flat[1::2], strict=True))) for msg_id, flat in reply[1]])
+
+
+class TaskQueue:
+    """The `am:tasks` stream and its consumer group: who works on which task."""
+
+    def __init__(self, store: Store, group: str, consumer: str) -> None:
+        self.store = store
+        self.group = group
+        self.consumer = consumer
+        self.key = store.keys.tasks_stream()
+        self._touch = store.script("dispatcher_touch", TOUCH_LUA)
+        self.enqueue_script = store.script("dispatcher_enqueue", ENQUEUE_LUA)
+
+    async def ensure_group(self) -> None:
+        """Creates the consumer group (from the stream's start, so nothing queued is missed)."""
+        try:
+            async with self.store.guard("create consumer group"):
+                await self.store.redis.xgroup_create(self.key, self.group, id="0", mkstream=True)
+        except rexc.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def enqueue(self, task_id: str) -> str:
+        async with self.store.guard("enqueue task"):
+            msg_id = await self.store.redis.xadd(self.key, {"task": task_id})
+        return msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id)
+
+    @staticmethod
+    def _entries(raw: Any) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        for msg_id, fields in raw or ():
+            if not fields:
+                continue
+            task = fields.get(b"task")
+            if task:
+                found.append((msg_id.decode(), task.decode()))
+        return found
+
+    async def read(self, count: int, block_ms: int) -> list[tuple[str, str]]:
+        """New entries for this consumer (msg id, task id), waiting up to `block_ms`."""
+        try:
+            async with self.store.guard("read tasks"):
+                reply: Any = await self.store.redis.xreadgroup(
+                    self.group, self.consumer, {self.key: ">"}, count=count, block=block_ms
+                )
+        except rexc.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.ensure_group()
+            return []
+        return [entry for _, entries in reply or () for entry in self._entries(entries)]
+
+    async def autoclaim(self, min_idle_ms: int, count: int) -> list[tuple[str, str]]:
+        """Entries whose owner has not renewed them for `min_idle_ms`, now claimed by this consumer."""
+        claimed: list[tuple[str, str]] = []
+        start = "0-0"
+        for _ in range(16):  # bounded scan per pass
+            async with self.store.guard("claim tasks"):
+                reply_claim: Any = await self.store.redis.xautoclaim(
+                    self.key, self.group, self.consumer, min_idle_ms, start_id=start, count=count
+                )
+            start = reply_claim[0].decode() if isinstance(reply_claim[0], bytes) else str(reply_claim[0])
+            claimed += self._entries(reply_claim[1])
+            if start == "0-0" or len(claimed) >= count:
+                break
+        return claimed
+
+    async def touch(self, msg_id: str) -> bool:
+        """Renews our claim on an entry; False if another consumer holds it now."""
+        async with self.store.guard("renew claim"):
+            return bool(await self._touch(keys=[self.key], args=[self.group, self.consumer, msg_id]))
+
+    async def done(self, msg_id: str) -> None:
+        """Acknowledges and deletes an entry: the task is finished or parked."""
+        async with self.store.guard("ack task"):
+            pipe = self.store.redis.pipeline(transaction=False)
+            pipe.xack(self.key, self.group, msg_id)
+            pipe.xdel(self.key, msg_id)
+            await pipe.execute()

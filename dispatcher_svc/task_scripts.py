@@ -1,0 +1,97 @@
+"""The Lua scripts of the task store (`dispatcher_svc.tasks`): fenced commit, acquire, due approvals.
+
+Each script documents its KEYS, ARGV and reply; `TaskStore` builds the arguments and reads the replies.
+"""
+
+COMMIT_LUA = """
+-- One fenced write to a task. KEYS[1]: task hash, KEYS[2]: its event stream.
+-- ARGV[1] expected fence ('' = create: the task must not exist yet)
+-- ARGV[2] expected status ('' = any)       ARGV[3] '1' = increment the fence (take ownership)
+-- ARGV[4] lease ms (0 = keep)               ARGV[5] event stream MAXLEN (approximate)
+-- ARGV[6] ttl s (0 keep, >0 expire, <0 persist)   ARGV[7] n = field/value pairs that follow
+-- then n field/value pairs, then one JSON string per event to append.
+-- Returns {code, fence, status, last_sequence}; code 1 ok, 0 stale fence, -1 other status,
+-- -2 no such task, -3 already exists.
+local fence = redis.call('HGET', KEYS[1], 'fence')
+local status = redis.call('HGET', KEYS[1], 'status') or '0'
+if ARGV[1] == '' then
+  if fence then return {-3, tonumber(fence), tonumber(status), 0} end
+  fence = '0'
+  redis.call('HSET', KEYS[1], 'fence', '0')
+else
+  if not fence then return {-2, 0, 0, 0} end
+  if fence ~= ARGV[1] then return {0, tonumber(fence), tonumber(status), 0} end
+end
+if ARGV[2] ~= '' and status ~= ARGV[2] then return {-1, tonumber(fence), tonumber(status), 0} end
+if ARGV[3] == '1' then fence = tostring(redis.call('HINCRBY', KEYS[1], 'fence', 1)) end
+local n = tonumber(ARGV[7])
+local i = 8
+if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
+i = i + 2 * n
+local lease = tonumber(ARGV[4])
+if lease > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'lease_until', tostring(now + lease))
+end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0')
+for j = i, #ARGV do
+  seq = seq + 1
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'e', ARGV[j])
+end
+redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  redis.call('EXPIRE', KEYS[1], ttl)
+  redis.call('EXPIRE', KEYS[2], ttl)
+elseif ttl < 0 then
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
+end
+status = redis.call('HGET', KEYS[1], 'status') or '0'
+return {1, tonumber(fence), tonumber(status), seq}
+"""
+
+ACQUIRE_LUA = """
+-- Takes ownership of a task for a consumer, unless it is finished, parked, or held by a live owner.
+-- KEYS[1]: task hash, KEYS[2]: its event stream.
+-- ARGV: consumer, lease ms, event MAXLEN, event JSON if it was PENDING, event JSON if taken over,
+--       update time ms. Returns {1, fence, <hash as a flat list>, status before} when acquired;
+--       {0, status} when there is nothing to run; {-1, status} when a live owner holds it; {-2} when
+--       there is no task.
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {-2} end
+local s = tonumber(status)
+if s >= 3 then return {0, s} end
+local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if s == 2 and owner ~= '' and owner ~= ARGV[1] then
+  local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
+  if lease > now then return {-1, s} end
+end
+local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
+redis.call('HINCRBY', KEYS[1], 'runs', 1)
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', tostring(now + tonumber(ARGV[2])), 'status', '2',
+  'update_ms', ARGV[6])
+local event = ARGV[5]
+if s == 1 then event = ARGV[4] end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0') + 1
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '0-' .. seq, 'e', event)
+redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
+return {1, fence, redis.call('HGETALL', KEYS[1]), s}
+"""
+
+DUE_APPROVALS_LUA = """
+-- Takes the parked tasks whose approval is due (score = expiry, ms, <= Redis time) for one sweeper.
+-- KEYS[1]: the sorted set of waiting approvals. ARGV: hold ms, max count.
+-- Each member taken is re-scored to now + hold, so other replicas skip it meanwhile and it comes due
+-- again if this sweeper dies before settling it.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, member in ipairs(due) do
+  redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), member)
+end
+return due
+"""

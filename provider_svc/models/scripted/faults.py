@@ -1,0 +1,113 @@
+"""Fault injection: seeded faults on the tool calls a policy returns (`FaultConfig`, `inject_faults`).
+
+Malformed JSON, a schema violation, an unknown tool name or a dangerous shell command replace a
+call at the configured rates, drawn from a generator seeded by the prompt, so a run repeats
+exactly. Separate from the policies: any policy (Python, scenario or generic) gets the same faults.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from provider_svc.models.base import ToolDef
+from provider_svc.models.scripted.jsonio import _dump, _repair_json
+from provider_svc.models.scripted.policy import ScriptedRequest, ScriptedToolCall
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FaultConfig(_Strict):
+    """Seeded fault injection on the policy's tool calls; rates are probabilities per call."""
+
+    seed: int = 0
+    malformed_json: float = Field(0.0, ge=0, le=1)
+    schema_violation: float = Field(0.0, ge=0, le=1)
+    unknown_tool: float = Field(0.0, ge=0, le=1)
+    dangerous_command: float = Field(0.0, ge=0, le=1)
+    on_corrections: bool = False
+    """Also inject into a reply that answers an error (False: corrections are always clean)."""
+
+    @property
+    def active(self) -> bool:
+        return any((self.malformed_json, self.schema_violation, self.unknown_tool, self.dangerous_command))
+
+
+_DANGEROUS = "rm -rf / --no-preserve-root"
+
+
+def _shell_field(tool: ToolDef | None) -> str | None:
+    if tool is None:
+        return None
+    props = tool.input_schema.get("properties") or {}
+    for name, sub in props.items():
+        if isinstance(sub, Mapping) and sub.get("x-agentmesh-kind") == "shell":
+            return str(name)
+    return None
+
+
+def _violate(args: dict[str, Any], tool: ToolDef | None) -> dict[str, Any]:
+    """`args` changed so that they break `tool`'s schema in one place."""
+    schema = tool.input_schema if tool is not None else {}
+    props = schema.get("properties") or {}
+    for name, sub in props.items():
+        if not isinstance(sub, Mapping):
+            continue
+        if isinstance(sub.get("pattern"), str) and isinstance(args.get(name), str):
+            return {**args, name: args[name].lower()[:-1] or "x"}
+        if isinstance(sub.get("enum"), list):
+            return {**args, name: "not-a-valid-choice"}
+        if sub.get("type") in ("integer", "number"):
+            return {**args, name: f"{args.get(name, 1)}x"}
+    required = [r for r in schema.get("required", ()) if r in args]
+    if required:
+        return {k: v for k, v in args.items() if k != required[0]}
+    return {**args, "unexpected_field": True}
+
+
+def _apply_fault(kind: str, call: ScriptedToolCall, req: ScriptedRequest) -> ScriptedToolCall:
+    tool = req.tool(call.name)
+    if kind == "malformed_json":
+        return replace(call, arguments_json=call.arguments_json.rstrip("}").rstrip() + ',"')
+    if kind == "schema_violation":
+        args = _repair_json(call.arguments_json) or {}
+        return replace(call, arguments_json=_dump(_violate(args, tool)))
+    if kind == "unknown_tool":
+        return replace(call, name=call.name + "_v2")
+    if kind == "dangerous_command":
+        shell_tool = tool if _shell_field(tool) else next((t for t in req.tools if _shell_field(t)), None)
+        shell = _shell_field(shell_tool)
+        if shell_tool is not None and shell is not None:
+            return ScriptedToolCall(shell_tool.name, _dump({shell: _DANGEROUS}), call.id)
+    return call
+
+
+def inject_faults(
+    calls: Sequence[ScriptedToolCall], req: ScriptedRequest, faults: FaultConfig, rng: random.Random
+) -> tuple[ScriptedToolCall, ...]:
+    """Calls with at most one fault each, drawn from `rng` at the configured rates."""
+    if not faults.active or (req.last_error is not None and not faults.on_corrections):
+        return tuple(calls)
+    out: list[ScriptedToolCall] = []
+    for call in calls:
+        draw = rng.random()
+        edges = [
+            ("malformed_json", faults.malformed_json),
+            ("schema_violation", faults.schema_violation),
+            ("unknown_tool", faults.unknown_tool),
+            ("dangerous_command", faults.dangerous_command),
+        ]
+        kind, total = "", 0.0
+        for name, rate in edges:
+            total += rate
+            if draw < total:
+                kind = name
+                break
+        out.append(_apply_fault(kind, call, req))
+    return tuple(out)
