@@ -255,12 +255,9 @@ def _shrunk(err: AgentmeshError, *, keep_details: bool) -> AgentmeshError:
     metadata["details_truncated"] = "true"
     if len(kept) < len(err.violations):
         metadata["violations_omitted"] = str(len(err.violations) - len(kept))
-    return AgentmeshError(
-        err.code,
-        _clip(err.message, _SHRUNK_MESSAGE_CHARS),
+    return err.replace(
+        message=_clip(err.message, _SHRUNK_MESSAGE_CHARS),
         violations=[Violation(*(_clip(f, n) for f in (v.path, v.rule, v.expected, v.actual, v.hint))) for v in kept],
-        retryable=err.retryable,
-        retry_after=err.retry_after,
         fallback_tool=_clip(err.fallback_tool, n),
         missing_permission=_clip(err.missing_permission, n),
         metadata=metadata,

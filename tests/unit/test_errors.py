@@ -305,3 +305,23 @@ def test_errors_module_does_not_import_grpc_or_protobuf() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
+
+
+def test_replace_copies_every_field_but_the_ones_changed() -> None:
+    err = AgentmeshError(
+        ErrorCode.UPSTREAM_TIMEOUT,
+        "slow",
+        violations=[Violation("$.a", "type", "integer", '"x"', "a number")],
+        retryable=False,
+        retry_after=1.5,
+        fallback_tool="cache",
+        missing_permission="prod:x:read",
+        metadata={"k": "v"},
+    )
+    changed = err.replace(fallback_tool="other")
+    assert changed.fallback_tool == "other" and err.fallback_tool == "cache"
+    for name in ("code", "message", "violations", "retryable", "retry_after", "missing_permission", "metadata"):
+        assert getattr(changed, name) == getattr(err, name), name
+    assert changed.metadata is not err.metadata  # a copy: changing one never changes the other
+    with pytest.raises(TypeError, match="no fields"):
+        err.replace(colour="red")
