@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos demo bench venv clean up baseline
+.PHONY: test lint protos demo bench fuzz venv clean up baseline
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -49,6 +49,10 @@ demo: venv
 
 bench: venv
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# Hostile and mutated messages to every RPC of every service (tests/fuzz): never UNKNOWN or INTERNAL.
+fuzz: venv
+	$(PY) -m tests.fuzz --per-rpc 2000
 
 up: venv
 	$(BIN)/agentmesh up

@@ -10,12 +10,85 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode, model_text
 
-__all__ = ["Correction", "NextStep", "Role", "ToolCall", "Usage", "tool_error_text"]
+__all__ = [
+    "DEFAULT_MAX_JSON_DEPTH",
+    "Correction",
+    "NextStep",
+    "Role",
+    "ToolCall",
+    "Usage",
+    "json_depth_exceeds",
+    "lone_surrogate_path",
+    "tool_error_text",
+]
+
+DEFAULT_MAX_JSON_DEPTH = 64
+"""`server.max_json_depth`'s default: the deepest JSON nesting a request's JSON text may have."""
+
+# A JSON string (escapes included) or one bracket; possessive, so an unterminated string costs one pass.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]')
+# A \u escape of a UTF-16 surrogate (D800-DFFF): the only way JSON text from a protobuf string (valid
+# UTF-8) can decode to a string that is not valid Unicode.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
+    """Whether JSON text nests arrays/objects deeper than `max_depth`, found without parsing it.
+
+    Brackets inside strings do not count. Linear in the text, never recursive: it runs before a
+    parser whose recursion (or a later walk of the value) a deep text would exhaust.
+    """
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
+    depth = 0
+    for match in _JSON_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif token in "]}":
+            depth = max(0, depth - 1)
+    return False
+
+
+def lone_surrogate_path(text: str, value: Any) -> str | None:
+    """The JSON path of the first string (or key) of `value`, parsed from `text`, that holds a lone
+    surrogate escape such as "\\ud800" (not valid Unicode, so not encodable as UTF-8); None if none."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
+
+    def bad(s: str) -> bool:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+
+    def walk(node: Any, path: str) -> str | None:
+        if isinstance(node, str):
+            return path if bad(node) else None
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if bad(key):
+                    return f"{path} (a key)"
+                found = walk(child, f"{path}.{key}")
+                if found is not None:
+                    return found
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                found = walk(child, f"{path}[{i}]")
+                if found is not None:
+                    return found
+        return None
+
+    return walk(value, "$")
 
 
 class Role(enum.StrEnum):
@@ -47,12 +120,15 @@ class ToolCall:
         """The arguments with key order and spacing normalised (raw text when not JSON)."""
         try:
             parsed = json.loads(self.arguments_json)
-        except ValueError:
+            return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (ValueError, RecursionError):
+            # Not JSON, or nested too deeply to parse: a model's text is hashed as it came.
             return self.arguments_json
-        return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     def arguments_sha256(self) -> str:
-        return hashlib.sha256(self.canonical_arguments().encode("utf-8")).hexdigest()
+        # surrogatepass: a lone surrogate escape ("\\ud800") decodes to a string UTF-8 cannot encode;
+        # the hash of every other text is unchanged.
+        return hashlib.sha256(self.canonical_arguments().encode("utf-8", "surrogatepass")).hexdigest()
 
     def signature(self) -> str:
         """Same tool + same arguments, whatever the call id: what loop detection counts."""

@@ -63,6 +63,12 @@ class RedisSettings(_Section):
     require_noeviction: bool = True
     """Refuse to start unless maxmemory-policy is noeviction: an evicting Redis drops tasks."""
     key_prefix: str = "am"
+    max_connections: int = Field(64, ge=1)
+    """Connections one process holds to Redis at most (a blocking pool; default: one per task of
+    `dispatcher.max_concurrent_tasks`). A command finding none free waits for one, see below."""
+    pool_timeout_s: float = Field(5.0, gt=0)
+    """How long a command waits for a free pooled connection before failing UNAVAILABLE
+    ("redis connection pool exhausted"), never MaxConnectionsError and never a hang."""
 
     @field_validator("url")
     @classmethod
@@ -125,12 +131,19 @@ class ServerSettings(_Section):
     max_message_bytes: int = Field(32 * MiB, gt=0)
     max_concurrent_rpcs: int = Field(256, gt=0)
     """Beyond this the server sheds load with RESOURCE_EXHAUSTED instead of queueing."""
+    max_json_depth: int = Field(64, ge=1, le=500)
+    """Deepest nesting of arrays/objects a JSON text in a request (`*_json` fields, tool arguments) may
+    have; checked by a bracket scan before parsing, deeper is INVALID_ARGUMENT naming the field."""
     drain_delay_s: float = Field(1.0, ge=0)
     """On SIGTERM: NOT_SERVING at once, still accepting calls this long so balancers notice."""
     grace_period_s: float = Field(10.0, ge=0)
     """Then new calls are refused and in-flight calls get this long to finish."""
     keepalive_time_s: float = Field(30.0, gt=0)
     keepalive_timeout_s: float = Field(10.0, gt=0)
+    readiness_interval_s: float = Field(1.0, gt=0)
+    """How often the host PINGs Redis for readiness: while it does not answer (within this but at least
+    1 s, at most `redis.socket_timeout_s`) each service's health name is NOT_SERVING; "" (liveness)
+    stays SERVING."""
 
 
 class ClientSettings(_Section):
@@ -360,6 +373,15 @@ class ToolsSettings(_Section):
     max_arguments_bytes: int = Field(256 * 1024, ge=1024)
     registry_refresh_s: float = Field(2.0, gt=0)
     """How often tools registered at run time (by any replica) are reloaded from Redis."""
+    cpu_workers: int = Field(2, ge=1, le=64)
+    """Worker processes for CPU-bound work (calculator, log parsing, large selections, digests, validations),
+    which never runs on the event loop; started on the first such job."""
+    cpu_kill_grace_s: float = Field(1.0, gt=0, le=30)
+    """A job past its timeout gets SIGTERM, then SIGKILL after this long; its caller has UPSTREAM_TIMEOUT by
+    the timeout plus this grace."""
+    cpu_inline_max_bytes: int = Field(64 * 1024, ge=0)
+    """Digests, payload selections and argument validation on inputs up to this size stay on the event loop
+    (a process hop costs more than the work)."""
 
 
 _BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
@@ -610,6 +632,14 @@ class ContextSettings(_Section):
     """A session idle this long expires (refreshed by every append); 0 keeps sessions until deleted."""
     agents: dict[str, ContextBudgetOverride] = {}
     """Per-agent overrides, keyed by agent id."""
+    session_cache_entries: int = Field(2000, ge=1)
+    """Bound of each per-session in-process cache (loaded session snapshots, their keys, encodings)."""
+    summary_cache_entries: int = Field(1024, ge=1)
+    """Bound of each per-summary-version cache (summaries, their facts, rendered views, payload refs)."""
+    message_cache_entries: int = Field(50_000, ge=1)
+    """Bound of each per-message cache (extraction notes; protobuf forms of messages)."""
+    token_cache_entries: int = Field(8192, ge=1)
+    """Bound of the token-count cache (keyed by text: the largest entries, so the smallest bound)."""
 
     @field_validator("summary_model")
     @classmethod

@@ -49,6 +49,7 @@ __all__ = [
     "is_json_media_type",
     "parse_ref_id",
     "ref_id_for",
+    "select",
     "structured_digest",
     "text_digest",
 ]
@@ -65,6 +66,7 @@ _REF_RE = re.compile(r"pl_([0-9a-f]{64})")
 _MAX_MEDIA_TYPE_LEN = 255
 # The part of the session's keys (am:sess:{<session>}:payloads) listing its payloads.
 PAYLOAD_INDEX_PART: Final = "payloads"
+Range = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -205,24 +207,9 @@ class PayloadStore:
         byte_range: 0-based half-open (start, end); end beyond the size is clipped.
         InvalidRequestError (naming the selector) for a bad selector or content it cannot apply to.
         """
-        selectors = (("json_path", json_path), ("line_range", line_range), ("byte_range", byte_range))
-        given = [name for name, selector in selectors if selector is not None]
-        if len(given) > 1:
-            raise InvalidRequestError("selector", f"give at most one of json_path, line_range, byte_range, got {given}")
-        if json_path is not None:
-            query = _compile_json_path(json_path)  # validate before the Redis round trip
-            meta, content = await self.get(session_id, ref_id)
-            return meta, *select_json(content, query, json_path, ref_id)
-        if line_range is not None:
-            _check_range("line_range", line_range, first=1)
-            meta, content = await self.get(session_id, ref_id)
-            return meta, *select_lines(content, line_range)
-        if byte_range is not None:
-            _check_range("byte_range", byte_range, first=0)
-            meta, content = await self.get(session_id, ref_id)
-            return meta, *select_bytes(content, byte_range)
+        check_selectors(json_path, line_range, byte_range)  # before the Redis round trip
         meta, content = await self.get(session_id, ref_id)
-        return meta, content, False
+        return meta, *select(content, ref_id, json_path=json_path, line_range=line_range, byte_range=byte_range)
 
     async def list_shas(self, session_id: str) -> list[str]:
         """sha256 digests of the session's payloads (some may have expired)."""
@@ -244,6 +231,31 @@ def _compile_json_path(json_path: str) -> jsonpath_rfc9535.JSONPathQuery:
         return jsonpath_rfc9535.compile(json_path)
     except JSONPathError as exc:
         raise InvalidRequestError("json_path", f"not a valid JSONPath (RFC 9535): {exc}") from exc
+
+
+def check_selectors(json_path: str | None, line_range: Range | None, byte_range: Range | None) -> None:
+    """InvalidRequestError (naming the selector) unless at most one is given and it is well formed."""
+    selectors = (("json_path", json_path), ("line_range", line_range), ("byte_range", byte_range))
+    given = [name for name, selector in selectors if selector is not None]
+    if len(given) > 1:
+        raise InvalidRequestError("selector", f"give at most one of json_path, line_range, byte_range, got {given}")
+    if json_path is not None:
+        _compile_json_path(json_path)
+    if line_range is not None:
+        _check_range("line_range", line_range, first=1)
+    if byte_range is not None:
+        _check_range("byte_range", byte_range, first=0)
+
+
+def select(
+    content: bytes, ref_id: str, *, json_path: str | None, line_range: Range | None, byte_range: Range | None
+) -> tuple[bytes, bool]:
+    """(selection, partial) by the one selector given (`check_selectors`); tool_svc runs it in a worker process."""
+    if json_path is not None:
+        return select_json(content, _compile_json_path(json_path), json_path, ref_id)
+    if line_range is not None:
+        return select_lines(content, line_range)
+    return (content, False) if byte_range is None else select_bytes(content, byte_range)
 
 
 def _check_range(field: str, bounds: tuple[int, int], *, first: int) -> None:
@@ -318,7 +330,7 @@ def digest(content: bytes, media_type: str, *, goal: str = "", max_chars: int = 
     if is_json_media_type(media_type) or text.lstrip()[:1] in ("{", "["):
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser's limit: show it as text
             if is_json_media_type(media_type):
                 note = f"note: declared {media_type} but not parseable JSON; shown as text"
                 return note + "\n" + text_digest(text, goal=goal, max_chars=max(200, max_chars - len(note) - 1))

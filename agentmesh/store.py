@@ -4,6 +4,9 @@ Every service reaches Redis through one `Store`. Its guarantees:
 
 - no command hangs: socket and connect timeouts come from `RedisSettings`, the retry is bounded
   (one retry, connection errors only), so a dead or frozen server surfaces within ~2x the timeout;
+- connections are bounded: one blocking pool of `redis.max_connections`; a command finding none
+  free waits up to `redis.pool_timeout_s`, then fails UnavailableError("redis connection pool
+  exhausted ..."), never MaxConnectionsError (what the default, non-blocking pool raises at once);
 - every Redis outage becomes a typed `UnavailableError` (via `Store.guard` / `Store.call`), never a
   raw redis-py exception, so servicers map it to gRPC UNAVAILABLE without knowing about Redis;
 - start-up refuses an evicting Redis (`maxmemory-policy` must be `noeviction`): eviction would
@@ -16,6 +19,7 @@ Domain code only: this module must not import grpc (docs/architecture.md §1).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -40,6 +44,7 @@ __all__ = [
     "BucketResult",
     "InvalidKeyError",
     "Keys",
+    "PoolExhaustedError",
     "Store",
     "StoreMisconfiguredError",
     "redact_url",
@@ -57,6 +62,23 @@ HEALTH_CHECK_INTERVAL_S: Final = 10
 # --------------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------------
+
+
+class PoolExhaustedError(rexc.ConnectionError):
+    """No pooled connection became free within `redis.pool_timeout_s` (mapped by `Store.guard`)."""
+
+
+class _BoundedPool(redis.asyncio.BlockingConnectionPool):
+    """redis-py's blocking pool, its wait timeout raised as `PoolExhaustedError` so `guard` can tell
+    "every connection is busy" from "the server is down" (both are a plain ConnectionError there)."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except rexc.ConnectionError as exc:
+            if isinstance(exc.__cause__, TimeoutError):  # the pool's own wait expired
+                raise PoolExhaustedError(f"no connection free within {self.timeout}s") from exc
+            raise
 
 
 class StoreMisconfiguredError(FailedPreconditionError):
@@ -254,19 +276,23 @@ class Store:
 
     @staticmethod
     def client_for(url: str, settings: RedisSettings) -> redis.asyncio.Redis:
-        """A redis.asyncio client with agentmesh's timeouts and bounded retry (no I/O yet)."""
+        """A redis.asyncio client with agentmesh's timeouts, bounded retry and bounded blocking pool
+        (no I/O yet); the client owns the pool and closes it with itself."""
         # One retry, on connection errors only: enough to replace a stale pooled connection. Not on
         # TimeoutError: the command may have run, and replaying e.g. SET NX would misreport a lease.
         # Worst case per command: 2 attempts x timeout + 0.1 s backoff.
         retry = Retry(ExponentialBackoff(cap=0.1, base=0.05), retries=1, supported_errors=(rexc.ConnectionError,))
-        return redis.asyncio.Redis.from_url(
+        pool = _BoundedPool.from_url(
             url,
+            max_connections=settings.max_connections,
+            timeout=settings.pool_timeout_s,
             decode_responses=False,
             socket_timeout=settings.socket_timeout_s,
             socket_connect_timeout=settings.connect_timeout_s,
             retry=retry,
             health_check_interval=HEALTH_CHECK_INTERVAL_S,
         )
+        return redis.asyncio.Redis.from_pool(pool)
 
     @classmethod
     async def connect(
@@ -334,6 +360,13 @@ class Store:
             # Builtin TimeoutError is the caller's own asyncio.timeout() expiring (redis-py wraps its
             # socket timeouts in redis.exceptions.TimeoutError): a deadline, not an outage.
             raise
+        except PoolExhaustedError as exc:
+            raise UnavailableError(
+                f"redis connection pool exhausted during {op}: all {self.settings.max_connections} "
+                f"connections stayed busy for {self.settings.pool_timeout_s}s (redis.max_connections)",
+                retry_after=self.settings.pool_timeout_s,
+                metadata={"store": "redis", "op": op, "redis_url": self._safe_url, "reason": "pool_exhausted"},
+            ) from exc
         except _AUTH_ERRORS as exc:
             raise StoreMisconfiguredError(
                 f"redis at {self._safe_url} rejected our credentials during {op}: {exc}"
@@ -349,9 +382,20 @@ class Store:
         async with self.guard(op):
             return await awaitable
 
-    async def ping(self) -> None:
+    async def ping(self, timeout_s: float | None = None) -> None:
+        """PINGs Redis; UnavailableError if it does not answer (within `timeout_s`, when given)."""
         async with self.guard("ping"):
-            await self._redis.ping()
+            if timeout_s is None:
+                await self._redis.ping()
+                return
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await self._redis.ping()
+            except TimeoutError as exc:
+                raise UnavailableError(
+                    f"redis did not answer PING within {timeout_s}s",
+                    metadata={"store": "redis", "op": "ping", "redis_url": self._safe_url},
+                ) from exc
 
     # -- start-up check ------------------------------------------------------------------------
 

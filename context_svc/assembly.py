@@ -60,9 +60,9 @@ class Assembler:
         self.sessions = sessions
         self.payloads = payloads
         self.compaction = compaction
-        self._summary_views: LRU[tuple[object, ...], tuple[SummaryView, float]] = LRU(1024)
-        self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(1024)
-        self._tokens: LRU[tuple[str, str], int] = LRU(8192)
+        self._summary_views: LRU[tuple[object, ...], tuple[SummaryView, float]] = LRU(settings.summary_cache_entries)
+        self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(settings.summary_cache_entries)
+        self._tokens: LRU[tuple[str, str], int] = LRU(settings.token_cache_entries)
 
     def _count(self, counter: TokenCounter, text: str) -> int:
         key = (counter.name, text)

@@ -44,9 +44,9 @@ class Compactor:
         self.summary_model = summary_model
         self.rejected_summaries = 0
         """LLM summaries rejected by this process (also counted per session in Redis)."""
-        self._notes_cache: LRU[tuple[str, str, int], MessageNotes] = LRU(50_000)
-        self._seen: LRU[tuple[str, str, int], set[str]] = LRU(256)
-        self.persisted: LRU[tuple[str, str, int], Summary] = LRU(256)
+        self._notes_cache: LRU[tuple[str, str, int], MessageNotes] = LRU(settings.message_cache_entries)
+        self._seen: LRU[tuple[str, str, int], set[str]] = LRU(settings.summary_cache_entries)
+        self.persisted: LRU[tuple[str, str, int], Summary] = LRU(settings.summary_cache_entries)
         """Persisted summaries by (session id, epoch, summary version)."""
 
     def notes(self, session: Session, message: Message) -> MessageNotes:

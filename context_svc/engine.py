@@ -88,11 +88,13 @@ class ContextEngine:
                 counter_for(override.encoding)
         self.settings = settings
         self.store = store
-        self.sessions = SessionStore(store, session_ttl_s=settings.session_ttl_s)
+        self.sessions = SessionStore(
+            store, session_ttl_s=settings.session_ttl_s, cache_entries=settings.session_cache_entries
+        )
         self.payloads = PayloadStore(store, ttl_s=settings.payload_ttl_s, max_bytes=settings.max_payload_bytes)
         self.compaction = Compactor(settings, self.sessions, summary_model=summary_model)
         self.assembly = Assembler(settings, self.sessions, self.payloads, self.compaction)
-        self._encodings: LRU[str, str] = LRU(10_000)
+        self._encodings: LRU[str, str] = LRU(settings.session_cache_entries)
 
     @property
     def rejected_summaries(self) -> int:

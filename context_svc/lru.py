@@ -16,8 +16,13 @@ class LRU(Generic[K, V]):
     """A small bounded mapping; the least recently used entry goes first."""
 
     def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"an LRU needs room for at least one entry, got size {size}")
         self.size = size
         self._data: OrderedDict[K, V] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._data)
 
     def get(self, key: K) -> V | None:
         value = self._data.get(key)

@@ -17,7 +17,7 @@ import grpc
 import grpc.aio
 
 from agentmesh.callctx import remaining_time
-from agentmesh.chat import Role
+from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Role, json_depth_exceeds
 from agentmesh.config import ConfigError
 from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
@@ -58,7 +58,18 @@ def _caller() -> Caller:
     return Caller(subject=identity.subject, agent_id=identity.agent_id, is_operator=identity.has_role("operator"))
 
 
-def message_domain(message: common_pb2.Message) -> Message:
+def message_domain(message: common_pb2.Message, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Message:
+    """The domain message of an AppendMessage; InvalidRequestError naming the bad field.
+
+    Tool-call arguments stay the model's raw text (not JSON is fine: the tool answers that in-band),
+    but text nesting deeper than `max_json_depth` (`server.max_json_depth`) is refused before the
+    fact extraction parses it."""
+    for i, call in enumerate(message.tool_calls):
+        if json_depth_exceeds(call.arguments_json, max_json_depth):
+            raise InvalidRequestError(
+                f"message.tool_calls[{i}].arguments_json",
+                f"nests arrays/objects deeper than {max_json_depth} levels (server.max_json_depth)",
+            )
     return Message(
         role=codec.role_from_pb(message.role, "message.role"),
         content=message.content,
@@ -123,7 +134,7 @@ def summary_pb(summary: Summary) -> context_pb2.Summary:
 class _MessageCache:
     """Protobuf forms of log messages (immutable, and most of a view is the same window again)."""
 
-    def __init__(self, size: int = 20_000) -> None:
+    def __init__(self, size: int) -> None:
         self.size = size
         self._data: OrderedDict[Message, common_pb2.Message] = OrderedDict()
 
@@ -140,12 +151,9 @@ class _MessageCache:
         return found
 
 
-_MESSAGES = _MessageCache()
-
-
-def view_pb(view: ContextView) -> context_pb2.ContextView:
+def view_pb(view: ContextView, messages: _MessageCache) -> context_pb2.ContextView:
     return context_pb2.ContextView(
-        messages=[_MESSAGES.pb(m) for m in view.messages],
+        messages=[messages.pb(m) for m in view.messages],
         blocks=[
             context_pb2.ContextBlock(
                 kind=_BLOCK_TO_PB[b.kind],
@@ -212,8 +220,17 @@ def _range(message: context_pb2.LineRange | context_pb2.ByteRange) -> tuple[int,
 class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     """The ContextService servicer: one domain call per RPC."""
 
-    def __init__(self, engine: ContextEngine) -> None:
+    def __init__(
+        self,
+        engine: ContextEngine,
+        *,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+        message_cache_entries: int = 50_000,
+    ) -> None:
         self.engine = engine
+        self.max_json_depth = max_json_depth
+        # Bounded (context.message_cache_entries): one per servicer, never a process-wide global.
+        self.messages = _MessageCache(message_cache_entries)
 
     async def CreateSession(
         self, request: context_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -250,7 +267,8 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     ) -> context_pb2.AppendMessageResponse:
         if not request.HasField("message"):
             raise InvalidRequestError("message", "required")
-        index, tokens = await self.engine.append_message(_caller(), request.session_id, message_domain(request.message))
+        message = message_domain(request.message, max_json_depth=self.max_json_depth)
+        index, tokens = await self.engine.append_message(_caller(), request.session_id, message)
         return context_pb2.AppendMessageResponse(index=index, token_count=tokens)
 
     async def AppendToolResult(
@@ -275,7 +293,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             budget_tokens=request.budget_tokens if request.HasField("budget_tokens") else None,
             debug=request.debug,
         )
-        return context_pb2.BuildContextResponse(view=view_pb(view))
+        return context_pb2.BuildContextResponse(view=view_pb(view, self.messages))
 
     async def GetPayload(
         self, request: context_pb2.GetPayloadRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -347,7 +365,12 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     except UnknownEncodingError as exc:
         await clients.close()
         raise ConfigError(f"context.encoding: {exc}") from exc
-    host.add_servicer(SERVICE_NAME, context_pb2_grpc.add_ContextServiceServicer_to_server, ContextServicer(engine))
+    servicer = ContextServicer(
+        engine,
+        max_json_depth=host.settings.server.max_json_depth,
+        message_cache_entries=host.settings.context.message_cache_entries,
+    )
+    host.add_servicer(SERVICE_NAME, context_pb2_grpc.add_ContextServiceServicer_to_server, servicer)
 
     async def cleanup() -> None:
         await clients.close()

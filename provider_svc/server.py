@@ -12,7 +12,6 @@ match it); tokens without one (operators) may name any agent.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -22,7 +21,7 @@ import grpc.aio
 from google.protobuf import timestamp_pb2
 
 from agentmesh import callctx
-from agentmesh.chat import Usage
+from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Usage
 from agentmesh.errors import AgentmeshError, InvalidRequestError, PermissionDeniedError
 from agentmesh.identity import Identity, require_identity
 from agentmesh.rpc import codec
@@ -69,18 +68,17 @@ _MAX_ATTEMPTS_TEXT = 600
 # --- protobuf -> domain ----------------------------------------------------------------------------
 
 
-def _json_object(text: str, field: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise InvalidRequestError(field, f"not valid JSON: {exc}") from None
+def _json_object(text: str, field: str, max_depth: int) -> dict[str, Any]:
+    value = codec.json_value(text, field, max_depth=max_depth)
     if not isinstance(value, dict):
         raise InvalidRequestError(field, "must be a JSON object")
     return value
 
 
-def to_request(pb: provider_pb2.GenerateRequest) -> ModelRequest:
-    """The domain request of a GenerateRequest; InvalidRequestError naming the bad field."""
+def to_request(pb: provider_pb2.GenerateRequest, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ModelRequest:
+    """The domain request of a GenerateRequest; InvalidRequestError naming the bad field.
+
+    JSON texts deeper than `max_json_depth` (`server.max_json_depth`) are refused before parsing."""
     messages = []
     for i, m in enumerate(pb.messages):
         messages.append(
@@ -100,7 +98,7 @@ def to_request(pb: provider_pb2.GenerateRequest) -> ModelRequest:
         ToolDef(
             name=t.name,
             description=t.description,
-            input_schema=_json_object(t.input_schema_json, f"tools[{i}].input_schema_json")
+            input_schema=_json_object(t.input_schema_json, f"tools[{i}].input_schema_json", max_json_depth)
             if t.input_schema_json
             else {"type": "object", "properties": {}},
         )
@@ -120,7 +118,11 @@ def to_request(pb: provider_pb2.GenerateRequest) -> ModelRequest:
         stop=tuple(s.stop),
         seed=s.seed if s.HasField("seed") else None,
     )
-    schema = _json_object(pb.response_schema_json, "response_schema_json") if pb.response_schema_json else None
+    schema = (
+        _json_object(pb.response_schema_json, "response_schema_json", max_json_depth)
+        if pb.response_schema_json
+        else None
+    )
     return ModelRequest(
         messages=tuple(messages), tools=tools, tool_choice=choice, sampling=sampling, response_schema=schema
     )
@@ -204,14 +206,15 @@ def _date(ts: timestamp_pb2.Timestamp, field: str) -> dt.date:
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     """The ProviderService servicer."""
 
-    def __init__(self, providers: Providers) -> None:
+    def __init__(self, providers: Providers, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> None:
         self.providers = providers
+        self.max_json_depth = max_json_depth
 
     async def Generate(
         self, request: provider_pb2.GenerateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> provider_pb2.GenerateResponse:
         agent = accounted_agent(require_identity(), request.agent_id)
-        domain = to_request(request)
+        domain = to_request(request, max_json_depth=self.max_json_depth)
         ctx = call_context(agent)
         try:
             generation = await self.providers.generate(domain, ctx, model=request.model, task_tag=request.task_tag)
@@ -224,7 +227,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     ) -> AsyncIterator[provider_pb2.GenerateStreamResponse]:
         inner = request.request
         agent = accounted_agent(require_identity(), inner.agent_id)
-        domain = to_request(inner)
+        domain = to_request(inner, max_json_depth=self.max_json_depth)
         ctx = call_context(agent)
         try:
             async for event in self.providers.generate_stream(domain, ctx, model=inner.model, task_tag=inner.task_tag):
@@ -300,7 +303,9 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
         if not listing.available:
             log.warning("model %s unavailable: %s", listing.name, listing.unavailable_reason)
     host.add_servicer(
-        SERVICE_NAME, provider_pb2_grpc.add_ProviderServiceServicer_to_server, ProviderServicer(providers)
+        SERVICE_NAME,
+        provider_pb2_grpc.add_ProviderServiceServicer_to_server,
+        ProviderServicer(providers, max_json_depth=host.settings.server.max_json_depth),
     )
     return providers.aclose
 

@@ -34,6 +34,8 @@ from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, is
 from tool_svc.breaker import BreakerConfig, Breakers, CircuitBreaker
 from tool_svc.builtin import BuiltinDeps, default_specs, executors
 from tool_svc.call import CallState, Step
+from tool_svc.cpu import CpuPool
+from tool_svc.cpu_validation import ValidateArgumentsInPool
 from tool_svc.discovery import Discovery, Scored
 from tool_svc.guard import DangerGuard, GuardArguments
 from tool_svc.http import Allowlist, HttpExecutor, HttpTransport
@@ -46,7 +48,7 @@ from tool_svc.redact import RedactSecrets
 from tool_svc.registry import ResolveTool, ToolRegistry
 from tool_svc.retry import Execute
 from tool_svc.sandbox import Sandbox
-from tool_svc.validation import ValidateArguments, ValidateOutput, parse_arguments
+from tool_svc.validation import ValidateOutput, parse_arguments
 
 log = logging.getLogger("tool_svc.gateway")
 
@@ -78,6 +80,11 @@ class Gateway:
         self.transport = HttpTransport(Allowlist(tools.http_allowlist), tools.http_max_response_bytes)
         self.payloads = PayloadStore(store, ttl_s=tools.payload_ttl_s) if store is not None else None
         self.sandbox = Sandbox(tools.sandbox)
+        # CPU-bound work (calculator, log parsing, large selections, digests and validations) runs in
+        # worker processes, never on the event loop; none is started before the first such job.
+        self.cpu = CpuPool(
+            tools.cpu_workers, kill_grace_s=tools.cpu_kill_grace_s, inline_max_bytes=tools.cpu_inline_max_bytes
+        )
         found = executors(
             BuiltinDeps(
                 transport=self.transport,
@@ -85,6 +92,7 @@ class Gateway:
                 logs_dir=tools.logs_dir,
                 sandbox=self.sandbox,
                 read_payload_max_bytes=tools.read_payload_max_bytes,
+                cpu=self.cpu,
             )
         )
         self.registry = ToolRegistry(
@@ -113,7 +121,8 @@ class Gateway:
         # The order of docs/architecture.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
             ResolveTool(self.registry),  # UNKNOWN_TOOL (with the closest names)
-            ValidateArguments(tools.max_arguments_bytes),  # ARGUMENTS_NOT_JSON, SCHEMA_INVALID
+            # ARGUMENTS_NOT_JSON, SCHEMA_INVALID
+            ValidateArgumentsInPool(tools.max_arguments_bytes, self.cpu, settings.server.max_json_depth),
             GuardArguments(DangerGuard()),  # DANGEROUS_OPERATION (FATAL) on x-agentmesh-kind fields
             CheckPermission(),  # PERMISSION_DENIED, from the verified token only
             self.idempotency,  # replay of a finished outcome, IDEMPOTENCY_CONFLICT
@@ -128,11 +137,14 @@ class Gateway:
             Execute(found, HttpExecutor(self.transport), rng=rng, sleep=pause),  # timeout, retries; UPSTREAM_*
             ValidateOutput(),  # OUTPUT_INVALID
             RedactSecrets(),
-            Offload(self.payloads, tools.offload_threshold_bytes),  # PayloadRef + digest above 2 KiB
+            Offload(self.payloads, tools.offload_threshold_bytes, self.cpu),  # PayloadRef + digest above 2 KiB
         )
 
     async def aclose(self) -> None:
-        await self.transport.aclose()
+        try:
+            await self.transport.aclose()
+        finally:
+            await self.cpu.aclose()
 
     # -- ExecuteTool -------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc.aio
 
-from agentmesh.chat import ToolCall
+from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, ToolCall
 from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
@@ -85,36 +85,37 @@ def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
     )
 
 
-def _schema(text: str, field: str, *, required: bool) -> dict[str, Any] | None:
+def _schema(text: str, field: str, *, required: bool, max_depth: int) -> dict[str, Any] | None:
     if not text.strip():
         if required:
             raise InvalidRequestError(field, "is required (a Draft 2020-12 JSON Schema as JSON text)")
         return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise InvalidRequestError(field, f"is not JSON: {exc}") from None
+    # Depth-checked before parsing: a deep schema would exhaust the parser, jsonschema or our walks.
+    value = codec.json_value(text, field, max_depth=max_depth)
     if not isinstance(value, dict):
         raise InvalidRequestError(field, "must be a JSON object")
     return value
 
 
-def spec_from_pb(pb: common_pb2.ToolSpec) -> ToolDef:
-    """A ToolDef from a RegisterTool request (the registry checks it further)."""
+def spec_from_pb(pb: common_pb2.ToolSpec, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ToolDef:
+    """A ToolDef from a RegisterTool request (the registry checks it further); schemas nesting deeper
+    than `max_json_depth` (`server.max_json_depth`) are refused before parsing."""
     access = {v: k for k, v in _ACCESS.items()}.get(pb.permission.access)
     if access is None:
         raise InvalidRequestError("tool.permission.access", "must be ACCESS_MODE_READ or ACCESS_MODE_WRITE")
     result_type = {v: k for k, v in _RESULT_TYPE.items()}.get(pb.result_type, "structured")
     retry = pb.retry_policy
     timeout = codec.duration_seconds(pb.timeout, "tool.timeout") if pb.HasField("timeout") else 10.0
-    input_schema = _schema(pb.input_schema_json, "tool.input_schema_json", required=True)
+    input_schema = _schema(pb.input_schema_json, "tool.input_schema_json", required=True, max_depth=max_json_depth)
     assert input_schema is not None
     return ToolDef(
         name=pb.name,
         description=pb.description,
         examples=tuple(pb.examples),
         input_schema=input_schema,
-        output_schema=_schema(pb.output_schema_json, "tool.output_schema_json", required=False),
+        output_schema=_schema(
+            pb.output_schema_json, "tool.output_schema_json", required=False, max_depth=max_json_depth
+        ),
         result_type=result_type,  # type: ignore[arg-type]
         permission=Permission(pb.permission.environment or "*", pb.permission.group or "default", access),  # type: ignore[arg-type]
         impact=pb.impact,
@@ -220,8 +221,9 @@ def _check_id(field: str, value: str, *, required: bool) -> None:
 class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     """The ToolService servicer: protobuf in, gateway call, protobuf out."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> None:
         self.gateway = gateway
+        self.max_json_depth = max_json_depth
 
     async def ListTools(
         self, request: tool_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -249,7 +251,9 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     ) -> tool_pb2.RegisterToolResponse:
         if not request.HasField("tool"):
             raise InvalidRequestError("tool", "is required")
-        stored = await self.gateway.register(spec_from_pb(request.tool), replace=request.replace)
+        stored = await self.gateway.register(
+            spec_from_pb(request.tool, max_json_depth=self.max_json_depth), replace=request.replace
+        )
         return tool_pb2.RegisterToolResponse(tool=spec_to_pb(stored))
 
     async def ExecuteTool(
@@ -300,7 +304,8 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Registers ToolService on the host."""
     gateway = Gateway(host.settings, host.store, tracer=host.telemetry.tracer("tool_svc"))
-    host.add_servicer(SERVICE_NAME, tool_pb2_grpc.add_ToolServiceServicer_to_server, ToolServicer(gateway))
+    servicer = ToolServicer(gateway, max_json_depth=host.settings.server.max_json_depth)
+    host.add_servicer(SERVICE_NAME, tool_pb2_grpc.add_ToolServiceServicer_to_server, servicer)
     return gateway.aclose
 
 

@@ -22,6 +22,7 @@ import jsonschema  # type: ignore[import-untyped, unused-ignore]
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
 from jsonschema.exceptions import SchemaError, ValidationError  # type: ignore[import-untyped, unused-ignore]
 
+from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate_path
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from tool_svc.call import CallState
 from tool_svc.model import Outcome, arguments_sha256, call_sha256
@@ -53,10 +54,20 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def parse_arguments(text: str, *, max_bytes: int) -> Any:
+def _not_json(reason: str, hint: str) -> AgentmeshError:
+    return AgentmeshError(
+        ErrorCode.ARGUMENTS_NOT_JSON,
+        f"arguments are not valid JSON: {reason}",
+        violations=[Violation(path="$", rule="json", expected="a JSON object", hint=hint)],
+    )
+
+
+def parse_arguments(text: str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Any:
     """The parsed arguments; an empty string means no arguments (`{}`), as some models send.
 
-    Raises AgentmeshError ARGUMENTS_NOT_JSON (metadata position/line/column) or PAYLOAD_TOO_LARGE.
+    Raises AgentmeshError ARGUMENTS_NOT_JSON (metadata position/line/column; also for text nesting
+    deeper than `max_depth`, found before parsing, and for a lone surrogate escape such as "\\ud800",
+    which is not valid Unicode) or PAYLOAD_TOO_LARGE.
     """
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
@@ -67,8 +78,13 @@ def parse_arguments(text: str, *, max_bytes: int) -> Any:
         )
     if not text.strip():
         return {}
+    if json_depth_exceeds(text, max_depth):
+        raise _not_json(
+            f"nested deeper than {max_depth} levels",
+            f"the arguments nest arrays/objects deeper than {max_depth} levels; send a flatter object",
+        )
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         near = text[max(0, exc.pos - 20) : exc.pos + 20]
         raise AgentmeshError(
@@ -87,11 +103,15 @@ def parse_arguments(text: str, *, max_bytes: int) -> Any:
         ) from None
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise AgentmeshError(
-            ErrorCode.ARGUMENTS_NOT_JSON,
-            f"arguments are not valid JSON: {reason}",
-            violations=[Violation(path="$", rule="json", expected="a JSON object", hint=reason)],
-        ) from None
+        raise _not_json(reason, reason) from None
+    where = lone_surrogate_path(text, value)
+    if where is not None:
+        raise _not_json(
+            f"a lone surrogate escape at {_clip(where, 120)}",
+            f"the text must be valid Unicode: {_clip(where, 120)} holds a lone surrogate escape (\\ud800-\\udfff "
+            "without its pair); escape real characters only, or send them as UTF-8",
+        )
+    return value
 
 
 # --- schema checks ----------------------------------------------------------------------------------
@@ -494,14 +514,15 @@ def is_finite_json(value: Any) -> bool:
 class ValidateArguments:
     """Pipeline step: parse the raw JSON and check it against the input schema (CONTRACT errors)."""
 
-    def __init__(self, max_arguments_bytes: int) -> None:
+    def __init__(self, max_arguments_bytes: int, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> None:
         self.max_arguments_bytes = max_arguments_bytes
+        self.max_json_depth = max_json_depth
 
     async def __call__(self, call: CallState) -> Outcome | None:
         raw = call.request.arguments_json
         call.bytes_in = len(raw.encode("utf-8", "surrogatepass"))
         try:
-            arguments = parse_arguments(raw, max_bytes=self.max_arguments_bytes)
+            arguments = parse_arguments(raw, max_bytes=self.max_arguments_bytes, max_depth=self.max_json_depth)
         except AgentmeshError as exc:
             return exc
         assert call.tool is not None

@@ -9,9 +9,21 @@ rather than a failure deep in a service.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from agentmesh.chat import Correction, NextStep, Role, ToolCall, Usage
+from agentmesh.chat import (
+    DEFAULT_MAX_JSON_DEPTH,
+    Correction,
+    NextStep,
+    Role,
+    ToolCall,
+    Usage,
+    json_depth_exceeds,
+    lone_surrogate_path,
+)
 from agentmesh.errors import ErrorCode, InvalidRequestError
 from agentmesh.payloads import StoredPayload
 from agentmesh.v1 import common_pb2
@@ -21,6 +33,7 @@ __all__ = [
     "correction_to_pb",
     "duration",
     "duration_seconds",
+    "json_value",
     "millis",
     "payload_ref_from_pb",
     "payload_ref_to_pb",
@@ -164,6 +177,32 @@ def duration_seconds(value: duration_pb2.Duration, field: str, *, allow_negative
     if result < 0 and not allow_negative:
         raise InvalidRequestError(field, f"must not be negative, got {result}s")
     return result
+
+
+# --- JSON text in a request field ----------------------------------------------------------------
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_value(text: str, field: str, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Any:
+    """The value of a request's JSON text, checked before and after parsing; INVALID_ARGUMENT naming
+    `field` when it nests deeper than `max_depth` (`server.max_json_depth`, found by a bracket scan
+    before the parser runs), is not JSON (NaN and Infinity included), or holds a lone surrogate escape
+    ("\\ud800": not valid Unicode, so no reply could carry it back)."""
+    if json_depth_exceeds(text, max_depth):
+        raise InvalidRequestError(field, f"nests arrays/objects deeper than {max_depth} levels (server.max_json_depth)")
+    try:
+        value = json.loads(text, parse_constant=_not_a_number)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequestError(field, f"is not JSON: {str(exc)[:200]}") from None
+    where = lone_surrogate_path(text, value)
+    if where is not None:
+        raise InvalidRequestError(
+            field, f"must be valid Unicode: a lone surrogate escape (e.g. \\ud800) at {where[:120]}"
+        )
+    return value
 
 
 # --- payload references ------------------------------------------------------------------------------

@@ -7,6 +7,10 @@ to domain calls:
   span, request id, load shedding and authentication before the request is decoded, then the
   error boundary (docs/architecture.md §11);
 - health per service name (and "" for the whole server), flipped to NOT_SERVING on shutdown;
+- readiness vs liveness: "" is liveness (the process answers; SERVING until shutdown, whatever
+  Redis does), each service's full name is readiness: a watcher PINGs Redis every
+  `server.readiness_interval_s` and holds those names NOT_SERVING while Redis does not answer,
+  SERVING again once it does (deploy/k8s: readinessProbe names the service, livenessProbe none);
 - reflection, so grpcurl and polyglot tools can discover the API;
 - 32 MiB message limits and keepalive from configuration;
 - load shedding: beyond `max_concurrent_rpcs` calls answer RESOURCE_EXHAUSTED + RetryInfo at once;
@@ -31,7 +35,7 @@ from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined
 from grpc_reflection.v1alpha import reflection
 
 from agentmesh.config import ConfigError, Settings, load_settings
-from agentmesh.errors import OverloadedError, UnavailableError
+from agentmesh.errors import AgentmeshError, OverloadedError, UnavailableError
 from agentmesh.identity import Authenticator
 from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor
@@ -98,6 +102,10 @@ class ServiceHost:
     port: int = field(init=False, default=0)
     _service_names: list[str] = field(init=False, default_factory=list)
     _stopping: asyncio.Event | None = field(init=False, default=None)
+    ready: bool = field(init=False, default=True)
+    """Whether Redis answered the last readiness PING (the service names' health follows it)."""
+    _readiness: asyncio.Task[None] | None = field(init=False, default=None)
+    _draining: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         server_settings = self.settings.server
@@ -152,8 +160,49 @@ class ServiceHost:
         await self.server.start()
         for service in ["", *self._service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if self.store is not None and self._readiness is None:
+            self._readiness = asyncio.create_task(self._watch_readiness(self.store), name=f"{self.name}-readiness")
         log.info("%s serving on port %d", self.name, self.port, extra={"port": self.port})
         return self.port
+
+    async def _watch_readiness(self, store: Store) -> None:
+        """PINGs Redis every `server.readiness_interval_s`; the service names follow the answer.
+
+        The ping's timeout is the interval (at least 1 s), at most `redis.socket_timeout_s`, so a
+        frozen Redis reads as down without the watcher ever falling behind by more than that.
+        """
+        interval = self.settings.server.readiness_interval_s
+        timeout = min(max(interval, 1.0), self.settings.redis.socket_timeout_s)
+        while not self._draining:
+            await asyncio.sleep(interval)
+            try:
+                await store.ping(timeout_s=timeout)
+                ready, reason = True, ""
+            except AgentmeshError as exc:  # UnavailableError; StoreMisconfiguredError (credentials)
+                ready, reason = False, exc.message
+            except Exception as exc:  # never let the watcher die and freeze the last status
+                ready, reason = False, f"{type(exc).__name__}: {exc}"
+            if ready != self.ready and not self._draining:
+                await self._set_readiness(ready, reason)
+
+    async def _set_readiness(self, ready: bool, reason: str = "") -> None:
+        self.ready = ready
+        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        # "" is liveness and keeps its status: a Redis outage is not cured by restarting this process.
+        for service in self._service_names:
+            await self.health.set(service, status)
+        if ready:
+            log.warning("%s ready again: redis answers", self.name)
+        else:
+            log.warning("%s not ready: %s", self.name, reason, extra={"reason": reason})
+
+    async def _stop_readiness(self) -> None:
+        self._draining = True
+        task, self._readiness = self._readiness, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def stop(self, grace: float | None = None, drain_delay: float | None = None) -> None:
         """NOT_SERVING first so balancers stop sending, then drain in-flight calls within grace.
@@ -165,6 +214,8 @@ class ServiceHost:
         grace_s = self.settings.server.grace_period_s if grace is None else grace
         delay_s = self.settings.server.drain_delay_s if drain_delay is None else drain_delay
         log.info("%s draining (delay %.1fs, grace %.1fs)", self.name, delay_s, grace_s)
+        # The readiness watcher stops first: nothing may set SERVING again during the drain.
+        await self._stop_readiness()
         await self.health.enter_graceful_shutdown()
         if delay_s > 0:
             await asyncio.sleep(delay_s)
@@ -183,6 +234,7 @@ class ServiceHost:
         done, _ = await asyncio.wait({waiter, signalled}, return_when=asyncio.FIRST_COMPLETED)
         if signalled in done:
             await self.stop()
+        await self._stop_readiness()  # also when the server ended without a signal
         for task in (waiter, signalled):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agentmesh.payloads import PayloadStore
 from tool_svc.builtin import calculator, http_request, query_logs, read_payload, run_python
+from tool_svc.cpu import CpuPool
 from tool_svc.http import HttpTransport
 from tool_svc.model import Executor, Permission, RetryPolicy, ToolDef
 from tool_svc.sandbox import Sandbox
@@ -36,6 +37,8 @@ def default_specs(*, sandbox_timeout_s: float = 10.0) -> dict[str, ToolDef]:
             output_schema=calculator.OUTPUT_SCHEMA,
             permission=Permission("*", "builtin.compute", "read"),
             timeout_s=2.0,
+            # Deterministic: an expression that timed out times out again.
+            retry=NO_RETRY,
             idempotent=True,
             executor="builtin",
             builtin="calculator",
@@ -118,15 +121,17 @@ class BuiltinDeps:
     logs_dir: Path
     sandbox: Sandbox
     read_payload_max_bytes: int
+    cpu: CpuPool
+    """Where CPU-bound work runs (calculator, log parsing, selections over large payloads)."""
 
 
 def executors(deps: BuiltinDeps) -> Mapping[str, Executor]:
     """Implementation name -> executor."""
     found: dict[str, Executor] = {
-        "calculator": calculator.run,
+        "calculator": calculator.make(deps.cpu),
         "http_request": http_request.make(deps.transport),
-        "query_logs": query_logs.make(deps.logs_dir),
+        "query_logs": query_logs.make(deps.logs_dir, deps.cpu),
         "run_python": run_python.make(deps.sandbox),
-        "read_payload": read_payload.make(deps.payloads, deps.read_payload_max_bytes),
+        "read_payload": read_payload.make(deps.payloads, deps.read_payload_max_bytes, deps.cpu),
     }
     return found

@@ -1,7 +1,10 @@
 """`calculator`: arithmetic by walking the AST of the expression, never eval.
 
-Numbers, + - * / // % **, unary signs, parentheses, a few math functions and constants. Bounds keep a
-single call cheap: expression length, AST size, exponent and result magnitude.
+Numbers, + - * / // % ** << >>, unary signs, parentheses, a few math functions and constants. Bounds keep a
+single call cheap: expression length, AST size, and every operation that can explode is refused before it
+runs (`Limits`): `**` by exponent and result size, `<<` by count and result size, `round` by its digits,
+and every integer operand and result by bit length. The evaluation itself runs in tool_svc's CPU pool
+(`tool_svc.cpu`), so a case the bounds miss ends UPSTREAM_TIMEOUT and never stalls the service.
 """
 
 from __future__ import annotations
@@ -10,15 +13,31 @@ import ast
 import math
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
-from tool_svc.model import Invocation, Produced
+from tool_svc.cpu import CpuPool
+from tool_svc.model import Executor, Invocation, Produced
 
 MAX_EXPRESSION_CHARS = 500
 MAX_NODES = 200
 MAX_EXPONENT = 1000
 MAX_INT_BITS = 4096
+MAX_ROUND_DIGITS = 1000
+"""`round(x, n)` with |n| over this is refused: for an integer x, n < 0 computes 10**-n."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds of one evaluation; they travel with the job to the worker (by value)."""
+
+    max_exponent: int = MAX_EXPONENT
+    max_int_bits: int = MAX_INT_BITS
+    max_round_digits: int = MAX_ROUND_DIGITS
+
+
+LIMITS = Limits()
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -27,7 +46,7 @@ SCHEMA: dict[str, Any] = {
             "type": "string",
             "minLength": 1,
             "maxLength": MAX_EXPRESSION_CHARS,
-            "description": "An arithmetic expression: numbers, + - * / // % **, parentheses, "
+            "description": "An arithmetic expression: numbers, + - * / // % ** << >>, parentheses, "
             "sqrt, log, log10, exp, sin, cos, tan, abs, round, min, max, pi, e",
             "examples": ["(17 * 3) / 4", "sqrt(2) * 10"],
         }
@@ -50,6 +69,8 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
 }
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -78,57 +99,78 @@ class _Invalid(Exception):
         self.message = message
 
 
-def _check_magnitude(value: Any) -> Any:
+def _check_magnitude(value: Any, limits: Limits) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _Invalid("type", "the result is not a number")
-    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
-        raise _Invalid("range", f"an intermediate result exceeds {MAX_INT_BITS} bits")
+    if isinstance(value, int) and value.bit_length() > limits.max_int_bits:
+        raise _Invalid("range", f"an intermediate result exceeds {limits.max_int_bits} bits")
     if isinstance(value, float) and not math.isfinite(value):
         raise _Invalid("range", "the result is not finite")
     return value
 
 
-def _eval(node: ast.AST) -> Any:
+def _check_binary(op: ast.operator, left: Any, right: Any, limits: Limits) -> None:
+    """Refuses, before computing, the operations whose cost grows with the value of an operand."""
+    both_int = isinstance(left, int) and isinstance(right, int)
+    if isinstance(op, ast.Pow):
+        if abs(right) > limits.max_exponent:
+            raise _Invalid("range", f"exponents are limited to {limits.max_exponent}")
+        # A huge base to a legal exponent could still take long.
+        if both_int and left.bit_length() * right > limits.max_int_bits:
+            raise _Invalid("range", f"the result would exceed {limits.max_int_bits} bits")
+    elif isinstance(op, ast.LShift) and both_int and right > 0 and left.bit_length() + right > limits.max_int_bits:
+        # `1 << 10**9` allocates the whole result first; the result check would come too late.
+        raise _Invalid("range", f"the result would exceed {limits.max_int_bits} bits")
+
+
+def _round(args: list[Any], limits: Limits) -> Any:
+    if len(args) == 2 and isinstance(args[1], int) and abs(args[1]) > limits.max_round_digits:
+        # round(1, -10**7) computes 10**(10**7): seconds of CPU for a 0.
+        raise _Invalid("range", f"round: the number of digits is limited to +-{limits.max_round_digits}")
+    return round(*args)
+
+
+def _eval(node: ast.AST, limits: Limits) -> Any:
     if isinstance(node, ast.Expression):
-        return _eval(node.body)
+        return _eval(node.body, limits)
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int | float):
             raise _Invalid("syntax", f"only numbers are allowed, got {node.value!r}")
-        return node.value
+        return _check_magnitude(node.value, limits)
     if isinstance(node, ast.Name):
         if node.id in _CONSTANTS:
             return _CONSTANTS[node.id]
         raise _Invalid("syntax", f"unknown name {node.id!r}; constants: {', '.join(_CONSTANTS)}")
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _check_magnitude(_UNARY[type(node.op)](_eval(node.operand)))
+        return _check_magnitude(_UNARY[type(node.op)](_eval(node.operand, limits)), limits)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow):
-            if abs(right) > MAX_EXPONENT:
-                raise _Invalid("range", f"exponents are limited to {MAX_EXPONENT}")
-            # Refuse before computing: a huge base to a legal exponent could still take long.
-            if isinstance(left, int) and isinstance(right, int) and left.bit_length() * right > MAX_INT_BITS:
-                raise _Invalid("range", f"the result would exceed {MAX_INT_BITS} bits")
+        left, right = _eval(node.left, limits), _eval(node.right, limits)
         try:
-            return _check_magnitude(_BINARY[type(node.op)](left, right))
+            _check_binary(node.op, left, right, limits)
+            return _check_magnitude(_BINARY[type(node.op)](left, right), limits)
         except ZeroDivisionError:
             raise _Invalid("math", "division by zero") from None
         except OverflowError:
             raise _Invalid("range", "the result is too large") from None
+        except (TypeError, ValueError) as exc:  # a float shifted, a negative shift count
+            raise _Invalid("math", str(exc)) from None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
         function = _FUNCTIONS.get(node.func.id)
         if function is None:
             raise _Invalid("syntax", f"unknown function {node.func.id!r}; functions: {', '.join(_FUNCTIONS)}")
-        args = [_eval(arg) for arg in node.args]
+        args = [_eval(arg, limits) for arg in node.args]
         try:
-            return _check_magnitude(function(*args))
+            if function is round:
+                return _check_magnitude(_round(args, limits), limits)
+            return _check_magnitude(function(*args), limits)
         except (ValueError, TypeError, OverflowError) as exc:
             raise _Invalid("math", f"{node.func.id}: {exc}") from None
     raise _Invalid("syntax", f"{type(node).__name__} is not allowed in an arithmetic expression")
 
 
-def evaluate(expression: str) -> int | float:
-    """The value of `expression`; raises AgentmeshError SCHEMA_INVALID on any bad input."""
+def evaluate(expression: str, limits: Limits = LIMITS) -> int | float:
+    """The value of `expression`; raises AgentmeshError SCHEMA_INVALID on any bad input. CPU-bound: the
+    executor runs it in the CPU pool."""
     try:
         if len(expression) > MAX_EXPRESSION_CHARS:
             raise _Invalid("maxLength", f"expressions are limited to {MAX_EXPRESSION_CHARS} characters")
@@ -138,7 +180,7 @@ def evaluate(expression: str) -> int | float:
             raise _Invalid("syntax", f"not an arithmetic expression: {getattr(exc, 'msg', exc)}") from None
         if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
             raise _Invalid("complexity", f"expressions are limited to {MAX_NODES} syntax nodes")
-        result = _eval(tree)
+        result = _eval(tree, limits)
         return result  # type: ignore[no-any-return]
     except _Invalid as exc:
         raise AgentmeshError(
@@ -162,6 +204,19 @@ def evaluate(expression: str) -> int | float:
         ) from None
 
 
-async def run(call: Invocation) -> Produced:
-    expression = str(call.arguments["expression"])
-    return Produced("structured", value={"expression": expression, "result": evaluate(expression)})
+def make(cpu: CpuPool) -> Executor:
+    async def run(call: Invocation) -> Produced:
+        expression = str(call.arguments["expression"])
+        # Always in the pool: the cost of an expression does not show in its length. `LIMITS` is read
+        # at call time and sent by value.
+        result = await cpu.run(
+            evaluate,
+            expression,
+            LIMITS,
+            timeout_s=call.timeout_s,
+            what="calculator",
+            fallback_tool=call.tool.fallback_tool,
+        )
+        return Produced("structured", value={"expression": expression, "result": result})
+
+    return run

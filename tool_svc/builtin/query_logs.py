@@ -7,7 +7,6 @@ strict pattern, so no argument can name a path outside the directory.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import re
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
+from tool_svc.cpu import CpuPool
 from tool_svc.model import Invocation, Produced
 
 SERVICE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
@@ -165,9 +165,18 @@ def search(directory: Path, args: dict[str, Any]) -> str:
     return "\n".join([header, *kept])
 
 
-def make(logs_dir: Path) -> Any:
+def make(logs_dir: Path, cpu: CpuPool) -> Any:
     async def run(call: Invocation) -> Produced:
-        text = await asyncio.to_thread(search, logs_dir, dict(call.arguments))
+        # Always in the CPU pool: the logs' size is not known before reading them, and parsing is CPU
+        # bound (a thread would hold the GIL and could not be stopped at the timeout).
+        text = await cpu.run(
+            search,
+            logs_dir,
+            dict(call.arguments),
+            timeout_s=call.timeout_s,
+            what="query_logs",
+            fallback_tool=call.tool.fallback_tool,
+        )
         return Produced("text", text=text)
 
     return run

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation
-from agentmesh.payloads import PayloadStore
+from agentmesh.payloads import PayloadStore, check_selectors, select
+from tool_svc.cpu import CpuPool
 from tool_svc.model import Invocation, Produced
 
 SCHEMA: dict[str, Any] = {
@@ -55,7 +56,7 @@ def _cut_utf8(content: bytes, limit: int) -> bytes:
     return cut.decode("utf-8", "ignore").encode("utf-8") if cut != content else cut
 
 
-def make(payloads: PayloadStore | None, max_bytes: int) -> Any:
+def make(payloads: PayloadStore | None, max_bytes: int, cpu: CpuPool) -> Any:
     async def run(call: Invocation) -> Produced:
         if payloads is None:
             raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "read_payload: this tool_svc has no payload store")
@@ -68,14 +69,28 @@ def make(payloads: PayloadStore | None, max_bytes: int) -> Any:
         if "byte_start" in args:
             start = int(args["byte_start"])
             byte_range = (start, int(args.get("byte_end", start + max_bytes)))
+        json_path = args.get("json_path")
         try:
-            meta, content, partial = await payloads.read(
-                call.session_id,
-                args["ref_id"],
-                json_path=args.get("json_path"),
-                line_range=line_range,
-                byte_range=byte_range,
-            )
+            check_selectors(json_path, line_range, byte_range)  # before the Redis round trip
+            meta, whole = await payloads.get(call.session_id, args["ref_id"])
+            if cpu.inline(len(whole)) or (json_path is None and line_range is None):
+                # Small content, or a byte range (a slice): cheaper here than a process hop.
+                content, partial = select(
+                    whole, meta.ref_id, json_path=json_path, line_range=line_range, byte_range=byte_range
+                )
+            else:
+                # Parsing megabytes of JSON for a JSONPath, or splitting them into lines, is CPU-bound.
+                content, partial = await cpu.run(
+                    select,
+                    whole,
+                    meta.ref_id,
+                    json_path=json_path,
+                    line_range=line_range,
+                    byte_range=byte_range,
+                    timeout_s=call.timeout_s,
+                    what="read_payload",
+                    fallback_tool=call.tool.fallback_tool,
+                )
         except InvalidRequestError as exc:
             raise _violation(exc) from None
         truncated = len(content) > max_bytes

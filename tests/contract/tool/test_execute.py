@@ -238,7 +238,7 @@ async def test_an_executor_bug_is_internal_not_a_traceback(tool_service: Any, mo
     async def broken(invocation: Any) -> Any:
         raise KeyError("internal detail")
 
-    monkeypatch.setattr(calculator, "run", broken)
+    monkeypatch.setattr(calculator, "make", lambda cpu: broken)
     c = Client(await tool_service())
     result = await c.execute("calculator", {"expression": "1"})
     assert error_name(result) == "INTERNAL" and class_name(result) == "ENGINEERING"

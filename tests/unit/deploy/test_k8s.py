@@ -127,6 +127,9 @@ def test_every_deployment_has_native_grpc_probes() -> None:
         # Readiness asks for the service itself: NOT_SERVING on SIGTERM takes the pod out at once.
         for probe in ("startupProbe", "readinessProbe"):
             assert c[probe]["grpc"]["service"] == full_service_name(key), f"{key}: {probe} service"
+        # Liveness asks for "" (the server), which a Redis outage leaves SERVING: only readiness
+        # (the service name) follows Redis, so an outage never restarts every pod (rpc/host.py).
+        assert c["livenessProbe"]["grpc"].get("service", "") == "", f"{key}: livenessProbe service"
 
 
 def test_pods_listen_where_the_probes_and_services_look(pod_settings: Any) -> None:

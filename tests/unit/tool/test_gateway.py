@@ -28,7 +28,7 @@ def test_the_pipeline_is_in_the_documented_order() -> None:
     gateway = Gateway(Settings(auth={"mode": "disabled"}), None)
     assert [type(step).__name__ for step in gateway.pipeline] == [
         "ResolveTool",
-        "ValidateArguments",
+        "ValidateArgumentsInPool",
         "GuardArguments",
         "CheckPermission",
         "Idempotency",
@@ -44,7 +44,10 @@ def test_the_pipeline_is_in_the_documented_order() -> None:
 
 async def test_works_without_redis_for_stateless_tools() -> None:
     gateway = Gateway(Settings(auth={"mode": "disabled"}), None)
-    result = await gateway.execute(request("calculator", {"expression": "6*7"}), CALLER)
+    try:
+        result = await gateway.execute(request("calculator", {"expression": "6*7"}), CALLER)
+    finally:
+        await gateway.aclose()
     assert isinstance(result.outcome, Output) and json.loads(result.outcome.inline)["result"] == 42
 
 

@@ -1,0 +1,51 @@
+"""200 tasks at once over a Redis pool of 20 connections (issue 19; agentmesh/store.py).
+
+The pool blocks for a free connection (up to `redis.pool_timeout_s`) instead of raising
+MaxConnectionsError at once, so no task run is interrupted and none is re-claimed by the
+idle-owner sweep (a task's `runs` counts its acquisitions: 1 means it ran once, start to end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from agentmesh.store import Store
+from agentmesh.v1 import dispatcher_pb2
+from tests.contract.dispatcher.conftest import MakeMesh
+from tests.contract.dispatcher.test_dispatcher_grpc import calc_policy, run
+
+D = dispatcher_pb2
+TASKS = 200
+POOL = 20
+
+
+async def test_200_concurrent_tasks_share_20_redis_connections(
+    make_mesh: MakeMesh, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.WARNING)
+    monkeypatch.setenv("AGENTMESH_REDIS_MAX_CONNECTIONS", str(POOL))  # redis.max_connections: 20
+    mesh = await make_mesh(
+        calc_policy,
+        {"calc": lambda a: str(a["a"] + a["b"])},
+        dispatcher={"max_concurrent_tasks": TASKS, "claim_idle_s": 5.0, "claim_interval_s": 0.5},
+    )
+    assert mesh.dispatcher.settings.redis.max_connections == POOL
+    store = mesh.dispatcher.host.store
+    assert isinstance(store, Store)
+    assert store.redis.connection_pool.max_connections == POOL
+
+    results = await asyncio.gather(*(run(mesh, f"add {i}") for i in range(TASKS)))
+
+    assert [r[-1].status for r in results] == [D.TASK_STATUS_SUCCEEDED] * TASKS
+    assert mesh.tools.runs["calc"] == TASKS
+    for events in results:
+        task_id = events[0].task_id
+        runs = int(await store.redis.hget(store.keys.task(task_id), "runs") or 0)
+        assert runs == 1, f"task {task_id} was interrupted and ran {runs} times"
+        assert not [e for e in events if e.kind == D.TASK_EVENT_KIND_INCIDENT]
+    logged = caplog.text
+    assert "MaxConnectionsError" not in logged and "Too many connections" not in logged
+    assert "pool exhausted" not in logged
