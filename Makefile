@@ -48,7 +48,7 @@ demo: venv
 	$(BIN)/agentmesh demo
 
 bench: venv
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$b"; $(PY) -m bench.$$m || exit 1; done
 
 # Hostile and mutated messages to every RPC of every service (tests/fuzz): never UNKNOWN or INTERNAL.
 fuzz: venv
