@@ -293,7 +293,14 @@ class ToolEntrySettings(_Section):
     """For `executor: builtin`: the implementation (calculator, http_request, query_logs, read_payload,
     run_python); default: the tool's name."""
     endpoint_url: str = ""
-    """For `executor: http`: the URL arguments are POSTed to as JSON; must match `tools.http_allowlist`."""
+    """For `executor: http`: the URL the arguments are sent to; must match `tools.http_allowlist`."""
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    """For `executor: http`: the request method; GET and DELETE send the arguments as query parameters,
+    the others as a JSON body."""
+    headers_allowed: list[str] = []
+    """For the `http_request` built-in: request headers it may send beyond the harmless default set
+    (Accept, Accept-Language, Content-Type, User-Agent, If-None-Match, If-Modified-Since, Range), e.g.
+    `[Authorization]`; others (credentials, Proxy-*, method overrides, Host, Forwarded) are dropped."""
 
 
 class ToolSandboxSettings(_Section):

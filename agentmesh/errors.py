@@ -13,6 +13,8 @@ from types import MappingProxyType
 from typing import Any, ClassVar, TypedDict, Unpack
 
 __all__ = [
+    "ECHO_CHARS",
+    "ECHO_MARK",
     "ERROR_CLASS",
     "AgentmeshError",
     "ErrorClass",
@@ -28,6 +30,7 @@ __all__ = [
     "UnavailableError",
     "Violation",
     "default_retryable",
+    "echo",
     "error_class",
     "error_from_json",
     "error_to_json",
@@ -300,6 +303,29 @@ class PermissionDeniedError(AgentmeshError):
 
 # Model-produced values can be huge; the model only needs enough to recognise its mistake.
 _MAX_VALUE_CHARS = 200
+
+# What an error may echo of a caller's value: enough to recognise it, never enough to bloat the
+# status trailer (a value is echoed up to four times: message and violation, twice each).
+ECHO_CHARS = 64
+ECHO_MARK = "…"
+
+
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """A short prefix of a caller's value for an error message or violation: at most `limit`
+    characters and 2 * `limit` UTF-8 bytes (fewer characters when they are wide), marked "…" when
+    clipped. Every message or violation built from request values echoes them through this.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit and len(text.encode("utf-8", "surrogatepass")) <= 2 * limit:
+        return text
+    budget = 2 * limit - len(ECHO_MARK.encode())
+    kept: list[str] = []
+    for char in text[: limit - 1]:
+        budget -= len(char.encode("utf-8", "surrogatepass"))
+        if budget < 0:
+            break
+        kept.append(char)
+    return "".join(kept) + ECHO_MARK
 
 
 def _clip(text: str) -> str:

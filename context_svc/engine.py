@@ -27,6 +27,7 @@ from agentmesh.errors import (
     PayloadTooLargeError,
     PermissionDeniedError,
     UnavailableError,
+    echo,
 )
 from agentmesh.payloads import (
     MEDIA_JSON,
@@ -235,7 +236,7 @@ class ContextEngine:
             "read session", self.store.redis.hmget(meta, ["agent_id", "goal", "budget"])
         )
         if budget is None:
-            raise NotFoundError(f"session {session_id} not found", metadata={"session_id": session_id})
+            raise NotFoundError(f"session {echo(session_id)} not found", metadata={"session_id": echo(session_id)})
         encoding = Budget.from_json(budget).encoding
         self._encodings.put(session_id, encoding)
         return _text(agent), _text(goal), encoding

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from agentmesh.errors import NotFoundError, PermissionDeniedError
+from agentmesh.errors import NotFoundError, PermissionDeniedError, echo
 from agentmesh.payloads import PAYLOAD_INDEX_PART
 from agentmesh.store import Store
 from context_svc.model import Budget, IndexEntry, Message, Session, Summary
@@ -415,7 +415,9 @@ class SessionStore:
         if index == -3:
             raise EncodingChangedError(session_id)
         if index == -2:
-            raise PermissionDeniedError(f"session:{session_id}", f"session {session_id} belongs to another agent")
+            raise PermissionDeniedError(
+                f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to another agent"
+            )
         return index
 
     async def commit_summary(self, session_id: str, expected_upto: int, summary: Summary) -> int:

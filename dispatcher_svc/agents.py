@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from agentmesh.config import AgentSettings, ConfigError
-from agentmesh.errors import NotFoundError, Violation
+from agentmesh.errors import NotFoundError, Violation, echo
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,10 @@ class AgentRegistry:
         if agent is None:
             known = ", ".join(sorted(self._agents)) or "none configured"
             raise NotFoundError(
-                f"agent_id: no agent {agent_id!r} (known: {known})",
-                violations=[Violation(path="agent_id", rule="exists", actual=repr(agent_id), hint=f"one of: {known}")],
+                f"agent_id: no agent {echo(agent_id)!r} (known: {known})",
+                violations=[
+                    Violation(path="agent_id", rule="exists", actual=repr(echo(agent_id)), hint=f"one of: {known}")
+                ],
                 metadata={"field": "agent_id"},
             )
         return agent

@@ -30,6 +30,7 @@ from agentmesh.errors import (
     InvalidRequestError,
     NotFoundError,
     Violation,
+    echo,
 )
 from agentmesh.identity import Authenticator
 from agentmesh.store import Store
@@ -328,9 +329,11 @@ class Dispatcher:
             )
         if pending.approval_id != approval_id:
             raise FailedPreconditionError(
-                f"approval_id: task {task_id} waits for approval {pending.approval_id}, not {approval_id}",
+                f"approval_id: task {task_id} waits for approval {pending.approval_id}, not {echo(approval_id)}",
                 violations=[
-                    Violation(path="approval_id", rule="matches", expected=pending.approval_id, actual=approval_id)
+                    Violation(
+                        path="approval_id", rule="matches", expected=pending.approval_id, actual=echo(approval_id)
+                    )
                 ],
             )
         outcome: ToolOutcome | None

@@ -31,6 +31,7 @@ from agentmesh.errors import (
     FailedPreconditionError,
     NotFoundError,
     Violation,
+    echo,
     error_from_json,
     error_to_json,
 )
@@ -80,8 +81,8 @@ class TaskExistsError(FailedPreconditionError):
 
 def task_not_found(task_id: str) -> NotFoundError:
     return NotFoundError(
-        f"task_id: no task {task_id!r}",
-        violations=[Violation(path="task_id", rule="exists", actual=repr(task_id))],
+        f"task_id: no task {echo(task_id)!r}",
+        violations=[Violation(path="task_id", rule="exists", actual=repr(echo(task_id)))],
         metadata={"field": "task_id", "task_id": task_id},
     )
 

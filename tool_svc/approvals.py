@@ -5,6 +5,10 @@ An approval records the change plan (tool + arguments), the tool's impact statem
 `approval_ttl_s`. Deciding is one Lua script on Redis time, so two operators racing, or a decision
 racing the expiry, have exactly one outcome. The approver must differ from the requester and must have
 seen the same arguments (their hash); an approved call then runs once, as the requester.
+
+A run-time registration that needs review (`ToolRegistry.review`) is an approval too (kind
+`register_tool`): its plan is the tool spec (ToolDef JSON) and the replace flag, bound by their hash;
+only an admin other than the registering one may decide it, and approving stores the tool.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Literal
 from agentmesh.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
 from agentmesh.store import Store
 from tool_svc.call import CallState
-from tool_svc.model import Caller, CallRequest, Outcome, Pending
+from tool_svc.model import Caller, CallRequest, Outcome, Pending, ToolDef, arguments_sha256
+
+Kind = Literal["call", "register_tool"]
 
 State = Literal["pending", "approved", "denied", "expired"]
 
@@ -68,6 +74,12 @@ class ApprovalRecord:
     resolved_by: str = ""
     reason: str = ""
     resolve_time: float | None = None
+    kind: Kind = "call"
+
+    def registration(self) -> tuple[ToolDef, bool]:
+        """For a `register_tool` approval: the tool to store and whether it replaces one."""
+        plan = json.loads(self.request.arguments_json)
+        return ToolDef.from_json(plan["register_tool"]), bool(plan["replace"])
 
 
 def is_requester(approver: Caller, requester: Caller) -> bool:
@@ -86,15 +98,37 @@ class ApprovalBook:
 
     async def create(self, call: CallState) -> Pending:
         spec = call.spec
+        return await self._create(spec.name, spec.impact, call.arguments_sha256, call.caller, call.request)
+
+    async def create_registration(self, spec: ToolDef, *, replace: bool, caller: Caller, why: str) -> Pending:
+        """A registration waiting for a second admin; the tool is stored only when one approves."""
+        plan = {"register_tool": spec.to_json(), "replace": replace}
+        # Not a tool name (NAME_RE has no ':'): a replica that predates this kind answers UNKNOWN_TOOL.
+        request = CallRequest(
+            call_id=f"register-{secrets.token_hex(8)}",
+            name=f"register_tool:{spec.name}",
+            arguments_json=json.dumps(plan, sort_keys=True, ensure_ascii=False),
+            session_id="",
+        )
+        impact = f"registers the {spec.http_method} http tool {spec.name} ({spec.endpoint_url}): {why}"
+        if spec.impact:
+            impact += f"; the tool's impact: {spec.impact}"
+        return await self._create(spec.name, impact, arguments_sha256(plan), caller, request, kind="register_tool")
+
+    async def _create(
+        self, tool: str, impact: str, sha256: str, caller: Caller, request: CallRequest, *, kind: Kind = "call"
+    ) -> Pending:
         approval_id = "apr_" + secrets.token_hex(16)
         record = {
-            "tool": spec.name,
-            "impact": spec.impact,
-            "arguments_sha256": call.arguments_sha256,
-            "requested_by": call.caller.agent,
-            "caller": call.caller.to_json(),
-            "request": call.request.to_json(),
+            "tool": tool,
+            "impact": impact,
+            "arguments_sha256": sha256,
+            "requested_by": caller.agent,
+            "caller": caller.to_json(),
+            "request": request.to_json(),
         }
+        if kind != "call":
+            record["kind"] = kind
         key = self.store.keys.approval(approval_id)
         async with self.store.guard("create approval"):
             expire_at = await self.store.script("approval_create", _CREATE_LUA)(
@@ -102,13 +136,13 @@ class ApprovalBook:
             )
         return Pending(
             approval_id=approval_id,
-            call_id=call.request.call_id,
-            tool_name=spec.name,
-            arguments_json=call.request.arguments_json,
-            impact=spec.impact,
-            arguments_sha256=call.arguments_sha256,
+            call_id=request.call_id,
+            tool_name=tool,
+            arguments_json=request.arguments_json,
+            impact=impact,
+            arguments_sha256=sha256,
             expire_at=float(expire_at),
-            requested_by=call.caller.agent,
+            requested_by=caller.agent,
         )
 
     async def get(self, approval_id: str) -> ApprovalRecord:
@@ -143,6 +177,7 @@ class ApprovalBook:
             resolved_by=fields.get("resolved_by", ""),
             reason=fields.get("reason", ""),
             resolve_time=float(fields["resolve_time"]) if fields.get("resolve_time") else None,
+            kind="register_tool" if data.get("kind") == "register_tool" else "call",
         )
 
     async def decide(
@@ -150,14 +185,19 @@ class ApprovalBook:
     ) -> tuple[ApprovalRecord, bool]:
         """Records the decision; (record after it, whether it expired instead).
 
-        PermissionDeniedError when the approver is the requester; FailedPreconditionError when the hash
-        differs from the binding or the approval was already decided.
+        PermissionDeniedError when the approver is the requester (or, for a registration, not an admin);
+        FailedPreconditionError when the hash differs from the binding or the approval was already decided.
         """
         record = await self.get(approval_id)
         if is_requester(approver, record.caller):
             raise PermissionDeniedError(
                 missing_permission="approver:other-than-requester",
                 message=f"{approver.subject} requested approval {approval_id} and cannot approve or deny it",
+            )
+        if record.kind == "register_tool" and "admin" not in approver.roles:
+            raise PermissionDeniedError(
+                missing_permission="role:admin",
+                message=f"approval {approval_id} registers a tool: a second admin must decide it",
             )
         if arguments_sha256 != record.pending.arguments_sha256:
             raise FailedPreconditionError(

@@ -38,13 +38,24 @@ from tool_svc.cpu import CpuPool
 from tool_svc.cpu_validation import ValidateArgumentsInPool
 from tool_svc.discovery import Discovery, Scored
 from tool_svc.guard import DangerGuard, GuardArguments
-from tool_svc.http import Allowlist, HttpExecutor, HttpTransport
+from tool_svc.http import Allowlist, HttpTransport
+from tool_svc.http_tool import HttpToolExecutor
 from tool_svc.idempotency import Idempotency
-from tool_svc.model import Caller, CallRequest, Pending, Stats, ToolDef, ToolResult, call_sha256
+from tool_svc.model import (
+    Caller,
+    CallRequest,
+    Output,
+    Pending,
+    Stats,
+    ToolDef,
+    ToolResult,
+    call_sha256,
+    canonical_json,
+)
 from tool_svc.offload import Offload
 from tool_svc.permissions import CheckPermission
 from tool_svc.ratelimit import RateLimit
-from tool_svc.redact import RedactSecrets
+from tool_svc.redact import RedactSecrets, redact_outcome
 from tool_svc.registry import ResolveTool, ToolRegistry
 from tool_svc.retry import Execute
 from tool_svc.sandbox import Sandbox
@@ -134,7 +145,7 @@ class Gateway:
                 local_batch=tools.rate_limit.local_batch,
             ),  # RATE_LIMITED, per agent, shared by every replica
             CircuitBreaker(self.breakers),  # CIRCUIT_OPEN per (agent instance, tool)
-            Execute(found, HttpExecutor(self.transport), rng=rng, sleep=pause),  # timeout, retries; UPSTREAM_*
+            Execute(found, HttpToolExecutor(self.transport), rng=rng, sleep=pause),  # timeout, retries; UPSTREAM_*
             ValidateOutput(),  # OUTPUT_INVALID
             RedactSecrets(),
             Offload(self.payloads, tools.offload_threshold_bytes, self.cpu),  # PayloadRef + digest above 2 KiB
@@ -167,7 +178,9 @@ class Gateway:
                 if outcome is None:  # pragma: no cover - Offload always answers
                     outcome = AgentmeshError(ErrorCode.INTERNAL, "the pipeline produced no outcome")
                 call.stats.duration_s = time.monotonic() - call.started
-                result = ToolResult(request.call_id, request.name, outcome, call.stats)
+                # One redactor on every path out: an error raised by any step (output schema, sandbox,
+                # offload, a worker) may quote an upstream or the tool's output.
+                result = ToolResult(request.call_id, request.name, redact_outcome(outcome), call.stats)
             finally:
                 await self._finish(call, result)
             self._annotate(span, call, result)
@@ -223,6 +236,8 @@ class Gateway:
             approval_id, approve=approve, approver=approver, reason=reason, arguments_sha256=arguments_sha256
         )
         request = record.request
+        if record.kind == "register_tool" and approve and not expired:
+            return record, await self._complete_registration(record)
         if expired or not approve:
             code = ErrorCode.APPROVAL_EXPIRED if expired else ErrorCode.APPROVAL_DENIED
             why = "expired before anyone decided" if expired else f"was denied by {approver.subject}"
@@ -259,5 +274,24 @@ class Gateway:
 
         return index.search(goal, k, allow=permitted if permitted_only else None)
 
-    async def register(self, spec: ToolDef, *, replace: bool) -> ToolDef:
-        return await self.registry.register(spec, replace_existing=replace)
+    async def register(self, spec: ToolDef, *, replace: bool, caller: Caller) -> ToolDef | Pending:
+        """Stores a run-time tool, or, when `ToolRegistry.review` flags it, answers a PendingApproval that
+        another admin must approve before the tool is stored (until then it is neither listed nor run)."""
+        await self.registry.check_registration(spec, replace_existing=replace)
+        reasons = await self.registry.review(spec)
+        if not reasons:
+            return await self.registry.register(spec, replace_existing=replace)
+        if self.approvals is None:
+            raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
+        return await self.approvals.create_registration(spec, replace=replace, caller=caller, why="; ".join(reasons))
+
+    async def _complete_registration(self, record: ApprovalRecord) -> ToolResult:
+        """An approved registration: the tool is stored now (checked again: the registry may have changed)."""
+        spec, replace = record.registration()
+        outcome: Output | AgentmeshError
+        try:
+            stored = await self.registry.register(spec, replace_existing=replace)
+            outcome = Output("structured", inline=canonical_json({"registered": stored.name, "replaced": replace}))
+        except AgentmeshError as exc:
+            outcome = exc
+        return ToolResult(record.request.call_id, spec.name, outcome, Stats())

@@ -1,10 +1,12 @@
-"""HTTP executor: POST the arguments as JSON to an allowlisted URL and map the answer (docs/architecture.md §5).
+"""HTTP for tools: the allowlisted transport and the mapping of an answer (docs/architecture.md §5);
+the executors are `http_tool.py` (registered tools, by their `method`) and `builtin/http_request.py`.
 
 404 -> UPSTREAM_NOT_FOUND, timeout -> UPSTREAM_TIMEOUT, 5xx / refused -> UPSTREAM_UNAVAILABLE (transient),
 429 -> RATE_LIMITED (with Retry-After), other non-2xx -> UPSTREAM_REJECTED; every ENGINEERING error names
 the tool's fallback. Bodies are read up to a size cap; JSON bodies become structured output, other UTF-8
 text becomes text output (structured tools answer OUTPUT_INVALID), undecodable bytes never crash anything.
-Redirects are not followed: a redirect could leave the allowlist.
+Redirects are not followed: a redirect could leave the allowlist. Every text quoting an upstream goes
+through agentmesh.redact before it becomes part of an error or an output.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from typing import Any
 import httpx
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from tool_svc.model import Invocation, Produced, ToolDef
+from agentmesh.redact import redact_error, redact_str
+from tool_svc.model import Produced, ToolDef
 
 _SNIPPET_CHARS = 300
 
@@ -108,7 +111,8 @@ def _safe_url(url: str) -> str:
         parts = urllib.parse.urlsplit(url)
         host = parts.hostname or ""
         netloc = f"{host}:{parts.port}" if parts.port else host
-        return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+        # The path may carry a token too (webhook URLs): masked like any text.
+        return redact_str(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")))
     except ValueError:
         return "<invalid url>"
 
@@ -133,7 +137,13 @@ def decode_text(content: bytes) -> tuple[str, bool]:
 
 
 def snippet(content: bytes) -> str:
-    text, _ = decode_text(content[: _SNIPPET_CHARS * 4])
+    """The start of an upstream body for an error message, secrets masked (it reaches the model)."""
+    window = _SNIPPET_CHARS * 4
+    text, _ = decode_text(content[:window])
+    if len(content) > window:
+        # A secret cut at the window's edge would not be recognised: drop the cut token.
+        text = text[: max(text.rfind(c) for c in " \t\r\n") + 1] if any(c in text for c in " \t\r\n") else ""
+    text = redact_str(text)
     text = " ".join(text.split())
     return text if len(text) <= _SNIPPET_CHARS else text[: _SNIPPET_CHARS - 3] + "..."
 
@@ -150,7 +160,11 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def status_error(tool: ToolDef, body: HttpBody) -> AgentmeshError:
-    """The typed error of a non-2xx answer."""
+    """The typed error of a non-2xx answer (its text redacted of secrets: the body is the upstream's)."""
+    return redact_error(_status_error(tool, body))
+
+
+def _status_error(tool: ToolDef, body: HttpBody) -> AgentmeshError:
     status = body.status
     detail = snippet(body.content)
     said = f": {detail}" if detail else ""
@@ -212,12 +226,14 @@ def body_output(tool: ToolDef, body: HttpBody) -> Produced:
         return Produced("text", text=text, notes={"invalid_utf8": "true"} if replaced else None)
     kind = "non-UTF-8 bytes" if replaced else "non-JSON text"
     content_type = body.headers.get("content-type", "unknown")
-    raise AgentmeshError(
-        ErrorCode.OUTPUT_INVALID,
-        f"{tool.name}: upstream answered {body.status} with {kind} (content-type {content_type}) "
-        f"where JSON was expected: {snippet(body.content)!r}",
-        fallback_tool=tool.fallback_tool,
-        metadata={"http_status": str(body.status)},
+    raise redact_error(
+        AgentmeshError(
+            ErrorCode.OUTPUT_INVALID,
+            f"{tool.name}: upstream answered {body.status} with {kind} (content-type {content_type[:200]}) "
+            f"where JSON was expected: {snippet(body.content)!r}",
+            fallback_tool=tool.fallback_tool,
+            metadata={"http_status": str(body.status)},
+        )
     )
 
 
@@ -277,7 +293,9 @@ class HttpTransport:
             ) from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
             raise AgentmeshError(
-                ErrorCode.UPSTREAM_REJECTED, f"{tool.name}: invalid request: {exc}", fallback_tool=fallback
+                ErrorCode.UPSTREAM_REJECTED,
+                f"{tool.name}: invalid request: {redact_str(str(exc))}",
+                fallback_tool=fallback,
             ) from None
         try:
             chunks: list[bytes] = []
@@ -304,19 +322,3 @@ class HttpTransport:
             await response.aclose()
         headers_out = {k.lower(): v for k, v in response.headers.items()}
         return HttpBody(response.status_code, headers_out, b"".join(chunks), truncated)
-
-
-class HttpExecutor:
-    """The executor of registered HTTP tools: POST the arguments as JSON to the tool's endpoint."""
-
-    def __init__(self, transport: HttpTransport) -> None:
-        self.transport = transport
-
-    async def __call__(self, call: Invocation) -> Produced:
-        tool = call.tool
-        body = await self.transport.request(
-            tool, "POST", tool.endpoint_url, timeout_s=call.timeout_s, json_body=call.arguments
-        )
-        if not 200 <= body.status < 300:
-            raise status_error(tool, body)
-        return body_output(tool, body)

@@ -20,6 +20,8 @@ from agentmesh.payloads import StoredPayload
 ResultKind = Literal["structured", "text"]
 Access = Literal["read", "write"]
 ExecutorKind = Literal["builtin", "http"]
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+"""The methods an HTTP tool may use (`ToolSpec.http_method`)."""
 
 MEDIA_JSON = "application/json"
 MEDIA_TEXT = "text/plain; charset=utf-8"
@@ -63,6 +65,10 @@ class ToolDef:
     fallback_tool: str = ""
     executor: ExecutorKind = "http"
     endpoint_url: str = ""
+    http_method: str = "POST"
+    """For HTTP tools: one of HTTP_METHODS; GET and DELETE send the arguments as query parameters."""
+    headers_allowed: tuple[str, ...] = ()
+    """For `http_request`: request headers beyond the harmless default set that it may send (config only)."""
     builtin: str = ""
     """Implementation name of a built-in (may differ from `name`)."""
     offload: bool = True
@@ -99,6 +105,8 @@ class ToolDef:
             "fallback_tool": self.fallback_tool,
             "executor": self.executor,
             "endpoint_url": self.endpoint_url,
+            "http_method": self.http_method,
+            "headers_allowed": list(self.headers_allowed),
             "builtin": self.builtin,
             "offload": self.offload,
         }
@@ -121,6 +129,8 @@ class ToolDef:
             fallback_tool=data.get("fallback_tool", ""),
             executor=data.get("executor", "http"),
             endpoint_url=data.get("endpoint_url", ""),
+            http_method=data.get("http_method", "POST"),
+            headers_allowed=tuple(data.get("headers_allowed", ())),
             builtin=data.get("builtin", ""),
             offload=bool(data.get("offload", True)),
         )

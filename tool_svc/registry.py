@@ -3,8 +3,10 @@
 Every tool is checked when it enters (name, description, Draft 2020-12 input schema describing an
 object, optional output schema, `x-agentmesh-kind` marks, HTTP endpoint on the allowlist, fallback):
 a bad configuration fails start-up naming the tool, a bad RegisterTool is INVALID_REQUEST with the
-reason. Run-time tools live in one Redis hash, so every replica sees them: each replica reloads it
-every `registry_refresh_s`, and at once when a call names a tool it does not know.
+reason. `review` names what makes a run-time registration need a second admin (a non-GET endpoint
+declared read, an endpoint at or under an approval-gated tool's); configured tools are trusted.
+Run-time tools live in one Redis hash, so every replica sees them: each replica reloads it every
+`registry_refresh_s`, and at once when a call names a tool it does not know.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -21,9 +24,10 @@ from typing import Any, Literal
 from agentmesh.config import ConfigError, ToolEntrySettings, ToolRetrySettings, ToolsSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, InvalidRequestError, Violation
 from agentmesh.store import Store
+from tool_svc.builtin.http_request import FRAMING_HEADERS
 from tool_svc.call import CallState
 from tool_svc.http import Allowlist
-from tool_svc.model import Outcome, Permission, RetryPolicy, ToolDef
+from tool_svc.model import HTTP_METHODS, Outcome, Permission, RetryPolicy, ToolDef
 from tool_svc.validation import SchemaCheck, SchemaDefinitionError, check_tool_schema, has_marks
 
 log = logging.getLogger("tool_svc.registry")
@@ -31,6 +35,7 @@ log = logging.getLogger("tool_svc.registry")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _GROUP_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _ENV_RE = re.compile(r"^(\*|[a-z][a-z0-9_.-]{0,31})$")
+_HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 MAX_DESCRIPTION_CHARS = 2000
 MAX_EXAMPLES = 20
 # Refreshing on a miss more often than this would let a flood of bad names hammer Redis.
@@ -99,6 +104,15 @@ def tool_from_entry(entry: ToolEntrySettings, settings: ToolsSettings, builtins:
     if entry.executor == "http":
         changes["executor"] = "http"
         changes["endpoint_url"] = entry.endpoint_url
+        changes["http_method"] = entry.method
+    elif "method" in given:
+        raise ConfigError(f"tools.registry: {entry.name}: method applies to executor: http tools only")
+    if "headers_allowed" in given:
+        if base.builtin != "http_request":
+            raise ConfigError(
+                f"tools.registry: {entry.name}: headers_allowed applies to the http_request built-in only"
+            )
+        changes["headers_allowed"] = tuple(entry.headers_allowed)
     spec = replace(base, **changes)
     approval = entry.requires_approval
     if approval is None:
@@ -191,7 +205,12 @@ class ToolRegistry:
             raise InvalidRequestError("tool.fallback_tool", "a tool cannot be its own fallback")
         if spec.fallback_tool and not NAME_RE.fullmatch(spec.fallback_tool):
             raise InvalidRequestError("tool.fallback_tool", f"{spec.fallback_tool!r} is not a tool name")
+        for header in spec.headers_allowed:
+            if not _HEADER_RE.fullmatch(header) or header.lower() in FRAMING_HEADERS:
+                raise InvalidRequestError("tool.headers_allowed", f"{header!r} is not a header a tool may send")
         if spec.executor == "http":
+            if spec.http_method not in HTTP_METHODS:
+                raise InvalidRequestError("tool.http_method", f"must be one of {', '.join(HTTP_METHODS)}")
             if not spec.endpoint_url:
                 raise InvalidRequestError("tool.endpoint_url", "is required for an http tool")
             if not self.allowlist.allows(spec.endpoint_url):
@@ -265,10 +284,31 @@ class ToolRegistry:
             self._runtime = loaded
             self.version += 1
 
+    async def review(self, spec: ToolDef) -> list[str]:
+        """Why registering `spec` at run time needs a second admin (empty: it does not).
+
+        A non-GET tool declared read would change things without any approval; a tool at or under
+        the endpoint of an approval-gated tool would reach that endpoint without its approval."""
+        reasons: list[str] = []
+        if spec.executor != "http":
+            return reasons
+        if spec.http_method != "GET" and spec.permission.access == "read":
+            reasons.append(f"a {spec.http_method} endpoint declared access read runs without approval")
+        await self.refresh()
+        mine = _endpoint_key(spec.endpoint_url)
+        for tool in self.tools():
+            other = tool.spec
+            if not (other.requires_approval and other.executor == "http" and other.endpoint_url):
+                continue
+            theirs = _endpoint_key(other.endpoint_url)
+            if mine[:3] == theirs[:3] and (mine[3] == theirs[3] or mine[3].startswith(theirs[3].rstrip("/") + "/")):
+                reasons.append(f"its endpoint is at or under that of the approval-gated tool {other.name}")
+        return reasons
+
     # -- writes ------------------------------------------------------------------------------------
 
-    async def register(self, spec: ToolDef, *, replace_existing: bool) -> ToolDef:
-        """Stores a run-time HTTP tool for every replica."""
+    async def check_registration(self, spec: ToolDef, *, replace_existing: bool) -> RegisteredTool:
+        """The checks of `register` that need no write: INVALID_REQUEST or FAILED_PRECONDITION naming why."""
         if self.store is None:
             raise FailedPreconditionError("run-time registration needs Redis")
         if spec.executor != "http":
@@ -281,18 +321,36 @@ class ToolRegistry:
         existing = self._static.get(spec.name)
         if existing is not None and existing.source == "builtin":
             raise FailedPreconditionError(f"{spec.name} is a built-in tool and cannot be replaced")
+        if not replace_existing and (existing is not None or spec.name in self._runtime):
+            raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
+        return compiled
+
+    async def register(self, spec: ToolDef, *, replace_existing: bool) -> ToolDef:
+        """Stores a run-time HTTP tool for every replica (`review` is the caller's: this stores)."""
+        compiled = await self.check_registration(spec, replace_existing=replace_existing)
+        assert self.store is not None
         blob = json.dumps(spec.to_json(), sort_keys=True)
         if replace_existing:
             await self.store.call("register tool", self.store.redis.hset(self.redis_key, spec.name, blob))
         else:
-            if existing is not None:
-                raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
             added = await self.store.call("register tool", self.store.redis.hsetnx(self.redis_key, spec.name, blob))
             if not added:
                 raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
         self._runtime[spec.name] = compiled
         self.version += 1
         return spec
+
+
+def _endpoint_key(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path) compared case-insensitively, unquoted, without the query: the
+    comparison errs towards "the same endpoint" (more approvals, never fewer)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = -1
+    path = re.sub(r"/+", "/", urllib.parse.unquote(parts.path or "/")).casefold()
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port, path
 
 
 class ResolveTool:

@@ -2,7 +2,10 @@
 
 Isolation (bwrap): new user, pid, network, ipc, uts and cgroup namespaces; an unprivileged uid; no
 network at all; a read-only root holding only /usr (and the interpreter's prefix); a private, size-capped
-/tmp as the only writable place; no /etc, /home, /root or the service's files; `--die-with-parent`.
+/tmp as the only writable place; a read-only /dev holding only bwrap's device nodes (null, zero, full,
+random, urandom, tty, a private devpts), so it cannot be filled with files; no /etc, /home, /root or the
+service's files; `--die-with-parent`; a seccomp filter (tool_svc/seccomp.py) denying with EPERM the
+system calls the code never needs (ptrace, mount, keyrings, bpf, unshare/setns, modules, ...).
 Limits (set by a prelude inside the sandbox, before the code runs, hard as well as soft): CPU seconds,
 address space, processes, file size, open files. A wall-clock timeout kills the whole process group.
 
@@ -32,11 +35,13 @@ from typing import Any
 
 from agentmesh.config import ToolSandboxSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
+from tool_svc import seccomp
 
 log = logging.getLogger("tool_svc.sandbox")
 
 _REPORT_LIMIT = 64 * 1024
 MiB = 1024 * 1024
+_SECCOMP_PROGRAM = seccomp.program()
 
 # Runs inside the sandbox as `python -I -S -c PRELUDE <report fd> <limits json>`; the code comes on stdin.
 PRELUDE = r"""
@@ -296,6 +301,7 @@ class Sandbox:
             "file_bytes": s.tmp_size_mb * MiB,
         }
         read_fd, write_fd = os.pipe()
+        filter_fd = _seccomp_fd()
         args = [
             bwrap,
             "--unshare-all",
@@ -309,6 +315,8 @@ class Sandbox:
             *self._mounts(python),
             "--proc", "/proc",
             "--dev", "/dev",
+            "--remount-ro", "/dev",
+            "--seccomp", str(filter_fd),
         ]  # fmt: skip
         if version >= (0, 8):
             args += ["--disable-userns"]
@@ -338,7 +346,7 @@ class Sandbox:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                pass_fds=(write_fd,),
+                pass_fds=(write_fd, filter_fd),
                 env={},
                 start_new_session=True,
             )
@@ -347,6 +355,7 @@ class Sandbox:
             raise SandboxUnavailableError(f"cannot start {bwrap}: {exc.strerror or exc}") from None
         finally:
             os.close(write_fd)
+            os.close(filter_fd)
         return await self._supervise(proc, read_fd, code, timeout)
 
     async def _supervise(self, proc: asyncio.subprocess.Process, read_fd: int, code: str, limit_s: float) -> SandboxRun:
@@ -413,6 +422,21 @@ class Sandbox:
             cpu_exceeded=code_ in (128 + signal.SIGXCPU, -signal.SIGXCPU, 128 + signal.SIGKILL) and not timed_out,
             violations=[e for e in events if e.get("kind") == "violation"],
         )
+
+
+def _seccomp_fd() -> int:
+    """A pipe's read end holding the seccomp program; bwrap reads it to its end (the write end is closed)."""
+    read_end, write_end = os.pipe()
+    try:
+        # Far below the pipe's capacity, so one write completes without a reader.
+        assert len(_SECCOMP_PROGRAM) < 4096
+        os.write(write_end, _SECCOMP_PROGRAM)
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -82,6 +82,7 @@ def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
         fallback_tool=spec.fallback_tool,
         executor=spec.executor,
         endpoint_url=spec.endpoint_url,
+        http_method=spec.http_method if spec.executor == "http" else "",
     )
 
 
@@ -137,6 +138,7 @@ def spec_from_pb(pb: common_pb2.ToolSpec, *, max_json_depth: int = DEFAULT_MAX_J
         fallback_tool=pb.fallback_tool,
         executor=(pb.executor or "http"),  # type: ignore[arg-type]
         endpoint_url=pb.endpoint_url,
+        http_method=pb.http_method or "POST",
     )
 
 
@@ -251,9 +253,11 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     ) -> tool_pb2.RegisterToolResponse:
         if not request.HasField("tool"):
             raise InvalidRequestError("tool", "is required")
-        stored = await self.gateway.register(
-            spec_from_pb(request.tool, max_json_depth=self.max_json_depth), replace=request.replace
-        )
+        spec = spec_from_pb(request.tool, max_json_depth=self.max_json_depth)
+        caller = Caller.from_identity(require_identity())
+        stored = await self.gateway.register(spec, replace=request.replace, caller=caller)
+        if isinstance(stored, Pending):
+            return tool_pb2.RegisterToolResponse(tool=spec_to_pb(spec), pending_approval=pending_to_pb(stored))
         return tool_pb2.RegisterToolResponse(tool=spec_to_pb(stored))
 
     async def ExecuteTool(

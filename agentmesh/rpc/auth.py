@@ -1,27 +1,24 @@
 """The RPC edge's authentication: every call's identity token verified, per-method roles enforced.
 
 Runs in the edge's chain before the request is decoded (`agentmesh.rpc.interceptors`): a call with
-no or a bad token is UNAUTHENTICATED having cost one HMAC at most. Tokens themselves are
-`agentmesh.identity`'s.
+no or a bad token is UNAUTHENTICATED having cost one HMAC at most. A rejection is raised, and the
+edge answers and logs it as any error (one short line, rate-limited per method and code); a
+TokenError states the reason only, never the token. Tokens themselves are `agentmesh.identity`'s.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 import grpc.aio
 
 from agentmesh import callctx
-from agentmesh.errors import PermissionDeniedError
-from agentmesh.identity import KNOWN_ROLES, Authenticator, TokenError, identity_var
+from agentmesh.errors import PermissionDeniedError, echo
+from agentmesh.identity import KNOWN_ROLES, Authenticator, identity_var
 from agentmesh.rpc.interceptors import CallInterceptor
-from agentmesh.rpc.status import abort
 
 __all__ = ["PUBLIC_METHOD_PREFIXES", "AuthInterceptor"]
-
-logger = logging.getLogger("agentmesh.auth")
 
 # Health probes and grpcurl's reflection must work without a token.
 PUBLIC_METHOD_PREFIXES: tuple[str, ...] = (
@@ -62,23 +59,15 @@ class AuthInterceptor(CallInterceptor):
         if method.startswith(PUBLIC_METHOD_PREFIXES):
             return
         token = callctx.metadata_value(context.invocation_metadata(), callctx.IDENTITY_HEADER)
-        try:
-            identity = self.authenticator.identify(token)
-        except TokenError as exc:
-            # The reason only: the token is a credential and must never reach a log.
-            logger.info("rejected call to %s: %s", method, exc.reason)
-            await abort(context, exc)
+        # A TokenError carries the reason only: the token is a credential and must never reach a log.
+        identity = self.authenticator.identify(token)
         required = self.required_roles(method)
         if required and not identity.has_any_role(required):
             wanted = " or ".join(sorted(required))
             held = ", ".join(sorted(identity.roles)) or "none"
-            logger.info("denied %s to %s: needs role %s", method, identity.subject, wanted)
-            await abort(
-                context,
-                PermissionDeniedError(
-                    missing_permission=f"role:{'|'.join(sorted(required))}",
-                    message=f"{method} requires role {wanted}; {identity.subject} has roles {held}",
-                ),
+            raise PermissionDeniedError(
+                missing_permission=f"role:{'|'.join(sorted(required))}",
+                message=f"{method} requires role {wanted}; {echo(identity.subject)} has roles {echo(held)}",
             )
         identity_var.set(identity)
         # Downstream calls forward the caller's own token, so the identity travels unchanged.

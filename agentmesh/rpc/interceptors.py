@@ -12,6 +12,11 @@ handler it returns a copy that behaves the same for all four services, unary and
 3. the servicer runs inside the error boundary: an AgentmeshError becomes its rich status, an
    abort passes through, and anything unexpected is logged once with its traceback and answered
    INTERNAL with a generic message carrying the request id (never the exception's text).
+
+Every AgentmeshError the edge answers (a rejected token or role, undecodable bytes, what the
+servicer raised) is logged as one short line without a traceback: at INFO when it is the caller's
+fault (INVALID_ARGUMENT, NOT_FOUND, UNAUTHENTICATED, ...), at WARNING otherwise (UNAVAILABLE, ...),
+rate-limited per (method, code) so a flood of bad calls costs a few lines (`RateLimitedLog`).
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry import trace
 
 from agentmesh import callctx
-from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation
+from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation, echo
 from agentmesh.rpc.fields import missing_required
-from agentmesh.rpc.status import abort
+from agentmesh.rpc.ratelog import RateLimitedLog
+from agentmesh.rpc.status import GRPC_STATUS, abort
 
 __all__ = ["CallInterceptor", "ChainedCallInterceptor", "EdgeInterceptor", "unexpected_error", "wrap_handler"]
 
@@ -41,6 +47,24 @@ Context = grpc.aio.ServicerContext[Any, Any]
 # Method names come from callers: bound the handler cache.
 _MAX_CACHED_METHODS = 1024
 _unexpected_var: ContextVar[BaseException | None] = ContextVar("agentmesh_unexpected_error", default=None)
+# Statuses that mean the caller must change something (or wait): logged at INFO, not WARNING.
+_S = grpc.StatusCode
+_CALLER_FAULTS = frozenset(
+    {
+        _S.INVALID_ARGUMENT,
+        _S.OUT_OF_RANGE,
+        _S.NOT_FOUND,
+        _S.ALREADY_EXISTS,
+        _S.FAILED_PRECONDITION,
+        _S.ABORTED,
+        _S.PERMISSION_DENIED,
+        _S.UNAUTHENTICATED,
+        _S.RESOURCE_EXHAUSTED,
+        _S.CANCELLED,
+    }
+)
+# What the edge logs of an error's message (it may echo the caller's input).
+_LOGGED_MESSAGE_CHARS = 160
 
 
 def unexpected_error() -> BaseException | None:
@@ -121,11 +145,20 @@ def _decoder(deserializer: Any, method: str) -> Callable[[Any], Any]:
     return decode
 
 
-async def _boundary(method: str, context: Context, exc: BaseException) -> NoReturn:
+def _log_answered(answered: RateLimitedLog, method: str, err: AgentmeshError) -> None:
+    """One short line for an error the edge answers: no traceback, rate-limited per (method, code)."""
+    level = logging.INFO if GRPC_STATUS[err.code] in _CALLER_FAULTS else logging.WARNING
+    answered.log(
+        (method, err.code), level, "%s answered %s: %s", method, err.code.name, echo(err.message, _LOGGED_MESSAGE_CHARS)
+    )
+
+
+async def _boundary(method: str, context: Context, exc: BaseException, answered: RateLimitedLog) -> NoReturn:
     """Ends the call for an exception that escaped the servicer (re-raises what is not ours to map)."""
     if isinstance(exc, grpc.aio.AbortError | asyncio.CancelledError) or not isinstance(exc, Exception):
         raise exc
     if isinstance(exc, AgentmeshError):
+        _log_answered(answered, method, exc)
         await abort(context, exc)
     rid = callctx.current_request_id() or "none"
     # Once, here: the traceback goes to the log and the span, never to the caller.
@@ -137,24 +170,31 @@ async def _boundary(method: str, context: Context, exc: BaseException) -> NoRetu
 
 # grpc-stubs types handlers for the sync server; grpc.aio's take coroutines, hence Any below.
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+_ANSWERED = RateLimitedLog(log)
 
 
-def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) -> Handler:
-    """A copy of `handler` that runs `interceptor`, then decodes, then the servicer in the boundary."""
+def wrap_handler(
+    handler: Handler, method: str, interceptor: CallInterceptor, answered: RateLimitedLog | None = None
+) -> Handler:
+    """A copy of `handler` that runs `interceptor`, then decodes, then the servicer in the boundary.
+
+    `answered` logs the errors the edge answers (default: one log shared by every wrapped handler).
+    """
     decode = _decoder(handler.request_deserializer, method)
     enter, leave = interceptor.enter, interceptor.leave
+    answered = answered or _ANSWERED
 
     if handler.unary_unary or handler.stream_unary:
         inner: Any = handler.unary_unary or handler.stream_unary
         streaming_request = handler.stream_unary is not None
 
         async def unary_response(request: Any, context: Context) -> Any:
-            await _admit(method, context, enter)
+            await _admit(method, context, enter, answered)
             error: BaseException | None = None
             try:
                 return await inner(_decoded(request, decode, streaming_request), context)
             except BaseException as exc:
-                error = await _mapped(method, context, exc)
+                error = await _mapped(method, context, exc, answered)
                 raise error from None
             finally:
                 leave(method, context, error)
@@ -166,7 +206,7 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
     streaming_request = handler.stream_stream is not None
 
     async def stream_response(request: Any, context: Context) -> AsyncIterator[Any]:
-        await _admit(method, context, enter)
+        await _admit(method, context, enter, answered)
         error: BaseException | None = None
         try:
             result = inner_stream(_decoded(request, decode, streaming_request), context)
@@ -177,7 +217,7 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
                 # A servicer that writes with context.write() returns a coroutine instead.
                 await result
         except BaseException as exc:
-            error = await _mapped(method, context, exc)
+            error = await _mapped(method, context, exc, answered)
             raise error from None
         finally:
             leave(method, context, error)
@@ -188,18 +228,22 @@ def wrap_handler(handler: Handler, method: str, interceptor: CallInterceptor) ->
     return stream_factory(stream_response, request_deserializer=None, response_serializer=handler.response_serializer)
 
 
-async def _admit(method: str, context: Context, enter: Callable[[str, Context], Awaitable[None]]) -> None:
-    """Runs the chain's `enter`; a rejection (or a failure of the chain itself) ends the call here."""
+async def _admit(
+    method: str, context: Context, enter: Callable[[str, Context], Awaitable[None]], answered: RateLimitedLog
+) -> None:
+    """Runs the chain's `enter`; a rejection (or a failure of the chain itself) ends the call here.
+
+    A CallInterceptor rejects a call by raising an AgentmeshError (logged as the boundary logs any)."""
     try:
         await enter(method, context)
     except BaseException as exc:
-        await _boundary(method, context, exc)
+        await _boundary(method, context, exc, answered)
 
 
-async def _mapped(method: str, context: Context, exc: BaseException) -> BaseException:
+async def _mapped(method: str, context: Context, exc: BaseException, answered: RateLimitedLog) -> BaseException:
     """What ends the call for `exc`: the abort the boundary made of it, or `exc` itself."""
     try:
-        await _boundary(method, context, exc)
+        await _boundary(method, context, exc, answered)
     except BaseException as mapped:
         return mapped
     raise AssertionError("the boundary always raises")  # pragma: no cover
@@ -224,6 +268,8 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, interceptor: CallInterceptor) -> None:
         self.interceptor = interceptor
         self._wrapped: dict[str, tuple[Handler, Handler]] = {}
+        # One per server: the errors it answered, a few lines per (method, code) per window.
+        self.answered = RateLimitedLog(log)
 
     async def intercept_service(
         self,
@@ -237,7 +283,7 @@ class EdgeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = wrap_handler(handler, method, self.interceptor)
+        wrapped = wrap_handler(handler, method, self.interceptor, self.answered)
         if len(self._wrapped) < _MAX_CACHED_METHODS:
             self._wrapped[method] = (handler, wrapped)
         return wrapped

@@ -22,6 +22,7 @@ from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-unty
 from grpc_status import rpc_status
 
 from agentmesh.errors import (
+    ECHO_MARK,
     AgentmeshError,
     ErrorCode,
     Violation,
@@ -118,12 +119,15 @@ _BARE: Mapping[grpc.StatusCode, ErrorCode] = MappingProxyType(
 )
 
 # gRPC clients may refuse trailers above 8 KiB and always refuse them above 16 KiB (measured with
-# grpcio 1.85), and a refused trailer turns our error into an opaque RESOURCE_EXHAUSTED. The
-# details are sent twice (BadRequest and ErrorDetail), so keep the serialized Status well below.
-_MAX_STATUS_BYTES = 4096
+# grpcio 1.85), and a refused trailer turns our error into an opaque RESOURCE_EXHAUSTED. The trailer
+# carries the Status base64-encoded (4/3) and its message again in grpc-message, percent-encoded
+# (up to 3x for non-ASCII text); the message and violations are in the Status twice (ErrorDetail and
+# Status.message / BadRequest). So the Status stays at 2 KiB and a shrunk one far below: limits are
+# UTF-8 bytes, not characters, since an emoji is four of them.
+_MAX_STATUS_BYTES = 2048
 _SHRUNK_VIOLATIONS = 3
-_SHRUNK_FIELD_CHARS = 80
-_SHRUNK_MESSAGE_CHARS = 512
+_SHRUNK_FIELD_BYTES = 80
+_SHRUNK_MESSAGE_BYTES = 256
 _SHRUNK_METADATA_KEYS = 8
 
 
@@ -241,11 +245,16 @@ def _build_rpc_status(err: AgentmeshError) -> Any:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """`text` cut to at most `limit` UTF-8 bytes (on a character boundary), marked "…" if cut."""
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return text
+    kept = raw[: max(limit - len(ECHO_MARK.encode()), 0)].decode("utf-8", "ignore")
+    return kept + ECHO_MARK
 
 
 def _shrunk(err: AgentmeshError, *, keep_details: bool) -> AgentmeshError:
-    n = _SHRUNK_FIELD_CHARS
+    n = _SHRUNK_FIELD_BYTES
     kept = err.violations[:_SHRUNK_VIOLATIONS] if keep_details else ()
     metadata = (
         {_clip(k, n): _clip(v, n) for k, v in sorted(err.metadata.items())[:_SHRUNK_METADATA_KEYS]}
@@ -256,7 +265,7 @@ def _shrunk(err: AgentmeshError, *, keep_details: bool) -> AgentmeshError:
     if len(kept) < len(err.violations):
         metadata["violations_omitted"] = str(len(err.violations) - len(kept))
     return err.replace(
-        message=_clip(err.message, _SHRUNK_MESSAGE_CHARS),
+        message=_clip(err.message, _SHRUNK_MESSAGE_BYTES),
         violations=[Violation(*(_clip(f, n) for f in (v.path, v.rule, v.expected, v.actual, v.hint))) for v in kept],
         fallback_tool=_clip(err.fallback_tool, n),
         missing_permission=_clip(err.missing_permission, n),

@@ -249,7 +249,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "description", "examples", "input_schema_json", "output_schema_json", "result_type", "permission", "impact", "timeout", "retry_policy", "idempotent", "requires_approval", "fallback_tool", "executor", "endpoint_url")
+    __slots__ = ("name", "description", "examples", "input_schema_json", "output_schema_json", "result_type", "permission", "impact", "timeout", "retry_policy", "idempotent", "requires_approval", "fallback_tool", "executor", "endpoint_url", "http_method")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +265,7 @@ class ToolSpec(_message.Message):
     FALLBACK_TOOL_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_URL_FIELD_NUMBER: _ClassVar[int]
+    HTTP_METHOD_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     examples: _containers.RepeatedScalarFieldContainer[str]
@@ -280,7 +281,8 @@ class ToolSpec(_message.Message):
     fallback_tool: str
     executor: str
     endpoint_url: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., examples: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., permission: _Optional[_Union[ToolPermission, _Mapping]] = ..., impact: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., idempotent: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., fallback_tool: _Optional[str] = ..., executor: _Optional[str] = ..., endpoint_url: _Optional[str] = ...) -> None: ...
+    http_method: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., examples: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., permission: _Optional[_Union[ToolPermission, _Mapping]] = ..., impact: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., idempotent: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., fallback_tool: _Optional[str] = ..., executor: _Optional[str] = ..., endpoint_url: _Optional[str] = ..., http_method: _Optional[str] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "total_tokens")

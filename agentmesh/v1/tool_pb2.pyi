@@ -53,10 +53,12 @@ class RegisterToolRequest(_message.Message):
     def __init__(self, tool: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ..., replace: _Optional[bool] = ...) -> None: ...
 
 class RegisterToolResponse(_message.Message):
-    __slots__ = ("tool",)
+    __slots__ = ("tool", "pending_approval")
     TOOL_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     tool: _common_pb2.ToolSpec
-    def __init__(self, tool: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ...) -> None: ...
+    pending_approval: _common_pb2.PendingApproval
+    def __init__(self, tool: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ...) -> None: ...
 
 class ExecuteToolRequest(_message.Message):
     __slots__ = ("call", "session_id", "idempotency_key", "goal")

@@ -88,7 +88,9 @@ class ToolServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RegisterTool(self, request, context):
-        """Registers or replaces a tool at run time; needs the admin role.
+        """Registers or replaces a tool at run time; needs the admin role. A non-GET tool declared read, or
+        one whose endpoint is at or under an approval-gated tool's, is not stored at once: the response
+        carries a PendingApproval that another admin resolves with ResolveApproval.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -103,7 +105,8 @@ class ToolServiceServicer:
 
     def ResolveApproval(self, request, context):
         """Approves or denies a pending call; needs the operator role and an approver other than the
-        requester. An approved call runs and its result is returned.
+        requester. An approved call runs and its result is returned. A pending registration needs the
+        admin role; approving stores the tool and the result's output says so.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

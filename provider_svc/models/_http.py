@@ -24,6 +24,7 @@ from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from agentmesh import __version__
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.redact import redact_str
 from provider_svc.exceptions import UpstreamError, error_from_status, malformed
 from provider_svc.models.base import CallContext
 
@@ -157,13 +158,14 @@ class HttpBackend:
         )
 
     def scrub(self, text: str) -> str:
-        """`text` without our credentials or anything that looks like an API key."""
+        """`text` without our credentials, and through the one redactor (agentmesh.redact): an
+        upstream's error body may carry any secret, ours or someone else's."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
             bare = secret[7:] if secret.lower().startswith("bearer ") else ""
             if len(bare) >= _MIN_SECRET:
                 text = text.replace(bare, "***")
-        return _KEYLIKE.sub("***", text)
+        return redact_str(_KEYLIKE.sub("***", text))
 
     def scrubbed(self, err: AgentmeshError) -> AgentmeshError:
         """`err` with its message scrubbed (it may quote the upstream)."""

@@ -24,6 +24,7 @@ from agentmesh.errors import (
     UnauthenticatedError,
     UnavailableError,
     Violation,
+    echo,
     error_class,
     model_text,
 )
@@ -325,3 +326,32 @@ def test_replace_copies_every_field_but_the_ones_changed() -> None:
     assert changed.metadata is not err.metadata  # a copy: changing one never changes the other
     with pytest.raises(TypeError, match="no fields"):
         err.replace(colour="red")
+
+
+def test_echo_keeps_a_short_prefix_of_a_callers_value() -> None:
+    assert echo("ops") == "ops"
+    assert echo("x" * 64) == "x" * 64
+    clipped = echo("x" * 10_000)
+    assert clipped.endswith("…") and len(clipped) == 64 and clipped.startswith("xxx")
+    # Wide characters: fewer of them, at most 2 * 64 UTF-8 bytes.
+    wide = echo("🙂" * 10_000)
+    assert wide.startswith("🙂🙂🙂") and wide.endswith("…")
+    assert len(wide.encode()) <= 128
+    assert echo(12345) == "12345"
+    assert len(echo("y" * 500, 10)) == 10
+
+
+def test_huge_non_ascii_error_is_shrunk_far_below_a_trailer() -> None:
+    """Byte limits, not character ones: an emoji is four bytes, and grpc-message repeats the message."""
+    err = AgentmeshError(
+        ErrorCode.NOT_FOUND,
+        "🙂" * 10_000,
+        violations=[Violation(path="agent_id", actual="🙂" * 10_000, hint="é" * 10_000)],
+        metadata={"k": "🙂" * 10_000},
+    )
+    status = to_rpc_status(err)
+    assert status.ByteSize() <= 2048
+    assert len(status.message.encode()) <= 256 and status.message.endswith("…")
+    detail = common_pb2.ErrorDetail()
+    assert status.details[-1].Unpack(detail)
+    assert all(len(v.actual.encode()) <= 80 for v in detail.violations)

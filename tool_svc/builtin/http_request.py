@@ -1,14 +1,18 @@
 """`http_request`: a read-only GET/HEAD of an allowlisted URL, size-capped and time-limited.
 
 Writes over HTTP are registered tools of their own (with permissions, approvals and an impact
-statement), so this generic tool never changes anything: it only offers GET and HEAD.
+statement), so this generic tool never changes anything: it only offers GET and HEAD, and it sends only
+harmless request headers (DEFAULT_HEADERS, plus those the tool's `headers_allowed` configuration names).
+Any other header (credentials, Proxy-*, method overrides, Host, Forwarded, X-Forwarded-*, ...) is
+dropped, never sent, and named in the result's `headers_dropped`, so an allowlisted URL (which may be
+the endpoint of an approval-gated write tool) never sees a credential or an override from a model.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentmesh.errors import AgentmeshError, ErrorCode, Violation
+from agentmesh.errors import AgentmeshError, ErrorCode
 from tool_svc.http import HttpTransport, body_output, decode_text, status_error
 from tool_svc.model import Invocation, Produced
 
@@ -28,35 +32,50 @@ SCHEMA: dict[str, Any] = {
             "maxProperties": 20,
             "propertyNames": {"pattern": "^[A-Za-z0-9-]{1,64}$"},
             "additionalProperties": {"type": "string", "maxLength": 1024},
-            "description": "Extra request headers",
+            "description": "Extra request headers; only Accept, Accept-Language, Content-Type, User-Agent, "
+            "If-None-Match, If-Modified-Since and Range (and those the configuration allows) are sent, "
+            "others are dropped and listed in headers_dropped",
         },
     },
     "required": ["url"],
     "additionalProperties": False,
 }
 
-# Headers a model must not set: they would confuse routing or smuggle credentials of ours.
-_FORBIDDEN_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "upgrade", "te"})
+# What a model may send to any allowlisted URL: content negotiation and conditional/partial reads.
+DEFAULT_HEADERS = frozenset(
+    {"accept", "accept-language", "content-type", "user-agent", "if-none-match", "if-modified-since", "range"}
+)
+# Message framing is httpx's: never sent from arguments, not even when configured (the registry refuses it).
+FRAMING_HEADERS = frozenset(
+    {"content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer", "keep-alive", "expect"}
+)
+
+
+def allowed_headers(configured: tuple[str, ...]) -> frozenset[str]:
+    """The lower-cased header names a tool may send: the defaults plus its `headers_allowed`."""
+    return (DEFAULT_HEADERS | {h.lower() for h in configured}) - FRAMING_HEADERS
+
+
+def split_headers(headers: dict[str, str], allowed: frozenset[str]) -> tuple[dict[str, str], list[str]]:
+    """(the headers to send, the names dropped, sorted)."""
+    sent = {name: value for name, value in headers.items() if name.lower() in allowed}
+    return sent, sorted(name for name in headers if name.lower() not in allowed)
 
 
 def make(transport: HttpTransport) -> Any:
     async def run(call: Invocation) -> Produced:
         args = call.arguments
-        headers: dict[str, str] = dict(args.get("headers") or {})
-        bad = sorted(h for h in headers if h.lower() in _FORBIDDEN_HEADERS)
-        if bad:
-            raise AgentmeshError(
-                ErrorCode.SCHEMA_INVALID,
-                f"http_request: header {bad[0]} may not be set",
-                violations=[Violation(path=f"$.headers.{bad[0]}", rule="forbidden", hint="remove transport headers")],
-            )
+        headers, dropped = split_headers(dict(args.get("headers") or {}), allowed_headers(call.tool.headers_allowed))
+        extra: dict[str, Any] = {"headers_dropped": dropped} if dropped else {}
         method = args.get("method", "GET")
         body = await transport.request(call.tool, method, args["url"], timeout_s=call.timeout_s, headers=headers)
         if not 200 <= body.status < 300:
             raise status_error(call.tool, body)
         content_type = body.headers.get("content-type", "")
         if method == "HEAD":
-            return Produced("structured", value={"status": body.status, "content_type": content_type, "body": None})
+            return Produced(
+                "structured", value={"status": body.status, "content_type": content_type, "body": None, **extra}
+            )
         try:
             produced = body_output(call.tool, body)
             payload: Any = produced.value if produced.result_type == "structured" else produced.text
@@ -65,6 +84,8 @@ def make(transport: HttpTransport) -> Any:
                 raise
             # A generic reader returns whatever text came back; undecodable bytes are replaced.
             payload, _ = decode_text(body.content)
-        return Produced("structured", value={"status": body.status, "content_type": content_type, "body": payload})
+        return Produced(
+            "structured", value={"status": body.status, "content_type": content_type, "body": payload, **extra}
+        )
 
     return run

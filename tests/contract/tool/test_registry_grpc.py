@@ -61,6 +61,7 @@ def _spec(upstream: FakeUpstream, **fields: Any) -> common_pb2.ToolSpec:
         timeout=duration_pb2.Duration(seconds=2),
         executor="http",
         endpoint_url=upstream.url("/ok"),
+        http_method="GET",
         fallback_tool="query_logs",
     )
     for key, value in fields.items():

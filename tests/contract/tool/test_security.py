@@ -99,6 +99,7 @@ def _register_request(upstream: FakeUpstream, name: str = "ping_upstream") -> to
             permission=common_pb2.ToolPermission(group="test", access=common_pb2.ACCESS_MODE_READ),
             executor="http",
             endpoint_url=upstream.url("/ok"),
+            http_method="GET",
         )
     )
 
@@ -110,8 +111,9 @@ async def test_register_tool_needs_admin(tool_service: Any, upstream: FakeUpstre
             await c.stub.RegisterTool(_register_request(upstream), metadata=c.meta(roles=roles), timeout=5)
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
     reply = await c.stub.RegisterTool(_register_request(upstream), metadata=c.meta(roles=("admin",)), timeout=5)
-    assert reply.tool.name == "ping_upstream" and reply.tool.executor == "http"
-    assert output_json(await c.execute("ping_upstream", {"a": 1}))["received"] == {"a": 1}
+    assert reply.tool.name == "ping_upstream" and reply.tool.executor == "http" and reply.tool.http_method == "GET"
+    assert not reply.HasField("pending_approval")
+    assert output_json(await c.execute("ping_upstream", {"a": 1}))["count"] == 1
 
 
 async def test_resolve_approval_needs_operator(tool_service: Any) -> None:
