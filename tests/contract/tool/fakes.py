@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -161,3 +163,24 @@ def http_tool(name: str, upstream: FakeUpstream, path: str, **fields: Any) -> di
 
 
 FAST_RETRY = {"max_attempts": 3, "initial_backoff_s": 0.01, "max_backoff_s": 0.02, "max_jitter_s": 0.005}
+
+
+class LocalHttpServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port) for one handler class; `running()` serves it."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        self.thread.start()
+        try:
+            yield
+        finally:
+            self.server.shutdown()
+            self.server.server_close()

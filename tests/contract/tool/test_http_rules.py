@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import grpc
@@ -17,7 +16,7 @@ from agentmesh.errors import ErrorCode
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, tool_pb2
 from tests.contract.tool.conftest import Client, error_name, output_json
-from tests.contract.tool.fakes import FakeUpstream
+from tests.contract.tool.fakes import FakeUpstream, LocalHttpServer
 from tool_svc.model import arguments_sha256
 
 
@@ -30,7 +29,7 @@ class Seen:
     body: bytes
 
 
-class RecordingUpstream:
+class RecordingUpstream(LocalHttpServer):
     """A local HTTP server that answers 200 to every method and records what it received."""
 
     def __init__(self) -> None:
@@ -66,23 +65,14 @@ class RecordingUpstream:
 
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _record
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        super().__init__(Handler)
 
 
 @pytest.fixture
 def recorder() -> Iterator[RecordingUpstream]:
     server = RecordingUpstream()
-    server.thread.start()
-    try:
+    with server.running():
         yield server
-    finally:
-        server.server.shutdown()
-        server.server.server_close()
 
 
 def _tool(name: str, recorder: RecordingUpstream, path: str, **fields: Any) -> dict[str, Any]:

@@ -6,9 +6,8 @@ tool_svc wrote to Redis for the call, and in the spans it exported."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import redis
 
 from agentmesh.v1 import common_pb2
 from tests.contract.tool.conftest import Client
+from tests.contract.tool.fakes import LocalHttpServer
 from tool_svc.server import SPEC
 
 AWS_ID = "AKIAZ7QW3ER5TY8UI2OP"
@@ -42,7 +42,7 @@ BODIES: dict[str, tuple[int, str, bytes]] = {
 }
 
 
-class SecretUpstream:
+class SecretUpstream(LocalHttpServer):
     """A local HTTP upstream whose answers quote secrets."""
 
     def __init__(self) -> None:
@@ -66,23 +66,14 @@ class SecretUpstream:
 
             do_GET = do_POST = do_HEAD = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        super().__init__(Handler)
 
 
 @pytest.fixture
 def secret_upstream() -> Iterator[SecretUpstream]:
     upstream = SecretUpstream()
-    upstream.thread.start()
-    try:
+    with upstream.running():
         yield upstream
-    finally:
-        upstream.server.shutdown()
-        upstream.server.server_close()
 
 
 def _tool(name: str, upstream: SecretUpstream, path: str, result_type: str = "structured") -> dict[str, Any]:
