@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos demo bench fuzz venv clean up baseline
+.PHONY: test lint protos demo bench fuzz chaos venv clean up baseline
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -53,6 +53,13 @@ bench: venv
 # Hostile and mutated messages to every RPC of every service (tests/fuzz): never UNKNOWN or INTERNAL.
 fuzz: venv
 	$(PY) -m tests.fuzz --per-rpc 2000
+
+# Random kill -9 and SIGSTOP of the services and Redis during tasks whose side effects the upstreams
+# count (tests/chaos, issue 18): 10 rounds x 30 tasks, 10 kill -9 per round (100 in all), then the
+# invariants. Prints the table; exits 1 on any violation. `python -m tests.chaos --help` for the knobs.
+CHAOS_SEED ?= 1
+chaos: venv
+	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 10 --tasks 30 --kills 10
 
 up: venv
 	$(BIN)/agentmesh up

@@ -297,6 +297,10 @@ class ToolEntrySettings(_Section):
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
     """For `executor: http`: the request method; GET and DELETE send the arguments as query parameters,
     the others as a JSON body."""
+    upstream_idempotency_key: bool = False
+    """For `executor: http`: true when the upstream deduplicates requests by the `Idempotency-Key` header
+    that every HTTP tool call carries (derived from the call's idempotency key, the same on every retry),
+    so a call whose outcome is unknown may be re-sent without an operator settling it first."""
     headers_allowed: list[str] = []
     """For the `http_request` built-in: request headers it may send beyond the harmless default set
     (Accept, Accept-Language, Content-Type, User-Agent, If-None-Match, If-Modified-Since, Range), e.g.
@@ -368,10 +372,15 @@ class ToolsSettings(_Section):
     rate_limit: ToolRateLimitSettings = ToolRateLimitSettings()
     approval_ttl_s: float = Field(900.0, gt=0)
     """A pending approval expires after this long."""
-    idempotency_ttl_s: int = Field(86400, gt=0)
-    """How long a finished outcome is replayed for its idempotency key."""
-    idempotency_lease_s: float = Field(30.0, gt=0)
-    """Lease of a running call on its key, beyond the tool's own worst-case time."""
+    idempotency_ttl_s: int = Field(8 * 24 * 3600, gt=0)
+    """How long a call's outcome is kept for its idempotency key; at least `dispatcher.task_ttl_s`, since a
+    FAILED task can be resumed (and repeat its calls) for that long."""
+    idempotency_lease_s: float = Field(10.0, gt=0)
+    """A call in flight holds its key while its replica heartbeats it; without a heartbeat for this long
+    its owner counts as dead: a repeat takes over a call that never left the gateway and answers
+    OUTCOME_UNKNOWN for one that may have (a settlement decides)."""
+    idempotency_heartbeat_s: float = Field(2.0, gt=0)
+    """How often a replica refreshes the keys of its calls in flight (well under `idempotency_lease_s`)."""
     offload_threshold_bytes: int = Field(2048, ge=256)
     """Outputs larger than this are stored in the session's payloads; the result carries a ref + digest."""
     payload_ttl_s: int = Field(86400, gt=0)
@@ -691,6 +700,17 @@ class Settings(BaseSettings):
     tools: ToolsSettings = ToolsSettings()
     agents: list[AgentSettings] = []
     dispatcher: DispatcherSettings = DispatcherSettings()
+
+    @model_validator(mode="after")
+    def _records_outlive_what_can_repeat_them(self) -> Settings:
+        # A resumed task repeats its calls with the same idempotency keys: their records must still be there.
+        if self.tools.idempotency_ttl_s < self.dispatcher.task_ttl_s:
+            raise ValueError(
+                f"tools.idempotency_ttl_s ({self.tools.idempotency_ttl_s}) must be at least "
+                f"dispatcher.task_ttl_s ({self.dispatcher.task_ttl_s}): a FAILED task can be resumed for "
+                "task_ttl_s, and its calls would run again once their idempotency records expired"
+            )
+        return self
 
     @model_validator(mode="after")
     def _auth_is_safe(self) -> Settings:

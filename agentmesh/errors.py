@@ -72,6 +72,7 @@ class ErrorCode(enum.IntEnum):
     CANCELLED = 121
     DEADLINE_EXCEEDED = 122
     FAILED_PRECONDITION = 123
+    OUTCOME_UNKNOWN = 124
     # FATAL (200-299)
     DANGEROUS_OPERATION = 200
     BUDGET_EXHAUSTED = 201
@@ -121,6 +122,7 @@ def _table() -> dict[ErrorCode, ErrorClass]:
         ErrorCode.CANCELLED: e,
         ErrorCode.DEADLINE_EXCEEDED: e,
         ErrorCode.FAILED_PRECONDITION: e,
+        ErrorCode.OUTCOME_UNKNOWN: e,
         ErrorCode.DANGEROUS_OPERATION: f,
         ErrorCode.BUDGET_EXHAUSTED: f,
         ErrorCode.MAX_STEPS_EXCEEDED: f,

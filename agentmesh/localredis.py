@@ -267,6 +267,17 @@ class LocalRedis:
             self._proc.kill()
             self._proc.wait(5.0)
 
+    def restart(self) -> Self:
+        """Starts the server again on the same port and dir after `kill()` (or a crash): with
+        `--appendonly yes` in `extra_args` it comes back with every acknowledged write."""
+        if self._proc is not None and self._proc.poll() is None:
+            raise LocalRedisError("LocalRedis is still running")
+        if self._port is None or self._dir is None:
+            raise LocalRedisError("LocalRedis was never started")
+        self._proc = None
+        self._launch(self.executable or find_redis_server(), self._port)
+        return self
+
     def _cleanup_dir(self) -> None:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)

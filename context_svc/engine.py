@@ -44,6 +44,7 @@ from context_svc.compaction import Compactor
 from context_svc.entities import extract_entities
 from context_svc.lru import LRU
 from context_svc.model import (
+    Appended,
     Budget,
     Caller,
     ContextView,
@@ -52,8 +53,10 @@ from context_svc.model import (
     Session,
     Summary,
     ToolOutcome,
+    message_hash,
+    tool_outcome_hash,
 )
-from context_svc.sessions import EncodingChangedError, SessionStore, new_epoch
+from context_svc.sessions import Dedupe, EncodingChangedError, Existing, SessionStore, new_epoch
 from context_svc.summarize import SummaryModel, source_texts
 from context_svc.tokens import UnknownEncodingError, counter_for
 
@@ -61,6 +64,7 @@ __all__ = ["BudgetRequest", "ContextEngine"]
 
 _SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _MAX_SUB_GOALS = 50
+_MAX_CLIENT_MESSAGE_ID = 128
 
 
 @dataclass(frozen=True)
@@ -247,7 +251,9 @@ class ContextEngine:
             return cached
         return (await self._session_facts(session_id))[2]
 
-    async def _append(self, caller: Caller, session_id: str, message: Message) -> tuple[int, int]:
+    async def _append(
+        self, caller: Caller, session_id: str, message: Message, dedupe: Dedupe | None = None
+    ) -> tuple[int, int] | Existing:
         entities = extract_entities(source_texts(message)) if message.role in (Role.USER, Role.ASSISTANT) else []
         extra = [c.name for c in message.tool_calls] + [c.arguments_json for c in message.tool_calls]
         if message.name:
@@ -259,33 +265,71 @@ class ContextEngine:
             encoding = await self._encoding(session_id)
             tokens = counter_for(encoding).message(message.role.value, message.content, extra)
             try:
-                index = await self.sessions.append(
+                result = await self.sessions.append(
                     session_id,
                     replace(message, token_count=tokens),
                     entities,
                     caller_agent=None if caller.is_operator else caller.agent_id,
                     encoding=encoding,
+                    dedupe=dedupe,
                 )
             except EncodingChangedError:
                 self._encodings.forget(session_id)
                 if attempt:
                     raise
                 continue
-            return index, tokens
+            return result if isinstance(result, Existing) else (result, tokens)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @staticmethod
+    def _repeat(
+        existing: Existing, dedupe: Dedupe, what: str, metadata: dict[str, str], *, offloaded_here: bool = False
+    ) -> Appended:
+        """The answer to a repeated append: the original position, token count and (when this
+        service offloaded the content) ref, or FAILED_PRECONDITION when the earlier append under the
+        same id carried other content."""
+        if existing.content_hash != dedupe.content_hash:
+            raise FailedPreconditionError(
+                f"{what} was already appended at position {existing.index} with other content",
+                metadata={**metadata, "index": str(existing.index)},
+            )
+        ref = existing.message.ref if offloaded_here else None
+        return Appended(existing.index, existing.message.token_count, ref=ref, already=True)
+
     async def append_message(self, caller: Caller, session_id: str, message: Message) -> tuple[int, int]:
+        """`append_message_once` without a client_message_id: (index, token count)."""
+        appended = await self.append_message_once(caller, session_id, message)
+        return appended.index, appended.token_count
+
+    async def append_message_once(
+        self, caller: Caller, session_id: str, message: Message, *, client_message_id: str = ""
+    ) -> Appended:
         """Appends a message; content above the offload threshold is stored as a payload and the
-        log keeps its digest and ref. Returns (index, token count)."""
+        log keeps its digest and ref.
+
+        With a client_message_id the append happens once: a repeat with the same id and content
+        (`message_hash`) returns the original position (already=True); with other content it is
+        FAILED_PRECONDITION. Empty: no dedupe."""
+        _validate_client_message_id(client_message_id)
         _validate_message(message)
         raw = message.content.encode("utf-8")
         self._check_size(len(raw), "message.content")
+        dedupe: Dedupe | None = None
+        subject, metadata = "", {"client_message_id": echo(client_message_id)}
+        if client_message_id:
+            dedupe = Dedupe(f"m:{client_message_id}", message_hash(message))
+            subject = f"client_message_id {echo(client_message_id)}"
         limit = (
             self.settings.offload_threshold_bytes if message.role is Role.TOOL else self.settings.offload_message_bytes
         )
         if len(raw) > limit:
             agent, goal, _ = await self._session_facts(session_id)
             self._check_access(caller, session_id, agent)
+            # A repeat is answered before offloading again. One racing the first past this read puts
+            # the same bytes again: content-addressed (same key), that only rewrites them and
+            # refreshes their TTL, harmless; the append script then answers it as a repeat.
+            if dedupe is not None and (existing := await self.sessions.seen(session_id, dedupe.key)) is not None:
+                return self._repeat(existing, dedupe, subject, metadata)
             media = MEDIA_JSON if _looks_json(message.content) else MEDIA_TEXT
             ref = await self.payloads.put(session_id, raw, media)
             body = digest(raw, media, goal=goal, max_chars=self.settings.digest_max_chars)
@@ -293,7 +337,11 @@ class ContextEngine:
             if message.role is Role.TOOL:
                 what = f"tool {message.name or '?'} output"
             message = replace(message, content=_offload_header(what, ref) + "\n" + body, ref=ref)
-        return await self._append(caller, session_id, message)
+        result = await self._append(caller, session_id, message, dedupe)
+        if isinstance(result, Existing):
+            assert dedupe is not None
+            return self._repeat(result, dedupe, subject, metadata)
+        return Appended(*result)
 
     def _check_size(self, size: int, field: str) -> None:
         if size > self.settings.max_payload_bytes:
@@ -305,13 +353,25 @@ class ContextEngine:
     async def append_tool_result(
         self, caller: Caller, session_id: str, outcome: ToolOutcome
     ) -> tuple[int, int, StoredPayload | None]:
+        """`append_tool_result_once` as (index, token count, the ref when content was offloaded here)."""
+        appended = await self.append_tool_result_once(caller, session_id, outcome)
+        return appended.index, appended.token_count, appended.ref
+
+    async def append_tool_result_once(self, caller: Caller, session_id: str, outcome: ToolOutcome) -> Appended:
         """Appends a tool result as a ROLE_TOOL message: the inline output (offloaded here when
-        large), the ref + digest tool_svc made, the error text, or the pending approval.
-        Returns (index, token count, the ref when content was offloaded here)."""
+        large), the ref + digest tool_svc made, the error text, or the pending approval. `ref` is
+        set when the content was offloaded here.
+
+        Once per tool_call_id: a repeat with the same content (`tool_outcome_hash`: execution stats
+        do not count) returns the original position (already=True); with other content it is
+        FAILED_PRECONDITION naming the original position."""
         if not outcome.tool_call_id:
             raise InvalidRequestError("result.tool_call_id", "required: a tool result must name the call it answers")
         if not outcome.tool_name:
             raise InvalidRequestError("result.tool_name", "required")
+        dedupe = Dedupe(f"c:{outcome.tool_call_id}", tool_outcome_hash(outcome))
+        subject = f"tool call {echo(outcome.tool_call_id)}"
+        metadata = {"tool_call_id": echo(outcome.tool_call_id)}
         name = outcome.tool_name
         offloaded: StoredPayload | None = None
         ref: StoredPayload | None = None
@@ -354,6 +414,10 @@ class ContextEngine:
             if len(raw) > self.settings.offload_threshold_bytes:
                 agent, goal, _ = await self._session_facts(session_id)
                 self._check_access(caller, session_id, agent)
+                # As in append_message_once: a repeat is answered before offloading again, and one
+                # racing past this read puts the same bytes under the same key again (harmless).
+                if (existing := await self.sessions.seen(session_id, dedupe.key)) is not None:
+                    return self._repeat(existing, dedupe, subject, metadata, offloaded_here=True)
                 structured = outcome.structured if outcome.structured is not None else _looks_json(inline)
                 media = MEDIA_JSON if structured else MEDIA_TEXT
                 ref = offloaded = await self.payloads.put(session_id, raw, media)
@@ -372,8 +436,12 @@ class ContextEngine:
             error=error,
             correction=outcome.correction if error is not None else None,
         )
-        index, tokens = await self._append(caller, session_id, message)
-        return index, tokens, offloaded
+        result = await self._append(caller, session_id, message, dedupe)
+        if isinstance(result, Existing):
+            # Same content: the original was offloaded here exactly when this one would have been.
+            offloaded_here = error is None and outcome.pending is None and outcome.ref is None
+            return self._repeat(result, dedupe, subject, metadata, offloaded_here=offloaded_here)
+        return Appended(*result, ref=offloaded)
 
     # -- payloads ------------------------------------------------------------------------------
 
@@ -458,6 +526,17 @@ def _offload_header(what: str, ref: StoredPayload) -> str:
         f"[{what} stored as {ref.ref_id} ({ref.size_bytes} bytes, {ref.media_type}); this is a digest, "
         f"read more with read_payload(ref_id, json_path | line_range)]"
     )
+
+
+def _validate_client_message_id(client_message_id: str) -> None:
+    if len(client_message_id) > _MAX_CLIENT_MESSAGE_ID or not all(
+        c.isprintable() and not c.isspace() for c in client_message_id
+    ):
+        raise InvalidRequestError(
+            "client_message_id",
+            f"must be at most {_MAX_CLIENT_MESSAGE_ID} printable characters without whitespace, "
+            f"got {echo(client_message_id)!r}",
+        )
 
 
 def _validate_message(message: Message) -> None:

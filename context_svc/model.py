@@ -7,6 +7,7 @@ message is immutable, so its token count is computed once when it is appended.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -16,6 +17,7 @@ from agentmesh.errors import AgentmeshError, error_from_json, error_to_json
 from agentmesh.payloads import StoredPayload
 
 __all__ = [
+    "Appended",
     "Block",
     "BlockKind",
     "Budget",
@@ -30,6 +32,8 @@ __all__ = [
     "Summary",
     "ToolCall",
     "ToolOutcome",
+    "message_hash",
+    "tool_outcome_hash",
 ]
 
 
@@ -363,3 +367,59 @@ class ToolOutcome:
     """The dispatcher's note on a failed call."""
     pending: PendingInfo | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Appended:
+    """Where an append landed: a new message, or (already) the one an earlier identical append stored."""
+
+    index: int
+    token_count: int
+    """As stored (a repeat returns the original count)."""
+    ref: StoredPayload | None = None
+    """The payload context_svc offloaded the content to (AppendToolResult), if it did."""
+    already: bool = False
+    """True: a message with this dedupe id and content was in the log already; nothing was appended."""
+
+
+def _canonical_sha256(data: Any) -> str:
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def message_hash(message: Message) -> str:
+    """The content hash an AppendMessage with a client_message_id is deduplicated by: role, content,
+    tool calls, tool_call_id and name as the client sent them (not create_time, token counts or
+    the offloaded form)."""
+    return _canonical_sha256(
+        {
+            "role": message.role.value,
+            "content": message.content,
+            "tool_calls": [[c.id, c.name, c.arguments_json] for c in message.tool_calls],
+            "tool_call_id": message.tool_call_id,
+            "name": message.name,
+        }
+    )
+
+
+def tool_outcome_hash(outcome: ToolOutcome) -> str:
+    """The content hash AppendToolResult is deduplicated by (per tool_call_id): the call id, the
+    tool, and the result as appended: the output (inline text or ref id, result type, redacted),
+    the error with its correction, or the pending approval. Never volatile facts (execution stats:
+    duration, attempts, replayed; a ref's expiry; the digest, which the ref id's content determines)."""
+    data: dict[str, Any] = {"id": outcome.tool_call_id, "tool": outcome.tool_name}
+    if outcome.error is not None:
+        data["error"] = error_to_json(outcome.error)
+        if outcome.correction is not None:  # appended with errors only (engine.append_tool_result)
+            data["correction"] = outcome.correction.to_json()
+    elif outcome.pending is not None:
+        p = outcome.pending
+        data["pending"] = [p.approval_id, p.impact, p.expire_at]
+    else:
+        if outcome.ref is not None:
+            data["ref"] = outcome.ref.ref_id
+        else:
+            data["inline"] = outcome.inline or ""
+        data["structured"] = outcome.structured
+        data["redacted"] = outcome.redacted
+    return _canonical_sha256(data)

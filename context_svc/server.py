@@ -268,20 +268,26 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if not request.HasField("message"):
             raise InvalidRequestError("message", "required")
         message = message_domain(request.message, max_json_depth=self.max_json_depth)
-        index, tokens = await self.engine.append_message(_caller(), request.session_id, message)
-        return context_pb2.AppendMessageResponse(index=index, token_count=tokens)
+        appended = await self.engine.append_message_once(
+            _caller(), request.session_id, message, client_message_id=request.client_message_id
+        )
+        return context_pb2.AppendMessageResponse(
+            index=appended.index, token_count=appended.token_count, already_appended=appended.already
+        )
 
     async def AppendToolResult(
         self, request: context_pb2.AppendToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.AppendToolResultResponse:
         if not request.HasField("result"):
             raise InvalidRequestError("result", "required")
-        index, tokens, ref = await self.engine.append_tool_result(
+        appended = await self.engine.append_tool_result_once(
             _caller(), request.session_id, tool_outcome_domain(request.result)
         )
-        response = context_pb2.AppendToolResultResponse(index=index, token_count=tokens)
-        if ref is not None:
-            response.ref.CopyFrom(codec.payload_ref_to_pb(ref))
+        response = context_pb2.AppendToolResultResponse(
+            index=appended.index, token_count=appended.token_count, already_appended=appended.already
+        )
+        if appended.ref is not None:
+            response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
         return response
 
     async def BuildContext(

@@ -9,10 +9,15 @@ Keys (`{<session>}` is the Cluster hash tag, so every script touches one slot):
 - `am:sess:{s}:entities` hash: label -> {"v": latest value, "i": message index}
 - `am:sess:{s}:summary`  hash: upto (last summarised index), version, json (the rolling summary)
 - `am:sess:{s}:compact`  the compaction lease (SET NX PX), so one replica runs the summarizer
+- `am:sess:{s}:dedupe`   hash: `c:<tool_call_id>` / `m:<client_message_id>` -> {"i": message index,
+                         "h": content hash, "e": session epoch}; written by the append script, so a
+                         repeated append returns the original position (absent in older sessions)
 
 Appends are atomic and ordered across replicas: RPUSH inside a script that first checks the session
 exists (a deleted session is never half re-created) and updates the counters and entities in the
-same step. Nothing is read-modified-written in Python.
+same step. Nothing is read-modified-written in Python. An append with a dedupe key (a tool result's
+call id, a message's client_message_id) checks and records it in that same script, so of concurrent
+identical appends exactly one lands and the others get its position.
 
 BuildContext's read (`load`) is one script returning one JSON document. Each process remembers
 what never changes of a session it served (global state, index entries, the last messages; keyed by
@@ -34,14 +39,28 @@ from agentmesh.payloads import PAYLOAD_INDEX_PART
 from agentmesh.store import Store
 from context_svc.model import Budget, IndexEntry, Message, Session, Summary
 
-__all__ = ["EncodingChangedError", "Loaded", "SessionStore", "new_epoch"]
+__all__ = ["Dedupe", "EncodingChangedError", "Existing", "Loaded", "SessionStore", "new_epoch"]
 
 
 class EncodingChangedError(Exception):
     """The session uses another encoding than the one the caller counted tokens in."""
 
 
-_PARTS: Final = ("meta", "log", "idx", "entities", "summary")
+_PARTS: Final = ("meta", "log", "idx", "entities", "summary", "dedupe")
+
+_SEEN_LUA_FN: Final = """
+-- What an earlier append under dedupe key `field` stored: {index, content hash, message json}, or
+-- nil. An entry of another epoch (the session id was deleted by a replica that did not know this
+-- key, and created again) or past the log's end is stale: treated as absent and overwritten.
+local function seen(meta, log, dedupe, field)
+  local raw = redis.call('HGET', dedupe, field)
+  if not raw then return nil end
+  local entry = cjson.decode(raw)
+  local stored = redis.call('LINDEX', log, entry.i)
+  if not stored or entry.e ~= (redis.call('HGET', meta, 'epoch') or '') then return nil end
+  return {entry.i, entry.h, stored}
+end
+"""
 
 _CREATE_LUA: Final = """
 -- KEYS[1] meta. ARGV: ttl_s, then field/value pairs. Returns {1} if created, {0, existing fields}.
@@ -54,28 +73,50 @@ if ttl > 0 then redis.call('EXPIRE', KEYS[1], ttl) end
 return {1}
 """
 
-_APPEND_LUA: Final = """
--- KEYS: meta, log, idx, entities, summary.
+_APPEND_LUA: Final = (
+    _SEEN_LUA_FN
+    + """
+-- KEYS: meta, log, idx, entities, summary, dedupe.
 -- ARGV: message json, index json, tokens, ttl_s, caller agent ('*' for operators), encoding the
--- tokens were counted in, then label/value pairs. Returns the new message's index, -1 if the
--- session does not exist, -2 if it is another agent's, -3 if it uses another encoding.
+-- tokens were counted in, dedupe key ('' for none), content hash, then label/value pairs.
+-- Returns the new message's index, -1 if the session does not exist, -2 if it is another agent's,
+-- -3 if it uses another encoding, or {index, content hash, message json} of the message already
+-- appended under the dedupe key (nothing is written then).
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[5] ~= '*' and redis.call('HGET', KEYS[1], 'agent_id') ~= ARGV[5] then return -2 end
 if redis.call('HGET', KEYS[1], 'encoding') ~= ARGV[6] then return -3 end
+if ARGV[7] ~= '' then
+  local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7])
+  if found then return found end
+end
 local n = redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('RPUSH', KEYS[3], ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'total_tokens', ARGV[3])
 redis.call('HSET', KEYS[1], 'message_count', n)
 -- The index comes from this script, so the latest value of a label follows log order.
-for i = 7, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   redis.call('HSET', KEYS[4], ARGV[i], cjson.encode({v = ARGV[i + 1], i = n - 1}))
 end
+if ARGV[7] ~= '' then
+  local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
+  redis.call('HSET', KEYS[6], ARGV[7], cjson.encode({i = n - 1, h = ARGV[8], e = epoch}))
+end
+-- Every key of the session, the dedupe hash included, expires with it.
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
   for k = 1, #KEYS do redis.call('EXPIRE', KEYS[k], ttl) end
 end
 return n - 1
 """
+)
+
+_SEEN_LUA: Final = (
+    _SEEN_LUA_FN
+    + """
+-- KEYS: meta, log, dedupe. ARGV: dedupe key. Returns seen(...) or false.
+return seen(KEYS[1], KEYS[2], KEYS[3], ARGV[1]) or false
+"""
+)
 
 _LOAD_LUA: Final = """
 -- KEYS: meta, idx, log, entities, summary.
@@ -205,6 +246,7 @@ class SessionStore:
         self.session_ttl_s = session_ttl_s
         self._create = store.script("context_create", _CREATE_LUA)
         self._append = store.script("context_append", _APPEND_LUA)
+        self._seen = store.script("context_seen", _SEEN_LUA)
         self._load = store.script("context_load", _LOAD_LUA)
         self._commit = store.script("context_commit_summary", _COMMIT_SUMMARY_LUA)
         self._incr = store.script("context_incr_if_exists", _INCR_IF_EXISTS_LUA)
@@ -392,8 +434,13 @@ class SessionStore:
         *,
         caller_agent: str | None,
         encoding: str,
-    ) -> int:
+        dedupe: Dedupe | None = None,
+    ) -> int | Existing:
         """Appends atomically; returns the message's index. `caller_agent` None: any agent (operator).
+
+        With `dedupe`: if a message was appended under `dedupe.key` already, nothing is written and
+        that message is returned (the caller compares the content hashes); else the key is recorded
+        with this message's index and `dedupe.content_hash`, in the same script.
 
         NotFoundError if the session does not exist; PermissionDeniedError if it is another agent's;
         EncodingChangedError if its tokens were not counted in `encoding`.
@@ -405,11 +452,16 @@ class SessionStore:
             self.session_ttl_s,
             "*" if caller_agent is None else caller_agent,
             encoding,
+            dedupe.key if dedupe is not None else "",
+            dedupe.content_hash if dedupe is not None else "",
         ]
         for label, value in entities:
             args += [label, value]
         async with self.store.guard("append message"):
-            index = int(await self._append(keys=self.keys(session_id), args=args))
+            reply = await self._append(keys=self.keys(session_id), args=args)
+        if isinstance(reply, list):
+            return _existing(reply)
+        index = int(reply)
         if index == -1:
             raise _not_found(session_id)
         if index == -3:
@@ -419,6 +471,13 @@ class SessionStore:
                 f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to another agent"
             )
         return index
+
+    async def seen(self, session_id: str, key: str) -> Existing | None:
+        """The message appended under dedupe `key`, if any (a read: the append script decides)."""
+        keys = [self.key(session_id, "meta"), self.key(session_id, "log"), self.key(session_id, "dedupe")]
+        async with self.store.guard("check appended"):
+            reply = await self._seen(keys=keys, args=[key])
+        return _existing(reply) if reply else None
 
     async def commit_summary(self, session_id: str, expected_upto: int, summary: Summary) -> int:
         """Stores `summary` if no other replica compacted since `expected_upto`; its version, or 0."""
@@ -472,6 +531,29 @@ class SessionStore:
             pipe.delete(*keys)
             existed, _ = await pipe.execute()
         return bool(existed)
+
+
+@dataclass(frozen=True, slots=True)
+class Dedupe:
+    """Makes an append happen once per `key` (`c:<tool_call_id>`, `m:<client_message_id>`)."""
+
+    key: str
+    content_hash: str
+    """What the append carries (model.tool_outcome_hash / message_hash): a repeat compares it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """The message an earlier append under the same dedupe key stored."""
+
+    index: int
+    content_hash: str
+    message: Message
+
+
+def _existing(reply: Sequence[Any]) -> Existing:
+    index = int(reply[0])
+    return Existing(index=index, content_hash=_text(reply[1]), message=Message.from_json(reply[2], index))
 
 
 def _entities(raw: Mapping[Any, bytes]) -> dict[str, tuple[str, int]]:

@@ -90,6 +90,7 @@ def pending_pb(pending: PendingApproval) -> common_pb2.PendingApproval:
         impact=pending.impact,
         arguments_sha256=pending.arguments_sha256,
         requested_by=pending.requested_by,
+        kind=_KIND_PB.get(pending.kind, common_pb2.APPROVAL_KIND_CALL),
     )
     if pending.expire_time_ms:
         pb.expire_time.CopyFrom(codec.timestamp_ms(pending.expire_time_ms))
@@ -104,7 +105,18 @@ def pending(pb: common_pb2.PendingApproval) -> PendingApproval:
         arguments_sha256=pb.arguments_sha256,
         expire_time_ms=codec.millis(pb.expire_time, "expire_time") if pb.HasField("expire_time") else 0,
         requested_by=pb.requested_by,
+        kind=_KIND_FROM_PB.get(pb.kind, "call"),
     )
+
+
+_KIND_PB = {
+    "call": common_pb2.APPROVAL_KIND_CALL,
+    "register_tool": common_pb2.APPROVAL_KIND_REGISTER_TOOL,
+    "settlement": common_pb2.APPROVAL_KIND_SETTLEMENT,
+}
+_KIND_FROM_PB = {v: k for k, v in _KIND_PB.items()}
+SETTLEMENT_PB = {"ran": common_pb2.SETTLEMENT_OUTCOME_RAN, "not_ran": common_pb2.SETTLEMENT_OUTCOME_NOT_RAN}
+_SETTLEMENT_FROM_PB = {v: k for k, v in SETTLEMENT_PB.items()}
 
 
 def tool_result_pb(outcome: ToolOutcome) -> common_pb2.ToolResult:
@@ -183,6 +195,7 @@ def approval(pb: common_pb2.Approval) -> ApprovalRecord:
         resolved_by=pb.resolved_by,
         reason=pb.reason,
         resolve_time_ms=codec.millis(pb.resolve_time, "resolve_time") if pb.HasField("resolve_time") else 0,
+        settlement=_SETTLEMENT_FROM_PB.get(pb.settlement, ""),
     )
 
 
@@ -267,22 +280,31 @@ class GrpcContext:
         return session_info(reply.session)
 
     async def append_message(
-        self, session_id: str, role: str, content: str, tool_calls: Sequence[ToolCall], opts: CallOptions
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        tool_calls: Sequence[ToolCall],
+        opts: CallOptions,
+        *,
+        client_message_id: str = "",
     ) -> Appended:
         request = context_pb2.AppendMessageRequest(
-            session_id=session_id, message=message_pb(role, content, list(tool_calls))
+            session_id=session_id,
+            message=message_pb(role, content, list(tool_calls)),
+            client_message_id=client_message_id,
         )
         reply = await _rpc(
             self.clients.context().AppendMessage(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
-        return Appended(index=reply.index, token_count=reply.token_count)
+        return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
 
     async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
         request = context_pb2.AppendToolResultRequest(session_id=session_id, result=tool_result_pb(outcome))
         reply = await _rpc(
             self.clients.context().AppendToolResult(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
-        return Appended(index=reply.index, token_count=reply.token_count)
+        return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
         request = context_pb2.BuildContextRequest(session_id=session_id)
@@ -319,10 +341,20 @@ class GrpcTools:
         return tool_result(reply.result)
 
     async def resolve_approval(
-        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+        self,
+        approval_id: str,
+        approve: bool,
+        reason: str,
+        arguments_sha256: str,
+        timeout_s: float,
+        settlement: str = "",
     ) -> tuple[ApprovalRecord, ToolOutcome | None]:
         request = tool_pb2.ResolveApprovalRequest(
-            approval_id=approval_id, approve=approve, reason=reason, arguments_sha256=arguments_sha256
+            approval_id=approval_id,
+            approve=approve,
+            reason=reason,
+            arguments_sha256=arguments_sha256,
+            settlement=SETTLEMENT_PB.get(settlement, common_pb2.SETTLEMENT_OUTCOME_UNSPECIFIED),
         )
         reply = await _rpc(self.clients.tool().ResolveApproval(request, timeout=timeout_s))
         outcome = tool_result(reply.result) if reply.HasField("result") else None

@@ -1,11 +1,13 @@
 """A run's calls to the other services (through `ports.Ports`): deadlines, bounded retries of
-transient faults, exactly-once appends to the session log, tool execution by idempotency key, and
-the tools offered to the model.
+transient faults, exactly-once appends to the session log (every append names its message: a
+client_message_id, or the tool result's qualified tool_call_id, and context_svc keeps it once),
+tool execution by idempotency key, and the tools offered to the model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,6 +34,9 @@ READ_PAYLOAD_TOOL = "read_payload"
 _RETRY_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED})
 # Faults after which an append may or may not have landed.
 _UNCERTAIN_CODES = _RETRY_CODES | {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.CANCELLED}
+# A keyed ExecuteTool is safe to repeat whatever happened to the last attempt: tool_svc replays the
+# outcome, answers "in progress", or OUTCOME_UNKNOWN; it never sends a write twice.
+_KEYED_RETRY_CODES = _UNCERTAIN_CODES
 
 
 class PortFailure(Exception):
@@ -41,6 +46,18 @@ class PortFailure(Exception):
         super().__init__(f"{what}: {error}")
         self.what = what
         self.error = error
+
+
+def message_id(task_id: str, part: str) -> str:
+    """The client_message_id of one of a task's appends (at most 128 characters, as context_svc wants)."""
+    raw = f"{task_id}:{part}"
+    return raw if len(raw) <= 128 else "m-" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def qualified_call_id(task_id: str, step: int, index: int) -> str:
+    """A tool call's id, unique in its session (task, step, index) and valid for every provider
+    (letters, digits, `_` and `-` only): context_svc keeps one result per id."""
+    return f"call_{hashlib.sha256(task_id.encode()).hexdigest()[:10]}_{step}_{index}"
 
 
 def idempotency_key(task_id: str, step: int, index: int, call: ToolCall) -> str:
@@ -74,8 +91,10 @@ class DownstreamCalls(Checkpoints):
             timeout_s=min(self.settings.call_timeout_s, remaining_s),
         )
 
-    async def call(self, what: str, fn: Callable[[CallOptions], Awaitable[T]]) -> T:
-        """A downstream call with bounded retries of UNAVAILABLE / OVERLOADED; PortFailure after."""
+    async def call(
+        self, what: str, fn: Callable[[CallOptions], Awaitable[T]], *, retry_on: frozenset[ErrorCode] = _RETRY_CODES
+    ) -> T:
+        """A downstream call with bounded retries of UNAVAILABLE / OVERLOADED (or `retry_on`); PortFailure after."""
         attempts = self.settings.service_retry_attempts
         delay = self.settings.service_retry_backoff_s
         for attempt in range(1, attempts + 1):
@@ -83,7 +102,7 @@ class DownstreamCalls(Checkpoints):
             try:
                 return await fn(opts)
             except AgentmeshError as err:
-                if err.code in _RETRY_CODES and attempt < attempts:
+                if err.code in retry_on and attempt < attempts:
                     log.info("%s: %s (attempt %d of %d); retrying", what, err.code.name, attempt, attempts)
                     await asyncio.sleep(err.retry_after if err.retry_after else delay)
                     delay *= 2
@@ -92,34 +111,26 @@ class DownstreamCalls(Checkpoints):
         raise AssertionError("unreachable")
 
     async def append_once(self, what: str, fn: Callable[[CallOptions], Awaitable[Appended]]) -> int:
-        """Appends to the session log exactly once; returns the tokens it took (0 if found already there).
-
-        Before the first append of a run, and after any failure that leaves it uncertain whether
-        the append landed, the session's message count is compared with the checkpoint's.
+        """Appends a named message to the session log exactly once; returns the tokens it took (0 when
+        context_svc already had it). Every append names its message (client_message_id, or the tool
+        result's tool_call_id), so an append that may or may not have landed is simply sent again.
         """
         attempts = self.settings.service_retry_attempts
         delay = self.settings.service_retry_backoff_s
         for attempt in range(1, attempts + 1):
-            if not self._count_verified:
-                info = await self.call(
-                    "GetSession", lambda o: self.ports.context.get_session(self.record.session_id, o)
-                )
-                self._count_verified = True
-                if info.message_count > self.cursor.ctx_count:
-                    log.info("%s: already in the session log (count %d)", what, info.message_count)
-                    self.cursor.ctx_count = info.message_count
-                    return 0
             opts = await self.ready()
             try:
                 appended = await fn(opts)
             except AgentmeshError as err:
                 if err.code in _UNCERTAIN_CODES and attempt < attempts:
-                    self._count_verified = False
                     await asyncio.sleep(err.retry_after if err.retry_after else delay)
                     delay *= 2
                     continue
                 raise PortFailure(what, err) from err
-            self.cursor.ctx_count = appended.index + 1
+            self.cursor.ctx_count = max(self.cursor.ctx_count, appended.index + 1)
+            if appended.already:
+                log.info("%s: already in the session log at %d", what, appended.index)
+                return 0
             return appended.token_count
         raise AssertionError("unreachable")
 
@@ -143,6 +154,7 @@ class DownstreamCalls(Checkpoints):
             lambda o: self.ports.tools.execute(
                 call, session_id=record.session_id, idempotency_key=key, goal=record.goal, opts=o
             ),
+            retry_on=_KEYED_RETRY_CODES,
         )
         await self.reached("after_tool_call")
         return outcome

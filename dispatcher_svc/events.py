@@ -6,9 +6,11 @@ stream ids `0-<sequence>`, so a watcher resumes exactly after the last sequence 
 (approximate); a watcher that asks for events older than the oldest kept one gets the log from
 there on, with `attributes["events_trimmed"]` on the first event it receives.
 
-A watch ends after the task's terminal STATUS event. While nothing happens (a task waiting for
-an approval, a long model call) the watcher gets a HEARTBEAT every `heartbeat_interval_s`, so
-proxies and meshes keep the stream open.
+A watch follows the task: it ends after the terminal STATUS event that holds the task's current
+status, the last event of its log. A FAILED task resumed by StartTask logs more events after its
+FAILED one, so a watch passes that FAILED event on and goes on to the resumed run's end. While
+nothing happens (a task waiting for an approval, a long model call) the watcher gets a HEARTBEAT
+every `heartbeat_interval_s`, so proxies and meshes keep the stream open.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+from agentmesh.errors import NotFoundError
 from agentmesh.store import Store
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, event_from_json
 from dispatcher_svc.tasks import STATUS_FIELDS, TaskStore, parse_status
@@ -38,7 +41,8 @@ def heartbeat(task_id: str) -> TaskEvent:
 
 
 def is_final(event: TaskEvent) -> bool:
-    """Whether no event can follow this one (until a FAILED task is resumed)."""
+    """Whether this event ends the task as it stands (a FAILED task may still be resumed, and a
+    resumed task logs more events: `EventLog.watch` ends only at the last of them)."""
     return event.kind == EventKind.STATUS and event.status.terminal
 
 
@@ -89,6 +93,10 @@ class EventLog:
             status, last_sequence, before = await self._open(task_id, after)  # NotFoundError if unknown
             if status.terminal and last_sequence <= after:
                 return  # nothing more will come
+            # A terminal event ends the watch only if it is the last event of the log: the task's
+            # sequence when it was last read, and where it stood terminal then (-1: not terminal).
+            known_last = last_sequence
+            terminal_at = last_sequence if status.terminal else -1
             last = after
             must_read = False
             first_read: list[TaskEvent] | None = before
@@ -130,8 +138,15 @@ class EventLog:
                     delivered = True
                     yield event
                     last_sent = time.monotonic()
-                    if is_final(event):
-                        return
+                    if is_final(event) and event.sequence >= known_last:
+                        if event.sequence == terminal_at:
+                            return
+                        current = await self._current(task_id)
+                        if current is None:
+                            return  # expired: nothing can follow
+                        known_last = max(known_last, current[1])
+                        if current[0].terminal and current[1] <= event.sequence:
+                            return
                 if delivered or must_read:
                     continue
                 if time.monotonic() - last_sent >= self.heartbeat_interval_s:
@@ -141,6 +156,13 @@ class EventLog:
                         return
                     yield heartbeat(task_id)
                     last_sent = time.monotonic()
+
+    async def _current(self, task_id: str) -> tuple[TaskStatus, int] | None:
+        """The task's status and last sequence now; None once it has expired."""
+        try:
+            return await self.tasks.status(task_id)
+        except NotFoundError:
+            return None
 
     async def _read_blocking(self, task_id: str, after: int) -> list[TaskEvent]:
         """Events above `after`, waiting up to `block_ms` for the first one."""

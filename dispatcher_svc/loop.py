@@ -7,8 +7,9 @@ checkpoint is a fenced commit (tasks.py) carrying the step's events, so a replic
 task over resumes from the last checkpoint and neither repeats an event nor a side effect:
 - a tool call that was sent but whose outcome was not checkpointed is sent again with the same
   idempotency key, and tool_svc replays the finished outcome instead of running it twice;
-- an append to the session log that may or may not have landed is detected by comparing the
-  session's message count with the count the checkpoint expected (`Cursor.ctx_count`).
+- an append to the session log that may or may not have landed is sent again: every append names
+  its message (client_message_id, or the result's session-unique tool_call_id) and context_svc
+  answers a repeat with the original position instead of appending it twice.
 A step's first checkpoint overlaps its read-only calls (BuildContext, DiscoverTools) and is
 settled before Generate; every other checkpoint is awaited where it is made. Calls that neither
 depend on each other nor on the order they land in run at once: BuildContext with DiscoverTools,

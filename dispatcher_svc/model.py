@@ -116,6 +116,12 @@ class PendingApproval:
     arguments_sha256: str = ""
     expire_time_ms: int = 0
     requested_by: str = ""
+    kind: str = "call"
+    """"call", "register_tool" or "settlement" (a call whose outcome is unknown: RAN or NOT_RAN)."""
+
+    @property
+    def is_settlement(self) -> bool:
+        return self.kind == "settlement"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,8 @@ class ApprovalRecord:
     resolved_by: str = ""
     reason: str = ""
     resolve_time_ms: int = 0
+    settlement: str = ""
+    """For a settlement: "ran" or "not_ran"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +254,7 @@ def pending_to_json(pending: PendingApproval) -> dict[str, Any]:
         "sha256": pending.arguments_sha256,
         "expire_ms": pending.expire_time_ms,
         "requested_by": pending.requested_by,
+        **({"kind": pending.kind} if pending.kind != "call" else {}),
     }
 
 
@@ -257,6 +266,7 @@ def pending_from_json(data: dict[str, Any]) -> PendingApproval:
         arguments_sha256=data.get("sha256", ""),
         expire_time_ms=int(data.get("expire_ms", 0)),
         requested_by=data.get("requested_by", ""),
+        kind=str(data.get("kind", "call")),
     )
 
 

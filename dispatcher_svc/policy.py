@@ -5,6 +5,9 @@
 - ENGINEERING: a Correction (do not repeat the call; the `fallback_tool`) goes into context;
   the same failing call is never re-issued (the loop answers a repeat without running it).
 - PendingApproval: the task parks in WAITING_APPROVAL.
+- OUTCOME_UNKNOWN (a write may have run; nobody knows): never shown to the model as a failure (it
+  would re-issue the call under a new id). The task parks in WAITING_APPROVAL on the call's
+  settlement; an operator says RAN or NOT_RAN.
 - FATAL: the task is ABORTED at once with an incident; no further tool runs.
 
 Pure functions: the loop applies the decision (events, checkpoint, context).
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 from agentmesh.chat import Correction, NextStep, ToolCall
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
-from dispatcher_svc.model import ToolOutcome
+from dispatcher_svc.model import PendingApproval, ToolOutcome
 
 
 class Action(enum.Enum):
@@ -54,6 +57,8 @@ def decide(
     if outcome.pending is not None:
         return Decision(Action.PARK)
     err = outcome.error
+    if err is not None and err.code == ErrorCode.OUTCOME_UNKNOWN:
+        return Decision(Action.PARK, error=err)
     if err is None:
         return Decision(Action.OK)
     fallback = err.fallback_tool or spec_fallback
@@ -71,6 +76,26 @@ def decide(
         return Decision(Action.FALLBACK, correction=stop, error=err, fallback_tool=fallback)
     use = Correction(NextStep.USE_FALLBACK, fallback_tool=fallback)
     return Decision(Action.FALLBACK, correction=use, error=err, fallback_tool=fallback)
+
+
+def settlement_request(outcome: ToolOutcome, call: ToolCall) -> PendingApproval | None:
+    """The settlement an OUTCOME_UNKNOWN waits for, as the task's pending approval (None: it names none)."""
+    err = outcome.error
+    if err is None or err.code != ErrorCode.OUTCOME_UNKNOWN or not err.metadata.get("settlement_id"):
+        return None
+    meta = err.metadata
+    try:
+        expire_ms = int(float(meta.get("expire_at", "0")) * 1000)
+    except ValueError:
+        expire_ms = 0
+    return PendingApproval(
+        approval_id=meta["settlement_id"],
+        plan=call,
+        impact=err.message,
+        arguments_sha256=meta.get("arguments_sha256", ""),
+        expire_time_ms=expire_ms,
+        kind="settlement",
+    )
 
 
 def repeat_of_failure(call: ToolCall, code_name: str, fallback: str) -> AgentmeshError:

@@ -70,6 +70,9 @@ class Appended:
 
     index: int
     token_count: int
+    already: bool = False
+    """True: context_svc had this message already (same tool_call_id, or same client_message_id, and
+    same content); nothing was appended and `index`/`token_count` are the original's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +93,24 @@ class ContextPort(Protocol):
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo: ...
 
     async def append_message(
-        self, session_id: str, role: str, content: str, tool_calls: Sequence[ToolCall], opts: CallOptions
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        tool_calls: Sequence[ToolCall],
+        opts: CallOptions,
+        *,
+        client_message_id: str = "",
     ) -> Appended:
-        """`role` is "user" or "assistant"."""
+        """`role` is "user" or "assistant". With `client_message_id` (at most 128 printable
+        characters, no whitespace) the append happens once: a repeat with the same content returns
+        the original position (`Appended.already`), other content is FAILED_PRECONDITION."""
         ...
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended: ...
+    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+        """Once per `outcome.tool_call_id`: a repeat with the same content (execution stats aside)
+        returns the original position (`Appended.already`), other content is FAILED_PRECONDITION."""
+        ...
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView: ...
 
@@ -112,7 +127,13 @@ class ToolPort(Protocol):
     ) -> ToolOutcome: ...
 
     async def resolve_approval(
-        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+        self,
+        approval_id: str,
+        approve: bool,
+        reason: str,
+        arguments_sha256: str,
+        timeout_s: float,
+        settlement: str = "",
     ) -> tuple[ApprovalRecord, ToolOutcome | None]:
         """Forwarded with the caller's (operator's) own identity, never the task's."""
         ...

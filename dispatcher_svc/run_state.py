@@ -67,8 +67,6 @@ class RunState:
         self.deadline_ms = record.create_time_ms + int(self.settings.task_timeout_s * 1000)
         self._token = ""
         self._token_at = 0.0
-        # After a (re)start the session may hold an append the checkpoint does not know about.
-        self._count_verified = False
         self._tools_seen: dict[str, ToolInfo] = {}
         self._all_tools: list[ToolInfo] | None = None
         self._discovered: list[ToolInfo] | None = None

@@ -8,6 +8,7 @@ from typing import Any
 import grpc.aio
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
@@ -16,7 +17,7 @@ from agentmesh.rpc.status import to_detail
 from agentmesh.telemetry import current_request_id
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc import testhooks
-from dispatcher_svc.adapters import grpc_ports, pending_pb, tool_result_pb
+from dispatcher_svc.adapters import SETTLEMENT_PB, grpc_ports, pending_pb, tool_result_pb
 from dispatcher_svc.agents import AgentConfig
 from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent
 from dispatcher_svc.service import Dispatcher, StartRequest
@@ -104,12 +105,23 @@ def approval_pb(record: ApprovalRecord) -> common_pb2.Approval:
         state=f"APPROVAL_STATE_{record.state}",
         resolved_by=record.resolved_by,
         reason=record.reason,
+        settlement=SETTLEMENT_PB.get(record.settlement, common_pb2.SETTLEMENT_OUTCOME_UNSPECIFIED),
     )
     if record.request is not None:
         pb.request.CopyFrom(pending_pb(record.request))
     if record.resolve_time_ms:
         pb.resolve_time.CopyFrom(codec.timestamp_ms(record.resolve_time_ms))
     return pb
+
+
+def settlement_from_pb(value: int) -> str:
+    """ "ran", "not_ran" or "" (unset); INVALID_REQUEST for a number this build does not know."""
+    if value == common_pb2.SETTLEMENT_OUTCOME_UNSPECIFIED:
+        return ""
+    for name, number in SETTLEMENT_PB.items():
+        if number == value:
+            return name
+    raise InvalidRequestError("settlement", f"unknown SettlementOutcome {value}")
 
 
 def _traceparent() -> str:
@@ -167,6 +179,7 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
             reason=request.reason,
             arguments_sha256=request.arguments_sha256,
             resolver=require_identity().subject,
+            settlement=settlement_from_pb(request.settlement),
         )
         return dispatcher_pb2.DispatcherServiceResolveApprovalResponse(
             approval=approval_pb(approval), task=task_pb(task)

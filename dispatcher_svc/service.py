@@ -310,12 +310,22 @@ class Dispatcher:
     # -- ResolveApproval -----------------------------------------------------------------------
 
     async def resolve_approval(
-        self, task_id: str, approval_id: str, *, approve: bool, reason: str, arguments_sha256: str, resolver: str
+        self,
+        task_id: str,
+        approval_id: str,
+        *,
+        approve: bool,
+        reason: str,
+        arguments_sha256: str,
+        resolver: str,
+        settlement: str = "",
     ) -> tuple[ApprovalRecord, Task]:
         """Forwards the decision to tool_svc (with the caller's own identity) and resumes the task.
 
         An approval that expired is decided by nobody: the task resumes with the call failed as
         APPROVAL_EXPIRED, as the expiry sweeper would have done, and the caller gets that error.
+        A settlement (`settlement` "ran" / "not_ran") resumes the task with the call recorded as ran, or
+        with the outcome of sending it once more; one that expired fails the task OUTCOME_UNKNOWN.
         """
         check_task_id(task_id)
         if not approval_id:
@@ -336,10 +346,17 @@ class Dispatcher:
                     )
                 ],
             )
+        if pending.is_settlement != bool(settlement):
+            raise InvalidRequestError(
+                "settlement",
+                f"task {task_id} waits for settlement {approval_id}: say RAN or NOT_RAN"
+                if pending.is_settlement
+                else f"approval {approval_id} is not a settlement: approve or deny it",
+            )
         outcome: ToolOutcome | None
         try:
             approval, outcome = await self.ports.tools.resolve_approval(
-                approval_id, approve, reason, arguments_sha256, _RESOLVE_TIMEOUT_S
+                approval_id, approve, reason, arguments_sha256, _RESOLVE_TIMEOUT_S, settlement=settlement
             )
         except AgentmeshError as err:
             if err.code == ErrorCode.APPROVAL_EXPIRED:
@@ -356,7 +373,7 @@ class Dispatcher:
         settled = await self._settle(record, approval, outcome, resolver=resolver, reason=reason)
         if approval.state == "EXPIRED":
             # Whoever moved the task (we, or the sweeper racing us), the decision came too late.
-            raise approval_expired(task_id, pending)
+            raise settlement_expired(task_id, pending) if pending.is_settlement else approval_expired(task_id, pending)
         if not settled:
             raise FailedPreconditionError(f"task {task_id} changed while the approval was resolved")
         return approval, (await self.tasks.load(task_id)).view()
@@ -375,6 +392,8 @@ class Dispatcher:
         assert pending is not None
         plan, approval_id = pending.plan, pending.approval_id
         expired = approval.state == "EXPIRED"
+        if expired and pending.is_settlement:
+            return await self._fail_unsettled(record, pending)
         if outcome is None and approval.state in ("DENIED", "EXPIRED"):
             err = (
                 approval_expired(task_id, pending)
@@ -393,6 +412,11 @@ class Dispatcher:
         if expired:
             message = f"approval {approval_id} expired before anyone decided; {plan.name} did not run"
             attributes = {"state": approval.state}
+        elif pending.is_settlement:
+            found = {"ran": "RAN (recorded as ran; not re-sent)", "not_ran": "NOT_RAN (sent once more)"}
+            verdict = found.get(approval.settlement, approval.state.lower())
+            message = f"settlement {approval_id} of {plan.name}: {verdict} by {who}" + (f": {reason}" if reason else "")
+            attributes = {"state": approval.state, "resolved_by": who, "settlement": approval.settlement}
         else:
             verdict = "approved" if approval.state == "APPROVED" else approval.state.lower()
             message = f"approval {approval_id} {verdict} by {who}" + (f": {reason}" if reason else "")
@@ -433,6 +457,49 @@ class Dispatcher:
             return False
         await self._enqueue(task_id)
         await self._unindex(task_id, approval_id)
+        return True
+
+    async def _fail_unsettled(self, record: TaskRecord, pending: PendingApproval) -> bool:
+        """A settlement nobody decided in time: the task fails OUTCOME_UNKNOWN and nothing is re-sent."""
+        task_id, cursor = record.task_id, record.cursor
+        err = settlement_expired(task_id, pending)
+        events = [
+            TaskEvent(
+                task_id=task_id,
+                sequence=0,
+                kind=EventKind.APPROVAL_RESOLVED,
+                time_ms=now_ms(),
+                status=TaskStatus.FAILED,
+                step=cursor.step,
+                message=f"settlement {pending.approval_id} expired unsettled; {pending.plan.name} was not re-sent",
+                tool_call=pending.plan,
+                error=err,
+                pending_approval=pending,
+                attributes={"state": "EXPIRED"},
+            ),
+            TaskEvent(
+                task_id=task_id,
+                sequence=0,
+                kind=EventKind.STATUS,
+                time_ms=now_ms(),
+                status=TaskStatus.FAILED,
+                step=cursor.step,
+                message=f"status FAILED: {err}",
+                error=err,
+            ),
+        ]
+        try:
+            await self.tasks.commit(
+                task_id,
+                fence=record.fence,
+                expect_status=TaskStatus.WAITING_APPROVAL,
+                fields=fields_of(status=TaskStatus.FAILED, pending=None, error=err, update_ms=now_ms()),
+                events=events,
+                ttl_s=self.settings.dispatcher.task_ttl_s,
+            )
+        except (StaleOwnerError, WrongStatusError):
+            return False
+        await self._unindex(task_id, pending.approval_id)
         return True
 
     async def _unindex(self, task_id: str, approval_id: str) -> None:
@@ -510,6 +577,17 @@ class Dispatcher:
         except NotFoundError:
             # Gone past its retention (a day after its expiry): it can no longer be decided.
             return ApprovalRecord(request=pending, state="EXPIRED")
+
+
+def settlement_expired(task_id: str, pending: PendingApproval) -> AgentmeshError:
+    """A settlement nobody decided in time: the outcome stays unknown and the task fails (FAILED is resumable:
+    a resumed task re-sends the key and gets a new settlement, never a second side effect)."""
+    return AgentmeshError(
+        ErrorCode.OUTCOME_UNKNOWN,
+        f"settlement {pending.approval_id} for {pending.plan.name} expired before anyone settled it; "
+        "nothing was re-sent and the outcome stays unknown",
+        metadata={"settlement_id": pending.approval_id, "task_id": task_id},
+    )
 
 
 def approval_expired(task_id: str, pending: PendingApproval) -> AgentmeshError:

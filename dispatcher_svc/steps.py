@@ -20,7 +20,14 @@ from agentmesh.chat import Correction, NextStep, Usage
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from agentmesh.semconv import ATTR_ERROR_CLASS, ATTR_ERROR_CODE
 from dispatcher_svc import guards, policy
-from dispatcher_svc.calls import READ_PAYLOAD_TOOL, DownstreamCalls, PortFailure, alongside
+from dispatcher_svc.calls import (
+    READ_PAYLOAD_TOOL,
+    DownstreamCalls,
+    PortFailure,
+    alongside,
+    message_id,
+    qualified_call_id,
+)
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import SessionSpec
@@ -107,10 +114,12 @@ class Steps(DownstreamCalls):
         if self.cursor.ctx_count == 0:
             info = await self.call("CreateSession", lambda o: self.ports.context.create_session(spec, o))
             self.cursor.ctx_count = info.message_count
-            self._count_verified = True
+        goal_id = message_id(record.task_id, "goal")
         tokens = await self.append_once(
             "AppendMessage(goal)",
-            lambda o: self.ports.context.append_message(record.session_id, "user", record.goal, (), o),
+            lambda o: self.ports.context.append_message(
+                record.session_id, "user", record.goal, (), o, client_message_id=goal_id
+            ),
         )
         self.cursor.raw_tokens += tokens
         await self.begin_step()
@@ -168,7 +177,7 @@ class Steps(DownstreamCalls):
                 opts=o,
             ),
         )
-        reply = _normalise(reply, c.step)
+        reply = _qualify(reply, record.task_id, c.step)
         self.usage = self.usage + reply.usage
         system_tokens = sum(b.tokens for b in view.blocks if b.kind == "SYSTEM")
         raw_context = c.raw_tokens + system_tokens
@@ -232,11 +241,18 @@ class Steps(DownstreamCalls):
             answer=reply.text,
             error=None,
         )
+        record = self.record
+        answer_id = message_id(record.task_id, "answer")
         try:
-            opts = await self.ready()
-            await self.ports.context.append_message(self.record.session_id, "assistant", reply.text, (), opts)
-        except (AgentmeshError, PortFailure) as exc:
-            log.info("task %s: answer not recorded in the session: %s", self.record.task_id, exc)
+            await self.append_once(
+                "AppendMessage(answer)",
+                lambda o: self.ports.context.append_message(
+                    record.session_id, "assistant", reply.text, (), o, client_message_id=answer_id
+                ),
+            )
+        except PortFailure as exc:
+            # The task has its answer already; the session misses it until a resume appends it.
+            log.warning("task %s: answer not recorded in the session: %s", record.task_id, exc)
         raise Stop(RunResult.FINISHED)
 
     async def start_call(self, index: int, *, prefix: Sequence[TaskEvent]) -> list[TaskEvent]:
@@ -285,10 +301,11 @@ class Steps(DownstreamCalls):
         async def record_reply() -> None:
             # Marked as soon as it lands, whatever happens to a call beside it: a resumed run
             # must not append it again.
+            reply_id = message_id(record.task_id, f"{c.step}:reply")
             c.raw_tokens += await self.append_once(
                 "AppendMessage(reply)",
                 lambda o: self.ports.context.append_message(
-                    record.session_id, "assistant", reply.text, reply.tool_calls, o
+                    record.session_id, "assistant", reply.text, reply.tool_calls, o, client_message_id=reply_id
                 ),
             )
             c.reply_appended = True
@@ -309,14 +326,21 @@ class Steps(DownstreamCalls):
                 # Acquired while still parked (a stray queue entry): park again without writing.
                 raise Stop(RunResult.PARKED)
             events: list[TaskEvent] = []
-            if cs.state is CallStage.NEW:
-                events += await self.start_call(index, prefix=())
-            if cs.state is CallStage.RUNNING:
-                outcome = early if early is not None else await self.fetch_outcome(index, cs)
-                early = None
-                events += await self.apply(cs, outcome)
-            assert cs.state is CallStage.DONE and cs.outcome is not None
-            tokens = await self.append_result(cs.outcome)
+            try:
+                if cs.state is CallStage.NEW:
+                    events += await self.start_call(index, prefix=())
+                if cs.state is CallStage.RUNNING:
+                    outcome = early if early is not None else await self.fetch_outcome(index, cs)
+                    early = None
+                    events += await self.apply(cs, outcome)
+                assert cs.state is CallStage.DONE and cs.outcome is not None
+                tokens = await self.append_result(cs.outcome)
+            except PortFailure as failure:
+                # The call's events go with the failure: the checkpoint records the call as done, so a
+                # resumed run appends its result without producing them again (found by `make chaos`).
+                log.warning("task %s: %s", self.record.task_id, failure)
+                await self.fail(failure.error, prefix=events)
+            await self.reached("after_append_result")
             c.raw_tokens += raw_tokens_of(cs.outcome, tokens)
             cs.state = CallStage.APPENDED
             if index + 1 < len(c.calls):
@@ -341,8 +365,10 @@ class Steps(DownstreamCalls):
         result_event = self.event(EventKind.TOOL_RESULT, outcome_summary(outcome), tool_call=call, tool_result=outcome)
         action = decision.action
         if action == policy.Action.PARK:
-            pending = outcome.pending
-            assert pending is not None
+            pending = outcome.pending or policy.settlement_request(outcome, call)
+            if pending is None:
+                assert decision.error is not None
+                await self.fail(decision.error, prefix=[result_event])
             cs.state = CallStage.WAITING
             # Indexed before it is parked: the expiry sweeper must find every parked task.
             await self.loop.tasks.index_approval(self.record.task_id, pending.approval_id, pending.expire_time_ms)
@@ -350,7 +376,9 @@ class Steps(DownstreamCalls):
                 [
                     self.event(
                         EventKind.APPROVAL_REQUIRED,
-                        f"{call.name} needs approval {pending.approval_id}: {clip(pending.impact, 140)}",
+                        f"{call.name} needs settlement {pending.approval_id} (RAN or NOT_RAN): its outcome is unknown"
+                        if pending.is_settlement
+                        else f"{call.name} needs approval {pending.approval_id}: {clip(pending.impact, 140)}",
                         status=TaskStatus.WAITING_APPROVAL,
                         tool_call=call,
                         pending_approval=pending,
@@ -411,14 +439,9 @@ class Steps(DownstreamCalls):
         return events
 
 
-def _normalise(reply: ModelReply, step: int) -> ModelReply:
-    """Gives every tool call a non-empty id unique within the reply (the protocol needs one)."""
-    seen: set[str] = set()
-    calls = []
-    for index, call in enumerate(reply.tool_calls):
-        call_id = call.id
-        if not call_id or call_id in seen:
-            call_id = f"call_{step}_{index}"
-        seen.add(call_id)
-        calls.append(call if call_id == call.id else replace(call, id=call_id))
-    return replace(reply, tool_calls=tuple(calls))
+def _qualify(reply: ModelReply, task_id: str, step: int) -> ModelReply:
+    """Gives every tool call an id unique in the session (task, step, index): a model's own ids repeat
+    across steps and tasks, and context_svc keeps one result per id. Done before the reply is
+    checkpointed, so a resumed run uses the same ids."""
+    calls = tuple(replace(call, id=qualified_call_id(task_id, step, i)) for i, call in enumerate(reply.tool_calls))
+    return replace(reply, tool_calls=calls)

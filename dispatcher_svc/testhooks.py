@@ -1,6 +1,6 @@
 """Fault-injection points for crash-safety tests, enabled only by an environment variable.
 
-`DISPATCHER_TEST_PAUSE_AT=after_reply_checkpoint` (or `after_tool_call`) makes the first task
+`DISPATCHER_TEST_PAUSE_AT=after_reply_checkpoint` (or `after_tool_call`, `after_append_result`) makes the first task
 that reaches that point in this process announce it (a line on stderr; with
 `DISPATCHER_TEST_PAUSE_FILE` set, "<point> <task id> <fence>" written to that file) and wait
 there until the file is deleted. A test can `kill -9` the process at exactly that point, or freeze
@@ -20,7 +20,7 @@ from dispatcher_svc.tasks import TaskRecord
 
 PAUSE_AT_ENV = "DISPATCHER_TEST_PAUSE_AT"
 PAUSE_FILE_ENV = "DISPATCHER_TEST_PAUSE_FILE"
-POINTS = frozenset({"after_reply_checkpoint", "after_tool_call"})
+POINTS = frozenset({"after_reply_checkpoint", "after_tool_call", "after_append_result"})
 
 
 def from_env() -> Hook | None:

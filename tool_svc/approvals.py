@@ -9,6 +9,10 @@ seen the same arguments (their hash); an approved call then runs once, as the re
 A run-time registration that needs review (`ToolRegistry.review`) is an approval too (kind
 `register_tool`): its plan is the tool spec (ToolDef JSON) and the replace flag, bound by their hash;
 only an admin other than the registering one may decide it, and approving stores the tool.
+
+A call whose outcome is unknown (tool_svc.idempotency) waits for a settlement (kind `settlement`), with
+an id derived from its idempotency key so every replica that finds the outcome unknown opens the same
+one: an operator records RAN or NOT_RAN instead of approving or denying.
 """
 
 from __future__ import annotations
@@ -16,14 +20,16 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from agentmesh.errors import FailedPreconditionError, NotFoundError, PermissionDeniedError
+from agentmesh.errors import FailedPreconditionError, InvalidRequestError, NotFoundError, PermissionDeniedError
 from agentmesh.store import Store
 from tool_svc.call import CallState
 from tool_svc.model import Caller, CallRequest, Outcome, Pending, ToolDef, arguments_sha256
 
-Kind = Literal["call", "register_tool"]
+Kind = Literal["call", "register_tool", "settlement"]
+
+Settlement = Literal["", "ran", "not_ran"]
 
 State = Literal["pending", "approved", "denied", "expired"]
 
@@ -31,6 +37,18 @@ State = Literal["pending", "approved", "denied", "expired"]
 RETENTION_S = 86400
 
 _CREATE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local expire_at = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'pending', 'record', ARGV[1], 'expire_at', string.format('%.6f', expire_at))
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) + tonumber(ARGV[3])))
+return string.format('%.6f', expire_at)
+"""
+
+# As _CREATE_LUA, but an existing record (another replica opened the same settlement) is kept.
+_CREATE_NX_LUA = """
+local have = redis.call('HGET', KEYS[1], 'expire_at')
+if have then return have end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local expire_at = now + tonumber(ARGV[2])
@@ -58,7 +76,7 @@ if state == 'pending' and now >= tonumber(redis.call('HGET', KEYS[1], 'expire_at
 end
 if state ~= 'pending' then return {state, ''} end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'resolved_by', ARGV[2], 'reason', ARGV[3],
-           'resolve_time', string.format('%.6f', now))
+           'resolve_time', string.format('%.6f', now), 'settlement', ARGV[4])
 return {'decided', string.format('%.6f', now)}
 """
 
@@ -75,6 +93,8 @@ class ApprovalRecord:
     reason: str = ""
     resolve_time: float | None = None
     kind: Kind = "call"
+    settlement: Settlement = ""
+    """For a settlement: what the operator found."""
 
     def registration(self) -> tuple[ToolDef, bool]:
         """For a `register_tool` approval: the tool to store and whether it replaces one."""
@@ -115,10 +135,37 @@ class ApprovalBook:
             impact += f"; the tool's impact: {spec.impact}"
         return await self._create(spec.name, impact, arguments_sha256(plan), caller, request, kind="register_tool")
 
+    async def create_settlement(self, settlement_id: str, call: CallState, key: str) -> Pending:
+        """Opens (or finds, when another replica opened it) the settlement of a call whose outcome is unknown."""
+        impact = (
+            f"{call.spec.name} may have run: its request left the gateway but its outcome is unknown "
+            f"(idempotency key {key[:120]}). Check the upstream: settle RAN if the effect happened, NOT_RAN "
+            f"to send it once more with the same key."
+        )
+        if call.spec.impact:
+            impact += f" The tool's impact: {call.spec.impact}"
+        return await self._create(
+            call.spec.name,
+            impact,
+            call.arguments_sha256,
+            call.caller,
+            call.request,
+            kind="settlement",
+            approval_id=settlement_id,
+        )
+
     async def _create(
-        self, tool: str, impact: str, sha256: str, caller: Caller, request: CallRequest, *, kind: Kind = "call"
+        self,
+        tool: str,
+        impact: str,
+        sha256: str,
+        caller: Caller,
+        request: CallRequest,
+        *,
+        kind: Kind = "call",
+        approval_id: str = "",
     ) -> Pending:
-        approval_id = "apr_" + secrets.token_hex(16)
+        approval_id = approval_id or "apr_" + secrets.token_hex(16)
         record = {
             "tool": tool,
             "impact": impact,
@@ -131,9 +178,12 @@ class ApprovalBook:
             record["kind"] = kind
         key = self.store.keys.approval(approval_id)
         async with self.store.guard("create approval"):
-            expire_at = await self.store.script("approval_create", _CREATE_LUA)(
-                keys=[key], args=[json.dumps(record), repr(self.ttl_s), RETENTION_S]
+            create = (
+                self.store.script("approval_create_nx", _CREATE_NX_LUA)
+                if kind == "settlement"
+                else self.store.script("approval_create", _CREATE_LUA)
             )
+            expire_at = await create(keys=[key], args=[json.dumps(record), repr(self.ttl_s), RETENTION_S])
         return Pending(
             approval_id=approval_id,
             call_id=request.call_id,
@@ -143,6 +193,7 @@ class ApprovalBook:
             arguments_sha256=sha256,
             expire_at=float(expire_at),
             requested_by=caller.agent,
+            kind=kind,
         )
 
     async def get(self, approval_id: str) -> ApprovalRecord:
@@ -170,6 +221,7 @@ class ApprovalBook:
                 arguments_sha256=data["arguments_sha256"],
                 expire_at=expire_at,
                 requested_by=data.get("requested_by", ""),
+                kind=_kind(data.get("kind")),
             ),
             state=state,
             caller=Caller.from_json(data["caller"]),
@@ -177,18 +229,36 @@ class ApprovalBook:
             resolved_by=fields.get("resolved_by", ""),
             reason=fields.get("reason", ""),
             resolve_time=float(fields["resolve_time"]) if fields.get("resolve_time") else None,
-            kind="register_tool" if data.get("kind") == "register_tool" else "call",
+            kind=_kind(data.get("kind")),
+            settlement=_settlement(fields.get("settlement", "")),
         )
 
     async def decide(
-        self, approval_id: str, *, approve: bool, approver: Caller, reason: str, arguments_sha256: str
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        approver: Caller,
+        reason: str,
+        arguments_sha256: str,
+        settlement: Settlement = "",
     ) -> tuple[ApprovalRecord, bool]:
         """Records the decision; (record after it, whether it expired instead).
 
         PermissionDeniedError when the approver is the requester (or, for a registration, not an admin);
-        FailedPreconditionError when the hash differs from the binding or the approval was already decided.
+        FailedPreconditionError when the hash differs from the binding or the approval was already decided;
+        InvalidRequestError when a settlement is decided without RAN / NOT_RAN, or an approval with one.
         """
         record = await self.get(approval_id)
+        if (record.kind == "settlement") != bool(settlement):
+            raise InvalidRequestError(
+                "settlement",
+                f"approval {approval_id} is a settlement: say RAN or NOT_RAN"
+                if record.kind == "settlement"
+                else f"approval {approval_id} is not a settlement: approve or deny it",
+            )
+        if record.kind == "settlement":
+            approve = True
         if is_requester(approver, record.caller):
             raise PermissionDeniedError(
                 missing_permission="approver:other-than-requester",
@@ -208,7 +278,7 @@ class ApprovalBook:
         key = self.store.keys.approval(approval_id)
         async with self.store.guard("decide approval"):
             outcome, _ = await self.store.script("approval_decide", _DECIDE_LUA)(
-                keys=[key], args=["approved" if approve else "denied", approver.subject, reason[:1000]]
+                keys=[key], args=["approved" if approve else "denied", approver.subject, reason[:1000], settlement]
             )
         status = outcome.decode()
         if status == "missing":
@@ -230,3 +300,11 @@ class RequireApproval:
         if self.book is None:
             raise FailedPreconditionError("approvals need Redis")
         return await self.book.create(call)
+
+
+def _kind(stored: Any) -> Kind:
+    return "register_tool" if stored == "register_tool" else "settlement" if stored == "settlement" else "call"
+
+
+def _settlement(stored: str) -> Settlement:
+    return "ran" if stored == "ran" else "not_ran" if stored == "not_ran" else ""

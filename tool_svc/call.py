@@ -37,6 +37,16 @@ class CallState:
     redacted: bool = False
     exec_error: AgentmeshError | None = None
     executed: bool = False
+    before_send: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Run just before the executor (idempotency marks a write as sent); one raising stops the call."""
+    sent: bool = False
+    """A write's request may have left the gateway: its key is never released."""
+    owner: str = ""
+    """The idempotency owner token (or approval / settlement id) this call holds its key with."""
+    generation: int = 0
+    """Which settlement of the key an unknown outcome of this call opens."""
+    went_unknown: bool = False
+    """The answer became OUTCOME_UNKNOWN and the key records it already."""
     stats: Stats = field(default_factory=Stats)
     bytes_in: int = 0
     bytes_out: int = 0

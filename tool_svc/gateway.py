@@ -30,7 +30,7 @@ from agentmesh.semconv import (
 )
 from agentmesh.store import Store
 from tool_svc import permissions
-from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, is_requester
+from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, Settlement, is_requester
 from tool_svc.breaker import BreakerConfig, Breakers, CircuitBreaker
 from tool_svc.builtin import BuiltinDeps, default_specs, executors
 from tool_svc.call import CallState, Step
@@ -40,7 +40,7 @@ from tool_svc.discovery import Discovery, Scored
 from tool_svc.guard import DangerGuard, GuardArguments
 from tool_svc.http import Allowlist, HttpTransport
 from tool_svc.http_tool import HttpToolExecutor
-from tool_svc.idempotency import Idempotency
+from tool_svc.idempotency import Idempotency, ran_output
 from tool_svc.model import (
     Caller,
     CallRequest,
@@ -51,6 +51,7 @@ from tool_svc.model import (
     ToolResult,
     call_sha256,
     canonical_json,
+    outcome_to_json,
 )
 from tool_svc.offload import Offload
 from tool_svc.permissions import CheckPermission
@@ -124,6 +125,7 @@ class Gateway:
             self.approvals,
             ttl_s=tools.idempotency_ttl_s,
             lease_s=tools.idempotency_lease_s,
+            heartbeat_s=tools.idempotency_heartbeat_s,
             approval_ttl_s=tools.approval_ttl_s,
             sleep=pause,
         )
@@ -177,6 +179,7 @@ class Gateway:
                         break
                 if outcome is None:  # pragma: no cover - Offload always answers
                     outcome = AgentmeshError(ErrorCode.INTERNAL, "the pipeline produced no outcome")
+                outcome = await self.idempotency.after(call, outcome)
                 call.stats.duration_s = time.monotonic() - call.started
                 # One redactor on every path out: an error raised by any step (output schema, sandbox,
                 # offload, a worker) may quote an upstream or the tool's output.
@@ -227,15 +230,30 @@ class Gateway:
         return record
 
     async def resolve_approval(
-        self, approval_id: str, *, approve: bool, reason: str, arguments_sha256: str, approver: Caller
+        self,
+        approval_id: str,
+        *,
+        approve: bool,
+        reason: str,
+        arguments_sha256: str,
+        approver: Caller,
+        settlement: Settlement = "",
     ) -> tuple[ApprovalRecord, ToolResult]:
-        """Decides an approval; an approved call runs now, as its requester, and its result is returned."""
+        """Decides an approval; an approved call runs now, as its requester, and its result is returned.
+        A settlement (`settlement` RAN / NOT_RAN) records the call as ran, or re-sends it once."""
         if self.approvals is None:
             raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
         record, expired = await self.approvals.decide(
-            approval_id, approve=approve, approver=approver, reason=reason, arguments_sha256=arguments_sha256
+            approval_id,
+            approve=approve,
+            approver=approver,
+            reason=reason,
+            arguments_sha256=arguments_sha256,
+            settlement=settlement,
         )
         request = record.request
+        if record.kind == "settlement":
+            return record, await self._settle(record, expired=expired, approver=approver)
         if record.kind == "register_tool" and approve and not expired:
             return record, await self._complete_registration(record)
         if expired or not approve:
@@ -253,11 +271,38 @@ class Gateway:
                 bound = call_sha256(
                     record.pending.tool_name, parse_arguments(request.arguments_json, max_bytes=1 << 30)
                 )
-                settle = self.idempotency.finalizer(request.idempotency_key, approval_id, bound)
-                await settle(result)
+                key, ttl_ms = request.idempotency_key, self.idempotency.ttl_s * 1000
+                done = {"s": "done", "h": bound, "o": outcome_to_json(result)}
+                await self.idempotency.cas(key, approval_id, None if expired else done, ttl_ms, states="pending")
             return record, result
         result = await self.execute(request, record.caller, approved_id=approval_id)
         return record, result
+
+    async def _settle(self, record: ApprovalRecord, *, expired: bool, approver: Caller) -> ToolResult:
+        """Applies a settlement: RAN records the call as done with an unknown output; NOT_RAN re-sends it
+        once with its key (as its requester); an expired settlement re-sends nothing."""
+        request, sid = record.request, record.pending.approval_id
+        key = request.idempotency_key
+        if expired:
+            error = AgentmeshError(
+                ErrorCode.OUTCOME_UNKNOWN,
+                f"settlement {sid} for {record.pending.tool_name} expired before anyone settled it; "
+                "nothing was re-sent and the outcome stays unknown",
+                metadata={"settlement_id": sid, "idempotency_key": key[:200]},
+            )
+            return ToolResult(request.call_id, record.pending.tool_name, error, Stats())
+        if record.settlement == "not_ran":
+            return await self.execute(request, record.caller, approved_id=sid)
+        result = ToolResult(request.call_id, record.pending.tool_name, ran_output(approver.subject), Stats())
+        bound = call_sha256(record.pending.tool_name, parse_arguments(request.arguments_json, max_bytes=1 << 30))
+        await self.idempotency.cas(
+            key,
+            sid,
+            {"s": "done", "h": bound, "o": outcome_to_json(result)},
+            self.idempotency.ttl_s * 1000,
+            states="unknown",
+        )
+        return result
 
     # -- registry and discovery --------------------------------------------------------------------
 

@@ -6,12 +6,15 @@ the executors are `http_tool.py` (registered tools, by their `method`) and `buil
 the tool's fallback. Bodies are read up to a size cap; JSON bodies become structured output, other UTF-8
 text becomes text output (structured tools answer OUTPUT_INVALID), undecodable bytes never crash anything.
 Redirects are not followed: a redirect could leave the allowlist. Every text quoting an upstream goes
-through agentmesh.redact before it becomes part of an error or an output.
+through agentmesh.redact before it becomes part of an error or an output. Every request of a call with
+an idempotency key carries an `Idempotency-Key` header derived from it (`idempotency_key_value`), the
+same on every retry; no caller-supplied header of that name is ever sent.
 """
 
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import json
 import logging
 import time
@@ -31,6 +34,22 @@ _SNIPPET_CHARS = 300
 # httpx logs every request at INFO with its full URL (queries may carry secrets); keep only problems.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 USER_AGENT = "agentmesh-tool-svc/0.1"
+IDEMPOTENCY_KEY_HEADER = "idempotency-key"
+"""Set by the transport only (from the call's idempotency key), never from a tool's arguments."""
+
+
+def idempotency_key_value(key: str) -> str:
+    """The `Idempotency-Key` header value for a call's idempotency key; "" (no header) without one.
+
+    IETF httpapi draft "The Idempotency-Key HTTP Header Field" (draft-ietf-httpapi-idempotency-key-header):
+    the field is an Item Structured Field whose value is a String (RFC 8941 sf-string), unique per
+    operation and opaque to the server. The value is the first 40 hex digits of sha256(key), quoted: the
+    same key gives the same value on every attempt, retry and replica, and the upstream learns nothing
+    of the task, the call or its arguments from it.
+    """
+    if not key:
+        return ""
+    return '"' + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40] + '"'
 
 
 # --- allowlist -------------------------------------------------------------------------------------
@@ -270,15 +289,32 @@ class HttpTransport:
         json_body: Any = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
+        idempotency_key: str = "",
     ) -> HttpBody:
-        """One request; transport faults become typed errors (the caller's timeout still applies)."""
+        """One request; transport faults become typed errors (the caller's timeout still applies).
+
+        `idempotency_key` is the call's: the request carries the `Idempotency-Key` derived from it (none
+        without one); an `Idempotency-Key` among `headers` is never sent."""
         self.allowlist.check(url, tool.name)
         fallback = tool.fallback_tool
+        sent = {name: value for name, value in (headers or {}).items() if name.lower() != IDEMPOTENCY_KEY_HEADER}
+        derived = idempotency_key_value(idempotency_key)
+        if derived:
+            sent["Idempotency-Key"] = derived
         try:
             request = self.client.build_request(
-                method, url, json=json_body, content=content, headers=dict(headers or {}), timeout=timeout_s
+                method, url, json=json_body, content=content, headers=sent, timeout=timeout_s
             )
             response = await self.client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Nothing reached the upstream: a write failing here did not run (tool_svc.idempotency).
+            code = ErrorCode.UPSTREAM_UNAVAILABLE if isinstance(exc, httpx.ConnectError) else ErrorCode.UPSTREAM_TIMEOUT
+            raise AgentmeshError(
+                code,
+                f"{tool.name}: cannot connect to {_safe_url(url)} ({type(exc).__name__})",
+                fallback_tool=fallback,
+                metadata={"sent": "no"},
+            ) from None
         except httpx.TimeoutException:
             raise AgentmeshError(
                 ErrorCode.UPSTREAM_TIMEOUT,

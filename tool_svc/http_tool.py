@@ -2,7 +2,9 @@
 
 POST, PUT and PATCH send the arguments as a JSON body; GET and DELETE send them as query parameters
 (a string as is, any other value as canonical JSON text) after the endpoint's own query. The answer is
-mapped as every HTTP answer is (`tool_svc.http`: status_error, body_output).
+mapped as every HTTP answer is (`tool_svc.http`: status_error, body_output). Every request carries the
+`Idempotency-Key` derived from the call's idempotency key (`tool_svc.http.idempotency_key_value`), the
+same on every retry, so an upstream that honours it (`upstream_idempotency_key`) runs the call once.
 """
 
 from __future__ import annotations
@@ -37,10 +39,17 @@ class HttpToolExecutor:
         method = tool.http_method or "POST"
         if method in QUERY_METHODS:
             url = query_url(tool.endpoint_url, call.arguments)
-            body = await self.transport.request(tool, method, url, timeout_s=call.timeout_s)
+            body = await self.transport.request(
+                tool, method, url, timeout_s=call.timeout_s, idempotency_key=call.idempotency_key
+            )
         else:
             body = await self.transport.request(
-                tool, method, tool.endpoint_url, timeout_s=call.timeout_s, json_body=call.arguments
+                tool,
+                method,
+                tool.endpoint_url,
+                timeout_s=call.timeout_s,
+                json_body=call.arguments,
+                idempotency_key=call.idempotency_key,
             )
         if not 200 <= body.status < 300:
             raise status_error(tool, body)

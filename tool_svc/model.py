@@ -73,6 +73,9 @@ class ToolDef:
     """Implementation name of a built-in (may differ from `name`)."""
     offload: bool = True
     """False for tools whose output must never be offloaded again (read_payload)."""
+    upstream_idempotency_key: bool = False
+    """For HTTP tools: the upstream deduplicates by the Idempotency-Key header sent with every call
+    (`tool_svc.http.idempotency_key_value`), so a call with an unknown outcome may be re-sent."""
 
     @property
     def read_only(self) -> bool:
@@ -109,6 +112,7 @@ class ToolDef:
             "headers_allowed": list(self.headers_allowed),
             "builtin": self.builtin,
             "offload": self.offload,
+            "upstream_idempotency_key": self.upstream_idempotency_key,
         }
 
     @classmethod
@@ -133,6 +137,7 @@ class ToolDef:
             headers_allowed=tuple(data.get("headers_allowed", ())),
             builtin=data.get("builtin", ""),
             offload=bool(data.get("offload", True)),
+            upstream_idempotency_key=bool(data.get("upstream_idempotency_key", False)),
         )
 
 
@@ -234,6 +239,8 @@ class Pending:
     arguments_sha256: str
     expire_at: float
     requested_by: str
+    kind: str = "call"
+    """call, register_tool or settlement (tool_svc.approvals.Kind)."""
 
 
 Outcome = Output | AgentmeshError | Pending
@@ -249,6 +256,8 @@ class Invocation:
     goal: str
     timeout_s: float
     caller: Caller
+    idempotency_key: str = ""
+    """The call's idempotency key ("" without one); HTTP executors derive the Idempotency-Key header from it."""
 
 
 @dataclass(frozen=True)

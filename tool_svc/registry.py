@@ -24,7 +24,7 @@ from typing import Any, Literal
 from agentmesh.config import ConfigError, ToolEntrySettings, ToolRetrySettings, ToolsSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, InvalidRequestError, Violation
 from agentmesh.store import Store
-from tool_svc.builtin.http_request import FRAMING_HEADERS
+from tool_svc.builtin.http_request import NEVER_FROM_ARGUMENTS
 from tool_svc.call import CallState
 from tool_svc.http import Allowlist
 from tool_svc.model import HTTP_METHODS, Outcome, Permission, RetryPolicy, ToolDef
@@ -107,6 +107,12 @@ def tool_from_entry(entry: ToolEntrySettings, settings: ToolsSettings, builtins:
         changes["http_method"] = entry.method
     elif "method" in given:
         raise ConfigError(f"tools.registry: {entry.name}: method applies to executor: http tools only")
+    if "upstream_idempotency_key" in given:
+        if entry.executor != "http":
+            raise ConfigError(
+                f"tools.registry: {entry.name}: upstream_idempotency_key applies to executor: http tools only"
+            )
+        changes["upstream_idempotency_key"] = entry.upstream_idempotency_key
     if "headers_allowed" in given:
         if base.builtin != "http_request":
             raise ConfigError(
@@ -206,7 +212,7 @@ class ToolRegistry:
         if spec.fallback_tool and not NAME_RE.fullmatch(spec.fallback_tool):
             raise InvalidRequestError("tool.fallback_tool", f"{spec.fallback_tool!r} is not a tool name")
         for header in spec.headers_allowed:
-            if not _HEADER_RE.fullmatch(header) or header.lower() in FRAMING_HEADERS:
+            if not _HEADER_RE.fullmatch(header) or header.lower() in NEVER_FROM_ARGUMENTS:
                 raise InvalidRequestError("tool.headers_allowed", f"{header!r} is not a header a tool may send")
         if spec.executor == "http":
             if spec.http_method not in HTTP_METHODS:
@@ -220,6 +226,8 @@ class ToolRegistry:
         elif spec.executor == "builtin":
             if spec.builtin not in self.available_builtins:
                 raise InvalidRequestError("tool.executor", f"unknown built-in {spec.builtin!r}")
+            if spec.upstream_idempotency_key:
+                raise InvalidRequestError("tool.upstream_idempotency_key", "applies to http tools only")
         else:
             raise InvalidRequestError("tool.executor", f"must be builtin or http, got {spec.executor!r}")
         output = SchemaCheck.compile(spec.output_schema) if spec.output_schema is not None else None
@@ -288,12 +296,16 @@ class ToolRegistry:
         """Why registering `spec` at run time needs a second admin (empty: it does not).
 
         A non-GET tool declared read would change things without any approval; a tool at or under
-        the endpoint of an approval-gated tool would reach that endpoint without its approval."""
+        the endpoint of an approval-gated tool would reach that endpoint without its approval; a write
+        claiming `upstream_idempotency_key` would be re-sent after an unknown outcome on its word alone."""
         reasons: list[str] = []
         if spec.executor != "http":
             return reasons
         if spec.http_method != "GET" and spec.permission.access == "read":
             reasons.append(f"a {spec.http_method} endpoint declared access read runs without approval")
+        if spec.upstream_idempotency_key and not (spec.read_only or spec.idempotent):
+            # The claim lets a write whose outcome is unknown be sent again without a settlement.
+            reasons.append("upstream_idempotency_key lets a write with an unknown outcome be re-sent unsettled")
         await self.refresh()
         mine = _endpoint_key(spec.endpoint_url)
         for tool in self.tools():

@@ -127,6 +127,7 @@ class Execute:
             goal=call.request.goal,
             timeout_s=spec.timeout_s,
             caller=call.caller,
+            idempotency_key=call.request.idempotency_key,
         )
 
         async def attempt() -> Produced:
@@ -141,6 +142,8 @@ class Execute:
                     ErrorCode.INTERNAL, f"{spec.name} failed unexpectedly", fallback_tool=spec.fallback_tool
                 ) from None
 
+        for hook in call.before_send:
+            await hook()
         call.executed = True
         done = await run_with_retries(attempt, spec, remaining=self.remaining, sleep=self.sleep, rng=self.rng)
         call.stats.attempts = done.attempts

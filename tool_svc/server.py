@@ -22,7 +22,7 @@ from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import to_detail
 from agentmesh.store import Keys
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
-from tool_svc.approvals import ApprovalRecord
+from tool_svc.approvals import ApprovalRecord, Settlement
 from tool_svc.gateway import Gateway
 from tool_svc.model import (
     Caller,
@@ -83,6 +83,7 @@ def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
         executor=spec.executor,
         endpoint_url=spec.endpoint_url,
         http_method=spec.http_method if spec.executor == "http" else "",
+        upstream_idempotency_key=spec.upstream_idempotency_key,
     )
 
 
@@ -139,10 +140,32 @@ def spec_from_pb(pb: common_pb2.ToolSpec, *, max_json_depth: int = DEFAULT_MAX_J
         executor=(pb.executor or "http"),  # type: ignore[arg-type]
         endpoint_url=pb.endpoint_url,
         http_method=pb.http_method or "POST",
+        upstream_idempotency_key=pb.upstream_idempotency_key,
     )
 
 
 # --- results ---------------------------------------------------------------------------------------
+
+
+_KIND = {
+    "call": common_pb2.APPROVAL_KIND_CALL,
+    "register_tool": common_pb2.APPROVAL_KIND_REGISTER_TOOL,
+    "settlement": common_pb2.APPROVAL_KIND_SETTLEMENT,
+}
+_SETTLEMENT_TO_PB: dict[Settlement, common_pb2.SettlementOutcome] = {
+    "ran": common_pb2.SETTLEMENT_OUTCOME_RAN,
+    "not_ran": common_pb2.SETTLEMENT_OUTCOME_NOT_RAN,
+}
+_SETTLEMENT_FROM_PB: dict[int, Settlement] = {v: k for k, v in _SETTLEMENT_TO_PB.items()}
+
+
+def settlement_from_pb(value: int) -> Settlement:
+    """The domain settlement of a request field; INVALID_REQUEST for a number this build does not know."""
+    if value == common_pb2.SETTLEMENT_OUTCOME_UNSPECIFIED:
+        return ""
+    if value not in _SETTLEMENT_FROM_PB:
+        raise InvalidRequestError("settlement", f"unknown SettlementOutcome {value}")
+    return _SETTLEMENT_FROM_PB[value]
 
 
 def pending_to_pb(pending: Pending) -> common_pb2.PendingApproval:
@@ -153,6 +176,7 @@ def pending_to_pb(pending: Pending) -> common_pb2.PendingApproval:
         arguments_sha256=pending.arguments_sha256,
         expire_time=codec.timestamp(pending.expire_at),
         requested_by=pending.requested_by,
+        kind=_KIND.get(pending.kind, common_pb2.APPROVAL_KIND_CALL),
     )
 
 
@@ -194,6 +218,7 @@ def approval_to_pb(record: ApprovalRecord) -> common_pb2.Approval:
         state=_STATE[record.state],
         resolved_by=record.resolved_by,
         reason=record.reason,
+        settlement=_SETTLEMENT_TO_PB.get(record.settlement, common_pb2.SETTLEMENT_OUTCOME_UNSPECIFIED),
     )
     if record.resolve_time is not None:
         out.resolve_time.CopyFrom(codec.timestamp(record.resolve_time))
@@ -294,6 +319,7 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
             reason=request.reason,
             arguments_sha256=request.arguments_sha256,
             approver=approver,
+            settlement=settlement_from_pb(request.settlement),
         )
         return tool_pb2.ResolveApprovalResponse(approval=approval_to_pb(record), result=result_to_pb(result))
 

@@ -1,4 +1,4 @@
-"""The `agentmesh` command: `up`, `status`, `token`, `demo`.
+"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `context`, `trace`, ...
 
 Every sub-command reads the same configuration as the services (`--config`, else
 $AGENTMESH_CONFIG, else ./agentmesh.yaml), and exits 2 with the file and key on a bad one.
@@ -126,6 +126,13 @@ def cmd_context(settings: Settings, config: Path | None, args: argparse.Namespac
     return context_command(settings, args.session_id, budget_tokens=args.budget, as_json=args.json)
 
 
+def cmd_settle(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """Settles a call whose outcome was unknown: RAN (recorded, not re-sent) or NOT_RAN (sent once more)."""
+    from agentmesh.cli.settle import settle_command
+
+    return settle_command(settings, args.task_id, ran=args.ran, reason=args.reason)
+
+
 def _date_arg(text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
@@ -196,6 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-steps", type=int, default=0, help="step limit (default: the agent's)")
     run.add_argument("--task-id", default="", help="task id (idempotent; resumes a FAILED task)")
     run.set_defaults(func=cmd_run)
+
+    settle = sub.add_parser("settle", help="say whether a call with an unknown outcome ran (the task waits)")
+    settle.add_argument("task_id", help="the task waiting for a settlement")
+    found = settle.add_mutually_exclusive_group(required=True)
+    found.add_argument("--ran", action="store_true", help="the effect happened: record it, do not re-send")
+    found.add_argument("--not-ran", action="store_true", help="no effect: send the call once more, same key")
+    settle.add_argument("--reason", default="", help="what you checked (recorded with the settlement)")
+    settle.set_defaults(func=cmd_settle)
 
     trace = sub.add_parser("trace", help="draw a request's trace as a terminal waterfall")
     trace.add_argument("request_id", help="the request id (printed by `agentmesh run`)")

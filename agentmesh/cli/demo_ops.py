@@ -11,7 +11,9 @@ $DEMO_OPS_API_URL):
     POST /ops/shell       runs a command on a host: never reached in the demo (the danger guard stops it)
     POST /notify          a side effect for crash tests: records (seq, nonce), counted
 
-Every request is recorded (`calls`), so tests check that each side effect ran exactly once.
+Every request is recorded (`calls`), so tests check that each side effect ran exactly once. A test
+may make the next requests to a path stall (`OpsState.stall`): with their effect (recorded, then slow),
+or lost (never recorded, the connection dropped): an upstream whose outcome the caller cannot know.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import datetime as dt
 import json
 import random
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +37,17 @@ class OpsState:
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stalls: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
+
+    def stall(self, path: str, seconds: float, *, effect: bool) -> None:
+        """The next request to `path` hangs `seconds`: recorded first (`effect`), or lost and dropped."""
+        with self.lock:
+            self.stalls.setdefault(path, []).append((seconds, effect))
+
+    def next_stall(self, path: str) -> tuple[float, bool] | None:
+        with self.lock:
+            queue = self.stalls.get(path)
+            return queue.pop(0) if queue else None
 
     def record(self, path: str, body: dict[str, Any]) -> None:
         with self.lock:
@@ -100,7 +114,14 @@ class OpsApi:
                 if not isinstance(body, dict):
                     body = {"_value": body}
                 path = self.path.split("?", 1)[0]
+                stall = state.next_stall(path)
+                if stall is not None and not stall[1]:
+                    time.sleep(stall[0])  # lost: no effect, no answer
+                    self.close_connection = True
+                    return
                 state.record(path, body)
+                if stall is not None:
+                    time.sleep(stall[0])
                 if path == "/ops/metrics":
                     self._reply(*_metrics(body))
                 elif path == "/ops/deployment":

@@ -156,6 +156,7 @@ async def stream_task(
     decide: Decide | None,
     on_event: Callable[[D.TaskEvent], None],
     on_heartbeat: Callable[[], None] = lambda: None,
+    on_note: Callable[[str], None] = lambda note: None,
     timeout_s: float | None = None,
 ) -> RunOutcome:
     """RunTask, resumed with WatchTask(after_sequence) if the stream breaks; approvals via `decide`."""
@@ -190,7 +191,11 @@ async def stream_task(
                 on_event(event)
                 if event.kind == D.TASK_EVENT_KIND_ANSWER:
                     outcome.answer = event.message
-                if event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and decide is not None:
+                settlement = event.pending_approval.kind == common_pb2.APPROVAL_KIND_SETTLEMENT
+                if event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and settlement:
+                    # Only someone who checked the upstream can say whether the call ran.
+                    on_note(f"      settle it: agentmesh settle {event.task_id} --ran|--not-ran")
+                elif event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and decide is not None:
                     approval_id = event.pending_approval.approval_id
                     if approval_id not in answered:
                         verdict = decide(event)
@@ -287,6 +292,9 @@ def run_command(
         out.write(format_event(event, color=color) + "\n")
         out.flush()
 
+    def on_note(note: str) -> None:
+        out.write(note + "\n")
+
     async def main() -> RunOutcome:
         target = settings.services.endpoint("dispatcher").dial_target
         async with grpc.aio.insecure_channel(target) as channel:
@@ -300,7 +308,13 @@ def run_command(
                 task_id=task_id,
             )
             return await stream_task(
-                stub, start, metadata, decide=decide, on_event=on_event, on_heartbeat=progress.beat
+                stub,
+                start,
+                metadata,
+                decide=decide,
+                on_event=on_event,
+                on_heartbeat=progress.beat,
+                on_note=on_note,
             )
 
     try:

@@ -118,6 +118,10 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.FAILED_PRECONDITION: (
             "The target is not in a state for this call (e.g. the task already ended): read it (GetTask) first."
         ),
+        ErrorCode.OUTCOME_UNKNOWN: (
+            "A write may have reached its upstream but its outcome is unknown; it is never re-sent on its own. "
+            "An operator settles it: `agentmesh settle <task> --ran|--not-ran` (ResolveApproval with `settlement`)."
+        ),
         ErrorCode.DANGEROUS_OPERATION: "A call would do something destructive; the task stopped. A human reviews it.",
         ErrorCode.BUDGET_EXHAUSTED: (
             "The token budget is spent; a human decides whether to run again with a larger one."

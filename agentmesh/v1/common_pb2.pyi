@@ -43,6 +43,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_CANCELLED: _ClassVar[ErrorCode]
     ERROR_CODE_DEADLINE_EXCEEDED: _ClassVar[ErrorCode]
     ERROR_CODE_FAILED_PRECONDITION: _ClassVar[ErrorCode]
+    ERROR_CODE_OUTCOME_UNKNOWN: _ClassVar[ErrorCode]
     ERROR_CODE_DANGEROUS_OPERATION: _ClassVar[ErrorCode]
     ERROR_CODE_BUDGET_EXHAUSTED: _ClassVar[ErrorCode]
     ERROR_CODE_MAX_STEPS_EXCEEDED: _ClassVar[ErrorCode]
@@ -75,6 +76,19 @@ class AccessMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCESS_MODE_UNSPECIFIED: _ClassVar[AccessMode]
     ACCESS_MODE_READ: _ClassVar[AccessMode]
     ACCESS_MODE_WRITE: _ClassVar[AccessMode]
+
+class ApprovalKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_KIND_UNSPECIFIED: _ClassVar[ApprovalKind]
+    APPROVAL_KIND_CALL: _ClassVar[ApprovalKind]
+    APPROVAL_KIND_REGISTER_TOOL: _ClassVar[ApprovalKind]
+    APPROVAL_KIND_SETTLEMENT: _ClassVar[ApprovalKind]
+
+class SettlementOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SETTLEMENT_OUTCOME_UNSPECIFIED: _ClassVar[SettlementOutcome]
+    SETTLEMENT_OUTCOME_RAN: _ClassVar[SettlementOutcome]
+    SETTLEMENT_OUTCOME_NOT_RAN: _ClassVar[SettlementOutcome]
 
 class ApprovalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -120,6 +134,7 @@ ERROR_CODE_OVERLOADED: ErrorCode
 ERROR_CODE_CANCELLED: ErrorCode
 ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode
 ERROR_CODE_FAILED_PRECONDITION: ErrorCode
+ERROR_CODE_OUTCOME_UNKNOWN: ErrorCode
 ERROR_CODE_DANGEROUS_OPERATION: ErrorCode
 ERROR_CODE_BUDGET_EXHAUSTED: ErrorCode
 ERROR_CODE_MAX_STEPS_EXCEEDED: ErrorCode
@@ -140,6 +155,13 @@ RESULT_TYPE_TEXT: ResultType
 ACCESS_MODE_UNSPECIFIED: AccessMode
 ACCESS_MODE_READ: AccessMode
 ACCESS_MODE_WRITE: AccessMode
+APPROVAL_KIND_UNSPECIFIED: ApprovalKind
+APPROVAL_KIND_CALL: ApprovalKind
+APPROVAL_KIND_REGISTER_TOOL: ApprovalKind
+APPROVAL_KIND_SETTLEMENT: ApprovalKind
+SETTLEMENT_OUTCOME_UNSPECIFIED: SettlementOutcome
+SETTLEMENT_OUTCOME_RAN: SettlementOutcome
+SETTLEMENT_OUTCOME_NOT_RAN: SettlementOutcome
 APPROVAL_STATE_UNSPECIFIED: ApprovalState
 APPROVAL_STATE_PENDING: ApprovalState
 APPROVAL_STATE_APPROVED: ApprovalState
@@ -249,7 +271,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "description", "examples", "input_schema_json", "output_schema_json", "result_type", "permission", "impact", "timeout", "retry_policy", "idempotent", "requires_approval", "fallback_tool", "executor", "endpoint_url", "http_method")
+    __slots__ = ("name", "description", "examples", "input_schema_json", "output_schema_json", "result_type", "permission", "impact", "timeout", "retry_policy", "idempotent", "requires_approval", "fallback_tool", "executor", "endpoint_url", "http_method", "upstream_idempotency_key")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +288,7 @@ class ToolSpec(_message.Message):
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_URL_FIELD_NUMBER: _ClassVar[int]
     HTTP_METHOD_FIELD_NUMBER: _ClassVar[int]
+    UPSTREAM_IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     examples: _containers.RepeatedScalarFieldContainer[str]
@@ -282,7 +305,8 @@ class ToolSpec(_message.Message):
     executor: str
     endpoint_url: str
     http_method: str
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., examples: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., permission: _Optional[_Union[ToolPermission, _Mapping]] = ..., impact: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., idempotent: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., fallback_tool: _Optional[str] = ..., executor: _Optional[str] = ..., endpoint_url: _Optional[str] = ..., http_method: _Optional[str] = ...) -> None: ...
+    upstream_idempotency_key: bool
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., examples: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., permission: _Optional[_Union[ToolPermission, _Mapping]] = ..., impact: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., idempotent: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., fallback_tool: _Optional[str] = ..., executor: _Optional[str] = ..., endpoint_url: _Optional[str] = ..., http_method: _Optional[str] = ..., upstream_idempotency_key: _Optional[bool] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "total_tokens")
@@ -343,20 +367,22 @@ class ToolOutput(_message.Message):
     def __init__(self, inline: _Optional[str] = ..., ref: _Optional[_Union[PayloadRef, _Mapping]] = ..., digest: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., redacted: _Optional[bool] = ...) -> None: ...
 
 class PendingApproval(_message.Message):
-    __slots__ = ("approval_id", "plan", "impact", "arguments_sha256", "expire_time", "requested_by")
+    __slots__ = ("approval_id", "plan", "impact", "arguments_sha256", "expire_time", "requested_by", "kind")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     IMPACT_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_BY_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     plan: ToolCall
     impact: str
     arguments_sha256: str
     expire_time: _timestamp_pb2.Timestamp
     requested_by: str
-    def __init__(self, approval_id: _Optional[str] = ..., plan: _Optional[_Union[ToolCall, _Mapping]] = ..., impact: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requested_by: _Optional[str] = ...) -> None: ...
+    kind: ApprovalKind
+    def __init__(self, approval_id: _Optional[str] = ..., plan: _Optional[_Union[ToolCall, _Mapping]] = ..., impact: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requested_by: _Optional[str] = ..., kind: _Optional[_Union[ApprovalKind, str]] = ...) -> None: ...
 
 class ExecutionStats(_message.Message):
     __slots__ = ("attempts", "duration", "replayed", "output_bytes")
@@ -371,18 +397,20 @@ class ExecutionStats(_message.Message):
     def __init__(self, attempts: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., replayed: _Optional[bool] = ..., output_bytes: _Optional[int] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("request", "state", "resolved_by", "reason", "resolve_time")
+    __slots__ = ("request", "state", "resolved_by", "reason", "resolve_time", "settlement")
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
     request: PendingApproval
     state: ApprovalState
     resolved_by: str
     reason: str
     resolve_time: _timestamp_pb2.Timestamp
-    def __init__(self, request: _Optional[_Union[PendingApproval, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    settlement: SettlementOutcome
+    def __init__(self, request: _Optional[_Union[PendingApproval, _Mapping]] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., resolved_by: _Optional[str] = ..., reason: _Optional[str] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., settlement: _Optional[_Union[SettlementOutcome, str]] = ...) -> None: ...
 
 class Correction(_message.Message):
     __slots__ = ("next_step", "attempt", "max_attempts", "fallback_tool", "failed_with")

@@ -27,7 +27,7 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentmesh/v1/context.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\x01\n\x0e\x42udgetSettings\x12\x1a\n\x12max_context_tokens\x18\x01 \x01(\x05\x12$\n\x1creserve_system_prompt_tokens\x18\x02 \x01(\x05\x12\x1e\n\x16summary_trigger_tokens\x18\x03 \x01(\x05\x12\x1c\n\x14keep_recent_messages\x18\x04 \x01(\x05\x12\x10\n\x08\x65ncoding\x18\x05 \x01(\t\"\xc6\x02\n\x07Session\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x05\x12\x16\n\x08\x61gent_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x05\x12\x12\n\x04goal\x18\x03 \x01(\tB\x04\xe2\x41\x01\x05\x12\x17\n\tsub_goals\x18\x04 \x03(\tB\x04\xe2\x41\x01\x05\x12\x1b\n\rsystem_prompt\x18\x05 \x01(\tB\x04\xe2\x41\x01\x05\x12\x32\n\x06\x62udget\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.BudgetSettingsB\x04\xe2\x41\x01\x05\x12\x1b\n\rmessage_count\x18\x07 \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x1a\n\x0ctotal_tokens\x18\x08 \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x1b\n\rsummary_count\x18\t \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\xa8\x01\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\x04goal\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x11\n\tsub_goals\x18\x04 \x03(\t\x12\x15\n\rsystem_prompt\x18\x05 \x01(\t\x12,\n\x06\x62udget\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.BudgetSettings\"?\n\x15\x43reateSessionResponse\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.agentmesh.v1.Session\"-\n\x11GetSessionRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\xaf\x01\n\x12GetSessionResponse\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.agentmesh.v1.Session\x12@\n\x08\x65ntities\x18\x02 \x03(\x0b\x32..agentmesh.v1.GetSessionResponse.EntitiesEntry\x1a/\n\rEntitiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"^\n\x14\x41ppendMessageRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12,\n\x07message\x18\x02 \x01(\x0b\x32\x15.agentmesh.v1.MessageB\x04\xe2\x41\x01\x02\";\n\x15\x41ppendMessageResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\"c\n\x17\x41ppendToolResultRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12.\n\x06result\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.ToolResultB\x04\xe2\x41\x01\x02\"e\n\x18\x41ppendToolResultResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12%\n\x03ref\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRef\"\x88\x01\n\x0c\x43ontextBlock\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentmesh.v1.ContextBlockKind\x12\x0e\n\x06tokens\x18\x02 \x01(\x05\x12\x15\n\rbudget_tokens\x18\x03 \x01(\x05\x12\x15\n\rmessage_count\x18\x04 \x01(\x05\x12\x0c\n\x04text\x18\x05 \x01(\t\"\x85\x02\n\x0b\x43ontextView\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.agentmesh.v1.Message\x12*\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x1a.agentmesh.v1.ContextBlock\x12\x1a\n\x0ctotal_tokens\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x15\n\rbudget_tokens\x18\x04 \x01(\x05\x12!\n\x13summarized_messages\x18\x05 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x1e\n\x10\x64ropped_messages\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x17\n\tcompacted\x18\x07 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12\x12\n\ndebug_text\x18\x08 \x01(\t\"l\n\x13\x42uildContextRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\rbudget_tokens\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05\x64\x65\x62ug\x18\x03 \x01(\x08\x42\x10\n\x0e_budget_tokens\"?\n\x14\x42uildContextResponse\x12\'\n\x04view\x18\x01 \x01(\x0b\x32\x19.agentmesh.v1.ContextView\"\'\n\tLineRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"\'\n\tByteRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"\xc2\x01\n\x11GetPayloadRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06ref_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\tjson_path\x18\x03 \x01(\tH\x00\x12-\n\nline_range\x18\x04 \x01(\x0b\x32\x17.agentmesh.v1.LineRangeH\x00\x12-\n\nbyte_range\x18\x05 \x01(\x0b\x32\x17.agentmesh.v1.ByteRangeH\x00\x42\n\n\x08selector\"]\n\x12GetPayloadResponse\x12%\n\x03ref\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRef\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x0f\n\x07partial\x18\x03 \x01(\x08\"*\n\x0e\x43ompactRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"V\n\x0f\x43ompactResponse\x12\x1b\n\x13summarized_messages\x18\x01 \x01(\x05\x12&\n\x07summary\x18\x02 \x01(\x0b\x32\x15.agentmesh.v1.Summary\"\xb1\x01\n\x07Summary\x12\x13\n\x0buser_intent\x18\x01 \x01(\t\x12\x10\n\x08key_data\x18\x02 \x03(\t\x12\x16\n\x0eopen_questions\x18\x03 \x03(\t\x12\x15\n\ractions_taken\x18\x04 \x03(\t\x12\x13\n\x0b\x66irst_index\x18\x05 \x01(\x03\x12\x12\n\nlast_index\x18\x06 \x01(\x03\x12\x12\n\nsummarizer\x18\x07 \x01(\t\x12\x13\n\x0btoken_count\x18\x08 \x01(\x05\"0\n\x14\x44\x65leteSessionRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08*\xb9\x01\n\x10\x43ontextBlockKind\x12\"\n\x1e\x43ONTEXT_BLOCK_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43ONTEXT_BLOCK_KIND_SYSTEM\x10\x01\x12\x1e\n\x1a\x43ONTEXT_BLOCK_KIND_SUMMARY\x10\x02\x12\x1d\n\x19\x43ONTEXT_BLOCK_KIND_RECENT\x10\x03\x12#\n\x1f\x43ONTEXT_BLOCK_KIND_OBSERVATIONS\x10\x04\x32\xd6\x05\n\x0e\x43ontextService\x12X\n\rCreateSession\x12\".agentmesh.v1.CreateSessionRequest\x1a#.agentmesh.v1.CreateSessionResponse\x12T\n\nGetSession\x12\x1f.agentmesh.v1.GetSessionRequest\x1a .agentmesh.v1.GetSessionResponse\"\x03\x90\x02\x01\x12X\n\rAppendMessage\x12\".agentmesh.v1.AppendMessageRequest\x1a#.agentmesh.v1.AppendMessageResponse\x12\x61\n\x10\x41ppendToolResult\x12%.agentmesh.v1.AppendToolResultRequest\x1a&.agentmesh.v1.AppendToolResultResponse\x12Z\n\x0c\x42uildContext\x12!.agentmesh.v1.BuildContextRequest\x1a\".agentmesh.v1.BuildContextResponse\"\x03\x90\x02\x02\x12T\n\nGetPayload\x12\x1f.agentmesh.v1.GetPayloadRequest\x1a .agentmesh.v1.GetPayloadResponse\"\x03\x90\x02\x01\x12\x46\n\x07\x43ompact\x12\x1c.agentmesh.v1.CompactRequest\x1a\x1d.agentmesh.v1.CompactResponse\x12]\n\rDeleteSession\x12\".agentmesh.v1.DeleteSessionRequest\x1a#.agentmesh.v1.DeleteSessionResponse\"\x03\x90\x02\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x61gentmesh/v1/context.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa2\x01\n\x0e\x42udgetSettings\x12\x1a\n\x12max_context_tokens\x18\x01 \x01(\x05\x12$\n\x1creserve_system_prompt_tokens\x18\x02 \x01(\x05\x12\x1e\n\x16summary_trigger_tokens\x18\x03 \x01(\x05\x12\x1c\n\x14keep_recent_messages\x18\x04 \x01(\x05\x12\x10\n\x08\x65ncoding\x18\x05 \x01(\t\"\xc6\x02\n\x07Session\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x05\x12\x16\n\x08\x61gent_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x05\x12\x12\n\x04goal\x18\x03 \x01(\tB\x04\xe2\x41\x01\x05\x12\x17\n\tsub_goals\x18\x04 \x03(\tB\x04\xe2\x41\x01\x05\x12\x1b\n\rsystem_prompt\x18\x05 \x01(\tB\x04\xe2\x41\x01\x05\x12\x32\n\x06\x62udget\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.BudgetSettingsB\x04\xe2\x41\x01\x05\x12\x1b\n\rmessage_count\x18\x07 \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x1a\n\x0ctotal_tokens\x18\x08 \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x1b\n\rsummary_count\x18\t \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\xa8\x01\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\x04goal\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\x12\x11\n\tsub_goals\x18\x04 \x03(\t\x12\x15\n\rsystem_prompt\x18\x05 \x01(\t\x12,\n\x06\x62udget\x18\x06 \x01(\x0b\x32\x1c.agentmesh.v1.BudgetSettings\"?\n\x15\x43reateSessionResponse\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.agentmesh.v1.Session\"-\n\x11GetSessionRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\xaf\x01\n\x12GetSessionResponse\x12&\n\x07session\x18\x01 \x01(\x0b\x32\x15.agentmesh.v1.Session\x12@\n\x08\x65ntities\x18\x02 \x03(\x0b\x32..agentmesh.v1.GetSessionResponse.EntitiesEntry\x1a/\n\rEntitiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"y\n\x14\x41ppendMessageRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12,\n\x07message\x18\x02 \x01(\x0b\x32\x15.agentmesh.v1.MessageB\x04\xe2\x41\x01\x02\x12\x19\n\x11\x63lient_message_id\x18\x03 \x01(\t\"U\n\x15\x41ppendMessageResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12\x18\n\x10\x61lready_appended\x18\x03 \x01(\x08\"c\n\x17\x41ppendToolResultRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12.\n\x06result\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.ToolResultB\x04\xe2\x41\x01\x02\"\x7f\n\x18\x41ppendToolResultResponse\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x13\n\x0btoken_count\x18\x02 \x01(\x05\x12%\n\x03ref\x18\x03 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRef\x12\x18\n\x10\x61lready_appended\x18\x04 \x01(\x08\"\x88\x01\n\x0c\x43ontextBlock\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.agentmesh.v1.ContextBlockKind\x12\x0e\n\x06tokens\x18\x02 \x01(\x05\x12\x15\n\rbudget_tokens\x18\x03 \x01(\x05\x12\x15\n\rmessage_count\x18\x04 \x01(\x05\x12\x0c\n\x04text\x18\x05 \x01(\t\"\x85\x02\n\x0b\x43ontextView\x12\'\n\x08messages\x18\x01 \x03(\x0b\x32\x15.agentmesh.v1.Message\x12*\n\x06\x62locks\x18\x02 \x03(\x0b\x32\x1a.agentmesh.v1.ContextBlock\x12\x1a\n\x0ctotal_tokens\x18\x03 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x15\n\rbudget_tokens\x18\x04 \x01(\x05\x12!\n\x13summarized_messages\x18\x05 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x1e\n\x10\x64ropped_messages\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12\x17\n\tcompacted\x18\x07 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12\x12\n\ndebug_text\x18\x08 \x01(\t\"l\n\x13\x42uildContextRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x1a\n\rbudget_tokens\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05\x64\x65\x62ug\x18\x03 \x01(\x08\x42\x10\n\x0e_budget_tokens\"?\n\x14\x42uildContextResponse\x12\'\n\x04view\x18\x01 \x01(\x0b\x32\x19.agentmesh.v1.ContextView\"\'\n\tLineRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"\'\n\tByteRange\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"\xc2\x01\n\x11GetPayloadRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x14\n\x06ref_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x13\n\tjson_path\x18\x03 \x01(\tH\x00\x12-\n\nline_range\x18\x04 \x01(\x0b\x32\x17.agentmesh.v1.LineRangeH\x00\x12-\n\nbyte_range\x18\x05 \x01(\x0b\x32\x17.agentmesh.v1.ByteRangeH\x00\x42\n\n\x08selector\"]\n\x12GetPayloadResponse\x12%\n\x03ref\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.PayloadRef\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x0f\n\x07partial\x18\x03 \x01(\x08\"*\n\x0e\x43ompactRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"V\n\x0f\x43ompactResponse\x12\x1b\n\x13summarized_messages\x18\x01 \x01(\x05\x12&\n\x07summary\x18\x02 \x01(\x0b\x32\x15.agentmesh.v1.Summary\"\xb1\x01\n\x07Summary\x12\x13\n\x0buser_intent\x18\x01 \x01(\t\x12\x10\n\x08key_data\x18\x02 \x03(\t\x12\x16\n\x0eopen_questions\x18\x03 \x03(\t\x12\x15\n\ractions_taken\x18\x04 \x03(\t\x12\x13\n\x0b\x66irst_index\x18\x05 \x01(\x03\x12\x12\n\nlast_index\x18\x06 \x01(\x03\x12\x12\n\nsummarizer\x18\x07 \x01(\t\x12\x13\n\x0btoken_count\x18\x08 \x01(\x05\"0\n\x14\x44\x65leteSessionRequest\x12\x18\n\nsession_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"(\n\x15\x44\x65leteSessionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08*\xb9\x01\n\x10\x43ontextBlockKind\x12\"\n\x1e\x43ONTEXT_BLOCK_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43ONTEXT_BLOCK_KIND_SYSTEM\x10\x01\x12\x1e\n\x1a\x43ONTEXT_BLOCK_KIND_SUMMARY\x10\x02\x12\x1d\n\x19\x43ONTEXT_BLOCK_KIND_RECENT\x10\x03\x12#\n\x1f\x43ONTEXT_BLOCK_KIND_OBSERVATIONS\x10\x04\x32\xd6\x05\n\x0e\x43ontextService\x12X\n\rCreateSession\x12\".agentmesh.v1.CreateSessionRequest\x1a#.agentmesh.v1.CreateSessionResponse\x12T\n\nGetSession\x12\x1f.agentmesh.v1.GetSessionRequest\x1a .agentmesh.v1.GetSessionResponse\"\x03\x90\x02\x01\x12X\n\rAppendMessage\x12\".agentmesh.v1.AppendMessageRequest\x1a#.agentmesh.v1.AppendMessageResponse\x12\x61\n\x10\x41ppendToolResult\x12%.agentmesh.v1.AppendToolResultRequest\x1a&.agentmesh.v1.AppendToolResultResponse\x12Z\n\x0c\x42uildContext\x12!.agentmesh.v1.BuildContextRequest\x1a\".agentmesh.v1.BuildContextResponse\"\x03\x90\x02\x02\x12T\n\nGetPayload\x12\x1f.agentmesh.v1.GetPayloadRequest\x1a .agentmesh.v1.GetPayloadResponse\"\x03\x90\x02\x01\x12\x46\n\x07\x43ompact\x12\x1c.agentmesh.v1.CompactRequest\x1a\x1d.agentmesh.v1.CompactResponse\x12]\n\rDeleteSession\x12\".agentmesh.v1.DeleteSessionRequest\x1a#.agentmesh.v1.DeleteSessionResponse\"\x03\x90\x02\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -94,8 +94,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CONTEXTSERVICE'].methods_by_name['GetPayload']._serialized_options = b'\220\002\001'
   _globals['_CONTEXTSERVICE'].methods_by_name['DeleteSession']._loaded_options = None
   _globals['_CONTEXTSERVICE'].methods_by_name['DeleteSession']._serialized_options = b'\220\002\002'
-  _globals['_CONTEXTBLOCKKIND']._serialized_start=2810
-  _globals['_CONTEXTBLOCKKIND']._serialized_end=2995
+  _globals['_CONTEXTBLOCKKIND']._serialized_start=2889
+  _globals['_CONTEXTBLOCKKIND']._serialized_end=3074
   _globals['_BUDGETSETTINGS']._serialized_start=138
   _globals['_BUDGETSETTINGS']._serialized_end=300
   _globals['_SESSION']._serialized_start=303
@@ -111,39 +111,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSESSIONRESPONSE_ENTITIESENTRY']._serialized_start=1043
   _globals['_GETSESSIONRESPONSE_ENTITIESENTRY']._serialized_end=1090
   _globals['_APPENDMESSAGEREQUEST']._serialized_start=1092
-  _globals['_APPENDMESSAGEREQUEST']._serialized_end=1186
-  _globals['_APPENDMESSAGERESPONSE']._serialized_start=1188
-  _globals['_APPENDMESSAGERESPONSE']._serialized_end=1247
-  _globals['_APPENDTOOLRESULTREQUEST']._serialized_start=1249
-  _globals['_APPENDTOOLRESULTREQUEST']._serialized_end=1348
-  _globals['_APPENDTOOLRESULTRESPONSE']._serialized_start=1350
-  _globals['_APPENDTOOLRESULTRESPONSE']._serialized_end=1451
-  _globals['_CONTEXTBLOCK']._serialized_start=1454
-  _globals['_CONTEXTBLOCK']._serialized_end=1590
-  _globals['_CONTEXTVIEW']._serialized_start=1593
-  _globals['_CONTEXTVIEW']._serialized_end=1854
-  _globals['_BUILDCONTEXTREQUEST']._serialized_start=1856
-  _globals['_BUILDCONTEXTREQUEST']._serialized_end=1964
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=1966
-  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=2029
-  _globals['_LINERANGE']._serialized_start=2031
-  _globals['_LINERANGE']._serialized_end=2070
-  _globals['_BYTERANGE']._serialized_start=2072
-  _globals['_BYTERANGE']._serialized_end=2111
-  _globals['_GETPAYLOADREQUEST']._serialized_start=2114
-  _globals['_GETPAYLOADREQUEST']._serialized_end=2308
-  _globals['_GETPAYLOADRESPONSE']._serialized_start=2310
-  _globals['_GETPAYLOADRESPONSE']._serialized_end=2403
-  _globals['_COMPACTREQUEST']._serialized_start=2405
-  _globals['_COMPACTREQUEST']._serialized_end=2447
-  _globals['_COMPACTRESPONSE']._serialized_start=2449
-  _globals['_COMPACTRESPONSE']._serialized_end=2535
-  _globals['_SUMMARY']._serialized_start=2538
-  _globals['_SUMMARY']._serialized_end=2715
-  _globals['_DELETESESSIONREQUEST']._serialized_start=2717
-  _globals['_DELETESESSIONREQUEST']._serialized_end=2765
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=2767
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=2807
-  _globals['_CONTEXTSERVICE']._serialized_start=2998
-  _globals['_CONTEXTSERVICE']._serialized_end=3724
+  _globals['_APPENDMESSAGEREQUEST']._serialized_end=1213
+  _globals['_APPENDMESSAGERESPONSE']._serialized_start=1215
+  _globals['_APPENDMESSAGERESPONSE']._serialized_end=1300
+  _globals['_APPENDTOOLRESULTREQUEST']._serialized_start=1302
+  _globals['_APPENDTOOLRESULTREQUEST']._serialized_end=1401
+  _globals['_APPENDTOOLRESULTRESPONSE']._serialized_start=1403
+  _globals['_APPENDTOOLRESULTRESPONSE']._serialized_end=1530
+  _globals['_CONTEXTBLOCK']._serialized_start=1533
+  _globals['_CONTEXTBLOCK']._serialized_end=1669
+  _globals['_CONTEXTVIEW']._serialized_start=1672
+  _globals['_CONTEXTVIEW']._serialized_end=1933
+  _globals['_BUILDCONTEXTREQUEST']._serialized_start=1935
+  _globals['_BUILDCONTEXTREQUEST']._serialized_end=2043
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_start=2045
+  _globals['_BUILDCONTEXTRESPONSE']._serialized_end=2108
+  _globals['_LINERANGE']._serialized_start=2110
+  _globals['_LINERANGE']._serialized_end=2149
+  _globals['_BYTERANGE']._serialized_start=2151
+  _globals['_BYTERANGE']._serialized_end=2190
+  _globals['_GETPAYLOADREQUEST']._serialized_start=2193
+  _globals['_GETPAYLOADREQUEST']._serialized_end=2387
+  _globals['_GETPAYLOADRESPONSE']._serialized_start=2389
+  _globals['_GETPAYLOADRESPONSE']._serialized_end=2482
+  _globals['_COMPACTREQUEST']._serialized_start=2484
+  _globals['_COMPACTREQUEST']._serialized_end=2526
+  _globals['_COMPACTRESPONSE']._serialized_start=2528
+  _globals['_COMPACTRESPONSE']._serialized_end=2614
+  _globals['_SUMMARY']._serialized_start=2617
+  _globals['_SUMMARY']._serialized_end=2794
+  _globals['_DELETESESSIONREQUEST']._serialized_start=2796
+  _globals['_DELETESESSIONREQUEST']._serialized_end=2844
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=2846
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=2886
+  _globals['_CONTEXTSERVICE']._serialized_start=3077
+  _globals['_CONTEXTSERVICE']._serialized_end=3803
 # @@protoc_insertion_point(module_scope)

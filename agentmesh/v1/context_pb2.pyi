@@ -107,20 +107,24 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., entities: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AppendMessageRequest(_message.Message):
-    __slots__ = ("session_id", "message")
+    __slots__ = ("session_id", "message", "client_message_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     message: _common_pb2.Message
-    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ...) -> None: ...
+    client_message_id: str
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., client_message_id: _Optional[str] = ...) -> None: ...
 
 class AppendMessageResponse(_message.Message):
-    __slots__ = ("index", "token_count")
+    __slots__ = ("index", "token_count", "already_appended")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_APPENDED_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_count: int
-    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ...) -> None: ...
+    already_appended: bool
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., already_appended: _Optional[bool] = ...) -> None: ...
 
 class AppendToolResultRequest(_message.Message):
     __slots__ = ("session_id", "result")
@@ -131,14 +135,16 @@ class AppendToolResultRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
 
 class AppendToolResultResponse(_message.Message):
-    __slots__ = ("index", "token_count", "ref")
+    __slots__ = ("index", "token_count", "ref", "already_appended")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_APPENDED_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_count: int
     ref: _common_pb2.PayloadRef
-    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ...) -> None: ...
+    already_appended: bool
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ..., already_appended: _Optional[bool] = ...) -> None: ...
 
 class ContextBlock(_message.Message):
     __slots__ = ("kind", "tokens", "budget_tokens", "message_count", "text")

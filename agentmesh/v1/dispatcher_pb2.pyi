@@ -222,18 +222,20 @@ class CancelTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
 class DispatcherServiceResolveApprovalRequest(_message.Message):
-    __slots__ = ("task_id", "approval_id", "approve", "reason", "arguments_sha256")
+    __slots__ = ("task_id", "approval_id", "approve", "reason", "arguments_sha256", "settlement")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     approval_id: str
     approve: bool
     reason: str
     arguments_sha256: str
-    def __init__(self, task_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ..., arguments_sha256: _Optional[str] = ...) -> None: ...
+    settlement: _common_pb2.SettlementOutcome
+    def __init__(self, task_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., settlement: _Optional[_Union[_common_pb2.SettlementOutcome, str]] = ...) -> None: ...
 
 class DispatcherServiceResolveApprovalResponse(_message.Message):
     __slots__ = ("approval", "task")

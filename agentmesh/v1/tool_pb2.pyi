@@ -79,16 +79,18 @@ class ExecuteToolResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
 
 class ResolveApprovalRequest(_message.Message):
-    __slots__ = ("approval_id", "approve", "reason", "arguments_sha256")
+    __slots__ = ("approval_id", "approve", "reason", "arguments_sha256", "settlement")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     APPROVE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     approve: bool
     reason: str
     arguments_sha256: str
-    def __init__(self, approval_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ..., arguments_sha256: _Optional[str] = ...) -> None: ...
+    settlement: _common_pb2.SettlementOutcome
+    def __init__(self, approval_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., settlement: _Optional[_Union[_common_pb2.SettlementOutcome, str]] = ...) -> None: ...
 
 class ResolveApprovalResponse(_message.Message):
     __slots__ = ("approval", "result")

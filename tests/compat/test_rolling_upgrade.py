@@ -13,20 +13,27 @@ A fixture (fixtures/redis_v<N>.json, see make_fixtures.py) holds `keys`, every k
 release stored (type, value, TTL), and `records`, what that release read back through its own
 APIs. Each test loads one fixture into the emptied test Redis (hashes, lists, sets, zsets and
 strings with the same types; streams by XADD with the explicit entry ids, plus their last id and
-consumer groups), reads the records through the current APIs and asserts they read the same:
-domain objects are compared by the attributes the fixture names (attributes added since are fine;
-a changed or lost value fails with its path). Then the current code keeps working on them: it
-takes over a queued task, appends to an old session, refuses to re-decide a decided approval.
+consumer groups), reads the records through the current APIs and asserts they read the same
+(upgrade_helpers.assert_same): domain objects are compared by the attributes the fixture names
+(attributes added since are fine; a changed or lost value fails with its path). Then the current
+code keeps working on them: it takes over a queued task, appends to an old session, refuses to
+re-decide a decided approval.
+
+From redis_v3.json on (issue 18) a fixture also holds unknown outcomes: a key `unknown` under a
+pending settlement answers OUTCOME_UNKNOWN with that settlement, one settled RAN replays the ran
+output, a write in flight on an old replica is waited for while its heartbeat lives and becomes
+unknown once it stops; a session's named appends answer a repeat with the original position; the
+task parked on a settlement loads with a pending of kind `settlement`. Older fixtures have none of
+these records: those checks find nothing to check there.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import enum
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
@@ -36,28 +43,51 @@ import redis.asyncio
 
 from agentmesh.chat import ToolCall
 from agentmesh.config import ContextSettings, DispatcherSettings, RedisSettings
-from agentmesh.errors import FailedPreconditionError
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError
 from agentmesh.payloads import is_json_media_type
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
+from context_svc.model import ToolOutcome as ContextOutcome
+from dispatcher_svc.calls import qualified_call_id
 from dispatcher_svc.events import EventLog
 from dispatcher_svc.loop import idempotency_key
-from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
+from dispatcher_svc.model import CallStage, EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.tasks import TaskRecord, TaskStore
-from tool_svc.approvals import ApprovalBook
-from tool_svc.call import CallState
+from tests.compat.upgrade_helpers import Loaded, assert_same, tool_call_state
+from tool_svc.approvals import ApprovalBook, Settlement
 from tool_svc.idempotency import Idempotency
-from tool_svc.model import Caller, CallRequest, Permission, ToolDef, arguments_sha256, call_sha256
-from tool_svc.registry import RegisteredTool
-from tool_svc.validation import SchemaCheck
+from tool_svc.model import Caller, Output
 
 FIXTURES_DIR = Path(__file__).parent / "fixtures"
 FIXTURE_FILES = sorted(FIXTURES_DIR.glob("redis_v*.json"), key=lambda p: int(p.stem.removeprefix("redis_v")))
 UPGRADED = "compat-upgraded-replica"
 """Consumer name of the (new) replica reading the old records."""
+OPERATOR = Caller(subject="compat-upgraded-operator", roles=frozenset({"operator"}))
+
+
+def test_fixtures_exist() -> None:
+    assert [p.name for p in FIXTURE_FILES][:1] == ["redis_v1.json"], "the first fixture must stay"
+
+
+def test_v3_fixture_holds_issue_18_records() -> None:
+    """redis_v3.json has every record the checks of issue 18's formats look for (nothing passes empty)."""
+    fixture = read_fixture(FIXTURES_DIR / "redis_v3.json")
+    keys, records = fixture["keys"], fixture["records"]
+    idempotency = records["tool"]["idempotency"]
+    assert {w["state"] for w in idempotency} >= {"done", "pending", "unknown", "sent"}
+    assert [w for w in idempotency if w["state"] == "done" and w.get("settlement") == "ran"]
+    assert {a["kind"] for a in records["tool"]["approvals"].values()} >= {"call", "settlement"}
+    assert [a for a in records["tool"]["approvals"].values() if a["settlement"] == "ran"]
+    assert records["dispatcher"]["settlements"]
+    assert [s for s in records["context"]["sessions"].values() if s.get("dedupe")]
+    assert [k for k in keys if k.startswith("am:idem:{") and k.endswith(":hb")]
+    assert [k for k in keys if k.startswith("am:sess:{") and k.endswith(":dedupe")]
+
+
+# --- loading a fixture ------------------------------------------------------------------------------
 
 
 @cache
@@ -66,25 +96,11 @@ def read_fixture(path: Path) -> dict[str, Any]:
     return data
 
 
-def test_fixtures_exist() -> None:
-    assert [p.name for p in FIXTURE_FILES][:1] == ["redis_v1.json"], "the first fixture must stay"
-
-
-# --- loading a fixture ------------------------------------------------------------------------------
-
-
 def decode(value: Any) -> bytes:
     """A dumped byte string: UTF-8 text, or {"base64": ...}."""
     if isinstance(value, str):
         return value.encode("utf-8")
     return base64.b64decode(value["base64"])
-
-
-def encode(value: bytes) -> Any:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(value).decode("ascii")}
 
 
 async def restore(r: redis.asyncio.Redis, keys: Mapping[str, Any]) -> None:
@@ -122,13 +138,6 @@ async def restore(r: redis.asyncio.Redis, keys: Mapping[str, Any]) -> None:
     assert await r.dbsize() == len(keys)
 
 
-@dataclass
-class Loaded:
-    store: Store
-    keys: dict[str, Any]
-    records: dict[str, Any]
-
-
 @pytest.fixture(params=FIXTURE_FILES, ids=lambda p: p.stem)
 async def loaded(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Loaded]:
     """The fixture's keys in the emptied test Redis, and a Store on it."""
@@ -139,44 +148,6 @@ async def loaded(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterato
         yield Loaded(store, fixture["keys"], fixture["records"])
     finally:
         await store.close()
-
-
-# --- comparing what the current code reads with what the writer read -----------------------------
-
-
-def assert_same(actual: Any, expected: Any, where: str) -> None:
-    """`actual` (read by the current code) holds `expected` (the writer's read, as JSON).
-
-    Objects are compared by the attributes `expected` names, enums by name, errors by their
-    attributes, byte strings as dumped; mappings must have the same keys, sequences the same length.
-    """
-    if isinstance(actual, bytes):
-        assert encode(actual) == expected, where
-    elif isinstance(actual, enum.StrEnum):
-        # By name as the writer recorded its enums, or by value for a string the reader now types
-        # (Cursor.phase, CallState.state became Phase and CallStage: the stored strings are theirs).
-        assert expected in (actual.name, actual.value), f"{where}: {actual.name} != {expected}"
-    elif isinstance(actual, enum.Enum):
-        assert actual.name == expected, f"{where}: {actual.name} != {expected}"
-    elif isinstance(expected, dict):
-        if isinstance(actual, Mapping):
-            assert sorted(str(k) for k in actual) == sorted(expected), (
-                f"{where}: keys {list(actual)} != {list(expected)}"
-            )
-            for k, v in actual.items():
-                assert_same(v, expected[str(k)], f"{where}[{k!r}]")
-        else:
-            for name, value in expected.items():
-                assert hasattr(actual, name), f"{where}.{name}: no such attribute on {type(actual).__name__}"
-                assert_same(getattr(actual, name), value, f"{where}.{name}")
-    elif isinstance(expected, list):
-        items = sorted(actual, key=str) if isinstance(actual, (set, frozenset)) else list(actual)
-        assert len(items) == len(expected), f"{where}: {len(items)} items != {len(expected)}"
-        for i, (a, e) in enumerate(zip(items, expected, strict=True)):
-            assert_same(a, e, f"{where}[{i}]")
-    else:
-        assert actual == expected, f"{where}: {actual!r} != {expected!r}"
-        assert isinstance(actual, bool) == isinstance(expected, bool), f"{where}: {actual!r} vs {expected!r}"
 
 
 # --- dispatcher_svc: tasks, event logs, the queue, the parked-task index -----------------------------
@@ -228,7 +199,10 @@ async def test_tasks_and_event_logs_read_back(loaded: Loaded) -> None:
             assert record.error is not None and last.error is not None and last.error.code == record.error.code
         if record.status == TaskStatus.WAITING_APPROVAL:
             assert record.pending is not None and last.kind == EventKind.STATUS
-            assert [c.state for c in record.cursor.calls] == ["waiting"]
+            # One call waits; the reply's calls before it have their results in the session.
+            states = [c.state for c in record.cursor.calls]
+            assert states.count(CallStage.WAITING) == 1, states
+            assert all(s is CallStage.APPENDED for s in states[: states.index(CallStage.WAITING)]), states
 
         # Taking the task: finished and parked ones are left alone (nothing written).
         if status != TaskStatus.PENDING:
@@ -285,53 +259,58 @@ async def test_queued_task_is_taken_over_and_parked_task_indexed(loaded: Loaded)
     assert sorted(await tasks.due_approvals(limit=100, hold_ms=60_000)) == sorted(waiting)
 
 
+async def test_task_parked_on_a_settlement(loaded: Loaded) -> None:
+    """A task an old replica parked on a settlement: its pending is a settlement, its call ids are
+    session-unique, and tool_svc's key of the waiting call is held by that same settlement."""
+    tasks = TaskStore(loaded.store, DispatcherSettings())
+    events = EventLog(loaded.store, tasks, heartbeat_interval_s=1.0)
+    approvals = ApprovalBook(loaded.store, loaded.records["tool"]["approval_ttl_s"])
+    held_by = {w["idempotency_key"]: w.get("settlement_id") for w in loaded.records["tool"]["idempotency"]}
+    for want in loaded.records["dispatcher"].get("settlements", []):
+        task_id, approval_id = want["task_id"], want["approval_id"]
+        record = await tasks.load(task_id)
+        assert record.status == TaskStatus.WAITING_APPROVAL and record.pending is not None
+        assert record.pending.is_settlement and record.pending.approval_id == approval_id
+        assert_same(record.pending, want["pending"], f"{task_id}.pending")
+        cursor = record.cursor
+        for index, cs in enumerate(cursor.calls):
+            assert cs.call.id == qualified_call_id(task_id, cursor.step, index), cs.call.id
+        index = [c.state for c in cursor.calls].index(CallStage.WAITING)
+        plan = cursor.calls[index].call
+        assert plan == record.pending.plan
+        assert held_by[idempotency_key(task_id, cursor.step, index, plan)] == approval_id
+        settlement = await approvals.get(approval_id)
+        assert (settlement.kind, settlement.state, settlement.pending.kind) == ("settlement", "pending", "settlement")
+        asked = [e for e in await events.read(task_id) if e.kind == EventKind.APPROVAL_REQUIRED]
+        assert asked and asked[-1].pending_approval is not None and asked[-1].pending_approval.is_settlement
+
+
 # --- tool_svc: idempotency records and approvals ---------------------------------------------------
 
 
-def tool_call_state(written: Mapping[str, Any]) -> CallState:
-    """The same ExecuteTool again, as the upgraded tool_svc builds it."""
-    tool = written["tool"]
-    spec = ToolDef(
-        name=tool["name"],
-        description=tool["description"],
-        input_schema=tool["input_schema"],
-        permission=Permission(group=tool["group"], access=tool["access"]),
-        impact=tool["impact"],
-        requires_approval=tool["requires_approval"],
-        executor="builtin",
-        builtin=tool["name"],
+def idempotency_of(loaded: Loaded) -> Idempotency:
+    """The upgraded tool_svc's idempotency step (a caller with half a second left)."""
+    ttl_s = loaded.records["tool"]["approval_ttl_s"]
+    return Idempotency(
+        loaded.store,
+        ApprovalBook(loaded.store, ttl_s),
+        ttl_s=86400,
+        lease_s=30.0,
+        approval_ttl_s=ttl_s,
+        remaining=lambda: 0.5,
     )
-    caller = written["caller"]
-    arguments = written["arguments"]
-    return CallState(
-        request=CallRequest(**written["request"]),
-        caller=Caller(
-            subject=caller["subject"],
-            agent_id=caller["agent_id"],
-            instance=caller["instance"],
-            environment=caller["environment"],
-            permissions=tuple(caller["permissions"]),
-            roles=frozenset(caller["roles"]),
-        ),
-        service_environment="dev",
-        tool=RegisteredTool(spec, SchemaCheck.compile(spec.input_schema), None, "config"),
-        arguments=arguments,
-        arguments_sha256=arguments_sha256(arguments),
-        call_sha256=call_sha256(spec.name, arguments),
-    )
+
+
+def assert_unknown(outcome: Any, settlement_id: str, where: str) -> AgentmeshError:
+    assert isinstance(outcome, AgentmeshError), f"{where}: {outcome!r} is not OUTCOME_UNKNOWN"
+    assert outcome.code == ErrorCode.OUTCOME_UNKNOWN, f"{where}: {outcome.code.name}"
+    assert outcome.metadata["settlement_id"] == settlement_id, f"{where}: {dict(outcome.metadata)}"
+    return outcome
 
 
 async def test_idempotency_records_replay(loaded: Loaded) -> None:
     tool = loaded.records["tool"]
-    approvals = ApprovalBook(loaded.store, tool["approval_ttl_s"])
-    idempotency = Idempotency(
-        loaded.store,
-        approvals,
-        ttl_s=86400,
-        lease_s=30.0,
-        approval_ttl_s=tool["approval_ttl_s"],
-        remaining=lambda: 0.5,
-    )
+    idempotency = idempotency_of(loaded)
     assert {w["state"] for w in tool["idempotency"]} >= {"done", "pending"}
     for written in tool["idempotency"]:
         key = written["idempotency_key"]
@@ -342,14 +321,72 @@ async def test_idempotency_records_replay(loaded: Loaded) -> None:
         assert idempotency_key(dispatched["task_id"], dispatched["step"], dispatched["index"], plan) == key
         call = tool_call_state(written)
         assert call.call_sha256 == written["call_sha256"], f"{key}: the key's argument hash changed"
+        if written["state"] == "sent":
+            continue  # in flight on its replica: test_write_in_flight_on_an_old_replica
 
         outcome = await idempotency(call)
         assert outcome is not None, f"{key}: the {written['state']} record was not recognised; the call would run again"
-        assert not call.finalizers, f"{key}: the key was claimed again"
+        assert not call.finalizers and not call.sent, f"{key}: the key was claimed again"
+        if written["state"] == "unknown":
+            # Still waiting for the same settlement: nothing re-sent, no second settlement opened.
+            error = assert_unknown(outcome, written["settlement_id"], key)
+            assert error.metadata["arguments_sha256"] == written["outcome"]["metadata"]["arguments_sha256"]
+            continue
         assert_same(outcome, written["outcome"], f"{key}.outcome")
         if written["state"] == "done":
             assert call.stats.replayed
             assert (call.stats.attempts, call.stats.output_bytes) == (written["attempts"], written["output_bytes"])
+        if written.get("settlement") == "ran":
+            # Settled RAN: the model reads "the call ran"; it is never sent again.
+            assert isinstance(outcome, Output) and outcome.inline is not None
+            assert json.loads(outcome.inline)["settled"] == "ran"
+
+
+async def test_unknown_outcome_settled_on_the_upgraded_replica(loaded: Loaded) -> None:
+    """An operator settles an old replica's unknown outcome RAN through the upgraded code; a repeat of
+    the key then gets the ran output, and the call is still not sent."""
+    idempotency = idempotency_of(loaded)
+    assert idempotency.approvals is not None
+    for written in loaded.records["tool"]["idempotency"]:
+        if written["state"] != "unknown":
+            continue
+        settlement = await idempotency.approvals.get(written["settlement_id"])
+        record, expired = await idempotency.approvals.decide(
+            written["settlement_id"],
+            approve=True,
+            approver=OPERATOR,
+            reason="the courier confirmed the booking",
+            arguments_sha256=settlement.pending.arguments_sha256,
+            settlement="ran",
+        )
+        assert not expired and (record.state, record.settlement) == ("approved", "ran")
+        call = tool_call_state(written)
+        outcome = await idempotency(call)
+        assert isinstance(outcome, Output) and outcome.inline is not None, outcome
+        assert json.loads(outcome.inline)["settled_by"] == OPERATOR.subject
+        assert not call.finalizers and not call.sent and call.stats.replayed
+
+
+async def test_write_in_flight_on_an_old_replica(loaded: Loaded) -> None:
+    """A write an old replica is sending (key `sent`, heartbeat alive): a repeat is told to retry; once
+    the heartbeat stops (the replica died) the outcome is unknown, under the key's settlement."""
+    idempotency = idempotency_of(loaded)
+    for written in loaded.records["tool"]["idempotency"]:
+        if written["state"] != "sent":
+            continue
+        key = written["idempotency_key"]
+        assert idempotency.hb_key(key) == written["heartbeat_key"] and written["heartbeat_key"] in loaded.keys
+        call = tool_call_state(written)
+        with pytest.raises(AgentmeshError) as raised:
+            await idempotency(call)
+        assert raised.value.code == ErrorCode.UNAVAILABLE and raised.value.retryable, raised.value
+        assert raised.value.metadata["reason"] == "in_progress"
+        assert not call.finalizers and not call.sent
+
+        await loaded.store.redis.delete(written["heartbeat_key"])  # its lease ran out
+        call = tool_call_state(written)
+        assert_unknown(await idempotency(call), written["settlement_id_when_dead"], key)
+        assert not call.finalizers and not call.sent
 
 
 async def test_approvals_read_back(loaded: Loaded) -> None:
@@ -361,6 +398,8 @@ async def test_approvals_read_back(loaded: Loaded) -> None:
         assert_same(record, want, approval_id)
         if record.state in ("approved", "denied"):
             operator = Caller(subject="compat-other-operator", roles=frozenset({"operator"}))
+            # A settlement is decided with an outcome (RAN / NOT_RAN), any other approval without one.
+            again: Settlement = "not_ran" if record.kind == "settlement" else ""
             with pytest.raises(FailedPreconditionError, match="already"):
                 await approvals.decide(
                     approval_id,
@@ -368,6 +407,7 @@ async def test_approvals_read_back(loaded: Loaded) -> None:
                     approver=operator,
                     reason="again",
                     arguments_sha256=record.pending.arguments_sha256,
+                    settlement=again,
                 )
 
 
@@ -415,10 +455,11 @@ async def test_sessions_read_back_and_build_context(loaded: Loaded) -> None:
 
 async def test_payloads_read_back(loaded: Loaded) -> None:
     engine = ContextEngine(ContextSettings(), loaded.store)
-    for session_id, want in loaded.records["context"]["sessions"].items():
+    sessions = loaded.records["context"]["sessions"]
+    assert any(want["payloads"] for want in sessions.values())
+    for session_id, want in sessions.items():
         caller = ContextCaller(**want["caller"])
         payloads = want["payloads"]
-        assert payloads
         assert await engine.payloads.list_shas(session_id) == sorted(p["ref"]["sha256"] for p in payloads)
         for written in payloads:
             ref_id = written["ref"]["ref_id"]
@@ -432,7 +473,47 @@ async def test_payloads_read_back(loaded: Loaded) -> None:
         # Every ref in the log points to a stored payload.
         messages = await engine.sessions.messages(session_id, 0, want["session"]["message_count"] - 1)
         refs = [m.ref for m in messages if m.ref is not None]
-        assert refs
+        assert refs or not payloads
         for ref in refs:
             meta, _, _ = await engine.get_payload(caller, session_id, ref.ref_id)
             assert (meta.sha256, meta.size_bytes, meta.media_type) == (ref.sha256, ref.size_bytes, ref.media_type)
+
+
+async def test_named_appends_answer_repeats(loaded: Loaded) -> None:
+    """A session whose appends were named (client_message_id, tool_call_id): the upgraded replica
+    answers a repeat with the original index (already=True) and appends nothing; a tool result with
+    other content under the same call id is refused."""
+    engine = ContextEngine(ContextSettings(), loaded.store)
+    for session_id, want in loaded.records["context"]["sessions"].items():
+        if not want.get("appends"):
+            continue
+        caller = ContextCaller(**want["caller"])
+        before, _ = await engine.get_session(caller, session_id)
+        for named in want["appends"]:
+            if "client_message_id" in named:
+                dedupe = f"m:{named['client_message_id']}"
+                message = Message(
+                    Role(named["role"]),
+                    named["content"],
+                    tool_calls=tuple(ToolCall.from_json(c) for c in named["tool_calls"]),
+                )
+                appended = await engine.append_message_once(
+                    caller, session_id, message, client_message_id=named["client_message_id"]
+                )
+            else:
+                dedupe = f"c:{named['tool_call_id']}"
+                result = ContextOutcome(
+                    tool_call_id=named["tool_call_id"],
+                    tool_name=named["tool_name"],
+                    inline=named["inline"],
+                    structured=named["structured"],
+                )
+                appended = await engine.append_tool_result_once(caller, session_id, result)
+                with pytest.raises(FailedPreconditionError, match="already appended"):
+                    await engine.append_tool_result_once(caller, session_id, replace(result, inline='{"other": 1}'))
+            assert (appended.index, appended.already) == (named["index"], True), dedupe
+            existing = await engine.sessions.seen(session_id, dedupe)
+            assert existing is not None
+            assert_same(existing, want["dedupe"][dedupe], f"{session_id}.dedupe[{dedupe!r}]")
+        after, _ = await engine.get_session(caller, session_id)
+        assert (after.message_count, after.total_tokens) == (before.message_count, before.total_tokens)

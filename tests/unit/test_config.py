@@ -137,10 +137,39 @@ def test_auth_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings(overrides={"environment": "prod", "auth": {"key": GOOD_KEY}}).environment == "prod"
 
 
+def test_idempotency_records_outlive_resumable_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FAILED task can be resumed for dispatcher.task_ttl_s and repeats its calls with the same keys:
+    tools.idempotency_ttl_s below it fails the load, naming both keys and both values."""
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    defaults = load_settings()
+    assert defaults.tools.idempotency_ttl_s == 8 * 86400 >= defaults.dispatcher.task_ttl_s == 7 * 86400
+    with pytest.raises(ConfigError) as info:
+        load_settings(overrides={"tools": {"idempotency_ttl_s": 86400}})
+    for fragment in ("tools.idempotency_ttl_s (86400)", "dispatcher.task_ttl_s (604800)"):
+        assert fragment in str(info.value)
+    # Equal is enough; raising task_ttl_s alone past the records' lifetime fails too, from the environment as well.
+    assert load_settings(overrides={"tools": {"idempotency_ttl_s": 604800}}).tools.idempotency_ttl_s == 604800
+    monkeypatch.setenv("AGENTMESH_DISPATCHER_TASK_TTL_S", str(30 * 86400))
+    with pytest.raises(ConfigError, match=r"tools\.idempotency_ttl_s \(691200\).*dispatcher\.task_ttl_s \(2592000\)"):
+        load_settings()
+    assert load_settings(overrides={"tools": {"idempotency_ttl_s": 31 * 86400}}).dispatcher.task_ttl_s == 30 * 86400
+
+
+def test_the_repositorys_configurations_keep_records_past_resumable_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    settings = load_settings(REPO / "agentmesh.yaml")
+    assert settings.tools.idempotency_ttl_s >= settings.dispatcher.task_ttl_s
+
+
 @pytest.mark.parametrize(
     ("text", "env", "fragment"),
     [
         ("bogus_section: 1\n", {}, "bogus_section: unknown key"),
+        (
+            "tools:\n  idempotency_ttl_s: 86400\n",
+            {},
+            "tools.idempotency_ttl_s (86400) must be at least dispatcher.task_ttl_s (604800)",
+        ),
         ("server:\n  grace_period_s: soon\n", {}, "server.grace_period_s"),
         (
             "auth:\n  key: ${UNSET_SECRET_FOR_TEST}\n",

@@ -6,6 +6,8 @@ harmless request headers (DEFAULT_HEADERS, plus those the tool's `headers_allowe
 Any other header (credentials, Proxy-*, method overrides, Host, Forwarded, X-Forwarded-*, ...) is
 dropped, never sent, and named in the result's `headers_dropped`, so an allowlisted URL (which may be
 the endpoint of an approval-gated write tool) never sees a credential or an override from a model.
+`Idempotency-Key` is tool_svc's alone (derived from the call's idempotency key, `tool_svc.http`): one
+in the arguments is always dropped, even when `headers_allowed` names it (the registry refuses that).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from tool_svc.http import HttpTransport, body_output, decode_text, status_error
+from tool_svc.http import IDEMPOTENCY_KEY_HEADER, HttpTransport, body_output, decode_text, status_error
 from tool_svc.model import Invocation, Produced
 
 SCHEMA: dict[str, Any] = {
@@ -34,7 +36,8 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": {"type": "string", "maxLength": 1024},
             "description": "Extra request headers; only Accept, Accept-Language, Content-Type, User-Agent, "
             "If-None-Match, If-Modified-Since and Range (and those the configuration allows) are sent, "
-            "others are dropped and listed in headers_dropped",
+            "others are dropped and listed in headers_dropped; Idempotency-Key is always dropped "
+            "(agentmesh sets it itself)",
         },
     },
     "required": ["url"],
@@ -49,11 +52,14 @@ DEFAULT_HEADERS = frozenset(
 FRAMING_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer", "keep-alive", "expect"}
 )
+# Never sent from arguments and never configurable: framing, and the Idempotency-Key that tool_svc derives
+# from the call's key (a model choosing it could make an upstream replay or merge another call's effect).
+NEVER_FROM_ARGUMENTS = FRAMING_HEADERS | {IDEMPOTENCY_KEY_HEADER}
 
 
 def allowed_headers(configured: tuple[str, ...]) -> frozenset[str]:
     """The lower-cased header names a tool may send: the defaults plus its `headers_allowed`."""
-    return (DEFAULT_HEADERS | {h.lower() for h in configured}) - FRAMING_HEADERS
+    return (DEFAULT_HEADERS | {h.lower() for h in configured}) - NEVER_FROM_ARGUMENTS
 
 
 def split_headers(headers: dict[str, str], allowed: frozenset[str]) -> tuple[dict[str, str], list[str]]:
@@ -68,7 +74,14 @@ def make(transport: HttpTransport) -> Any:
         headers, dropped = split_headers(dict(args.get("headers") or {}), allowed_headers(call.tool.headers_allowed))
         extra: dict[str, Any] = {"headers_dropped": dropped} if dropped else {}
         method = args.get("method", "GET")
-        body = await transport.request(call.tool, method, args["url"], timeout_s=call.timeout_s, headers=headers)
+        body = await transport.request(
+            call.tool,
+            method,
+            args["url"],
+            timeout_s=call.timeout_s,
+            headers=headers,
+            idempotency_key=call.idempotency_key,
+        )
         if not 200 <= body.status < 300:
             raise status_error(call.tool, body)
         content_type = body.headers.get("content-type", "")

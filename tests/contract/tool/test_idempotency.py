@@ -28,16 +28,26 @@ async def test_concurrent_calls_with_one_key_run_the_side_effect_once(
     assert upstream.counts["/count"] == 2
 
 
-async def test_a_repeat_after_a_transient_error_runs_again(tool_service: Any, upstream: FakeUpstream) -> None:
+async def test_a_repeat_of_a_read_after_a_transient_error_runs_again(tool_service: Any, upstream: FakeUpstream) -> None:
+    c = Client(await tool_service())
+    upstream.flaky_failures = 3  # more than the read's retries
+    first = await c.execute("flaky_read", {}, key="k-flaky")
+    assert error_name(first) == "UPSTREAM_UNAVAILABLE" and first.error.retryable
+    second = await c.execute("flaky_read", {}, key="k-flaky")
+    assert output_json(second)["ok"] is True and not second.stats.replayed
+    third = await c.execute("flaky_read", {}, key="k-flaky")
+    assert third.stats.replayed and output_json(third) == output_json(second)
+
+
+async def test_a_write_that_reached_its_upstream_is_never_sent_again(tool_service: Any, upstream: FakeUpstream) -> None:
+    """The upstream answered 503: that answer is the call's recorded outcome, replayed, never re-sent."""
     c = Client(await tool_service())
     upstream.flaky_failures = 1
     first = await c.execute("flaky_write", {}, key="k-flaky")
-    assert error_name(first) == "UPSTREAM_UNAVAILABLE" and first.error.retryable
+    assert error_name(first) == "UPSTREAM_UNAVAILABLE"
     second = await c.execute("flaky_write", {}, key="k-flaky")
-    assert output_json(second)["ok"] is True and not second.stats.replayed
-    third = await c.execute("flaky_write", {}, key="k-flaky")
-    assert third.stats.replayed and output_json(third) == output_json(second)
-    assert upstream.counts["/flaky"] == 2
+    assert error_name(second) == "UPSTREAM_UNAVAILABLE" and second.stats.replayed
+    assert upstream.counts["/flaky"] == 1
 
 
 async def test_a_deterministic_error_is_replayed(tool_service: Any, upstream: FakeUpstream) -> None:

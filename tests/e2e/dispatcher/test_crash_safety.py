@@ -95,7 +95,7 @@ def check_outcome(events: list[D.TaskEvent], ops_api: OpsApi) -> None:
     assert {b["nonce"] for b in seen} == {c["nonce"] for c in issued}
 
 
-@pytest.mark.parametrize("point", ["after_reply_checkpoint", "after_tool_call"])
+@pytest.mark.parametrize("point", ["after_reply_checkpoint", "after_tool_call", "after_append_result"])
 async def test_kill9_mid_step_then_another_replica_finishes(mesh_env: Mesh, ops_api: OpsApi, point: str) -> None:
     await asyncio.to_thread(prepare, mesh_env)
     pause = mesh_env.tmp / "pause"
@@ -110,7 +110,7 @@ async def test_kill9_mid_step_then_another_replica_finishes(mesh_env: Mesh, ops_
     reached, paused_task, fence = await wait_file(pause)
     assert (reached, paused_task) == (point, task_id)
     before = len(ops_api.state.bodies("/notify"))
-    assert before == (1 if point == "after_tool_call" else 0)
+    assert before == (0 if point == "after_reply_checkpoint" else 1)
     await asyncio.to_thread(kill9, a)
 
     port_b = free_port()

@@ -18,12 +18,14 @@ from tests.unit.context.ops_session import ops_session
 OPERATOR = Caller("oncall", is_operator=True)
 
 
-async def play(engine: ContextEngine, session: str, turns: int, seed: int = 3) -> None:
+async def play(engine: ContextEngine, session: str, turns: int, seed: int = 3, call_prefix: str = "") -> None:
+    # `call_prefix`: a second play on one session needs other call ids (a result is appended once per call id).
     for step in ops_session(turns, seed=seed, big=False):
         if step.kind == "tool":
-            call = ToolCall(step.call_id, step.tool, json.dumps(step.arguments))
+            call_id = call_prefix + step.call_id
+            call = ToolCall(call_id, step.tool, json.dumps(step.arguments))
             await engine.append_message(OPERATOR, session, Message(Role.ASSISTANT, tool_calls=(call,)))
-            outcome = ToolOutcome(step.call_id, step.tool, inline=step.output, structured=step.structured)
+            outcome = ToolOutcome(call_id, step.tool, inline=step.output, structured=step.structured)
             await engine.append_tool_result(OPERATOR, session, outcome)
         else:
             await engine.append_message(OPERATOR, session, Message(Role(step.kind), step.text))
@@ -145,7 +147,7 @@ async def test_a_replica_reads_what_others_appended_and_compacted_meanwhile(stor
     await a.create_session(OPERATOR, session_id="s1", goal="g")
     await play(a, "s1", 6)
     await a.build_context(OPERATOR, "s1")  # `a` now holds part of the session
-    await play(b, "s1", 12, seed=9)  # another replica appends...
+    await play(b, "s1", 12, seed=9, call_prefix="b-")  # another replica appends...
     await b.build_context(OPERATOR, "s1")  # ...and compacts
     fresh = ContextEngine(ContextSettings(), store)
     for _ in range(2):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh.chat import ToolCall, Usage, tool_error_text
-from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, error_to_json
 from dispatcher_svc.model import ApprovalRecord, ModelReply, PendingApproval, ToolOutcome, ToolOutput
 from dispatcher_svc.ports import (
     Appended,
@@ -52,6 +52,23 @@ class FakeContext:
     specs: dict[str, SessionSpec] = field(default_factory=dict)
     fail_next: list[AgentmeshError] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
+    appended: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
+    """(session, "m:<client_message_id>" | "c:<tool_call_id>") -> (index, content): context_svc's dedupe."""
+    dedupe_tool_results: bool = True
+    """context_svc appends a tool result once per tool_call_id (the dispatcher makes ids unique in a
+    session, whatever ids the model or a policy used)."""
+
+    def _repeat(self, session_id: str, key: str, content: Any) -> Appended | None:
+        """The original position of a repeated append, as context_svc answers it; None: a new one."""
+        found = self.appended.get((session_id, key))
+        if found is None:
+            return None
+        index, original = found
+        if original != content:
+            raise FailedPreconditionError(
+                f"{key} was already appended at position {index} with other content", metadata={"index": str(index)}
+            )
+        return Appended(index, self.sessions[session_id][index]["tokens"], already=True)
 
     def _maybe_fail(self, what: str) -> None:
         self.calls[what] += 1
@@ -71,16 +88,33 @@ class FakeContext:
         return SessionInfo(len(log), sum(m["tokens"] for m in log))
 
     async def append_message(
-        self, session_id: str, role: str, content: str, tool_calls: Sequence[ToolCall], opts: CallOptions
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        tool_calls: Sequence[ToolCall],
+        opts: CallOptions,
+        *,
+        client_message_id: str = "",
     ) -> Appended:
         self._maybe_fail("append_message")
+        key, sent = f"m:{client_message_id}", (role, content, tuple(tool_calls))
+        if client_message_id and (repeat := self._repeat(session_id, key, sent)) is not None:
+            return repeat
         log = self.sessions[session_id]
         count = tokens(content)
         log.append({"role": role, "content": content, "tool_calls": list(tool_calls), "tokens": count})
+        if client_message_id:
+            self.appended[(session_id, key)] = (len(log) - 1, sent)
         return Appended(len(log) - 1, count)
 
     async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
         self._maybe_fail("append_tool_result")
+        key = f"c:{outcome.tool_call_id}"
+        error = error_to_json(outcome.error) if outcome.error is not None else None
+        sent = (outcome.tool_name, outcome.output, error, outcome.pending, outcome.correction)  # not the stats
+        if self.dedupe_tool_results and (repeat := self._repeat(session_id, key, sent)) is not None:
+            return repeat
         log = self.sessions[session_id]
         text = render(outcome)
         log.append(
@@ -93,6 +127,7 @@ class FakeContext:
                 "tokens": tokens(text),
             }
         )
+        self.appended[(session_id, key)] = (len(log) - 1, sent)
         return Appended(len(log) - 1, tokens(text))
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
@@ -175,7 +210,13 @@ class FakeTools:
         return outcome
 
     async def resolve_approval(
-        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+        self,
+        approval_id: str,
+        approve: bool,
+        reason: str,
+        arguments_sha256: str,
+        timeout_s: float,
+        settlement: str = "",
     ) -> tuple[ApprovalRecord, ToolOutcome | None]:
         pending, state = self.approvals[approval_id]
         if state != "PENDING":

@@ -59,7 +59,13 @@ class ExpiringTools(FakeTools):
         return pending, state
 
     async def resolve_approval(
-        self, approval_id: str, approve: bool, reason: str, arguments_sha256: str, timeout_s: float
+        self,
+        approval_id: str,
+        approve: bool,
+        reason: str,
+        arguments_sha256: str,
+        timeout_s: float,
+        settlement: str = "",
     ) -> tuple[ApprovalRecord, ToolOutcome | None]:
         pending, state = self._current(approval_id)
         if state == "EXPIRED":

@@ -51,7 +51,10 @@ def test_contract_errors_are_corrected_twice_then_engineering(code: ErrorCode) -
     assert "stop correcting" in third.correction.text("lookup")
 
 
-@pytest.mark.parametrize("code", [c for c, k in ERROR_CLASS.items() if k == ErrorClass.ENGINEERING])
+@pytest.mark.parametrize(
+    "code",
+    [c for c, k in ERROR_CLASS.items() if k == ErrorClass.ENGINEERING and c != ErrorCode.OUTCOME_UNKNOWN],
+)
 def test_engineering_errors_take_the_fallback(code: ErrorCode) -> None:
     named = policy.decide(failing(code, fallback_tool="plan_b"), contract_failures=0, max_contract_retries=2)
     from_spec = policy.decide(failing(code), contract_failures=0, max_contract_retries=2, spec_fallback="plan_c")
@@ -174,3 +177,24 @@ def test_agents_config_is_validated() -> None:
     for bad in ({"id": "ops", "token_budget": 0}, {"id": "Bad Id"}, {"id": "ops", "permissions": ["prod:read"]}):
         with pytest.raises(ValueError):
             Settings(auth={"mode": "disabled"}, agents=[bad])
+
+
+def test_an_unknown_outcome_parks_on_its_settlement_and_is_never_shown_as_a_failure() -> None:
+    """OUTCOME_UNKNOWN is not a failed call the model could re-issue: the task waits for an operator."""
+    err = AgentmeshError(
+        ErrorCode.OUTCOME_UNKNOWN,
+        "may have run",
+        metadata={"settlement_id": "stl_1", "arguments_sha256": "ab" * 32, "expire_at": "1700000000.5"},
+    )
+    outcome = ToolOutcome("c1", "charge", error=err)
+    decision = policy.decide(outcome, contract_failures=0, max_contract_retries=2, spec_fallback="plan_c")
+    assert decision.action == policy.Action.PARK and decision.correction is None
+    call = ToolCall("c1", "charge", "{}")
+    pending = policy.settlement_request(outcome, call)
+    assert pending is not None and pending.is_settlement
+    found = (pending.approval_id, pending.arguments_sha256, pending.expire_time_ms)
+    assert found == ("stl_1", "ab" * 32, 1700000000500)
+    assert pending.plan == call
+    # Without a settlement to wait for, there is nothing to park on: the task fails typed instead.
+    bare = ToolOutcome("c1", "charge", error=AgentmeshError(ErrorCode.OUTCOME_UNKNOWN, "may have run"))
+    assert policy.settlement_request(bare, call) is None

@@ -35,7 +35,7 @@ async def _wait(predicate, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-@pytest.mark.parametrize("point", ["after_reply_checkpoint", "after_tool_call"])
+@pytest.mark.parametrize("point", ["after_reply_checkpoint", "after_tool_call", "after_append_result"])
 async def test_a_second_replica_takes_over_a_dead_owner(make_rig: MakeRig, point: str) -> None:
     """Replica A hangs at `point` and stops renewing (as if killed); replica B claims and finishes.
 
@@ -51,7 +51,9 @@ async def test_a_second_replica_takes_over_a_dead_owner(make_rig: MakeRig, point
             await asyncio.Event().wait()
 
     tools = FakeTools({"notify": lambda c: "sent"})
-    context = FakeContext()
+    # context_svc keeps one result per tool_call_id: a result appended by A before it died is not
+    # appended again by B (after_append_result).
+    context = FakeContext(dedupe_tool_results=True)
     a = await make_rig(counting_policy, tools, hook=hang, context=context)
     task_id = await a.start()
     await asyncio.wait_for(paused.wait(), 10)
