@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos demo bench fuzz chaos venv clean up baseline
+.PHONY: test lint protos demo bench fuzz fuzz-context chaos venv clean up baseline
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -53,6 +53,12 @@ bench: venv
 # Hostile and mutated messages to every RPC of every service (tests/fuzz): never UNKNOWN or INTERNAL.
 fuzz: venv
 	$(PY) -m tests.fuzz --per-rpc 2000
+
+# Generated long sessions (tests/contextgen, issue 23: English, Chinese, mixed; planted facts, negations,
+# corrections, numbers in words) built at 3k/6k/12k tokens: no wrong fact stated, no planted fact lost
+# while it fits. `make test` runs a bounded sample; `python -m tests.contextgen --help` for the knobs.
+fuzz-context: venv
+	$(PY) -m tests.contextgen --sessions 300 --turns 40-240
 
 # Random kill -9 and SIGSTOP of the services and Redis during tasks whose side effects the upstreams
 # count (tests/chaos, issue 18): 10 rounds x 30 tasks, 10 kill -9 per round (100 in all), then the

@@ -85,6 +85,17 @@ class AuthSettings(_Section):
     """HMAC-SHA256 key; required when mode is enabled."""
     token_ttl_s: int = Field(3600, gt=0)
     clock_skew_s: int = Field(30, ge=0)
+    separation_of_duties: bool = True
+    """Neither the creator of a task nor its agent may resolve the task's approvals or settlements."""
+
+
+class AuditSettings(_Section):
+    """The audit stream `am:audit` (agentmesh/audit.py, docs/architecture.md §9)."""
+
+    max_len: int = Field(100_000, ge=100)
+    """Entries kept (approximate): the oldest go first."""
+    max_age_days: int = Field(90, gt=0)
+    """Entries older than this are trimmed."""
 
 
 class ServiceEndpoint(_Section):
@@ -698,6 +709,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     providers: ProvidersSettings = ProvidersSettings()
     tools: ToolsSettings = ToolsSettings()
+    audit: AuditSettings = AuditSettings()
     agents: list[AgentSettings] = []
     dispatcher: DispatcherSettings = DispatcherSettings()
 

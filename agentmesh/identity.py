@@ -91,6 +91,8 @@ class Identity:
     issued_at: int
     expires_at: int
     token_id: str
+    creator: str = ""
+    """For a task's token: the subject that started the task (the session's owner); "" otherwise."""
 
     def has_role(self, role: str) -> bool:
         """Whether the identity holds `role`, directly or by implication (admin implies operator)."""
@@ -160,6 +162,7 @@ def mint_token(
     environment: str = "dev",
     permissions: Iterable[str] = (),
     task_id: str = "",
+    creator: str = "",
     now: int | float | None = None,
 ) -> str:
     """A signed token for these claims, valid from `now` for `ttl_s` seconds.
@@ -192,6 +195,8 @@ def mint_token(
         "exp": issued + int(ttl_s),
         "jti": secrets.token_hex(16),
     }
+    if creator:
+        claims["creator"] = creator
     payload = _b64encode(json.dumps(claims, separators=(",", ":"), sort_keys=True).encode("utf-8"))
     return f"{payload}.{_signature(key, payload)}"
 
@@ -264,6 +269,7 @@ def _identity_from_claims(claims: Mapping[str, Any]) -> Identity:
         issued_at=_claim(claims, "iat", int),
         expires_at=_claim(claims, "exp", int),
         token_id=_claim(claims, "jti", str),
+        creator=_claim(claims, "creator", str) if "creator" in claims else "",
     )
     if not identity.subject:
         raise TokenError("malformed token: empty subject")
@@ -331,6 +337,7 @@ class Authenticator:
         environment: str | None = None,
         permissions: Iterable[str] = (),
         task_id: str = "",
+        creator: str = "",
         now: int | float | None = None,
     ) -> str:
         """A token signed with the configured key; ttl and environment default to the settings."""
@@ -344,6 +351,7 @@ class Authenticator:
             environment=self.environment if environment is None else environment,
             permissions=permissions,
             task_id=task_id,
+            creator=creator,
             now=now,
         )
 
@@ -351,12 +359,22 @@ class Authenticator:
         """The Identity of a token signed with the configured key; TokenError otherwise."""
         known = self._verified.get(token)
         if known is not None:
+            # The environment too, not only the times: a remembered token is never a way around it.
+            self._check_environment(known)
             return _check_times(known, now=now, clock_skew_s=self.settings.clock_skew_s)
         identity = verify_token(self._key, token, now=now, clock_skew_s=self.settings.clock_skew_s)
+        self._check_environment(identity)
         if len(self._verified) >= _VERIFIED_CACHE_SIZE:
             self._verified.clear()
         self._verified[token] = identity
         return identity
+
+    def _check_environment(self, identity: Identity) -> None:
+        if identity.environment != self.environment:
+            # One key may sign for several environments: a dev token must not act on prod.
+            raise TokenError(
+                f"token for environment {identity.environment!r} used on a service of environment {self.environment!r}"
+            )
 
     def identify(self, token: str | None, *, now: int | float | None = None) -> Identity:
         """The caller's identity for an incoming call's token (None: no token sent).

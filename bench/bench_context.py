@@ -10,7 +10,10 @@ One run, same machine, same moment:
 - the long ops session (English and Chinese turns, three 300 KB logs and a 5,000-row JSON among
   its tool outputs): the prompt BuildContext assembles before each model call against the raw
   baseline (every message and tool output appended exactly as produced), and the faithfulness
-  check of its summary (every generated number/date/id of the summarised turns is in its text).
+  check of its summary (every generated number/date/id of the summarised turns is in its text);
+- per budget (3k, 6k, 12k tokens; issue 23), generated sessions with planted facts, negations and
+  corrections (tests/contextgen): reduction against the raw session, planted facts kept, wrong
+  facts stated in the Known-facts lines (must be 0), and BuildContext time.
 
 context_svc runs with its real ServiceHost (interceptors, auth, telemetry, load shedding) and Redis,
 in this process like the bare echo server it is compared with (`--separate-process`: as its own
@@ -19,10 +22,10 @@ the median round, so a burst of load on a shared machine does not decide a ratio
 taken within a round.
 
 Targets (issue 4): token reduction >= 95% with the summary faithful; BuildContext at 500 messages
-p50 <= 3x the bare round trip p50.
+p50 <= 3x the bare round trip p50. Issue 23: no wrong fact stated at any budget.
 
     .venv/bin/python -m bench.bench_context [--calls 500] [--rounds 3] [--separate-process]
-                                            [--plot bench/bench_context.png]
+                                            [--plot bench/bench_context.png] [--fact-sessions 12]
 """
 
 from __future__ import annotations
@@ -47,13 +50,17 @@ from agentmesh.cli.supervisor import health_status
 from agentmesh.config import load_settings
 from agentmesh.identity import Authenticator, mint_token
 from agentmesh.localredis import LocalRedis
+from agentmesh.rpc.codec import role_from_pb
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table
+from context_svc.model import ContextView, Message
 from context_svc.server import SPEC
 from context_svc.tokens import counter_for
+from tests.contextgen.check import Report, check_view
+from tests.contextgen.sessions import LANGS, GenSession, generate
 from tests.unit.context.ops_session import Step, ops_session
 
 REPO = BENCH_DIR.parent
@@ -224,6 +231,58 @@ async def reduction(client: Client, *, big: bool = True, session: str = "ops") -
     }
 
 
+FACT_BUDGETS = (3000, 6000, 12000)
+
+
+async def _play_generated(client: Client, session: str, gen: GenSession) -> int:
+    """Appends a generated session over gRPC; its raw tokens (every message as appended)."""
+    await client.create(session, gen.goal)
+    raw = 0
+    for m in gen.messages:
+        if m.role == "tool":
+            raw += (await client.result(session, m.call_id, m.tool, m.text, False)).token_count
+        elif m.role == "call":
+            call = common_pb2.ToolCall(id=m.call_id, name=m.tool, arguments_json=m.arguments)
+            raw += (await client.say(session, ASSISTANT, "", [call])).token_count
+        else:
+            raw += (await client.say(session, USER if m.role == "user" else ASSISTANT, m.text)).token_count
+    return raw
+
+
+async def facts_per_budget(client: Client, sessions: int) -> dict[int, list[Report]]:
+    """Generated sessions built at each budget over BuildContext, checked against what was planted."""
+    reports: dict[int, list[Report]] = {budget: [] for budget in FACT_BUDGETS}
+    for n in range(sessions):
+        gen = generate(1000 + n, lang=LANGS[n % len(LANGS)], turns=60 + 20 * (n % 6), plants=4 + n % 9)
+        session = f"facts-{n}"
+        raw = await _play_generated(client, session, gen)
+        for budget in FACT_BUDGETS:
+            started = time.perf_counter()
+            request = K.BuildContextRequest(session_id=session, budget_tokens=budget)
+            pb = (await client.stub.BuildContext(request, metadata=client.md)).view
+            ms = (time.perf_counter() - started) * 1000
+            messages = tuple(Message(role_from_pb(m.role, "role"), m.content) for m in pb.messages)
+            view = ContextView(messages, (), pb.total_tokens, budget, 0, 0, False)
+            reports[budget].append(check_view(view, gen, budget, raw, ms))
+    return reports
+
+
+def _fact_rows(reports: dict[int, list[Report]]) -> list[list[str]]:
+    rows = []
+    for budget, got in reports.items():
+        raw, built = sum(r.raw_tokens for r in got), sum(r.built_tokens for r in got)
+        times = sorted(r.build_ms for r in got)
+        rows.append([
+            f"{budget:,}",
+            f"{1 - built / raw:.1%}",
+            f"{sum(r.kept for r in got)}/{sum(r.planted for r in got)}",
+            str(sum(len(r.wrong) for r in got)),
+            str(sum(len(r.missing_known) + len(r.missing_fit) + len(r.dropped_user) for r in got)),
+            f"{times[len(times) // 2]:.1f} / {times[-1]:.1f}",
+        ])  # fmt: skip
+    return rows
+
+
 async def _rounds(
     workloads: dict[str, tuple[Any, int]], rounds: int
 ) -> tuple[dict[str, Stats], list[dict[str, Stats]]]:
@@ -247,7 +306,7 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-async def run(calls: int, rounds: int, separate_process: bool, plot: Path | None) -> int:
+async def run(calls: int, rounds: int, separate_process: bool, plot: Path | None, fact_sessions: int = 12) -> int:
     for name in [k for k in os.environ if k.startswith(("AGENTMESH_", "OTEL_"))]:
         del os.environ[name]  # the service reads only what this bench configures
     with tempfile.TemporaryDirectory() as tmpdir, LocalRedis() as redis:
@@ -259,8 +318,14 @@ async def run(calls: int, rounds: int, separate_process: bool, plot: Path | None
             proc, target = _start_context(tmp, redis.url)
         else:
             host, target, cleanup = await _start_in_process(tmp, redis.url)
+        # A task's token, as the dispatcher mints it: a session is for the tokens of its attached tasks.
         token = mint_token(
-            AUTH_KEY.encode(), subject="bench-agent", roles=["agent"], ttl_s=3600, agent_id="bench-agent"
+            AUTH_KEY.encode(),
+            subject="bench-agent",
+            roles=["agent"],
+            ttl_s=3600,
+            agent_id="bench-agent",
+            task_id="bench-task",
         )
         md: Metadata = ((IDENTITY_HEADER, token),)
         try:
@@ -303,6 +368,7 @@ async def run(calls: int, rounds: int, separate_process: bool, plot: Path | None
 
                 result = await reduction(client)
                 small = await reduction(client, big=False, session="ops-small")
+                per_budget = await facts_per_budget(client, fact_sessions)
         finally:
             if proc is not None:
                 proc.terminate()
@@ -352,10 +418,20 @@ async def run(calls: int, rounds: int, separate_process: bool, plot: Path | None
     )  # fmt: skip
     if result["missing"]:
         print("missing facts:", result["missing"][:20])
+    print()
+    print(f"known facts per budget: {fact_sessions} generated sessions (English, Chinese, mixed; tests/contextgen)")
+    header = ["budget", "reduction vs raw", "planted facts kept", "wrong facts stated", "checks failed",
+              "BuildContext ms p50 / max"]  # fmt: skip
+    print(table(header, _fact_rows(per_budget)))
+    wrong = sum(len(r.wrong) for got in per_budget.values() for r in got)
+    for got in per_budget.values():
+        for r in got:
+            for problem in r.problems[:3]:
+                print(f"  @{r.budget}: {problem}")
     if plot is not None:
         bar_plot(plot, "context_svc: p50 latency (ms)", [s.name for s in rows], [s.p50_ms for s in rows], "ms")
         print(f"plot: {plot}")
-    ok = final >= 0.95 and faithful and ratio <= 3
+    ok = final >= 0.95 and faithful and ratio <= 3 and wrong == 0
     print("targets met" if ok else "TARGETS NOT MET")
     return 0 if ok else 1
 
@@ -366,8 +442,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--separate-process", action="store_true", help="run context_svc as its own process")
     parser.add_argument("--plot", type=Path, default=BENCH_DIR / "bench_context.png")
+    parser.add_argument("--fact-sessions", type=int, default=12, help="generated sessions per budget (issue 23)")
     args = parser.parse_args()
-    return asyncio.run(run(args.calls, args.rounds, args.separate_process, args.plot))
+    return asyncio.run(run(args.calls, args.rounds, args.separate_process, args.plot, args.fact_sessions))
 
 
 if __name__ == "__main__":

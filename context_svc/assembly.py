@@ -6,6 +6,12 @@ compacted yet, cut to its share, with a footer naming the payload that holds the
 recent turns and tool observations of the window, clipped when the newest group alone is over
 budget; then the view with its blocks and, on request, a debug rendering. When the turns outside
 the window are over the trigger it has the `Compactor` fold them into the summary first.
+
+Unused budget is lent before anything is cut (issue 23): what the recent window leaves goes to the
+summary, and what both leave to the known facts of the system block when some did not fit; a block
+never takes more than its ratio from a block that needs it, so a full context keeps the ratios.
+Under pressure the summary shows the user's lines before the assistant's and folds near-duplicates
+(lines.py); the known facts are entities.py's records with their provenance (known.py).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from agentmesh.config import ContextSettings
 from agentmesh.payloads import MEDIA_TEXT, PayloadStore, StoredPayload
 from context_svc.budget import BlockBudgets, group_entries, select_window
 from context_svc.compaction import Compactor
-from context_svc.entities import MAX_ENTITIES_SHOWN
+from context_svc.known import known_facts, render_known
+from context_svc.lines import choose_lines
 from context_svc.lru import LRU
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
 from context_svc.sessions import Loaded, SessionStore
@@ -79,7 +86,7 @@ class Assembler:
         session = loaded.session
         counter = counter_for(session.budget.encoding)
         plan = BlockBudgets.of(total, session.budget)
-        system_text, system_tokens = self.system_block(session, loaded.entities, plan.system, counter)
+        system_text, system_tokens, facts_cut = self._system(session, loaded.entities, plan.system, counter)
 
         base = session.summarized_upto + 1
         groups = group_entries(loaded.entries, base)
@@ -95,6 +102,13 @@ class Assembler:
         first_kept = groups[window.first].start if window.first < len(groups) else session.message_count
         hole_tokens = sum(g.tokens for g in groups[: window.first])
 
+        kept = await self._window_messages(loaded, first_kept)
+        if window.clipped:
+            kept = self._clip_group(kept, counter, recent_budget, available)
+        window_tokens = sum(m.token_count for m in kept)
+        # Lending: the summary gets its share, and whatever the window and the reply leave.
+        summary_budget = max(plan.summary, total - plan.reply - system_tokens - window_tokens)
+
         compacted = False
         version = loaded.summary_version
         upto = session.summarized_upto
@@ -108,21 +122,24 @@ class Assembler:
         summary_view: SummaryView | None = None
         if first_kept > 0:
             summary_view = await self._summary_view(
-                session, version, upto, first_kept - 1, plan.summary, counter, loaded.tail
+                session, version, upto, first_kept - 1, summary_budget, counter, loaded.tail
             )
             if summary_view is not None and summary_view.needs_compaction and not compacted:
                 result = await self.compaction.compact(session, version, upto, first_kept - 1)
                 if result is not None:
                     version, upto, compacted = result[0], first_kept - 1, True
                     summary_view = await self._summary_view(
-                        session, version, upto, first_kept - 1, plan.summary, counter, loaded.tail
+                        session, version, upto, first_kept - 1, summary_budget, counter, loaded.tail
                     )
-
-        kept = await self._window_messages(loaded, first_kept)
-        if window.clipped:
-            kept = self._clip_group(kept, counter, recent_budget, available)
+        summary_tokens = summary_view.tokens if summary_view is not None else 0
+        spare = total - plan.reply - system_tokens - summary_tokens - window_tokens
+        if facts_cut and spare > 0:
+            # Known facts that did not fit their share borrow what every other block left.
+            system_text, system_tokens, _ = self._system(session, loaded.entities, system_tokens + spare, counter)
+        budgets = replace(plan, summary=summary_budget if summary_view is not None else plan.summary,
+                          system=max(plan.system, system_tokens))  # fmt: skip
         return self._assemble(
-            session, plan, counter, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug
+            session, budgets, counter, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug
         )
 
     def system_block(
@@ -130,27 +147,41 @@ class Assembler:
     ) -> tuple[str, int]:
         """The system message: prompt, goal, sub-goals, known facts; facts and then the prompt are
         cut to fit `budget`."""
+        text, tokens, _ = self._system(session, entities, budget, counter)
+        return text, tokens
+
+    def _system(
+        self, session: Session, entities: dict[str, tuple[str, int]], budget: int, counter: TokenCounter
+    ) -> tuple[str, int, bool]:
+        """`system_block`, and whether known facts were left out (or shown without their quotes)."""
         goal = [f"Goal: {session.goal}"]
         if session.sub_goals:
             goal += ["Sub-goals:", *(f"- {g}" for g in session.sub_goals)]
-        facts = sorted(entities.items(), key=lambda item: -item[1][1])[:MAX_ENTITIES_SHOWN]
+        facts = known_facts(entities)
         prompt = session.system_prompt
 
-        def render(prompt_text: str, shown: int) -> str:
+        def render(prompt_text: str, shown: int, quotes: bool = True) -> str:
             parts = [prompt_text] if prompt_text else []
             parts.append("\n".join(goal))
             if shown:
-                parts.append("Known facts (latest values): " + "; ".join(f"{k}={v}" for k, (v, _) in facts[:shown]))
+                parts.append(render_known(facts[:shown], quotes=quotes))
             return "\n\n".join(parts)
 
-        shown = len(facts)
+        shown, quotes = len(facts), True
         text = render(prompt, shown)
         tokens = self._message_tokens(counter, Role.SYSTEM, text)
-        while tokens > budget and shown:
-            shown = shown // 2 if shown > 4 else shown - 1
-            text = render(prompt, shown)
+        if tokens > budget and shown:
+            # The labelled facts' quotes go before any fact does.
+            quotes = False
+            text = render(prompt, shown, quotes)
             tokens = self._message_tokens(counter, Role.SYSTEM, text)
+        while tokens > budget and shown:
+            shown = shown - max(1, shown // 4)
+            text = render(prompt, shown, quotes)
+            tokens = self._message_tokens(counter, Role.SYSTEM, text)
+        cut = shown < len(facts) or not quotes
         if tokens > budget:
+            cut = False  # the prompt itself is over its share: it keeps its share, facts borrow nothing
             # The system prompt itself is too long for its share: keep its start, say it was cut.
             goal_tokens = self._message_tokens(counter, Role.SYSTEM, render("", 0))
             note = "\n[system prompt cut to fit the context budget]"
@@ -160,7 +191,7 @@ class Assembler:
             if tokens > budget:
                 text = counter.clip(text, max(0, budget - counter.message(Role.SYSTEM.value, "")))
                 tokens = self._message_tokens(counter, Role.SYSTEM, text)
-        return text, tokens
+        return text, tokens, cut
 
     async def _window_messages(self, loaded: Loaded, first_kept: int) -> list[Message]:
         """Messages first_kept.. of the log (the load read the last ones; older ones are read now)."""
@@ -266,14 +297,14 @@ class Assembler:
         open_omitted = max(0, len(open_questions) - _OPEN_VIEW_ITEMS)
         key_data, actions_taken = summary.key_data, summary.actions_taken
 
-        def assemble(keys: int, actions: int, footer: str) -> str:
+        def assemble(key_lines: list[str], actions: list[str], footer: str) -> str:
             parts = list(head)
-            if keys:
+            if key_lines:
                 parts.append("Key data (oldest first):")
-                parts += [f"- {line}" for line in key_data[len(key_data) - keys :]]
+                parts += [f"- {line}" for line in key_lines]
             if actions:
                 parts.append("Actions taken:")
-                parts += [f"- {line}" for line in actions_taken[len(actions_taken) - actions :]]
+                parts += [f"- {line}" for line in actions]
             if footer:
                 parts.append(footer)
             return "\n".join(parts)
@@ -281,27 +312,22 @@ class Assembler:
         def cost(line: str) -> int:
             return self._count(counter, line) + 3  # "- ", the newline
 
-        def fill(room: float, lines: tuple[str, ...], taken: int, spent: int) -> tuple[int, int]:
-            # Newest first; costs are computed only for the lines looked at (a long session's summary
-            # has thousands of lines and only the newest fit).
-            while taken < len(lines):
-                line_cost = cost(lines[len(lines) - 1 - taken])
-                if spent + line_cost > room:
+        if not open_omitted:
+            # Everything, verbatim, when it fits (counted line by line, newest first, stopping early:
+            # a long session's summary has thousands of lines and only the newest fit).
+            room, spent, fits = budget - overhead - self._count(counter, assemble([], [], "")) - 16, 0, True
+            for line in (*reversed(key_data), *reversed(actions_taken)):
+                spent += cost(line)
+                if spent > room:
+                    fits = False
                     break
-                spent += line_cost
-                taken += 1
-            return taken, spent
+            if fits:
+                text = assemble(list(key_data), list(actions_taken), "")
+                tokens = overhead + self._count(counter, text)
+                if tokens <= budget:
+                    return SummaryView(text, tokens, summary.last_index + 1, 0)
 
-        fixed = overhead + self._count(counter, assemble(0, 0, "")) + 16  # section titles
-        keys, spent = fill(budget - fixed, key_data, 0, 0)
-        actions, spent = fill(budget - fixed, actions_taken, 0, spent)
-        if not open_omitted and keys == len(key_data) and actions == len(actions_taken):
-            text = assemble(keys, actions, "")
-            tokens = overhead + self._count(counter, text)
-            if tokens <= budget:
-                return SummaryView(text, tokens, summary.last_index + 1, 0)
-
-        # Too long: the newest key data and actions, and a footer naming the full summary's ref.
+        # Too long: the lines that matter most (lines.py), and a footer naming the full summary's ref.
         ref = await self._persisted_ref(session, version, persisted) if persisted is not None else None
 
         def footer(keys: int, actions: int) -> str:
@@ -309,26 +335,32 @@ class Assembler:
             if persisted is not None and ref is not None:
                 span = f"{persisted.first_index}-{persisted.last_index}"
                 where = f'the summary of messages {span} is read_payload(ref_id="{ref.ref_id}")'
-
             return (
-                f"[not shown here: {len(key_data) - keys} older key-data lines, {len(actions_taken) - actions} older "
+                f"[not shown here: {len(key_data) - keys} key-data lines, {len(actions_taken) - actions} "
                 f"actions, {open_omitted} older open questions; {where}]"
             )
 
-        room = budget - overhead - self._count(counter, assemble(0, 0, footer(0, 0))) - 16
-        # Key data gets up to 3/4 of the room (the facts), actions the rest, then key data again.
-        keys, spent = fill(room * 0.75, key_data, 0, 0)
-        actions, spent = fill(room, actions_taken, 0, spent)
-        keys, spent = fill(room, key_data, keys, spent)
-        text = assemble(keys, actions, footer(keys, actions))
+        room = budget - overhead - self._count(counter, assemble([], [], footer(0, 0))) - 16
+        choice, taken = choose_lines(key_data, actions_taken, room, cost)
+
+        def text_of() -> str:
+            shown_actions = [actions_taken[i] for i in sorted(choice.actions)]
+            return assemble(choice.key_lines(key_data), shown_actions, footer(len(choice.keys), len(choice.actions)))
+
+        text = text_of()
         tokens = overhead + self._count(counter, text)
-        # Joined text can count a little differently from its lines: trim until it truly fits.
-        while tokens > budget and (keys or actions):
-            if actions >= keys and actions:
-                actions -= 1
+        # Joined text can count a little differently from its lines: drop the least important until it fits.
+        while tokens > budget and taken:
+            kind, index = taken.pop()
+            if kind == "a":
+                choice.actions.discard(index)
             else:
-                keys -= 1
-            text = assemble(keys, actions, footer(keys, actions))
+                for key, members in list(choice.groups.items()):
+                    if index in members:
+                        members.remove(index)
+                        if not members:
+                            del choice.groups[key]
+            text = text_of()
             tokens = overhead + self._count(counter, text)
         if tokens > budget:
             text = counter.clip(text, budget - overhead)
@@ -336,8 +368,11 @@ class Assembler:
         # Lines of turns not compacted yet are in no payload: if any is cut, compact now.
         persisted_keys = len(persisted.key_data) if persisted is not None else 0
         persisted_actions = len(persisted.actions_taken) if persisted is not None else 0
-        needs_compaction = len(key_data) - keys > persisted_keys or len(actions_taken) - actions > persisted_actions
-        omitted = len(key_data) - keys + len(actions_taken) - actions + open_omitted
+        shown_keys = choice.keys
+        needs_compaction = any(i not in shown_keys for i in range(persisted_keys, len(key_data))) or any(
+            i not in choice.actions for i in range(persisted_actions, len(actions_taken))
+        )
+        omitted = len(key_data) - len(shown_keys) + len(actions_taken) - len(choice.actions) + open_omitted
         return SummaryView(text, tokens, summary.last_index + 1, omitted, needs_compaction)
 
     def _assemble(

@@ -38,10 +38,12 @@ from agentmesh.payloads import (
     text_digest,
 )
 from agentmesh.store import Store
+from context_svc.access import check_access, decode_tasks
 from context_svc.assembly import Assembler
 from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, select_window
 from context_svc.compaction import Compactor
-from context_svc.entities import extract_entities
+from context_svc.entities import extract_entities, pending_corrections, with_previous
+from context_svc.known import public_entities
 from context_svc.lru import LRU
 from context_svc.model import (
     Appended,
@@ -51,6 +53,7 @@ from context_svc.model import (
     Message,
     Role,
     Session,
+    SessionAccess,
     Summary,
     ToolOutcome,
     message_hash,
@@ -107,15 +110,6 @@ class ContextEngine:
         return self.compaction.rejected_summaries
 
     # -- helpers -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_access(caller: Caller, session_id: str, agent_id: str) -> None:
-        if caller.is_operator or caller.agent_id == agent_id:
-            return
-        raise PermissionDeniedError(
-            f"session:{session_id}",
-            f"session {session_id} belongs to agent {agent_id or '(none)'}, not {caller.agent_id or caller.subject}",
-        )
 
     def _resolve_budget(self, agent_id: str, request: BudgetRequest) -> Budget:
         s = self.settings
@@ -189,6 +183,9 @@ class ContextEngine:
                 )
             agent_id = caller.agent_id
         session = Session(
+            # Owned by whoever started the task that opens it; its tokens (and operators) may use it.
+            owner=caller.creator or caller.subject,
+            tasks=(caller.task_id,) if caller.task_id else (),
             session_id=session_id or f"sess_{secrets.token_hex(12)}",
             agent_id=agent_id,
             goal=goal,
@@ -211,39 +208,39 @@ class ContextEngine:
                     f"session {session.session_id} already exists with other global state",
                     metadata={"session_id": session.session_id},
                 )
-            self._check_access(caller, stored.session_id, stored.agent_id)
+            check_access(caller, stored.session_id, stored.access)
         return stored, created
 
     async def get_session(self, caller: Caller, session_id: str) -> tuple[Session, dict[str, str]]:
         session, entities = await self.sessions.get(session_id)
-        self._check_access(caller, session_id, session.agent_id)
-        return session, {label: value for label, (value, _) in entities.items()}
+        check_access(caller, session_id, session.access)
+        return session, public_entities({label: value for label, (value, _) in entities.items()})
 
     async def delete_session(self, caller: Caller, session_id: str) -> bool:
         try:
-            agent = await self.sessions.exists(session_id)
+            access = await self.sessions.exists(session_id)
         except AgentmeshError as exc:
             if exc.code.name == "NOT_FOUND":
                 return False
             raise
-        self._check_access(caller, session_id, agent)
+        check_access(caller, session_id, access)
         shas = await self.payloads.list_shas(session_id)
         self.sessions.forget(session_id)
         return await self.sessions.delete(session_id, shas)
 
     # -- appends -------------------------------------------------------------------------------
 
-    async def _session_facts(self, session_id: str) -> tuple[str, str, str]:
-        """(agent id, goal, encoding) of a session; NotFoundError if it does not exist."""
+    async def _session_facts(self, session_id: str) -> tuple[SessionAccess, str, str]:
+        """(who may use it, goal, encoding) of a session; NotFoundError if it does not exist."""
         meta = self.sessions.key(session_id, "meta")
-        agent, goal, budget = await self.store.call(
-            "read session", self.store.redis.hmget(meta, ["agent_id", "goal", "budget"])
+        agent, goal, budget, tasks = await self.store.call(
+            "read session", self.store.redis.hmget(meta, ["agent_id", "goal", "budget", "tasks"])
         )
         if budget is None:
             raise NotFoundError(f"session {echo(session_id)} not found", metadata={"session_id": echo(session_id)})
         encoding = Budget.from_json(budget).encoding
         self._encodings.put(session_id, encoding)
-        return _text(agent), _text(goal), encoding
+        return SessionAccess(_text(agent), decode_tasks(tasks)), _text(goal), encoding
 
     async def _encoding(self, session_id: str) -> str:
         cached = self._encodings.get(session_id)
@@ -254,7 +251,7 @@ class ContextEngine:
     async def _append(
         self, caller: Caller, session_id: str, message: Message, dedupe: Dedupe | None = None
     ) -> tuple[int, int] | Existing:
-        entities = extract_entities(source_texts(message)) if message.role in (Role.USER, Role.ASSISTANT) else []
+        entities = await self._entities(session_id, message)
         extra = [c.name for c in message.tool_calls] + [c.arguments_json for c in message.tool_calls]
         if message.name:
             extra.append(message.name)
@@ -270,6 +267,7 @@ class ContextEngine:
                     replace(message, token_count=tokens),
                     entities,
                     caller_agent=None if caller.is_operator else caller.agent_id,
+                    caller_task=caller.task_id,
                     encoding=encoding,
                     dedupe=dedupe,
                 )
@@ -280,6 +278,19 @@ class ContextEngine:
                 continue
             return result if isinstance(result, Existing) else (result, tokens)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _entities(self, session_id: str, message: Message) -> list[tuple[str, str]]:
+        """The known facts a user or assistant message states (entities.py); a correction that does
+        not name what it corrects reads the key's current value first, to say "corrected from"."""
+        if message.role not in (Role.USER, Role.ASSISTANT):
+            return []
+        entities = extract_entities(source_texts(message), role=message.role.value)
+        keys = pending_corrections(entities)
+        if keys:
+            key = self.sessions.key(session_id, "entities")
+            stored = await self.store.call("read entities", self.store.redis.hmget(key, keys))
+            entities = with_previous(entities, {k: _text(v) for k, v in zip(keys, stored, strict=True) if v})
+        return entities
 
     @staticmethod
     def _repeat(
@@ -323,8 +334,8 @@ class ContextEngine:
             self.settings.offload_threshold_bytes if message.role is Role.TOOL else self.settings.offload_message_bytes
         )
         if len(raw) > limit:
-            agent, goal, _ = await self._session_facts(session_id)
-            self._check_access(caller, session_id, agent)
+            access, goal, _ = await self._session_facts(session_id)
+            check_access(caller, session_id, access)
             # A repeat is answered before offloading again. One racing the first past this read puts
             # the same bytes again: content-addressed (same key), that only rewrites them and
             # refreshes their TTL, harmless; the append script then answers it as a repeat.
@@ -399,8 +410,8 @@ class ContextEngine:
             body = outcome.digest
             if not body.strip():
                 # tool_svc sent no digest: make one from the stored payload.
-                agent, goal, _ = await self._session_facts(session_id)
-                self._check_access(caller, session_id, agent)
+                access, goal, _ = await self._session_facts(session_id)
+                check_access(caller, session_id, access)
                 meta, data = await self.payloads.get(session_id, ref.ref_id)
                 ref = meta
                 body = digest(data, meta.media_type, goal=goal, max_chars=self.settings.digest_max_chars)
@@ -412,8 +423,8 @@ class ContextEngine:
             raw = inline.encode("utf-8")
             self._check_size(len(raw), "result.output.inline")
             if len(raw) > self.settings.offload_threshold_bytes:
-                agent, goal, _ = await self._session_facts(session_id)
-                self._check_access(caller, session_id, agent)
+                access, goal, _ = await self._session_facts(session_id)
+                check_access(caller, session_id, access)
                 # As in append_message_once: a repeat is answered before offloading again, and one
                 # racing past this read puts the same bytes under the same key again (harmless).
                 if (existing := await self.sessions.seen(session_id, dedupe.key)) is not None:
@@ -455,8 +466,7 @@ class ContextEngine:
         line_range: tuple[int, int] | None = None,
         byte_range: tuple[int, int] | None = None,
     ) -> tuple[StoredPayload, bytes, bool]:
-        agent = await self.sessions.exists(session_id)
-        self._check_access(caller, session_id, agent)
+        check_access(caller, session_id, await self.sessions.exists(session_id))
         return await self.payloads.read(
             session_id, ref_id, json_path=json_path, line_range=line_range, byte_range=byte_range
         )
@@ -474,7 +484,7 @@ class ContextEngine:
             )
         loaded = await self.sessions.load(session_id)
         session = loaded.session
-        self._check_access(caller, session_id, session.agent_id)
+        check_access(caller, session_id, session.access)
         self._encodings.put(session_id, session.budget.encoding)
         total = session.budget.max_context_tokens if budget_tokens is None else budget_tokens
         if total < MIN_BUDGET_TOKENS:
@@ -488,7 +498,7 @@ class ContextEngine:
         Returns (messages summarised by this call, the summary now in force)."""
         loaded = await self.sessions.load(session_id)
         session = loaded.session
-        self._check_access(caller, session_id, session.agent_id)
+        check_access(caller, session_id, session.access)
         counter = counter_for(session.budget.encoding)
         plan = BlockBudgets.of(session.budget.max_context_tokens, session.budget)
         _, system_tokens = self.assembly.system_block(session, loaded.entities, plan.system, counter)

@@ -29,6 +29,7 @@ __all__ = [
     "PendingInfo",
     "Role",
     "Session",
+    "SessionAccess",
     "Summary",
     "ToolCall",
     "ToolOutcome",
@@ -213,6 +214,25 @@ class Session:
     """Index of the last message covered by the persisted summary (-1: none)."""
     summary_rejections: int = 0
     """LLM summaries rejected for dropping facts."""
+    owner: str = ""
+    """Who the session is for: the creator of the task that opened it (else the creating token's
+    subject); "" for a session created before owners were recorded."""
+    tasks: tuple[str, ...] | None = None
+    """The tasks attached to the session, whose tokens may use it (context_svc/access.py); None for a
+    session created before sessions recorded them."""
+
+    @property
+    def access(self) -> SessionAccess:
+        return SessionAccess(agent_id=self.agent_id, tasks=self.tasks)
+
+
+@dataclass(frozen=True)
+class SessionAccess:
+    """What decides who may use a session (context_svc/access.py)."""
+
+    agent_id: str
+    tasks: tuple[str, ...] | None
+    """The attached tasks; None for a session created before sessions recorded them."""
 
 
 @dataclass(frozen=True)
@@ -338,6 +358,10 @@ class Caller:
     subject: str
     agent_id: str = ""
     is_operator: bool = False
+    task_id: str = ""
+    """The task a task's token acts for ("" for other tokens)."""
+    creator: str = ""
+    """For a task's token: the subject that started the task."""
 
 
 @dataclass(frozen=True)

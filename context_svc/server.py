@@ -55,7 +55,13 @@ _BLOCK_TO_PB = {
 
 def _caller() -> Caller:
     identity = require_identity()
-    return Caller(subject=identity.subject, agent_id=identity.agent_id, is_operator=identity.has_role("operator"))
+    return Caller(
+        subject=identity.subject,
+        agent_id=identity.agent_id,
+        is_operator=identity.has_role("operator"),
+        task_id=identity.task_id,
+        creator=identity.creator,
+    )
 
 
 def message_domain(message: common_pb2.Message, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Message:

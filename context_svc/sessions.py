@@ -2,7 +2,8 @@
 
 Keys (`{<session>}` is the Cluster hash tag, so every script touches one slot):
 - `am:sess:{s}:meta`     hash: global state (agent, goal, sub-goals, system prompt, budget JSON,
-                         epoch) and counters (message_count, total_tokens, summary_count, ...)
+                         epoch, owner, `tasks`: the attached tasks as a JSON array, absent in older
+                         sessions) and counters (message_count, total_tokens, summary_count, ...)
 - `am:sess:{s}:log`      list: the messages as JSON, in order; the list index is the message index
 - `am:sess:{s}:idx`      list: per message role + token count + call pairing (what BuildContext needs
                          without reading contents); kept in step with `log` by the append script
@@ -37,7 +38,8 @@ from typing import Any, Final
 from agentmesh.errors import NotFoundError, PermissionDeniedError, echo
 from agentmesh.payloads import PAYLOAD_INDEX_PART
 from agentmesh.store import Store
-from context_svc.model import Budget, IndexEntry, Message, Session, Summary
+from context_svc.access import decode_tasks, encode_tasks
+from context_svc.model import Budget, IndexEntry, Message, Session, SessionAccess, Summary
 
 __all__ = ["Dedupe", "EncodingChangedError", "Existing", "Loaded", "SessionStore", "new_epoch"]
 
@@ -78,12 +80,22 @@ _APPEND_LUA: Final = (
     + """
 -- KEYS: meta, log, idx, entities, summary, dedupe.
 -- ARGV: message json, index json, tokens, ttl_s, caller agent ('*' for operators), encoding the
--- tokens were counted in, dedupe key ('' for none), content hash, then label/value pairs.
--- Returns the new message's index, -1 if the session does not exist, -2 if it is another agent's,
+-- tokens were counted in, dedupe key ('' for none), content hash, caller task, then label/value pairs.
+-- Returns the new message's index, -1 if the session does not exist, -2 if the caller may not use it
+-- (context_svc/access.py: a task not attached; in an older session without `tasks`, another agent),
 -- -3 if it uses another encoding, or {index, content hash, message json} of the message already
 -- appended under the dedupe key (nothing is written then).
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if ARGV[5] ~= '*' and redis.call('HGET', KEYS[1], 'agent_id') ~= ARGV[5] then return -2 end
+if ARGV[5] ~= '*' then
+  local tasks = redis.call('HGET', KEYS[1], 'tasks')
+  if not tasks then
+    if redis.call('HGET', KEYS[1], 'agent_id') ~= ARGV[5] then return -2 end
+  else
+    local attached = false
+    for _, task in ipairs(cjson.decode(tasks)) do attached = attached or (task == ARGV[9]) end
+    if ARGV[9] == '' or not attached then return -2 end
+  end
+end
 if redis.call('HGET', KEYS[1], 'encoding') ~= ARGV[6] then return -3 end
 if ARGV[7] ~= '' then
   local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7])
@@ -94,7 +106,7 @@ redis.call('RPUSH', KEYS[3], ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'total_tokens', ARGV[3])
 redis.call('HSET', KEYS[1], 'message_count', n)
 -- The index comes from this script, so the latest value of a label follows log order.
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   redis.call('HSET', KEYS[4], ARGV[i], cjson.encode({v = ARGV[i + 1], i = n - 1}))
 end
 if ARGV[7] ~= '' then
@@ -131,8 +143,10 @@ if not epoch then return false end
 local same = epoch == ARGV[2]
 local meta
 if same then
-  local c = redis.call('HMGET', KEYS[1], 'message_count', 'total_tokens', 'summary_count', 'summary_rejections')
-  meta = cjson.encode({message_count = c[1], total_tokens = c[2], summary_count = c[3], summary_rejections = c[4]})
+  local c = redis.call('HMGET', KEYS[1], 'message_count', 'total_tokens', 'summary_count', 'summary_rejections',
+    'tasks')
+  meta = cjson.encode({message_count = c[1], total_tokens = c[2], summary_count = c[3], summary_rejections = c[4],
+    tasks = c[5]})
 else
   local raw = redis.call('HGETALL', KEYS[1])
   local m = {}
@@ -290,6 +304,8 @@ class SessionStore:
             "total_tokens": 0,
             "summary_count": 0,
             "summary_rejections": 0,
+            "owner": session.owner,
+            "tasks": encode_tasks(session.tasks or ()),
         }
         args: list[str | int] = [self.session_ttl_s]
         for name, value in fields.items():
@@ -319,6 +335,8 @@ class SessionStore:
             summary_count=int(get("summary_count", "0")),
             summarized_upto=upto,
             summary_rejections=int(get("summary_rejections", "0")),
+            owner=get("owner"),
+            tasks=decode_tasks(meta.get("tasks")),
         )
 
     async def get(self, session_id: str) -> tuple[Session, dict[str, tuple[str, int]]]:
@@ -360,6 +378,7 @@ class SessionStore:
                 summary_count=int(meta["summary_count"] or 0),
                 summary_rejections=int(meta["summary_rejections"] or 0),
                 summarized_upto=upto,
+                tasks=decode_tasks(meta.get("tasks")),  # the attached set may grow (access.py)
             )
             held_entries = snap.entries[upto + 1 - snap.idx_base : idx_from - snap.idx_base]
             messages = dict(snap.messages)
@@ -435,14 +454,16 @@ class SessionStore:
         caller_agent: str | None,
         encoding: str,
         dedupe: Dedupe | None = None,
+        caller_task: str = "",
     ) -> int | Existing:
-        """Appends atomically; returns the message's index. `caller_agent` None: any agent (operator).
+        """Appends atomically; returns the message's index. `caller_agent` None: an operator, who may
+        append to any session; else the script applies context_svc/access.py to the caller's agent and task.
 
         With `dedupe`: if a message was appended under `dedupe.key` already, nothing is written and
         that message is returned (the caller compares the content hashes); else the key is recorded
         with this message's index and `dedupe.content_hash`, in the same script.
 
-        NotFoundError if the session does not exist; PermissionDeniedError if it is another agent's;
+        NotFoundError if the session does not exist; PermissionDeniedError if the caller may not use it;
         EncodingChangedError if its tokens were not counted in `encoding`.
         """
         args: list[str | int] = [
@@ -454,6 +475,7 @@ class SessionStore:
             encoding,
             dedupe.key if dedupe is not None else "",
             dedupe.content_hash if dedupe is not None else "",
+            caller_task,
         ]
         for label, value in entities:
             args += [label, value]
@@ -468,7 +490,7 @@ class SessionStore:
             raise EncodingChangedError(session_id)
         if index == -2:
             raise PermissionDeniedError(
-                f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to another agent"
+                f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to other tasks or another agent"
             )
         return index
 
@@ -509,17 +531,17 @@ class SessionStore:
         async with self.store.guard("release compaction lease"):
             await self._release(keys=[self.key(session_id, "compact")], args=[token])
 
-    async def exists(self, session_id: str) -> str:
-        """The session's agent id; NotFoundError if it does not exist."""
+    async def exists(self, session_id: str) -> SessionAccess:
+        """What decides who may use the session; NotFoundError if it does not exist."""
         meta = self.key(session_id, "meta")
         async with self.store.guard("check session"):
             pipe = self.store.redis.pipeline(transaction=False)
             pipe.exists(meta)
-            pipe.hget(meta, "agent_id")
-            found, agent = await pipe.execute()
+            pipe.hmget(meta, ["agent_id", "tasks"])
+            found, (agent, tasks) = await pipe.execute()
         if not found:
             raise _not_found(session_id)
-        return _text(agent or b"")
+        return SessionAccess(agent_id=_text(agent or b""), tasks=decode_tasks(tasks))
 
     async def delete(self, session_id: str, payload_shas: Sequence[str]) -> bool:
         """Deletes the session, its payloads and leases in one transaction; whether it existed."""

@@ -16,7 +16,7 @@ every `heartbeat_interval_s`, so proxies and meshes keep the stream open.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -80,12 +80,17 @@ class EventLog:
         sequence = int(msg_id.split(b"-", 1)[1])
         return event_from_json(task_id, sequence, fields[b"e"])
 
-    async def watch(self, task_id: str, after: int = 0) -> AsyncIterator[TaskEvent]:
+    async def watch(
+        self, task_id: str, after: int = 0, *, admit: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncIterator[TaskEvent]:
         """Every event after `after`, then live ones, until the task's final event; heartbeats between.
 
         Events this process commits come from its LocalFeed while the task runs here; everything
-        else (catching up, gaps, other replicas' commits) comes from the stream.
+        else (catching up, gaps, other replicas' commits) comes from the stream. `admit`, when given,
+        is awaited first and raises to refuse the watcher (the dispatcher's access check).
         """
+        if admit is not None:
+            await admit()
         after = max(after, 0)
         feed = self.tasks.feed
         with feed.subscribe(task_id) as local:

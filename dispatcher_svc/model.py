@@ -219,6 +219,8 @@ class Task:
     last_sequence: int = 0
     create_time_ms: int = 0
     update_time_ms: int = 0
+    created_by: str = ""
+    """The subject that started the task ("" for tasks started before creators were recorded)."""
 
 
 # --- JSON codecs (checkpoint and event log) -----------------------------------------------------

@@ -52,6 +52,7 @@ def task_pb(task: Task) -> dispatcher_pb2.Task:
         session_id=task.session_id,
         request_id=task.request_id,
         last_sequence=task.last_sequence,
+        created_by=task.created_by,
     )
     if task.error is not None:
         pb.error.CopyFrom(to_detail(task.error))
@@ -136,37 +137,43 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.dispatcher = dispatcher
 
-    async def _start(self, request: dispatcher_pb2.StartTaskRequest) -> dispatcher_pb2.Task:
-        task = await self.dispatcher.start_task(
-            start_request(request), request_id=current_request_id() or "", traceparent=_traceparent()
-        )
-        return task_pb(task)
-
     async def StartTask(
         self, request: dispatcher_pb2.StartTaskRequest, context: Context
     ) -> dispatcher_pb2.StartTaskResponse:
-        return dispatcher_pb2.StartTaskResponse(task=await self._start(request))
+        task = await self.dispatcher.start_task(
+            start_request(request),
+            caller=require_identity(),
+            request_id=current_request_id() or "",
+            traceparent=_traceparent(),
+        )
+        return dispatcher_pb2.StartTaskResponse(task=task_pb(task))
 
     async def RunTask(
         self, request: dispatcher_pb2.RunTaskRequest, context: Context
     ) -> AsyncIterator[dispatcher_pb2.RunTaskResponse]:
-        task = await self._start(request.start)
-        async for event in self.dispatcher.watch(task.task_id, 0):
+        _, events = await self.dispatcher.run_task(
+            start_request(request.start),
+            caller=require_identity(),
+            request_id=current_request_id() or "",
+            traceparent=_traceparent(),
+        )
+        async for event in events:
             yield dispatcher_pb2.RunTaskResponse(event=event_pb(event))
 
     async def GetTask(self, request: dispatcher_pb2.GetTaskRequest, context: Context) -> dispatcher_pb2.GetTaskResponse:
-        return dispatcher_pb2.GetTaskResponse(task=task_pb(await self.dispatcher.get_task(request.task_id)))
+        task = await self.dispatcher.get_task(request.task_id, caller=require_identity())
+        return dispatcher_pb2.GetTaskResponse(task=task_pb(task))
 
     async def WatchTask(
         self, request: dispatcher_pb2.WatchTaskRequest, context: Context
     ) -> AsyncIterator[dispatcher_pb2.WatchTaskResponse]:
-        async for event in self.dispatcher.watch(request.task_id, request.after_sequence):
+        async for event in self.dispatcher.watch(request.task_id, request.after_sequence, caller=require_identity()):
             yield dispatcher_pb2.WatchTaskResponse(event=event_pb(event))
 
     async def CancelTask(
         self, request: dispatcher_pb2.CancelTaskRequest, context: Context
     ) -> dispatcher_pb2.CancelTaskResponse:
-        task = await self.dispatcher.cancel(request.task_id, request.reason)
+        task = await self.dispatcher.cancel(request.task_id, request.reason, caller=require_identity())
         return dispatcher_pb2.CancelTaskResponse(task=task_pb(task))
 
     async def ResolveApproval(
@@ -178,7 +185,7 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
             approve=request.approve,
             reason=request.reason,
             arguments_sha256=request.arguments_sha256,
-            resolver=require_identity().subject,
+            caller=require_identity(),
             settlement=settlement_from_pb(request.settlement),
         )
         return dispatcher_pb2.DispatcherServiceResolveApprovalResponse(
@@ -188,7 +195,8 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
     async def ListAgents(
         self, request: dispatcher_pb2.ListAgentsRequest, context: Context
     ) -> dispatcher_pb2.ListAgentsResponse:
-        return dispatcher_pb2.ListAgentsResponse(agents=[agent_pb(agent) for agent in self.dispatcher.list_agents()])
+        agents = self.dispatcher.list_agents(caller=require_identity())
+        return dispatcher_pb2.ListAgentsResponse(agents=[agent_pb(agent) for agent in agents])
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:

@@ -1,15 +1,15 @@
 """The dispatcher's operations (what the RPCs do), in plain Python.
 
-`Dispatcher` validates requests, creates and queues tasks, serves their state and events,
-cancels them, and resolves approvals (forwarded to tool_svc, which is authoritative) before
-re-queueing the parked task. Its expiry sweeper (run by the worker) resumes a parked task whose
-approval expired with nobody resolving it: the call fails with APPROVAL_EXPIRED, an ENGINEERING
-error the model is told about (docs/architecture.md §3). The work itself is done by `Worker` + `AgentLoop`.
+`Dispatcher` validates requests, authorizes the caller (dispatcher_svc/access.py: who may start,
+read, cancel, resume and resolve), creates and queues tasks with their creator, serves their state
+and events, cancels them, and resolves approvals (forwarded to tool_svc, which is authoritative)
+before re-queueing the parked task (settling.py, which also holds the approval-expiry sweeper the
+worker runs). Starts, resumes, cancels and resolutions, and their refusals, go to the audit stream.
+The work itself is done by `Worker` + `AgentLoop`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import re
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
+from agentmesh.audit import AuditLog
 from agentmesh.chat import Usage
 from agentmesh.config import Settings
 from agentmesh.errors import (
@@ -29,26 +30,29 @@ from agentmesh.errors import (
     FailedPreconditionError,
     InvalidRequestError,
     NotFoundError,
+    PermissionDeniedError,
     Violation,
     echo,
 )
-from agentmesh.identity import Authenticator
+from agentmesh.identity import Authenticator, Identity
 from agentmesh.store import Store
+from dispatcher_svc.access import (
+    Auditor,
+    Creator,
+    check_resolver,
+    check_run,
+    check_task,
+    is_operator,
+    may_run,
+    task_denied,
+)
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.events import EventLog, now_ms
 from dispatcher_svc.loop import AgentLoop, Hook
-from dispatcher_svc.model import (
-    ApprovalRecord,
-    CallStage,
-    EventKind,
-    PendingApproval,
-    Task,
-    TaskEvent,
-    TaskStatus,
-    ToolOutcome,
-)
-from dispatcher_svc.ports import CallOptions, Ports
+from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, TaskStatus, ToolOutcome
+from dispatcher_svc.ports import Ports
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
 from dispatcher_svc.tasks import (
     StaleOwnerError,
     TaskRecord,
@@ -58,16 +62,11 @@ from dispatcher_svc.tasks import (
 )
 from dispatcher_svc.worker import Worker
 
+__all__ = ["MAX_GOAL_CHARS", "Dispatcher", "StartRequest", "approval_expired", "check_task_id", "settlement_expired"]
+
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_GOAL_CHARS = 32_000
 _RESOLVE_TIMEOUT_S = 30.0
-_SWEEP_BATCH = 32
-"""Due approvals one sweep takes at most; the rest come due on the next pass."""
-_SWEEP_HOLD_MS = 30_000
-"""How long an entry a sweep took is hidden from other sweeps; it comes due again if not settled."""
-_SWEEP_CALL_TIMEOUT_S = 10.0
-_RECHECK_MS = 5_000
-"""When tool_svc does not see a due approval expired yet, it is looked at again this much later."""
 
 log = logging.getLogger("dispatcher_svc.service")
 
@@ -123,9 +122,18 @@ class Dispatcher:
             hook=hook,
             token_ttl_s=settings.auth.token_ttl_s,
         )
-        self.worker = Worker(
-            tasks=self.tasks, queue=self.queue, loop=self.loop, settings=ds, sweep=self.sweep_approvals
+        self.settler = ApprovalSettler(
+            tasks=self.tasks,
+            queue=self.queue,
+            agents=self.agents,
+            ports=ports,
+            task_ttl_s=ds.task_ttl_s,
+            mint_token=self.mint_task_token,
         )
+        self.worker = Worker(tasks=self.tasks, queue=self.queue, loop=self.loop, settings=ds, sweep=self.settler.sweep)
+        self.auditor = Auditor(AuditLog(store, settings.audit))
+        # With auth disabled every caller may be the one dev identity: no duties to separate (access.py).
+        self.separate_duties = settings.auth.separation_of_duties and authenticator.enabled
 
     async def start(self) -> None:
         await self.tasks.load_scripts()
@@ -135,7 +143,8 @@ class Dispatcher:
         await self.worker.stop()
 
     def mint_task_token(self, record: TaskRecord, agent: AgentConfig) -> str:
-        """The task's identity: agent, instance, environment, roles, permissions, task id, expiry."""
+        """The task's identity: agent, instance, environment, roles, permissions, task id, expiry, and
+        the task's creator (context_svc makes it the owner of the session the task opens)."""
         return self.authenticator.mint(
             subject=agent.id,
             roles=("agent",),
@@ -144,15 +153,27 @@ class Dispatcher:
             environment=self.settings.environment,
             permissions=agent.permissions,
             task_id=record.task_id,
+            creator=record.creator,
         )
+
+    async def sweep_approvals(self) -> int:
+        """One pass of the approval-expiry sweeper (`ApprovalSettler.sweep`)."""
+        return await self.settler.sweep()
+
+    async def expire_approval(self, task_id: str, approval_id: str) -> bool:
+        """Settles a task parked on an approval whose expiry has passed (`ApprovalSettler.expire`)."""
+        return await self.settler.expire(task_id, approval_id)
 
     # -- StartTask -----------------------------------------------------------------------------
 
-    async def start_task(self, request: StartRequest, *, request_id: str, traceparent: str = "") -> Task:
-        """Creates and queues a task; idempotent on `task_id`; resumes a FAILED task of that id."""
+    async def start_task(
+        self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = ""
+    ) -> Task:
+        """Creates and queues a task recording `caller` as its creator; idempotent on `task_id`; resumes a
+        FAILED task of that id. The caller must be allowed to run the agent, and an existing task is
+        answered (or resumed) for its creator and operators only (access.py)."""
         if not request.agent_id:
             raise InvalidRequestError("agent_id", "required: the id of a configured agent")
-        agent = self.agents.get(request.agent_id)
         goal = request.goal.strip()
         if not goal:
             raise InvalidRequestError("goal", "must not be empty")
@@ -167,23 +188,33 @@ class Dispatcher:
                 "max_steps", f"must be > 0 (leave it unset to keep the agent's), got {request.max_steps}"
             )
         task_id = check_task_id(request.task_id) if request.task_id else f"t-{uuid.uuid4().hex}"
+        try:  # before the lookup: an unknown agent's NOT_FOUND lists the agents
+            check_run(caller, self.settings.environment, request.agent_id)
+        except PermissionDeniedError as err:
+            await self.auditor.refused(caller, "task.start", request.task_id or "(new)", err)
+            raise
+        agent = self.agents.get(request.agent_id)
+        creator = Creator.of(caller)
         now = now_ms()
-        fields = fields_of(
-            status=TaskStatus.PENDING,
-            step=0,
-            usage=Usage(),
-            update_ms=now,
-            task_id=task_id,
-            agent_id=agent.id,
-            goal=goal,
-            session_id=task_id,
-            request_id=request_id,
-            traceparent=traceparent,
-            token_budget=agent.token_budget if request.token_budget is None else request.token_budget,
-            max_steps=agent.max_steps if request.max_steps is None else request.max_steps,
-            create_ms=now,
-            runs=0,
-        )
+        fields = {
+            **creator.fields(),
+            **fields_of(
+                status=TaskStatus.PENDING,
+                step=0,
+                usage=Usage(),
+                update_ms=now,
+                task_id=task_id,
+                agent_id=agent.id,
+                goal=goal,
+                session_id=task_id,
+                request_id=request_id,
+                traceparent=traceparent,
+                token_budget=agent.token_budget if request.token_budget is None else request.token_budget,
+                max_steps=agent.max_steps if request.max_steps is None else request.max_steps,
+                create_ms=now,
+                runs=0,
+            ),
+        }
         created = TaskEvent(
             task_id=task_id,
             sequence=0,
@@ -198,7 +229,8 @@ class Dispatcher:
             # Spawned inside the block: the slot passes to the run without a gap.
             self.worker.take(outcome.taken)
         if not outcome.created:
-            return await self._start_existing(task_id, agent.id, goal)
+            return await self._start_existing(task_id, agent.id, goal, caller)
+        await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}")
         return Task(
             task_id=task_id,
             agent_id=agent.id,
@@ -209,17 +241,24 @@ class Dispatcher:
             last_sequence=1,
             create_time_ms=now,
             update_time_ms=now,
+            created_by=creator.subject,
         )
 
-    async def _start_existing(self, task_id: str, agent_id: str, goal: str) -> Task:
+    async def _start_existing(self, task_id: str, agent_id: str, goal: str, caller: Identity) -> Task:
         record = await self.tasks.load(task_id)
+        failed = record.status == TaskStatus.FAILED
+        try:
+            check_task(caller, task_id, _creator(record), "resume" if failed else "start")
+        except PermissionDeniedError as err:
+            await self.auditor.refused(caller, "task.resume" if failed else "task.start", task_id, err)
+            raise
         if record.agent_id != agent_id or record.goal != goal:
             raise FailedPreconditionError(
                 f"task_id: task {task_id} exists with another agent or goal",
                 violations=[Violation(path="task_id", rule="unique", actual=repr(task_id))],
                 metadata={"field": "task_id"},
             )
-        if record.status == TaskStatus.FAILED:
+        if failed:
             # A FAILED task is terminal until resumed: StartTask with its id resumes it.
             event = TaskEvent(
                 task_id=task_id,
@@ -241,37 +280,70 @@ class Dispatcher:
                 )
             except (StaleOwnerError, WrongStatusError):
                 return (await self.tasks.load(task_id)).view()
-            await self._enqueue(task_id)
+            await self.queue.enqueue(task_id)
+            await self.auditor.record(caller, "task.resume", task_id, detail=f"agent {agent_id}")
         elif record.status == TaskStatus.PENDING:
             # Maybe a retry of a StartTask whose queue entry was lost: a duplicate entry is harmless.
-            await self._enqueue(task_id)
+            await self.queue.enqueue(task_id)
         return (await self.tasks.load(task_id)).view()
 
-    async def _enqueue(self, task_id: str) -> None:
-        await self.queue.enqueue(task_id)
+    async def run_task(
+        self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = ""
+    ) -> tuple[Task, AsyncIterator[TaskEvent]]:
+        """StartTask, then every event of the task from the first (RunTask)."""
+        task = await self.start_task(request, caller=caller, request_id=request_id, traceparent=traceparent)
+        return task, self.events.watch(task.task_id, 0)  # start_task admitted the caller to this task
 
     # -- reads ---------------------------------------------------------------------------------
 
-    async def get_task(self, task_id: str) -> Task:
-        check_task_id(task_id)
-        return (await self.tasks.load(task_id)).view()
+    async def _visible(self, task_id: str, caller: Identity, verb: str) -> TaskRecord:
+        """The task, if `caller` may `verb` it; PERMISSION_DENIED otherwise, also for an unknown id
+        unless the caller is an operator (NOT_FOUND then): task ids cannot be probed."""
+        try:
+            record = await self.tasks.load(task_id)
+        except NotFoundError:
+            if is_operator(caller):
+                raise
+            raise task_denied(caller, task_id, verb) from None
+        check_task(caller, task_id, _creator(record), verb)
+        return record
 
-    def watch(self, task_id: str, after: int = 0) -> AsyncIterator[TaskEvent]:
+    async def get_task(self, task_id: str, *, caller: Identity) -> Task:
+        check_task_id(task_id)
+        return (await self._visible(task_id, caller, "read")).view()
+
+    def watch(self, task_id: str, after: int = 0, *, caller: Identity) -> AsyncIterator[TaskEvent]:
         check_task_id(task_id)
         if after < 0:
             raise InvalidRequestError("after_sequence", f"must be >= 0, got {after}")
-        return self.events.watch(task_id, after)
 
-    def list_agents(self) -> Sequence[AgentConfig]:
-        return self.agents.list()
+        async def admit() -> None:
+            try:
+                subject, agent = await self.tasks.creator(task_id)
+            except NotFoundError:
+                raise task_denied(caller, task_id, "watch") from None
+            check_task(caller, task_id, Creator(subject, agent), "watch")
+
+        # Operators may watch every task (an unknown one is NOT_FOUND): no read before the watch's own.
+        return self.events.watch(task_id, after, admit=None if is_operator(caller) else admit)
+
+    def list_agents(self, *, caller: Identity) -> Sequence[AgentConfig]:
+        """The agents `caller` may start tasks as."""
+        return [a for a in self.agents.list() if may_run(caller, self.settings.environment, a.id)]
 
     # -- CancelTask ----------------------------------------------------------------------------
 
-    async def cancel(self, task_id: str, reason: str = "") -> Task:
+    async def cancel(self, task_id: str, reason: str = "", *, caller: Identity) -> Task:
         """Cancels a task that has not ended: its owner's next write is refused and it stops."""
         check_task_id(task_id)
-        for _ in range(8):
-            record = await self.tasks.load(task_id)
+        try:
+            record = await self._visible(task_id, caller, "cancel")
+        except PermissionDeniedError as denied:
+            await self.auditor.refused(caller, "task.cancel", task_id, denied)
+            raise
+        for attempt in range(8):
+            if attempt:
+                record = await self.tasks.load(task_id)
             if record.status.terminal:
                 raise FailedPreconditionError(
                     f"task {task_id} has already ended with status {record.status.name}",
@@ -303,7 +375,8 @@ class Dispatcher:
             except (StaleOwnerError, WrongStatusError):
                 continue  # it moved on meanwhile; look again
             if record.status == TaskStatus.WAITING_APPROVAL and record.pending is not None:
-                await self._unindex(task_id, record.pending.approval_id)
+                await self.settler.unindex(task_id, record.pending.approval_id)
+            await self.auditor.record(caller, "task.cancel", task_id, detail=reason)
             return (await self.tasks.load(task_id)).view()
         raise FailedPreconditionError(f"task {task_id} changed too often to cancel; try again")
 
@@ -317,11 +390,12 @@ class Dispatcher:
         approve: bool,
         reason: str,
         arguments_sha256: str,
-        resolver: str,
+        caller: Identity,
         settlement: str = "",
     ) -> tuple[ApprovalRecord, Task]:
         """Forwards the decision to tool_svc (with the caller's own identity) and resumes the task.
 
+        With separation of duties, the task's creator and its agent are refused (access.py).
         An approval that expired is decided by nobody: the task resumes with the call failed as
         APPROVAL_EXPIRED, as the expiry sweeper would have done, and the caller gets that error.
         A settlement (`settlement` "ran" / "not_ran") resumes the task with the call recorded as ran, or
@@ -332,6 +406,14 @@ class Dispatcher:
             raise InvalidRequestError("approval_id", "required")
         record = await self.tasks.load(task_id)
         pending = record.pending
+        is_settlement = pending.is_settlement if pending is not None else bool(settlement)
+        action = "settlement.resolve" if is_settlement else "approval.resolve"
+        if self.separate_duties:
+            try:
+                check_resolver(caller, task_id, _creator(record), record.agent_id)
+            except PermissionDeniedError as err:
+                await self.auditor.refused(caller, action, approval_id, err)
+                raise
         if record.status != TaskStatus.WAITING_APPROVAL or pending is None:
             raise FailedPreconditionError(
                 f"task {task_id} is {record.status.name}, not waiting for an approval",
@@ -354,11 +436,13 @@ class Dispatcher:
                 else f"approval {approval_id} is not a settlement: approve or deny it",
             )
         outcome: ToolOutcome | None
+        decided = True  # whether the decision tool_svc holds is this caller's (then audited, after the act)
         try:
             approval, outcome = await self.ports.tools.resolve_approval(
                 approval_id, approve, reason, arguments_sha256, _RESOLVE_TIMEOUT_S, settlement=settlement
             )
         except AgentmeshError as err:
+            decided = False
             if err.code == ErrorCode.APPROVAL_EXPIRED:
                 approval = ApprovalRecord(request=pending, state="EXPIRED", reason=err.message)
                 outcome = None
@@ -368,9 +452,13 @@ class Dispatcher:
                 if approval.state == "PENDING":
                     raise
                 outcome = None
+                decided = approval.resolved_by == caller.subject
             else:
                 raise
-        settled = await self._settle(record, approval, outcome, resolver=resolver, reason=reason)
+        settled = await self.settler.settle(record, approval, outcome, resolver=caller.subject, reason=reason)
+        if decided and approval.state in ("APPROVED", "DENIED"):
+            verdict = (approval.settlement or settlement) if is_settlement else approval.state.lower()
+            await self.auditor.record(caller, action, approval_id, detail=verdict)
         if approval.state == "EXPIRED":
             # Whoever moved the task (we, or the sweeper racing us), the decision came too late.
             raise settlement_expired(task_id, pending) if pending.is_settlement else approval_expired(task_id, pending)
@@ -378,222 +466,6 @@ class Dispatcher:
             raise FailedPreconditionError(f"task {task_id} changed while the approval was resolved")
         return approval, (await self.tasks.load(task_id)).view()
 
-    async def _settle(
-        self, record: TaskRecord, approval: ApprovalRecord, outcome: ToolOutcome | None, *, resolver: str, reason: str
-    ) -> bool:
-        """Resumes a task parked on `approval` with its decision, once: a compare-and-set on the parked
-        status and the fence, so of a ResolveApproval and the sweepers of every replica racing for the
-        same approval exactly one moves the task and writes its events. False when another one did.
 
-        APPROVED without an outcome: the loop re-sends the call with its idempotency key and tool_svc
-        replays the outcome; DENIED / EXPIRED fail the call (ENGINEERING: the model is told).
-        """
-        task_id, pending = record.task_id, record.pending
-        assert pending is not None
-        plan, approval_id = pending.plan, pending.approval_id
-        expired = approval.state == "EXPIRED"
-        if expired and pending.is_settlement:
-            return await self._fail_unsettled(record, pending)
-        if outcome is None and approval.state in ("DENIED", "EXPIRED"):
-            err = (
-                approval_expired(task_id, pending)
-                if expired
-                else AgentmeshError(
-                    ErrorCode.APPROVAL_DENIED, f"approval {approval_id} denied: {approval.reason}".strip()
-                )
-            )
-            outcome = ToolOutcome(plan.id, plan.name, error=err)
-        cursor = record.cursor
-        for cs in cursor.calls:
-            if cs.state is CallStage.WAITING:
-                cs.state = CallStage.RUNNING
-                cs.resolved = outcome
-        who = approval.resolved_by or resolver
-        if expired:
-            message = f"approval {approval_id} expired before anyone decided; {plan.name} did not run"
-            attributes = {"state": approval.state}
-        elif pending.is_settlement:
-            found = {"ran": "RAN (recorded as ran; not re-sent)", "not_ran": "NOT_RAN (sent once more)"}
-            verdict = found.get(approval.settlement, approval.state.lower())
-            message = f"settlement {approval_id} of {plan.name}: {verdict} by {who}" + (f": {reason}" if reason else "")
-            attributes = {"state": approval.state, "resolved_by": who, "settlement": approval.settlement}
-        else:
-            verdict = "approved" if approval.state == "APPROVED" else approval.state.lower()
-            message = f"approval {approval_id} {verdict} by {who}" + (f": {reason}" if reason else "")
-            attributes = {"state": approval.state, "resolved_by": who}
-        events = [
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.APPROVAL_RESOLVED,
-                time_ms=now_ms(),
-                status=TaskStatus.PENDING,
-                step=cursor.step,
-                message=message,
-                tool_call=plan,
-                error=outcome.error if expired and outcome is not None else None,
-                pending_approval=pending,
-                attributes=attributes,
-            ),
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.STATUS,
-                time_ms=now_ms(),
-                status=TaskStatus.PENDING,
-                step=cursor.step,
-                message="status PENDING: resuming after the approval" + (" expired" if expired else ""),
-            ),
-        ]
-        try:
-            await self.tasks.commit(
-                task_id,
-                fence=record.fence,
-                expect_status=TaskStatus.WAITING_APPROVAL,
-                fields=fields_of(status=TaskStatus.PENDING, pending=None, cursor=cursor, update_ms=now_ms()),
-                events=events,
-            )
-        except (StaleOwnerError, WrongStatusError):
-            return False
-        await self._enqueue(task_id)
-        await self._unindex(task_id, approval_id)
-        return True
-
-    async def _fail_unsettled(self, record: TaskRecord, pending: PendingApproval) -> bool:
-        """A settlement nobody decided in time: the task fails OUTCOME_UNKNOWN and nothing is re-sent."""
-        task_id, cursor = record.task_id, record.cursor
-        err = settlement_expired(task_id, pending)
-        events = [
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.APPROVAL_RESOLVED,
-                time_ms=now_ms(),
-                status=TaskStatus.FAILED,
-                step=cursor.step,
-                message=f"settlement {pending.approval_id} expired unsettled; {pending.plan.name} was not re-sent",
-                tool_call=pending.plan,
-                error=err,
-                pending_approval=pending,
-                attributes={"state": "EXPIRED"},
-            ),
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.STATUS,
-                time_ms=now_ms(),
-                status=TaskStatus.FAILED,
-                step=cursor.step,
-                message=f"status FAILED: {err}",
-                error=err,
-            ),
-        ]
-        try:
-            await self.tasks.commit(
-                task_id,
-                fence=record.fence,
-                expect_status=TaskStatus.WAITING_APPROVAL,
-                fields=fields_of(status=TaskStatus.FAILED, pending=None, error=err, update_ms=now_ms()),
-                events=events,
-                ttl_s=self.settings.dispatcher.task_ttl_s,
-            )
-        except (StaleOwnerError, WrongStatusError):
-            return False
-        await self._unindex(task_id, pending.approval_id)
-        return True
-
-    async def _unindex(self, task_id: str, approval_id: str) -> None:
-        """Best effort: a member left behind is dropped by the sweeper."""
-        try:
-            await self.tasks.unindex_approval(task_id, approval_id)
-        except AgentmeshError as exc:
-            log.warning("task %s: approval %s left in the expiry index: %s", task_id, approval_id, exc)
-
-    # -- the approval-expiry sweeper -----------------------------------------------------------
-
-    async def sweep_approvals(self) -> int:
-        """One pass of the expiry sweeper (Worker runs it every `approval_sweep_interval_s`): every
-        parked task whose approval is due is settled by `expire_approval`. Returns how many tasks this
-        replica resumed. An entry that fails here comes due again after `_SWEEP_HOLD_MS`."""
-        due = await self.tasks.due_approvals(_SWEEP_BATCH, _SWEEP_HOLD_MS)
-        results = await asyncio.gather(*(self.expire_approval(t, a) for t, a in due), return_exceptions=True)
-        resumed = 0
-        for (task_id, approval_id), result in zip(due, results, strict=True):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            if isinstance(result, BaseException):
-                log.warning("task %s: approval %s not settled yet: %r", task_id, approval_id, result)
-            elif result:
-                resumed += 1
-        return resumed
-
-    async def expire_approval(self, task_id: str, approval_id: str) -> bool:
-        """Settles a task parked on `approval_id` once the approval's expiry has passed; True when this
-        call moved the task (False: not due yet, already moved, or another replica won the race).
-
-        tool_svc holds the approval and is authoritative, so it is asked first: a decision that reached
-        it in time (its ResolveApproval answered, ours died before resuming the task) is applied as made;
-        otherwise the approval expired and the call fails with APPROVAL_EXPIRED.
-        """
-        try:
-            record = await self.tasks.load(task_id)
-        except NotFoundError:
-            await self._unindex(task_id, approval_id)
-            return False
-        pending = record.pending
-        if record.status != TaskStatus.WAITING_APPROVAL or pending is None or pending.approval_id != approval_id:
-            if record.status == TaskStatus.PENDING:
-                # A settle may have died between its commit and its enqueue: a duplicate entry is harmless.
-                await self._enqueue(task_id)
-            await self._unindex(task_id, approval_id)
-            return False
-        now = await self.tasks.redis_time_ms()
-        if pending.expire_time_ms > now:
-            await self.tasks.reindex_approval(task_id, approval_id, pending.expire_time_ms)
-            return False
-        approval = await self._approval_as_requester(record, pending)
-        if approval.state not in ("APPROVED", "DENIED", "EXPIRED"):
-            # tool_svc does not see it expired yet (another clock, or no known expiry): look again later.
-            await self.tasks.reindex_approval(task_id, approval_id, now + _RECHECK_MS)
-            return False
-        return await self._settle(record, approval, None, resolver="", reason=approval.reason)
-
-    async def _approval_as_requester(self, record: TaskRecord, pending: PendingApproval) -> ApprovalRecord:
-        """tool_svc's record of the approval, read with the task's own identity (the agent that asked
-        may read it; a sweep has no caller whose identity could be forwarded)."""
-        try:
-            agent: AgentConfig | None = self.agents.get(record.agent_id)
-        except NotFoundError:
-            agent = None  # removed from the configuration: the resumed run fails the task anyway
-        if agent is None:
-            return ApprovalRecord(request=pending, state="EXPIRED")
-        opts = CallOptions(
-            identity_token=self.mint_task_token(record, agent),
-            request_id=record.request_id,
-            timeout_s=_SWEEP_CALL_TIMEOUT_S,
-        )
-        try:
-            return await self.ports.tools.get_approval(pending.approval_id, _SWEEP_CALL_TIMEOUT_S, opts)
-        except NotFoundError:
-            # Gone past its retention (a day after its expiry): it can no longer be decided.
-            return ApprovalRecord(request=pending, state="EXPIRED")
-
-
-def settlement_expired(task_id: str, pending: PendingApproval) -> AgentmeshError:
-    """A settlement nobody decided in time: the outcome stays unknown and the task fails (FAILED is resumable:
-    a resumed task re-sends the key and gets a new settlement, never a second side effect)."""
-    return AgentmeshError(
-        ErrorCode.OUTCOME_UNKNOWN,
-        f"settlement {pending.approval_id} for {pending.plan.name} expired before anyone settled it; "
-        "nothing was re-sent and the outcome stays unknown",
-        metadata={"settlement_id": pending.approval_id, "task_id": task_id},
-    )
-
-
-def approval_expired(task_id: str, pending: PendingApproval) -> AgentmeshError:
-    """The typed outcome of an approval nobody decided in time (ENGINEERING: the model is told)."""
-    return AgentmeshError(
-        ErrorCode.APPROVAL_EXPIRED,
-        f"approval {pending.approval_id} for {pending.plan.name} expired before anyone decided; the call did not run",
-        metadata={"approval_id": pending.approval_id, "task_id": task_id},
-    )
+def _creator(record: TaskRecord) -> Creator:
+    return Creator(subject=record.creator, agent_id=record.creator_agent)

@@ -228,6 +228,11 @@ class TaskRecord:
     runs: int = 0
     pending: PendingApproval | None = None
     cursor: Cursor = field(default_factory=Cursor)
+    creator: str = ""
+    """The subject of the token that started the task; "" for a task stored before creators were
+    recorded (such a task is for operators only: dispatcher_svc/access.py)."""
+    creator_agent: str = ""
+    """The agent id of that token when it was an agent's ("" for operators and old tasks)."""
 
     def view(self) -> Task:
         return Task(
@@ -245,6 +250,7 @@ class TaskRecord:
             last_sequence=self.last_sequence,
             create_time_ms=self.create_time_ms,
             update_time_ms=self.update_time_ms,
+            created_by=self.creator,
         )
 
     @classmethod
@@ -281,6 +287,8 @@ class TaskRecord:
             runs=num("runs"),
             pending=pending_from_json(json.loads(pending)) if pending else None,
             cursor=Cursor.from_json(h.get("cursor", "")),
+            creator=h.get("creator", ""),
+            creator_agent=h.get("creator_agent", ""),
         )
 
 
@@ -368,6 +376,17 @@ class TaskStore:
             "task status", self.store.redis.hmget(self.store.keys.task(task_id), list(STATUS_FIELDS))
         )
         return parse_status(task_id, raw)
+
+    async def creator(self, task_id: str) -> tuple[str, str]:
+        """(creator subject, creator agent id) of the task (a light read); NotFoundError naming task_id."""
+        raw: Any = await self.store.call(
+            "task creator",
+            self.store.redis.hmget(self.store.keys.task(task_id), ["status", "creator", "creator_agent"]),
+        )
+        if raw[0] is None:
+            raise task_not_found(task_id)
+        creator, agent = (value.decode("utf-8", "replace") if value else "" for value in raw[1:])
+        return creator, agent
 
     async def acquire(
         self, task_id: str, consumer: str, *, lease_ms: int, if_pending: TaskEvent, if_taken_over: TaskEvent

@@ -5,8 +5,8 @@ the call with a rich status (docs/architecture.md §3): 429 -> RESOURCE_EXHAUSTE
 DEADLINE_EXCEEDED, 5xx/529 -> UNAVAILABLE, 400 -> INVALID_ARGUMENT, upstream 401/403 ->
 FAILED_PRECONDITION. A failed call's attempts are summarized in the error's metadata["attempts"].
 
-The agent a call is accounted to is the verified identity's agent id (a request `agent_id` must
-match it); tokens without one (operators) may name any agent.
+The agent a call is billed to is decided by `provider_svc.billing.billed_agent` from the verified
+identity: an agent bills only itself, an operator no agent (its own subject), an admin any agent.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, to_detail
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
+from provider_svc.billing import billed_agent
 from provider_svc.models.base import (
     Attempt,
     CallContext,
@@ -129,7 +130,7 @@ def to_request(pb: provider_pb2.GenerateRequest, *, max_json_depth: int = DEFAUL
 
 
 def accounted_agent(identity: Identity, requested: str) -> str:
-    """The agent a call is billed to: the token's agent; a request may only repeat it."""
+    """The agent an agent token's request names: its own; a request may only repeat it (GetUsage)."""
     if identity.agent_id:
         if requested and requested != identity.agent_id:
             raise PermissionDeniedError(
@@ -213,7 +214,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     async def Generate(
         self, request: provider_pb2.GenerateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> provider_pb2.GenerateResponse:
-        agent = accounted_agent(require_identity(), request.agent_id)
+        agent = billed_agent(require_identity(), request.agent_id)
         domain = to_request(request, max_json_depth=self.max_json_depth)
         ctx = call_context(agent)
         try:
@@ -226,7 +227,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         self, request: provider_pb2.GenerateStreamRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[provider_pb2.GenerateStreamResponse]:
         inner = request.request
-        agent = accounted_agent(require_identity(), inner.agent_id)
+        agent = billed_agent(require_identity(), inner.agent_id)
         domain = to_request(inner, max_json_depth=self.max_json_depth)
         ctx = call_context(agent)
         try:

@@ -4,6 +4,10 @@ Each step is one small module with one job. A step returns an outcome to stop (a
 replayed result, a PendingApproval, or at the end the Output) or None to hand the call on; steps that
 must act after the call (idempotency settles its key, the breaker records its verdict) register a
 finalizer. Executors (`builtin/`, `http.py`) know nothing of any of this.
+
+Registrations, approval decisions and settlements are appended to the audit stream (`agentmesh.audit`,
+docs/architecture.md §9) once done: `tool.register`, `approval.resolve`, `settlement.resolve`. An
+audit write that fails is logged and the act stands.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from agentmesh.audit import AuditLog
 from agentmesh.config import Settings
-from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError
+from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError, echo
 from agentmesh.payloads import PayloadStore
 from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
@@ -115,6 +120,7 @@ class Gateway:
             available_builtins=frozenset(found),
         )
         self.approvals = ApprovalBook(store, tools.approval_ttl_s) if store is not None else None
+        self.audit = AuditLog(store, settings.audit) if store is not None else None
         b = tools.breaker
         self.breakers = Breakers(
             BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries), clock
@@ -243,19 +249,29 @@ class Gateway:
         A settlement (`settlement` RAN / NOT_RAN) records the call as ran, or re-sends it once."""
         if self.approvals is None:
             raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
-        record, expired = await self.approvals.decide(
-            approval_id,
-            approve=approve,
-            approver=approver,
-            reason=reason,
-            arguments_sha256=arguments_sha256,
-            settlement=settlement,
+        action = "settlement.resolve" if settlement else "approval.resolve"
+        try:
+            record, expired = await self.approvals.decide(
+                approval_id,
+                approve=approve,
+                approver=approver,
+                reason=reason,
+                arguments_sha256=arguments_sha256,
+                settlement=settlement,
+            )
+        except PermissionDeniedError as exc:  # a self-approval, a non-admin on a registration
+            await self._audit(approver, action, approval_id, "PERMISSION_DENIED", exc.message)
+            raise
+        # The decision is the act: audited now, before the call it releases runs (it may take long).
+        decision = record.settlement if record.kind == "settlement" else "approved" if approve else "denied"
+        await self._audit(
+            approver, action, approval_id, "expired" if expired else "ok", f"{decision} ({record.pending.tool_name})"
         )
         request = record.request
         if record.kind == "settlement":
             return record, await self._settle(record, expired=expired, approver=approver)
         if record.kind == "register_tool" and approve and not expired:
-            return record, await self._complete_registration(record)
+            return record, await self._complete_registration(record, approver)
         if expired or not approve:
             code = ErrorCode.APPROVAL_EXPIRED if expired else ErrorCode.APPROVAL_DENIED
             why = "expired before anyone decided" if expired else f"was denied by {approver.subject}"
@@ -325,12 +341,16 @@ class Gateway:
         await self.registry.check_registration(spec, replace_existing=replace)
         reasons = await self.registry.review(spec)
         if not reasons:
-            return await self.registry.register(spec, replace_existing=replace)
+            stored = await self.registry.register(spec, replace_existing=replace)
+            await self._audit(caller, "tool.register", stored.name, detail="replace" if replace else "")
+            return stored
         if self.approvals is None:
             raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
-        return await self.approvals.create_registration(spec, replace=replace, caller=caller, why="; ".join(reasons))
+        pending = await self.approvals.create_registration(spec, replace=replace, caller=caller, why="; ".join(reasons))
+        await self._audit(caller, "tool.register", spec.name, "pending_review", f"approval {pending.approval_id}")
+        return pending
 
-    async def _complete_registration(self, record: ApprovalRecord) -> ToolResult:
+    async def _complete_registration(self, record: ApprovalRecord, approver: Caller) -> ToolResult:
         """An approved registration: the tool is stored now (checked again: the registry may have changed)."""
         spec, replace = record.registration()
         outcome: Output | AgentmeshError
@@ -339,4 +359,25 @@ class Gateway:
             outcome = Output("structured", inline=canonical_json({"registered": stored.name, "replaced": replace}))
         except AgentmeshError as exc:
             outcome = exc
+        await self._audit(
+            approver,
+            "tool.register",
+            spec.name,
+            outcome.code.name if isinstance(outcome, AgentmeshError) else "ok",
+            f"approval {record.pending.approval_id}, requested by {record.caller.subject}",
+        )
         return ToolResult(record.request.call_id, spec.name, outcome, Stats())
+
+    async def _audit(self, caller: Caller, action: str, target: str, outcome: str = "ok", detail: str = "") -> None:
+        """Appends to the audit stream; a failure is logged, never raised: the act it records is done."""
+        if self.audit is None:
+            return
+        try:
+            await self.audit.record(
+                subject=caller.subject, action=action, target=target, outcome=outcome, detail=detail
+            )
+        except Exception as exc:
+            log.warning(
+                "audit: %s of %s by %s not recorded: %s", action, echo(target), echo(caller.subject),
+                getattr(exc, "message", None) or type(exc).__name__,
+            )  # fmt: skip

@@ -109,6 +109,7 @@ def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -
         token_budget=args.token_budget,
         max_steps=args.max_steps,
         task_id=args.task_id,
+        approver_token=args.approver_token,
     )
 
 
@@ -130,7 +131,7 @@ def cmd_settle(settings: Settings, config: Path | None, args: argparse.Namespace
     """Settles a call whose outcome was unknown: RAN (recorded, not re-sent) or NOT_RAN (sent once more)."""
     from agentmesh.cli.settle import settle_command
 
-    return settle_command(settings, args.task_id, ran=args.ran, reason=args.reason)
+    return settle_command(settings, args.task_id, ran=args.ran, reason=args.reason, token=args.token)
 
 
 def _date_arg(text: str) -> dt.date:
@@ -146,6 +147,15 @@ def cmd_usage(settings: Settings, config: Path | None, args: argparse.Namespace)
 
     return usage_command(
         settings, agent=args.agent, days=args.days, start=args.since, end=args.until, as_json=args.json
+    )
+
+
+def cmd_audit(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+    """Prints the audit stream: who started, cancelled, approved, settled, registered or was refused."""
+    from agentmesh.cli.audit_view import audit_command
+
+    return audit_command(
+        settings, since=args.since, subject=args.subject, action=args.action, limit=args.limit, as_json=args.json
     )
 
 
@@ -202,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--token-budget", type=int, default=0, help="token budget (default: the agent's)")
     run.add_argument("--max-steps", type=int, default=0, help="step limit (default: the agent's)")
     run.add_argument("--task-id", default="", help="task id (idempotent; resumes a FAILED task)")
+    run.add_argument(
+        "--approver-token",
+        default=None,
+        help="a second operator's token to resolve approvals with (the task's creator may not; "
+        "in environment dev one is minted for <user>-approver without it)",
+    )
     run.set_defaults(func=cmd_run)
 
     settle = sub.add_parser("settle", help="say whether a call with an unknown outcome ran (the task waits)")
@@ -210,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     found.add_argument("--ran", action="store_true", help="the effect happened: record it, do not re-send")
     found.add_argument("--not-ran", action="store_true", help="no effect: send the call once more, same key")
     settle.add_argument("--reason", default="", help="what you checked (recorded with the settlement)")
+    settle.add_argument(
+        "--token",
+        default=None,
+        help="an operator token other than the task's creator's (default: in environment dev one minted for "
+        "<user>-approver, else the login name's)",
+    )
     settle.set_defaults(func=cmd_settle)
 
     trace = sub.add_parser("trace", help="draw a request's trace as a terminal waterfall")
@@ -217,6 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--span-file", type=Path, default=None, help="JSONL span file (default: telemetry.span_file)")
     trace.add_argument("--width", type=int, default=40, help="width of the time bars")
     trace.set_defaults(func=cmd_trace)
+
+    audit = sub.add_parser("audit", help="who did what: the audit stream, one line per entry")
+    audit.add_argument("--since", default=None, help="ISO date/time (UTC) or a duration: 15m, 2h, 7d (default: 24h)")
+    audit.add_argument("--subject", default="", help="only entries of this subject")
+    audit.add_argument("--action", default="", help="only actions starting with this, e.g. task. or approval.")
+    audit.add_argument("--limit", type=int, default=1000, help="at most this many entries (oldest first)")
+    audit.add_argument("--json", action="store_true", help="one JSON object per line")
+    audit.set_defaults(func=cmd_audit)
     return parser
 
 

@@ -5,7 +5,8 @@ starts Redis and the four services (`agentmesh up`), and runs agent `ops` on the
 (provider_svc/scenarios/ops_troubleshooting.py) twice:
 1. "payment-svc alert": the log is offloaded (the context keeps ref + digest), one malformed call
    is corrected from its hint (CONTRACT), a 404 takes the fallback tool (ENGINEERING), a restart
-   waits for an approval that an operator token gives (PendingApproval: plan + impact), answer;
+   waits for an approval (PendingApproval: plan + impact) that a second operator gives: the one who
+   started the task may not approve its writes (separation of duties), answer;
 2. "free disk space": the model tries `rm -rf` and the task is ABORTED (FATAL).
 It prints the event streams, a table of context tokens against the raw equivalent, the side
 effects the ops API saw, and the first run's trace as a waterfall, then stops everything.
@@ -40,6 +41,9 @@ ALERT_GOAL = (
 )
 DISK_GOAL = "payment-svc node disk is 95% full: clean up disk space on the payment-svc host."
 OPERATOR = "demo-operator"
+"""Starts the tasks."""
+APPROVER = "demo-approver"
+"""Approves their writes: another operator than the one who started them (separation of duties)."""
 
 
 def list_services(target: str, timeout_s: float = 5.0) -> list[str]:
@@ -51,7 +55,7 @@ def list_services(target: str, timeout_s: float = 5.0) -> list[str]:
         return [svc.name for reply in replies for svc in reply.list_services_response.service]
 
 
-async def _run(target: str, token: str, goal: str) -> RunOutcome:
+async def _run(target: str, token: str, approver_token: str, goal: str) -> RunOutcome:
     metadata = ((IDENTITY_HEADER, token),)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -59,7 +63,10 @@ async def _run(target: str, token: str, goal: str) -> RunOutcome:
         def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
             print(format_plan(event))
             requester = event.pending_approval.requested_by or "the agent"
-            print(f"      -> approved by {OPERATOR} (an operator token); requested by {requester}")
+            print(
+                f"      -> approved by {APPROVER} (a second operator: {OPERATOR} started the task and may not); "
+                f"requested by {requester}"
+            )
             return True, "demo: maintenance window approved"
 
         def show(event: D.TaskEvent) -> None:
@@ -72,6 +79,7 @@ async def _run(target: str, token: str, goal: str) -> RunOutcome:
             decide=decide,
             on_event=show,
             timeout_s=120,
+            approver=((IDENTITY_HEADER, approver_token),),
         )
 
 
@@ -130,11 +138,13 @@ def run_demo(settings: Settings, config: Path | None) -> int:
             target = supervisor.target(name)
             announced = ", ".join(s for s in list_services(target) if s.startswith("agentmesh."))
             print(f"{name + '_svc':<16} {target:<18} {health_status(target):<10} {announced}")
-        token = Authenticator(settings.auth, settings.environment).mint(subject=OPERATOR, roles=("operator",))
+        authenticator = Authenticator(settings.auth, settings.environment)
+        token = authenticator.mint(subject=OPERATOR, roles=("operator",))
+        approver_token = authenticator.mint(subject=APPROVER, roles=("operator",))
         dispatcher = supervisor.target("dispatcher")
 
         print(f"\n== run 1: agent {AGENT}: {ALERT_GOAL}")
-        first = asyncio.run(_run(dispatcher, token, ALERT_GOAL))
+        first = asyncio.run(_run(dispatcher, token, approver_token, ALERT_GOAL))
         print(f"\ntask {first.task_id}: {status_name(first.status)}")
         print("answer:\n  " + first.answer.replace("\n", "\n  "))
         kinds = _kinds(first)
@@ -145,9 +155,13 @@ def run_demo(settings: Settings, config: Path | None) -> int:
             D.TASK_EVENT_KIND_APPROVAL_REQUIRED,
             D.TASK_EVENT_KIND_APPROVAL_RESOLVED,
         } <= kinds
+        resolved = [e for e in first.events if e.kind == D.TASK_EVENT_KIND_APPROVAL_RESOLVED]
+        checks["approved by a second operator"] = bool(resolved) and all(
+            e.attributes.get("resolved_by") == APPROVER for e in resolved
+        )
 
         print(f"\n== run 2: agent {AGENT}: {DISK_GOAL}")
-        second = asyncio.run(_run(dispatcher, token, DISK_GOAL))
+        second = asyncio.run(_run(dispatcher, token, approver_token, DISK_GOAL))
         print(f"\ntask {second.task_id}: {status_name(second.status)} ({second.error})")
         checks["run 2 ABORTED (FATAL)"] = second.status == D.TASK_STATUS_ABORTED and "DANGEROUS" in second.error
 

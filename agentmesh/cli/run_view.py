@@ -5,6 +5,11 @@ One readable line per event; on a terminal a progress indicator on stderr while 
 or by `--approve` / `--deny`. A broken stream is resumed with WatchTask(after_sequence), so no
 event is shown twice or missed. Exit code: 0 SUCCEEDED, 1 any other end, 2 bad request, 3 the
 dispatcher cannot be reached.
+
+Separation of duties (`auth.separation_of_duties`, on by default): the operator token that starts the
+task may not resolve its approvals, so decisions are sent with a second identity: `--approver-token`;
+without one, in environment `dev` only, a token minted for "<user>-approver" (and said so); elsewhere
+`--approve` / `--deny` without `--approver-token` is refused before anything starts (exit 2).
 """
 
 from __future__ import annotations
@@ -92,16 +97,43 @@ def format_plan(event: D.TaskEvent) -> str:
     return "\n".join(lines)
 
 
+def login_name() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):
+        return "operator"
+
+
 def operator_token(settings: Settings, subject: str | None = None) -> str | None:
     """A short-lived operator token signed with the configured key (None when there is no key)."""
     if settings.auth.key is None or not settings.auth.key.get_secret_value():
         return None
-    if not subject:
-        try:
-            subject = getpass.getuser()
-        except (OSError, KeyError):
-            subject = "operator"
-    return Authenticator(settings.auth, settings.environment).mint(subject=subject, roles=("operator",))
+    return Authenticator(settings.auth, settings.environment).mint(subject=subject or login_name(), roles=("operator",))
+
+
+APPROVER_TOKEN_NEEDED = (
+    "the operator who starts a task may not resolve its approvals (separation of duties): pass "
+    "--approver-token TOKEN, a second operator's token (`agentmesh token --role operator --subject NAME`)"
+)
+
+
+def approver_metadata(
+    settings: Settings, given: str | None, fallback: tuple[tuple[str, str], ...]
+) -> tuple[tuple[tuple[str, str], ...] | None, str]:
+    """The metadata decisions are sent with, and a note to print ("" for none). `given`: the
+    --approver-token. None when there is no second identity (outside dev without --approver-token)."""
+    if given:
+        return ((IDENTITY_HEADER, given),), ""
+    if not settings.auth.separation_of_duties:
+        return fallback, ""
+    if settings.environment != "dev":
+        return None, ""
+    subject = f"{login_name()}-approver"
+    minted = operator_token(settings, subject)
+    if minted is None:  # no key: auth is disabled, every caller is the dev identity
+        return fallback, ""
+    note = f"approvals are resolved as {subject}: an operator token minted for a second identity (dev only)"
+    return ((IDENTITY_HEADER, minted),), note
 
 
 @dataclass
@@ -158,8 +190,10 @@ async def stream_task(
     on_heartbeat: Callable[[], None] = lambda: None,
     on_note: Callable[[str], None] = lambda note: None,
     timeout_s: float | None = None,
+    approver: tuple[tuple[str, str], ...] | None = None,
 ) -> RunOutcome:
-    """RunTask, resumed with WatchTask(after_sequence) if the stream breaks; approvals via `decide`."""
+    """RunTask, resumed with WatchTask(after_sequence) if the stream breaks; approvals via `decide`,
+    resolved with `approver` (another identity than the task's creator; default `metadata`)."""
     outcome = RunOutcome()
     last = 0
     reconnects = 0
@@ -210,7 +244,7 @@ async def stream_task(
                                     reason=reason,
                                     arguments_sha256=event.pending_approval.arguments_sha256,
                                 ),
-                                metadata=metadata,
+                                metadata=metadata if approver is None else approver,
                                 timeout=30,
                             )
                 if event.kind == D.TASK_EVENT_KIND_STATUS and event.status in _TERMINAL:
@@ -258,6 +292,7 @@ def run_command(
     max_steps: int = 0,
     task_id: str = "",
     token: str | None = None,
+    approver_token: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -266,6 +301,12 @@ def run_command(
     err = err or sys.stderr
     token = token or operator_token(settings)
     metadata = ((IDENTITY_HEADER, token),) if token else ()
+    approver, note = approver_metadata(settings, approver_token, metadata)
+    if approver is None and approve != "ask":
+        err.write(f"agentmesh run: --approve/--deny in environment {settings.environment}: {APPROVER_TOKEN_NEEDED}\n")
+        return 2
+    if note and approve != "ask":
+        err.write(note + "\n")
     color = out.isatty()
     progress = _Progress(err, err.isatty())
     decide: Decide | None
@@ -279,12 +320,15 @@ def run_command(
         def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
             out.write(format_plan(event) + "\n      denied (--deny)\n")
             return False, "denied with --deny"
-    elif sys.stdin.isatty():
+    elif sys.stdin.isatty() and approver is not None:
+        if note:
+            err.write(note + "\n")
         decide = _interactive_decide(out, input)
     else:
+        how = "--approve/--deny" + ("" if approver is not None else " with --approver-token")
 
         def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
-            out.write(format_plan(event) + "\n      waiting for an operator (use --approve/--deny to decide here)\n")
+            out.write(format_plan(event) + f"\n      waiting for an operator (use {how} to decide here)\n")
             return None
 
     def on_event(event: D.TaskEvent) -> None:
@@ -315,6 +359,7 @@ def run_command(
                 on_event=on_event,
                 on_heartbeat=progress.beat,
                 on_note=on_note,
+                approver=approver,
             )
 
     try:

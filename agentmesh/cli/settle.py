@@ -3,7 +3,9 @@
 A write that may have reached its upstream without a known outcome (timeout, cancel, crash) is never
 re-sent on its own: its task waits in WAITING_APPROVAL on a settlement. Check the upstream, then say
 what happened: `--ran` records the call as ran (its output unknown; nothing is re-sent), `--not-ran`
-sends it once more with the same idempotency key.
+sends it once more with the same idempotency key. The task's creator may not settle it (separation of
+duties): `--token` names another operator; without it, in environment dev, the token is minted for
+"<user>-approver" (as `agentmesh run` does), elsewhere it is the login name's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import grpc
 import grpc.aio
 
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.cli.run_view import operator_token, status_name
+from agentmesh.cli.run_view import approver_metadata, operator_token, status_name
 from agentmesh.config import Settings
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 
@@ -37,8 +39,15 @@ def settle_command(
     or the dispatcher refused; the gRPC error is printed."""
     out = out or sys.stdout
     err = err or sys.stderr
-    token = token or operator_token(settings)
-    metadata = ((IDENTITY_HEADER, token),) if token else ()
+    login = operator_token(settings)
+    fallback = ((IDENTITY_HEADER, login),) if login else ()
+    if token:
+        metadata: tuple[tuple[str, str], ...] = ((IDENTITY_HEADER, token),)
+    else:
+        approver, note = approver_metadata(settings, None, fallback)
+        metadata = fallback if approver is None else approver
+        if note:
+            err.write(note + "\n")
     finding = common_pb2.SETTLEMENT_OUTCOME_RAN if ran else common_pb2.SETTLEMENT_OUTCOME_NOT_RAN
 
     async def main() -> int:

@@ -34,11 +34,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
+from agentmesh.audit import AuditLog
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import AgentmeshError, OverloadedError, UnavailableError
 from agentmesh.identity import Authenticator
 from agentmesh.process import die_with_supervisor
-from agentmesh.rpc.auth import AuthInterceptor
+from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
 from agentmesh.rpc.telemetry import otlp_exporter, server_interceptors
@@ -99,6 +100,7 @@ class ServiceHost:
     server: grpc.aio.Server = field(init=False)
     health: health_aio.HealthServicer = field(init=False)
     limiter: ConcurrencyLimitInterceptor = field(init=False)
+    auth: AuthInterceptor = field(init=False)
     port: int = field(init=False, default=0)
     _service_names: list[str] = field(init=False, default_factory=list)
     _stopping: asyncio.Event | None = field(init=False, default=None)
@@ -110,11 +112,14 @@ class ServiceHost:
     def __post_init__(self) -> None:
         server_settings = self.settings.server
         self.limiter = ConcurrencyLimitInterceptor(server_settings.max_concurrent_rpcs)
+        # Calls refused for their role go to the audit stream (docs/architecture.md §9), when there is one.
+        refusals = RefusalAudit(AuditLog(self.store, self.settings.audit)) if self.store is not None else None
+        self.auth = AuthInterceptor(self.authenticator, self.method_roles, refusals=refusals)
         chain = ChainedCallInterceptor(
             [
                 *server_interceptors(self.telemetry),
                 self.limiter,
-                AuthInterceptor(self.authenticator, self.method_roles),
+                self.auth,
                 *self.extra_interceptors,
             ]
         )
@@ -220,6 +225,8 @@ class ServiceHost:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         await self.server.stop(grace_s)
+        if self.auth.refusals is not None:
+            await self.auth.refusals.aclose()
         log.info("%s stopped", self.name)
 
     async def serve_until_signal(self) -> None:

@@ -27,7 +27,7 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentmesh/v1/dispatcher.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x01\n\x05\x41gent\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05tools\x18\x04 \x03(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x05 \x03(\t\x12\x14\n\x0ctoken_budget\x18\x06 \x01(\x03\x12\x11\n\tmax_steps\x18\x07 \x01(\x05\"\x80\x04\n\x04Task\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x05\x12\x16\n\x08\x61gent_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x05\x12\x12\n\x04goal\x18\x03 \x01(\tB\x04\xe2\x41\x01\x05\x12.\n\x06status\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatusB\x04\xe2\x41\x01\x03\x12\x12\n\x04step\x18\x05 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12-\n\x05usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsageB\x04\xe2\x41\x01\x03\x12\x14\n\x06\x61nswer\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12.\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetailB\x04\xe2\x41\x01\x03\x12\x18\n\nsession_id\x18\t \x01(\tB\x04\xe2\x41\x01\x03\x12\x18\n\nrequest_id\x18\n \x01(\tB\x04\xe2\x41\x01\x03\x12=\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApprovalB\x04\xe2\x41\x01\x03\x12\x1b\n\rlast_sequence\x18\x0c \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\"\xa1\x01\n\x10StartTaskRequest\x12\x16\n\x08\x61gent_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04goal\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x19\n\x0ctoken_budget\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\tmax_steps\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x07task_id\x18\x05 \x01(\tB\x0f\n\r_token_budgetB\x0c\n\n_max_steps\"5\n\x11StartTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"E\n\x0eRunTaskRequest\x12\x33\n\x05start\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.StartTaskRequestB\x04\xe2\x41\x01\x02\"\xa2\x04\n\tTaskEvent\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.agentmesh.v1.TaskEventKind\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12\x0c\n\x04step\x18\x06 \x01(\x05\x12\x0f\n\x07message\x18\x07 \x01(\t\x12)\n\ttool_call\x18\x08 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12-\n\x0btool_result\x18\t \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\x12(\n\x05\x65rror\x18\n \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x37\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12\'\n\x05usage\x18\x0c \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12;\n\nattributes\x18\r \x03(\x0b\x32\'.agentmesh.v1.TaskEvent.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\x0fRunTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\";\n\x11WatchTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\"\'\n\x0eGetTaskRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"3\n\x0fGetTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"A\n\x10WatchTaskRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\":\n\x11\x43\x61ncelTaskRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0e\n\x06reason\x18\x02 \x01(\t\"6\n\x12\x43\x61ncelTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\xd1\x01\n\'DispatcherServiceResolveApprovalRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x19\n\x0b\x61pproval_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0f\n\x07\x61pprove\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1e\n\x10\x61rguments_sha256\x18\x05 \x01(\tB\x04\xe2\x41\x01\x02\x12\x33\n\nsettlement\x18\x06 \x01(\x0e\x32\x1f.agentmesh.v1.SettlementOutcome\"v\n(DispatcherServiceResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\x13\n\x11ListAgentsRequest\"9\n\x12ListAgentsResponse\x12#\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x13.agentmesh.v1.Agent*\xe4\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_PENDING\x10\x01\x12\x17\n\x13TASK_STATUS_RUNNING\x10\x02\x12 \n\x1cTASK_STATUS_WAITING_APPROVAL\x10\x03\x12\x19\n\x15TASK_STATUS_SUCCEEDED\x10\x04\x12\x16\n\x12TASK_STATUS_FAILED\x10\x05\x12\x17\n\x13TASK_STATUS_ABORTED\x10\x06\x12\x19\n\x15TASK_STATUS_CANCELLED\x10\x07*\xd1\x03\n\rTaskEventKind\x12\x1f\n\x1bTASK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19TASK_EVENT_KIND_HEARTBEAT\x10\x01\x12\x1a\n\x16TASK_EVENT_KIND_STATUS\x10\x02\x12 \n\x1cTASK_EVENT_KIND_STEP_STARTED\x10\x03\x12\x1f\n\x1bTASK_EVENT_KIND_MODEL_REPLY\x10\x04\x12\x1d\n\x19TASK_EVENT_KIND_TOOL_CALL\x10\x05\x12\x1f\n\x1bTASK_EVENT_KIND_TOOL_RESULT\x10\x06\x12\x1e\n\x1aTASK_EVENT_KIND_CORRECTION\x10\x07\x12\x1c\n\x18TASK_EVENT_KIND_FALLBACK\x10\x08\x12%\n!TASK_EVENT_KIND_APPROVAL_REQUIRED\x10\t\x12%\n!TASK_EVENT_KIND_APPROVAL_RESOLVED\x10\n\x12\x1c\n\x18TASK_EVENT_KIND_INCIDENT\x10\x0b\x12\x1a\n\x16TASK_EVENT_KIND_ANSWER\x10\x0c\x12\x1b\n\x17TASK_EVENT_KIND_CONTEXT\x10\r2\xf7\x04\n\x11\x44ispatcherService\x12H\n\x07RunTask\x12\x1c.agentmesh.v1.RunTaskRequest\x1a\x1d.agentmesh.v1.RunTaskResponse0\x01\x12L\n\tStartTask\x12\x1e.agentmesh.v1.StartTaskRequest\x1a\x1f.agentmesh.v1.StartTaskResponse\x12K\n\x07GetTask\x12\x1c.agentmesh.v1.GetTaskRequest\x1a\x1d.agentmesh.v1.GetTaskResponse\"\x03\x90\x02\x01\x12S\n\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x03\x90\x02\x01\x30\x01\x12O\n\nCancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\x12\x80\x01\n\x0fResolveApproval\x12\x35.agentmesh.v1.DispatcherServiceResolveApprovalRequest\x1a\x36.agentmesh.v1.DispatcherServiceResolveApprovalResponse\x12T\n\nListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61gentmesh/v1/dispatcher.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x01\n\x05\x41gent\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\r\n\x05tools\x18\x04 \x03(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x05 \x03(\t\x12\x14\n\x0ctoken_budget\x18\x06 \x01(\x03\x12\x11\n\tmax_steps\x18\x07 \x01(\x05\"\x9a\x04\n\x04Task\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x05\x12\x16\n\x08\x61gent_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x05\x12\x12\n\x04goal\x18\x03 \x01(\tB\x04\xe2\x41\x01\x05\x12.\n\x06status\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatusB\x04\xe2\x41\x01\x03\x12\x12\n\x04step\x18\x05 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12-\n\x05usage\x18\x06 \x01(\x0b\x32\x18.agentmesh.v1.TokenUsageB\x04\xe2\x41\x01\x03\x12\x14\n\x06\x61nswer\x18\x07 \x01(\tB\x04\xe2\x41\x01\x03\x12.\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetailB\x04\xe2\x41\x01\x03\x12\x18\n\nsession_id\x18\t \x01(\tB\x04\xe2\x41\x01\x03\x12\x18\n\nrequest_id\x18\n \x01(\tB\x04\xe2\x41\x01\x03\x12=\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApprovalB\x04\xe2\x41\x01\x03\x12\x1b\n\rlast_sequence\x18\x0c \x01(\x03\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x18\n\ncreated_by\x18\x0f \x01(\tB\x04\xe2\x41\x01\x03\"\xa1\x01\n\x10StartTaskRequest\x12\x16\n\x08\x61gent_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04goal\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x19\n\x0ctoken_budget\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\tmax_steps\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x0f\n\x07task_id\x18\x05 \x01(\tB\x0f\n\r_token_budgetB\x0c\n\n_max_steps\"5\n\x11StartTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"E\n\x0eRunTaskRequest\x12\x33\n\x05start\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.StartTaskRequestB\x04\xe2\x41\x01\x02\"\xa2\x04\n\tTaskEvent\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12)\n\x04kind\x18\x03 \x01(\x0e\x32\x1b.agentmesh.v1.TaskEventKind\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x06status\x18\x05 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12\x0c\n\x04step\x18\x06 \x01(\x05\x12\x0f\n\x07message\x18\x07 \x01(\t\x12)\n\ttool_call\x18\x08 \x01(\x0b\x32\x16.agentmesh.v1.ToolCall\x12-\n\x0btool_result\x18\t \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\x12(\n\x05\x65rror\x18\n \x01(\x0b\x32\x19.agentmesh.v1.ErrorDetail\x12\x37\n\x10pending_approval\x18\x0b \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\x12\'\n\x05usage\x18\x0c \x01(\x0b\x32\x18.agentmesh.v1.TokenUsage\x12;\n\nattributes\x18\r \x03(\x0b\x32\'.agentmesh.v1.TaskEvent.AttributesEntry\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\x0fRunTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\";\n\x11WatchTaskResponse\x12&\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.TaskEvent\"\'\n\x0eGetTaskRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"3\n\x0fGetTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"A\n\x10WatchTaskRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\":\n\x11\x43\x61ncelTaskRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0e\n\x06reason\x18\x02 \x01(\t\"6\n\x12\x43\x61ncelTaskResponse\x12 \n\x04task\x18\x01 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\xd1\x01\n\'DispatcherServiceResolveApprovalRequest\x12\x15\n\x07task_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x19\n\x0b\x61pproval_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0f\n\x07\x61pprove\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1e\n\x10\x61rguments_sha256\x18\x05 \x01(\tB\x04\xe2\x41\x01\x02\x12\x33\n\nsettlement\x18\x06 \x01(\x0e\x32\x1f.agentmesh.v1.SettlementOutcome\"v\n(DispatcherServiceResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12 \n\x04task\x18\x02 \x01(\x0b\x32\x12.agentmesh.v1.Task\"\x13\n\x11ListAgentsRequest\"9\n\x12ListAgentsResponse\x12#\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x13.agentmesh.v1.Agent*\xe4\x01\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13TASK_STATUS_PENDING\x10\x01\x12\x17\n\x13TASK_STATUS_RUNNING\x10\x02\x12 \n\x1cTASK_STATUS_WAITING_APPROVAL\x10\x03\x12\x19\n\x15TASK_STATUS_SUCCEEDED\x10\x04\x12\x16\n\x12TASK_STATUS_FAILED\x10\x05\x12\x17\n\x13TASK_STATUS_ABORTED\x10\x06\x12\x19\n\x15TASK_STATUS_CANCELLED\x10\x07*\xd1\x03\n\rTaskEventKind\x12\x1f\n\x1bTASK_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19TASK_EVENT_KIND_HEARTBEAT\x10\x01\x12\x1a\n\x16TASK_EVENT_KIND_STATUS\x10\x02\x12 \n\x1cTASK_EVENT_KIND_STEP_STARTED\x10\x03\x12\x1f\n\x1bTASK_EVENT_KIND_MODEL_REPLY\x10\x04\x12\x1d\n\x19TASK_EVENT_KIND_TOOL_CALL\x10\x05\x12\x1f\n\x1bTASK_EVENT_KIND_TOOL_RESULT\x10\x06\x12\x1e\n\x1aTASK_EVENT_KIND_CORRECTION\x10\x07\x12\x1c\n\x18TASK_EVENT_KIND_FALLBACK\x10\x08\x12%\n!TASK_EVENT_KIND_APPROVAL_REQUIRED\x10\t\x12%\n!TASK_EVENT_KIND_APPROVAL_RESOLVED\x10\n\x12\x1c\n\x18TASK_EVENT_KIND_INCIDENT\x10\x0b\x12\x1a\n\x16TASK_EVENT_KIND_ANSWER\x10\x0c\x12\x1b\n\x17TASK_EVENT_KIND_CONTEXT\x10\r2\xf7\x04\n\x11\x44ispatcherService\x12H\n\x07RunTask\x12\x1c.agentmesh.v1.RunTaskRequest\x1a\x1d.agentmesh.v1.RunTaskResponse0\x01\x12L\n\tStartTask\x12\x1e.agentmesh.v1.StartTaskRequest\x1a\x1f.agentmesh.v1.StartTaskResponse\x12K\n\x07GetTask\x12\x1c.agentmesh.v1.GetTaskRequest\x1a\x1d.agentmesh.v1.GetTaskResponse\"\x03\x90\x02\x01\x12S\n\tWatchTask\x12\x1e.agentmesh.v1.WatchTaskRequest\x1a\x1f.agentmesh.v1.WatchTaskResponse\"\x03\x90\x02\x01\x30\x01\x12O\n\nCancelTask\x12\x1f.agentmesh.v1.CancelTaskRequest\x1a .agentmesh.v1.CancelTaskResponse\x12\x80\x01\n\x0fResolveApproval\x12\x35.agentmesh.v1.DispatcherServiceResolveApprovalRequest\x1a\x36.agentmesh.v1.DispatcherServiceResolveApprovalResponse\x12T\n\nListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -62,6 +62,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASK'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
   _globals['_TASK'].fields_by_name['update_time']._loaded_options = None
   _globals['_TASK'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_TASK'].fields_by_name['created_by']._loaded_options = None
+  _globals['_TASK'].fields_by_name['created_by']._serialized_options = b'\342A\001\003'
   _globals['_STARTTASKREQUEST'].fields_by_name['agent_id']._loaded_options = None
   _globals['_STARTTASKREQUEST'].fields_by_name['agent_id']._serialized_options = b'\342A\001\002'
   _globals['_STARTTASKREQUEST'].fields_by_name['goal']._loaded_options = None
@@ -88,46 +90,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DISPATCHERSERVICE'].methods_by_name['WatchTask']._serialized_options = b'\220\002\001'
   _globals['_DISPATCHERSERVICE'].methods_by_name['ListAgents']._loaded_options = None
   _globals['_DISPATCHERSERVICE'].methods_by_name['ListAgents']._serialized_options = b'\220\002\001'
-  _globals['_TASKSTATUS']._serialized_start=2446
-  _globals['_TASKSTATUS']._serialized_end=2674
-  _globals['_TASKEVENTKIND']._serialized_start=2677
-  _globals['_TASKEVENTKIND']._serialized_end=3142
+  _globals['_TASKSTATUS']._serialized_start=2472
+  _globals['_TASKSTATUS']._serialized_end=2700
+  _globals['_TASKEVENTKIND']._serialized_start=2703
+  _globals['_TASKEVENTKIND']._serialized_end=3168
   _globals['_AGENT']._serialized_start=141
   _globals['_AGENT']._serialized_end=280
   _globals['_TASK']._serialized_start=283
-  _globals['_TASK']._serialized_end=795
-  _globals['_STARTTASKREQUEST']._serialized_start=798
-  _globals['_STARTTASKREQUEST']._serialized_end=959
-  _globals['_STARTTASKRESPONSE']._serialized_start=961
-  _globals['_STARTTASKRESPONSE']._serialized_end=1014
-  _globals['_RUNTASKREQUEST']._serialized_start=1016
-  _globals['_RUNTASKREQUEST']._serialized_end=1085
-  _globals['_TASKEVENT']._serialized_start=1088
-  _globals['_TASKEVENT']._serialized_end=1634
-  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_start=1585
-  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_end=1634
-  _globals['_RUNTASKRESPONSE']._serialized_start=1636
-  _globals['_RUNTASKRESPONSE']._serialized_end=1693
-  _globals['_WATCHTASKRESPONSE']._serialized_start=1695
-  _globals['_WATCHTASKRESPONSE']._serialized_end=1754
-  _globals['_GETTASKREQUEST']._serialized_start=1756
-  _globals['_GETTASKREQUEST']._serialized_end=1795
-  _globals['_GETTASKRESPONSE']._serialized_start=1797
-  _globals['_GETTASKRESPONSE']._serialized_end=1848
-  _globals['_WATCHTASKREQUEST']._serialized_start=1850
-  _globals['_WATCHTASKREQUEST']._serialized_end=1915
-  _globals['_CANCELTASKREQUEST']._serialized_start=1917
-  _globals['_CANCELTASKREQUEST']._serialized_end=1975
-  _globals['_CANCELTASKRESPONSE']._serialized_start=1977
-  _globals['_CANCELTASKRESPONSE']._serialized_end=2031
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_start=2034
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_end=2243
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_start=2245
-  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_end=2363
-  _globals['_LISTAGENTSREQUEST']._serialized_start=2365
-  _globals['_LISTAGENTSREQUEST']._serialized_end=2384
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=2386
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=2443
-  _globals['_DISPATCHERSERVICE']._serialized_start=3145
-  _globals['_DISPATCHERSERVICE']._serialized_end=3776
+  _globals['_TASK']._serialized_end=821
+  _globals['_STARTTASKREQUEST']._serialized_start=824
+  _globals['_STARTTASKREQUEST']._serialized_end=985
+  _globals['_STARTTASKRESPONSE']._serialized_start=987
+  _globals['_STARTTASKRESPONSE']._serialized_end=1040
+  _globals['_RUNTASKREQUEST']._serialized_start=1042
+  _globals['_RUNTASKREQUEST']._serialized_end=1111
+  _globals['_TASKEVENT']._serialized_start=1114
+  _globals['_TASKEVENT']._serialized_end=1660
+  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_start=1611
+  _globals['_TASKEVENT_ATTRIBUTESENTRY']._serialized_end=1660
+  _globals['_RUNTASKRESPONSE']._serialized_start=1662
+  _globals['_RUNTASKRESPONSE']._serialized_end=1719
+  _globals['_WATCHTASKRESPONSE']._serialized_start=1721
+  _globals['_WATCHTASKRESPONSE']._serialized_end=1780
+  _globals['_GETTASKREQUEST']._serialized_start=1782
+  _globals['_GETTASKREQUEST']._serialized_end=1821
+  _globals['_GETTASKRESPONSE']._serialized_start=1823
+  _globals['_GETTASKRESPONSE']._serialized_end=1874
+  _globals['_WATCHTASKREQUEST']._serialized_start=1876
+  _globals['_WATCHTASKREQUEST']._serialized_end=1941
+  _globals['_CANCELTASKREQUEST']._serialized_start=1943
+  _globals['_CANCELTASKREQUEST']._serialized_end=2001
+  _globals['_CANCELTASKRESPONSE']._serialized_start=2003
+  _globals['_CANCELTASKRESPONSE']._serialized_end=2057
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_start=2060
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALREQUEST']._serialized_end=2269
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_start=2271
+  _globals['_DISPATCHERSERVICERESOLVEAPPROVALRESPONSE']._serialized_end=2389
+  _globals['_LISTAGENTSREQUEST']._serialized_start=2391
+  _globals['_LISTAGENTSREQUEST']._serialized_end=2410
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=2412
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=2469
+  _globals['_DISPATCHERSERVICE']._serialized_start=3171
+  _globals['_DISPATCHERSERVICE']._serialized_end=3802
 # @@protoc_insertion_point(module_scope)

@@ -81,7 +81,7 @@ class Agent(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time")
+    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time", "created_by")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class Task(_message.Message):
     LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     agent_id: str
     goal: str
@@ -110,7 +111,8 @@ class Task(_message.Message):
     last_sequence: int
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    created_by: str
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
 
 class StartTaskRequest(_message.Message):
     __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id")

@@ -77,49 +77,52 @@ class DispatcherServiceServicer:
     """
 
     def RunTask(self, request, context):
-        """Starts a task and streams its events until it ends (StartTask + WatchTask).
+        """Starts a task and streams its events until it ends (StartTask + WatchTask); authorized as StartTask.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def StartTask(self, request, context):
-        """Starts a task and returns at once.
+        """Starts a task and returns at once. Needs the operator role or the grant `<env>:agent.<agent_id>:run`;
+        the id of an existing task answers (or, when FAILED, resumes) it for its creator and operators only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTask(self, request, context):
-        """Reads a task.
+        """Reads a task (its creator or an operator).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchTask(self, request, context):
-        """Streams a task's events after a sequence number, then live events until it ends.
+        """Streams a task's events after a sequence number, then live events until it ends (its creator or an
+        operator).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelTask(self, request, context):
-        """Cancels a task.
+        """Cancels a task (its creator or an operator).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResolveApproval(self, request, context):
-        """Approves or denies a task's pending tool call (forwarded to tool_svc) and resumes the task.
+        """Approves or denies a task's pending tool call (forwarded to tool_svc) and resumes the task. Needs the
+        operator role; with separation of duties (the default) neither the task's creator nor its agent may.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListAgents(self, request, context):
-        """Lists the configured agents.
+        """Lists the configured agents the caller may run (all of them for operators).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

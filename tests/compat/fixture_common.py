@@ -4,6 +4,8 @@ into an older tree: import only modules that keep their place)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 from typing import Any
 
@@ -12,6 +14,7 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError
 from agentmesh.payloads import PayloadStore
 from agentmesh.store import Store
+from context_svc.model import Caller as ContextCaller
 from dispatcher_svc.model import (
     EventKind,
     ExecStats,
@@ -45,6 +48,8 @@ from tool_svc.registry import RegisteredTool
 from tool_svc.validation import SchemaCheck
 
 AGENT = "agent-compat"
+CREATOR = "user-jane"
+"""Who starts the tasks (a person's token: no agent id); recorded from issue 20 on."""
 CONSUMER = "compat-replica-1"
 T0 = 1_767_225_600_000
 """2026-01-01T00:00:00Z: event and task times are T0 + offsets."""
@@ -114,6 +119,30 @@ def order_document() -> dict[str, Any]:
 
 BINARY_PAYLOAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
 """Not UTF-8: dumped as base64."""
+
+
+# --- who acts (issue 20 on: tasks record their creator, sessions their owner and tasks) --------------
+
+
+def creator_fields(subject: str, agent_id: str = "") -> dict[str, str]:
+    """The task hash fields recording who started a task (dispatcher_svc.access.Creator); none in a
+    tree that predates it."""
+    try:
+        access = importlib.import_module("dispatcher_svc.access")
+    except ImportError:
+        return {}
+    if not hasattr(access, "Creator"):
+        return {}
+    fields: dict[str, str] = access.Creator(subject=subject, agent_id=agent_id).fields()
+    return fields
+
+
+def context_caller(task_id: str, creator: str = CREATOR) -> ContextCaller:
+    """A task's token at context_svc (the dispatcher's session of a task has the task's id): from
+    issue 20 on it names its task and the task's creator (the session's attached task and owner)."""
+    if "task_id" in {f.name for f in dataclasses.fields(ContextCaller)}:
+        return ContextCaller(subject=AGENT, agent_id=AGENT, task_id=task_id, creator=creator)
+    return ContextCaller(subject=AGENT, agent_id=AGENT)
 
 
 # --- tool_svc ---------------------------------------------------------------------------------------
@@ -285,9 +314,12 @@ class Dispatcher:
         await self.queue.ensure_group()
         await self.tasks.load_scripts()
 
-    async def create(self, task_id: str, goal: str, at: int, *, take: bool) -> str | None:
-        """StartTask: the task hash, its first event, the queue entry; the entry id when taken."""
-        fields = fields_of(
+    async def create(
+        self, task_id: str, goal: str, at: int, *, take: bool, creator: tuple[str, str] = (CREATOR, "")
+    ) -> str | None:
+        """StartTask: the task hash (with its `creator`: subject, agent id), its first event, the queue
+        entry; the entry id when taken."""
+        fields = creator_fields(*creator) | fields_of(
             status=TaskStatus.PENDING,
             step=0,
             usage=Usage(),

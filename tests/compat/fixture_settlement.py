@@ -19,7 +19,6 @@ from agentmesh.chat import ToolCall, Usage
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.store import Store
 from context_svc.engine import BudgetRequest, ContextEngine
-from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome
 from dispatcher_svc.calls import message_id, qualified_call_id
@@ -35,6 +34,7 @@ from tests.compat.fixture_common import (
     T0,
     Dispatcher,
     Tools,
+    context_caller,
     dispatcher_outcome,
     event,
     idempotency_key,
@@ -144,7 +144,7 @@ async def write_task_settlement(d: Dispatcher, tools: Tools, engine: ContextEngi
     msg_id = await d.create(task_id, goal, T0 + 4000, take=True)
     assert msg_id is not None
     fence = (await d.acquire(task_id, T0 + 4100)).fence
-    caller = ContextCaller(subject=AGENT, agent_id=AGENT)
+    caller = context_caller(task_id)
     await engine.create_session(
         caller,
         session_id=task_id,

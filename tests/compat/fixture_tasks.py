@@ -8,7 +8,6 @@ from agentmesh.chat import ToolCall, Usage
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from agentmesh.payloads import StoredPayload
 from context_svc.engine import BudgetRequest, ContextEngine
-from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskStatus
@@ -26,6 +25,7 @@ from tests.compat.fixture_common import (
     TASK_PARKED,
     Dispatcher,
     Tools,
+    context_caller,
     dispatcher_outcome,
     event,
     idempotency_key,
@@ -44,7 +44,7 @@ async def write_task_done(d: Dispatcher, tools: Tools, engine: ContextEngine) ->
     msg_id = await d.create(task_id, goal, T0, take=True)
     assert msg_id is not None
     fence = (await d.acquire(task_id, T0 + 100)).fence
-    caller = ContextCaller(subject=AGENT, agent_id=AGENT)
+    caller = context_caller(task_id)
     await engine.create_session(
         caller,
         session_id=SESSION,

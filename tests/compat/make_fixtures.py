@@ -17,6 +17,12 @@ redis-server, so the fixture holds exactly what that release stores:
   records of its calls (one `unknown` with its pending settlement, one settled RAN: `done` with the
   ran output, its settlement decided `ran`), its session with named appends (the `dedupe` hash), and
   a write in flight on another replica (`sent`, with its `:hb` heartbeat key).
+- from issues 20-23 on (written when the tree has them): every task records its creator (`creator`,
+  `creator_agent`: fixture_common.Dispatcher.create) and every session its owner and attached task
+  (created and appended to by its task's token: fixture_common.context_caller); entity records are
+  JSON records with provenance; fixture_owners.py adds a task an agent started, whose session's
+  facts are labelled, rejected, corrected and uncertain (`known` in the manifest: their decoded
+  records), and entries of the audit stream `am:audit` (`audit`).
 
 Output (deterministic JSON, keys sorted): `keys` maps every Redis key to its type, value and TTL
 (`ttl_s`, null when none); byte strings are UTF-8 text, or {"base64": ...} when not UTF-8. `records`
@@ -26,8 +32,9 @@ Ids and times are fixed where the APIs take them; the rest (Redis time, random i
 
 The script is this file and its fixture_*.py modules (fixture_dump: the JSON and the key dump;
 fixture_common: ids, tools, tool_svc and dispatcher helpers; fixture_tasks: the records of every
-fixture; fixture_settlement: issue 18's). Run it against the release to freeze, never against a
-newer one (a fixture is never regenerated: a format change gets a NEW file, redis_v2.json, ...).
+fixture; fixture_settlement: issue 18's; fixture_owners: issues 20-23's). Run it against the
+release to freeze, never against a newer one (a fixture is never regenerated: a format change gets
+a NEW file, redis_v2.json, ...).
 Import only modules that keep their place; a module for a newer format is imported only if the tree
 has what it needs (make_fixtures prints what it skipped):
 
@@ -52,10 +59,8 @@ from agentmesh.config import ContextSettings, RedisSettings
 from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
-from context_svc.model import Caller as ContextCaller
 from dispatcher_svc.events import EventLog
 from tests.compat.fixture_common import (
-    AGENT,
     APPROVAL_TTL_S,
     PAYLOAD_TTL_S,
     SESSION,
@@ -66,13 +71,14 @@ from tests.compat.fixture_common import (
     TASK_QUEUED,
     Dispatcher,
     Tools,
+    context_caller,
 )
 from tests.compat.fixture_dump import describe, dump_keys, enc
 from tests.compat.fixture_tasks import write_decided_approval, write_task_done, write_task_failed, write_task_parked
 
 SYSTEM_REDIS_PORT = 6379
 
-NEWER_FORMATS = ("tests.compat.fixture_settlement",)
+NEWER_FORMATS = ("tests.compat.fixture_settlement", "tests.compat.fixture_owners")
 """Writers of formats a tree may predate, each imported only when the tree has what it needs."""
 
 
@@ -143,9 +149,10 @@ async def read_back(
     for approval_id in [parked.pending.approval_id, decided, *approval_ids]:
         approvals[approval_id] = describe(await tools.approvals.get(approval_id))
 
-    caller = ContextCaller(subject=AGENT, agent_id=AGENT)
     read_sessions: dict[str, Any] = {}
     for session_id in sessions:
+        # The token of the session's task (same id), with the task's creator from issue 20 on.
+        caller = context_caller(session_id, tasks[session_id]["record"].get("creator", ""))
         session, entities = await engine.get_session(caller, session_id)
         messages = await engine.sessions.messages(session_id, 0, session.message_count - 1)
         summary, version = await engine.sessions.summary(session_id)
@@ -182,10 +189,16 @@ async def read_back(
     }
     for writer, written in newer:
         extra: dict[str, Any] = await writer.read_back(d, tools, engine, written)
-        records["dispatcher"].setdefault("settlements", []).extend(extra["settlements"])
-        for session_id, appends in extra["appends"].items():
+        if "settlements" in extra:
+            records["dispatcher"].setdefault("settlements", []).extend(extra["settlements"])
+        for session_id, appends in extra.get("appends", {}).items():
             read_sessions[session_id]["appends"] = appends
             read_sessions[session_id]["dedupe"] = extra["dedupe"][session_id]
+        if hasattr(writer, "read_session"):  # more facts of every session
+            for session_id, read in read_sessions.items():
+                read.update(await writer.read_session(engine, session_id))
+        if "audit" in extra:
+            records["audit"] = extra["audit"]
     return records
 
 

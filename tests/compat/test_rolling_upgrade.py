@@ -25,6 +25,10 @@ output, a write in flight on an old replica is waited for while its heartbeat li
 unknown once it stops; a session's named appends answer a repeat with the original position; the
 task parked on a settlement loads with a pending of kind `settlement`. Older fixtures have none of
 these records: those checks find nothing to check there.
+
+From redis_v4.json on (issues 20-23) tasks record their creator, sessions their owner and attached
+tasks (another task's token is refused; an older session keeps its agent's rule), entity records
+carry provenance (read back as the same known facts), and the audit stream `am:audit` reads back.
 """
 
 from __future__ import annotations
@@ -41,12 +45,14 @@ from typing import Any, cast
 import pytest
 import redis.asyncio
 
+from agentmesh.audit import AuditLog
 from agentmesh.chat import ToolCall
 from agentmesh.config import ContextSettings, DispatcherSettings, RedisSettings
-from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, PermissionDeniedError
 from agentmesh.payloads import is_json_media_type
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
+from context_svc.known import known_facts
 from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome
@@ -85,6 +91,21 @@ def test_v3_fixture_holds_issue_18_records() -> None:
     assert [s for s in records["context"]["sessions"].values() if s.get("dedupe")]
     assert [k for k in keys if k.startswith("am:idem:{") and k.endswith(":hb")]
     assert [k for k in keys if k.startswith("am:sess:{") and k.endswith(":dedupe")]
+
+
+def test_v4_fixture_holds_issue_20_23_records() -> None:
+    """redis_v4.json has every record the checks of issues 20-23's formats look for."""
+    fixture = read_fixture(FIXTURES_DIR / "redis_v4.json")
+    keys, records = fixture["keys"], fixture["records"]
+    tasks = records["dispatcher"]["tasks"]
+    assert all(t["record"]["creator"] and t["view"]["created_by"] == t["record"]["creator"] for t in tasks.values())
+    assert [t for t in tasks.values() if t["record"]["creator_agent"]]
+    sessions = records["context"]["sessions"]
+    assert all(s["session"]["owner"] and s["session"]["tasks"] == [sid] for sid, s in sessions.items())
+    known = [fact for s in sessions.values() for fact in s["known"]]
+    assert [f for f in known if f["corrected_from"]] and [f for f in known if f["negated"]]
+    assert [f for f in known if f["key"].startswith("~")] and {f["role"] for f in known} == {"user", "assistant"}
+    assert {e["outcome"] for e in records["audit"]} >= {"ok", "PERMISSION_DENIED"} and "am:audit" in keys
 
 
 # --- loading a fixture ------------------------------------------------------------------------------
@@ -285,6 +306,15 @@ async def test_task_parked_on_a_settlement(loaded: Loaded) -> None:
         assert asked and asked[-1].pending_approval is not None and asked[-1].pending_approval.is_settlement
 
 
+async def test_task_creators_read_back(loaded: Loaded) -> None:
+    """Who started each task, by the light read the access checks use: the recorded creator, or none
+    (operators only) for a task stored before creators were recorded."""
+    tasks = TaskStore(loaded.store, DispatcherSettings())
+    for task_id, want in loaded.records["dispatcher"]["tasks"].items():
+        written = want["record"]
+        assert await tasks.creator(task_id) == (written.get("creator", ""), written.get("creator_agent", ""))
+
+
 # --- tool_svc: idempotency records and approvals ---------------------------------------------------
 
 
@@ -451,6 +481,48 @@ async def test_sessions_read_back_and_build_context(loaded: Loaded) -> None:
         assert index == session.message_count and tokens > 0
         after, _ = await engine.get_session(caller, session_id)
         assert (after.message_count, after.total_tokens) == (index + 1, session.total_tokens + tokens)
+
+
+async def test_session_access_and_known_facts(loaded: Loaded) -> None:
+    """A session is for the tokens of its attached tasks (from redis_v4.json on; an older session
+    without them: its agent's tokens, any task); its entity records read back as the writer read them
+    (an older plain value: a fact with that value and its index, no provenance)."""
+    engine = ContextEngine(ContextSettings(), loaded.store)
+    for session_id, want in loaded.records["context"]["sessions"].items():
+        caller = ContextCaller(**want["caller"])
+        other_task = replace(caller, task_id=f"{session_id}-other", creator="someone-else")
+        attached = want["session"].get("tasks")
+        if attached is None:
+            session, _ = await engine.get_session(other_task, session_id)
+            assert session.tasks is None and session.owner == ""
+        else:
+            assert caller.task_id in attached
+            with pytest.raises(PermissionDeniedError):
+                await engine.get_session(other_task, session_id)
+            with pytest.raises(PermissionDeniedError):
+                await engine.append_message(other_task, session_id, Message(Role.USER, "Let me in."))
+        _, raw = await engine.sessions.get(session_id)
+        facts = known_facts(raw)
+        if "known" in want:
+            by_key = {fact["key"]: fact for fact in want["known"]}
+            assert_same({f.key: f for f in facts}, by_key, f"{session_id}.known")
+        else:
+            assert {f.key: f.value for f in facts} == {k: v for k, (v, _) in raw.items()}
+            assert all(not (f.negated or f.corrected_from or f.quote) for f in facts)
+        index, _ = await engine.append_message(caller, session_id, Message(Role.USER, "The refund cap is 70 USD."))
+        _, after = await engine.get_session(caller, session_id)
+        assert after["refund cap"] == "70 USD" and index == want["session"]["message_count"]
+
+
+async def test_audit_stream_read_back(loaded: Loaded) -> None:
+    """The audit entries of an old replica read back as it read them; the upgraded one appends after."""
+    audit = AuditLog(loaded.store)
+    written = loaded.records.get("audit", [])
+    assert_same(await audit.read(), written, "audit")
+    await audit.record(subject=OPERATOR.subject, action="task.cancel", target="task-compat-queued")
+    read = await audit.read()
+    assert (read[-1].subject, read[-1].action, read[-1].outcome) == (OPERATOR.subject, "task.cancel", "ok")
+    assert len(read) <= len(written) + 1
 
 
 async def test_payloads_read_back(loaded: Loaded) -> None:

@@ -293,6 +293,38 @@ def test_a_remembered_token_still_expires_and_forged_ones_are_never_remembered()
             authenticator.verify(forged, now=NOW)
 
 
+def test_a_token_of_another_environment_is_refused_naming_both() -> None:
+    # One key signs for every environment: only the token's `env` claim tells them apart.
+    prod = Authenticator(enabled(), environment="prod")
+    dev_token = Authenticator(enabled(), environment="dev").mint(subject="ops", roles={"admin"}, now=NOW)
+    for _ in range(2):  # a refusal is never remembered as a success
+        with pytest.raises(TokenError) as info:
+            prod.verify(dev_token, now=NOW)
+        assert info.value.reason == "token for environment 'dev' used on a service of environment 'prod'"
+        assert info.value.code == ErrorCode.UNAUTHENTICATED
+    with pytest.raises(TokenError, match="environment 'dev'"):
+        prod.identify(dev_token, now=NOW)
+    # Minting for another environment explicitly changes nothing.
+    with pytest.raises(TokenError, match="environment 'staging'"):
+        prod.verify(prod.mint(subject="ops", roles={"admin"}, environment="staging", now=NOW), now=NOW)
+    assert prod.verify(prod.mint(subject="ops", roles={"admin"}, now=NOW), now=NOW).environment == "prod"
+
+
+def test_the_verified_token_cache_cannot_bypass_the_environment() -> None:
+    dev = Authenticator(enabled(), environment="dev")
+    prod = Authenticator(enabled(), environment="prod")
+    dev_token = dev.mint(subject="ops", roles={"admin"}, now=NOW)
+    # Remembered by the dev service (same key), yet refused by the prod one: caches are per service.
+    assert dev.verify(dev_token, now=NOW).environment == "dev"
+    assert dev.verify(dev_token, now=NOW + 1).environment == "dev"
+    with pytest.raises(TokenError, match="environment 'dev'"):
+        prod.verify(dev_token, now=NOW + 1)
+    # A remembered token is checked against the service's environment on every call, not only the first.
+    dev.environment = "prod"
+    with pytest.raises(TokenError, match="environment 'dev'"):
+        dev.verify(dev_token, now=NOW + 2)
+
+
 def test_enabled_authenticator_needs_a_key() -> None:
     with pytest.raises(ConfigError, match=r"auth\.key is required"):
         Authenticator(AuthSettings(mode="enabled", key=None))

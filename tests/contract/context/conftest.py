@@ -17,11 +17,13 @@ from tests.conftest import RunningService
 from tests.unit.context.ops_session import Step
 
 AGENT = "ops-agent"
+TASK = "t-ctx"
+"""The task whose token (as the dispatcher mints it) creates and uses the sessions of these tests."""
 
 
 @dataclass
 class Ctx:
-    """A running context_svc with a stub and the metadata of an agent and an operator."""
+    """A running context_svc with a stub and the metadata of a task's token and an operator."""
 
     svc: RunningService
     stub: context_pb2_grpc.ContextServiceStub
@@ -85,7 +87,7 @@ def start_context(start_service: Callable[..., Awaitable[RunningService]]) -> Ca
         return Ctx(
             svc=svc,
             stub=stub,
-            agent_md=svc.metadata(("agent",), agent_id=AGENT, subject=AGENT),
+            agent_md=svc.metadata(("agent",), agent_id=AGENT, subject=AGENT, task_id=TASK, creator="alice"),
             operator_md=svc.metadata(("operator",), subject="oncall"),
         )
 

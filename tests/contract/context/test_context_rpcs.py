@@ -197,7 +197,9 @@ async def test_five_hundred_turns_build_within_budget_and_ratios(ctx: Ctx) -> No
         system, summary = blocks[K.CONTEXT_BLOCK_KIND_SYSTEM], blocks[K.CONTEXT_BLOCK_KIND_SUMMARY]
         recent, observations = blocks[K.CONTEXT_BLOCK_KIND_RECENT], blocks[K.CONTEXT_BLOCK_KIND_OBSERVATIONS]
         assert system.budget_tokens == min(1500, int(total * 0.125)) and 0 < system.tokens <= system.budget_tokens
-        assert summary.budget_tokens == int(total * 0.15) and 0 < summary.tokens <= summary.budget_tokens
+        # The summary's share, plus what the recent window (capped at 20 messages here) leaves: since
+        # issue 23 unused budget is lent before summary lines are cut.
+        assert summary.budget_tokens >= int(total * 0.15) and 0 < summary.tokens <= summary.budget_tokens
         assert recent.budget_tokens == int(total * 0.65) and 0 < recent.tokens <= recent.budget_tokens
         assert observations.tokens <= observations.budget_tokens
         assert observations.budget_tokens == total - system.tokens - summary.tokens - recent.tokens - int(total * 0.05)

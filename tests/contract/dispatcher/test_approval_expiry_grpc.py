@@ -124,7 +124,7 @@ async def test_an_expired_approval_is_swept_and_the_task_goes_on(make_mesh: Make
                 approve=True,
                 arguments_sha256=pending.arguments_sha256,
             ),
-            metadata=mesh.md(),
+            metadata=mesh.md(subject="bob"),  # alice started the task: another operator decides
         )
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
@@ -152,7 +152,7 @@ async def test_resolve_after_expiry_answers_approval_expired(make_mesh: MakeMesh
                 approve=True,
                 arguments_sha256=pending.arguments_sha256,
             ),
-            metadata=mesh.md(),
+            metadata=mesh.md(subject="bob"),  # alice started the task: another operator decides
         )
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert from_rpc_error(caught.value).code == ErrorCode.APPROVAL_EXPIRED

@@ -191,10 +191,10 @@ async def test_approval_through_the_dispatcher_with_heartbeats(make_mesh: MakeMe
                         reason="maintenance window",
                         arguments_sha256=pending.arguments_sha256,
                     ),
-                    metadata=mesh.md(),
+                    metadata=mesh.md(subject="bob"),  # alice started the task: a second operator approves
                 )
                 assert reply_.approval.state == 2  # APPROVED
-                assert reply_.approval.resolved_by == "alice"
+                assert reply_.approval.resolved_by == "bob"
                 # Resumed: queued again, and a worker may already have picked it up.
                 assert reply_.task.status in (D.TASK_STATUS_PENDING, D.TASK_STATUS_RUNNING, D.TASK_STATUS_SUCCEEDED)
                 resolved = True
@@ -209,7 +209,7 @@ async def test_approval_through_the_dispatcher_with_heartbeats(make_mesh: MakeMe
     assert [e.sequence for e in seen] == list(range(1, len(seen) + 1))
     assert seen[-1].status == D.TASK_STATUS_SUCCEEDED
     # The approval reached tool_svc with the operator's own identity, not the agent's.
-    assert [r.subject for r in mesh.tools.resolvers] == ["alice"]
+    assert [r.subject for r in mesh.tools.resolvers] == ["bob"]
     assert mesh.tools.runs["restart"] == 1
 
 

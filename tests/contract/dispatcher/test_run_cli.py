@@ -6,7 +6,8 @@ import asyncio
 import io
 from typing import Any
 
-from agentmesh.cli.run_view import format_event, run_command
+from agentmesh.cli import build_parser
+from agentmesh.cli.run_view import format_event, login_name, run_command
 from agentmesh.config import ServiceEndpoint, ServicesSettings
 from agentmesh.v1 import common_pb2, dispatcher_pb2
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh, answer, tool_call
@@ -42,7 +43,37 @@ async def test_run_streams_lines_and_approves(make_mesh: MakeMesh) -> None:
     assert "      impact:  restart: brief outage" in text
     assert "ANSWER       done: restarted" in text
     assert "SUCCEEDED" in text and "trace:  agentmesh trace " in text
-    assert mesh.tools.resolvers[0].has_role("operator")
+    # The task's creator (this user) may not approve: in dev the CLI minted a second identity, and said so.
+    [resolver] = mesh.tools.resolvers
+    assert resolver.has_role("operator") and resolver.subject == f"{login_name()}-approver"
+    assert f"approvals are resolved as {login_name()}-approver" in err.getvalue()
+
+
+async def test_run_approves_with_the_approver_token(make_mesh: MakeMesh) -> None:
+    mesh = await make_mesh(restart_policy, {"restart": lambda a: "restarted"}, needs_approval={"restart"})
+    carol = mesh.dispatcher.token(("operator",), subject="carol")
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(
+        run_command, settings_for(mesh), "ops", "restart", approve="yes", approver_token=carol, out=out, err=err
+    )
+    assert code == 0, (out.getvalue(), err.getvalue())
+    assert [r.subject for r in mesh.tools.resolvers] == ["carol"]
+    assert "approvals are resolved as" not in err.getvalue()
+
+
+async def test_run_approve_outside_dev_needs_an_approver_token(make_mesh: MakeMesh) -> None:
+    mesh = await make_mesh(restart_policy, {"restart": lambda a: "restarted"}, needs_approval={"restart"})
+    staging = settings_for(mesh).model_copy(update={"environment": "staging"})
+    for approve in ("yes", "no"):
+        err = io.StringIO()
+        code = await asyncio.to_thread(
+            run_command, staging, "ops", "restart", approve=approve, out=io.StringIO(), err=err
+        )
+        assert code == 2
+        assert "--approve/--deny in environment staging" in err.getvalue() and "--approver-token" in err.getvalue()
+    assert mesh.provider.calls == 0  # refused before anything started
+    args = build_parser().parse_args(["run", "ops", "restart", "--approve", "--approver-token", "T"])
+    assert (args.approve, args.approver_token) == (True, "T")
 
 
 async def test_run_reports_typed_errors(make_mesh: MakeMesh) -> None:

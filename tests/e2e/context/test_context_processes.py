@@ -44,7 +44,7 @@ def _start(env: dict[str, str], log: Path, port: int) -> subprocess.Popen[bytes]
 
 def _metadata() -> tuple[tuple[str, str], ...]:
     token = Authenticator(AuthSettings(key=SecretStr(AUTH_KEY)), "dev").mint(
-        subject="ops-agent", roles=["agent"], agent_id="ops-agent"
+        subject="ops-agent", roles=["agent"], agent_id="ops-agent", task_id="t-ops"
     )
     return ((IDENTITY_HEADER, token),)
 

@@ -91,7 +91,9 @@ class NodeClient:
         return result.returncode, records
 
 
-def token(roles: tuple[str, ...] = ("agent",)) -> str:
+def token(roles: tuple[str, ...] = ("operator",)) -> str:
+    """An operator's token by default, as the README's AGENTMESH_TOKEN: a token without the operator role
+    needs the grant `<env>:agent.<id>:run` to start (or list) an agent, and reads only its own tasks."""
     settings = load_settings(overrides={"auth": {"key": AUTH_KEY}})
     return Authenticator(settings.auth, settings.environment).mint(subject="node-client", roles=roles)
 

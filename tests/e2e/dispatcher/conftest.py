@@ -120,9 +120,10 @@ class Mesh:
         token = Authenticator(AuthSettings(key=AUTH_KEY), "dev").mint(subject=subject, roles=("operator",))
         return ((IDENTITY_HEADER, token),)
 
-    def agent_metadata(self, agent_id: str, permissions: list[str]) -> tuple[tuple[str, str], ...]:
+    def agent_metadata(self, agent_id: str, permissions: list[str], task_id: str = "") -> tuple[tuple[str, str], ...]:
+        """An agent's token; with `task_id`, that task's (as the dispatcher mints it)."""
         token = Authenticator(AuthSettings(key=AUTH_KEY), "dev").mint(
-            subject=agent_id, roles=("agent",), agent_id=agent_id, permissions=permissions
+            subject=agent_id, roles=("agent",), agent_id=agent_id, permissions=permissions, task_id=task_id
         )
         return ((IDENTITY_HEADER, token),)
 

@@ -77,7 +77,7 @@ async def start_task(mesh: Mesh, target: str) -> str:
 async def session_count(mesh: Mesh, task_id: str) -> int:
     async with grpc.aio.insecure_channel(mesh.target("context")) as channel:
         stub = context_pb2_grpc.ContextServiceStub(channel)  # type: ignore[no-untyped-call]
-        metadata = mesh.agent_metadata("notifier", ["*:ops.notify:write"])
+        metadata = mesh.agent_metadata("notifier", ["*:ops.notify:write"], task_id=task_id)
         reply = await stub.GetSession(context_pb2.GetSessionRequest(session_id=task_id), metadata=metadata, timeout=10)
         return int(reply.session.message_count)
 

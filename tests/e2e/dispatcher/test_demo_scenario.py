@@ -36,6 +36,7 @@ async def run_task(mesh: Mesh, goal: str, approvals: list[D.TaskEvent]) -> RunOu
             decide=approve,
             on_event=lambda event: None,
             timeout_s=60,
+            approver=mesh.operator_metadata("bob"),  # the creator (alice) may not approve its task's writes
         )
 
 
@@ -105,7 +106,8 @@ async def test_the_demo_scenario_across_four_processes(
     # The session kept the ref and the digest, not the raw log.
     async with grpc.aio.insecure_channel(mesh_env.target("context")) as channel:
         stub = context_pb2_grpc.ContextServiceStub(channel)  # type: ignore[no-untyped-call]
-        metadata = mesh_env.agent_metadata("ops", ["*:ops.*:write"])
+        # The task's own token (its task id is the session's attached task) may read its session.
+        metadata = mesh_env.agent_metadata("ops", ["*:ops.*:write"], task_id=first.task_id)
         session = (
             await stub.GetSession(context_pb2.GetSessionRequest(session_id=first.task_id), metadata=metadata)
         ).session

@@ -7,6 +7,7 @@ import pytest
 from agentmesh.config import ConfigError, ContextSettings, load_settings
 from context_svc.budget import BlockBudgets, Group, group_entries, select_window
 from context_svc.entities import extract_entities
+from context_svc.known import public_entities
 from context_svc.model import Budget, IndexEntry, Role
 from context_svc.tokens import MESSAGE_OVERHEAD_TOKENS, UnknownEncodingError, counter_for, offline_encodings
 
@@ -94,7 +95,8 @@ def test_entities_latest_value_per_label() -> None:
             "pod checkout-6d5f8b7c9-x2x4q on host db-01.prod.internal, INC-4412, v1.2.3, 10.0.0.1, restarted 12 times",
         ]
     )
-    assert dict(pairs) == {
+    # The store keeps a record with provenance per key (issue 23); GetSession's map is its current values.
+    assert public_entities(dict(pairs)) == {
         "ord_id": "ORD-2025-0001",
         "discount": "85折",
         "date": "2025年6月1日",

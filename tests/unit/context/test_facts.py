@@ -40,7 +40,11 @@ def test_extracts_each_kind_whole(text: str, expected: list[tuple[str, str]]) ->
     assert kinds(text) == expected
 
 
-@pytest.mark.parametrize("text", ["一一对应", "api-gateway is fine", "the quick brown fox", "统一处理", "e.g. this"])
+# "api-gateway" was prose here before issue 23; a service name is a fact now (test_wider_facts.py),
+# hyphenated prose is not.
+@pytest.mark.parametrize(
+    "text", ["一一对应", "a read-only follow-up is fine", "the quick brown fox", "统一处理", "e.g. this"]
+)
 def test_prose_has_no_facts(text: str) -> None:
     assert kinds(text) == []
 

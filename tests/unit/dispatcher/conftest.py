@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentmesh.config import Settings
-from agentmesh.identity import Authenticator
+from agentmesh.identity import Authenticator, Identity
 from agentmesh.store import Store
 from dispatcher_svc.loop import Hook
 from dispatcher_svc.model import TaskEvent
@@ -25,6 +25,35 @@ AGENT = {
     "token_budget": 100_000,
     "max_steps": 8,
 }
+
+
+def identity(
+    subject: str,
+    *roles: str,
+    agent_id: str = "",
+    permissions: tuple[str, ...] = (),
+    task_id: str = "",
+    environment: str = "dev",
+) -> Identity:
+    """A verified caller, as the RPC edge hands it to the dispatcher."""
+    return Identity(
+        subject=subject,
+        agent_id=agent_id,
+        instance="",
+        environment=environment,
+        roles=frozenset(roles or ("operator",)),
+        permissions=permissions,
+        task_id=task_id,
+        issued_at=0,
+        expires_at=2**40,
+        token_id="",
+    )
+
+
+OPERATOR = identity("alice", "operator")
+"""Who starts, reads and cancels the tests' tasks."""
+APPROVER = identity("bob", "operator")
+"""A second operator: the one who resolves approvals and settlements (separation of duties)."""
 
 FAST = {
     "claim_idle_s": 0.6,
@@ -43,8 +72,9 @@ class Rig:
     store: Store
 
     async def start(self, goal: str = "check payment-svc", **kw: Any) -> str:
+        caller = kw.pop("caller", OPERATOR)
         task = await self.dispatcher.start_task(
-            StartRequest(agent_id=kw.pop("agent_id", "ops"), goal=goal, **kw), request_id="req-1"
+            StartRequest(agent_id=kw.pop("agent_id", "ops"), goal=goal, **kw), caller=caller, request_id="req-1"
         )
         return task.task_id
 
@@ -52,7 +82,7 @@ class Rig:
         """Every event until the task's final one (heartbeats dropped)."""
 
         async def collect() -> list[TaskEvent]:
-            return [e async for e in self.dispatcher.watch(task_id, after) if e.sequence]
+            return [e async for e in self.dispatcher.watch(task_id, after, caller=OPERATOR) if e.sequence]
 
         return await asyncio.wait_for(collect(), timeout_s)
 
@@ -73,8 +103,11 @@ async def make_rig(make_settings: Callable[..., Settings]) -> AsyncIterator[Make
         hook: Hook | None = None,
         context: FakeContext | None = None,
         start: bool = True,
+        overrides: dict[str, Any] | None = None,
     ) -> Rig:
-        settings = make_settings({"agents": [{**AGENT, **(agent or {})}], "dispatcher": {**FAST, **(dispatcher or {})}})
+        settings = make_settings(
+            {"agents": [{**AGENT, **(agent or {})}], "dispatcher": {**FAST, **(dispatcher or {})}, **(overrides or {})}
+        )
         store = await Store.connect(settings.redis, settings.environment)
         rig = Rig(
             dispatcher=Dispatcher(

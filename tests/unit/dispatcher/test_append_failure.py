@@ -11,7 +11,7 @@ from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.model import EventKind, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import Appended, CallOptions
 from dispatcher_svc.service import StartRequest
-from tests.unit.dispatcher.conftest import MakeRig
+from tests.unit.dispatcher.conftest import OPERATOR, MakeRig
 from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
 
 
@@ -43,7 +43,9 @@ async def test_a_failed_append_keeps_the_calls_events_for_the_resumed_run(make_r
     assert first[-1].status == TaskStatus.FAILED, [e.message for e in first]
     # The call ran and its result event is in the log although its append failed.
     assert [e.kind for e in first].count(EventKind.TOOL_RESULT) == 1
-    await rig.dispatcher.start_task(StartRequest("ops", "check payment-svc", task_id=task_id), request_id="r2")
+    await rig.dispatcher.start_task(
+        StartRequest("ops", "check payment-svc", task_id=task_id), caller=OPERATOR, request_id="r2"
+    )
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))

@@ -19,7 +19,7 @@ from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import ApprovalRecord, EventKind, PendingApproval, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import CallOptions
-from tests.unit.dispatcher.conftest import MakeRig, Rig
+from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig, Rig
 from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply
 
 NO_SWEEPER = {"approval_sweep_interval_s": 3600}
@@ -105,10 +105,10 @@ async def parked(rig: Rig, task_id: str) -> PendingApproval:
     """Waits until the task is WAITING_APPROVAL; its pending approval."""
 
     async def waiting() -> bool:
-        return (await rig.dispatcher.get_task(task_id)).status == TaskStatus.WAITING_APPROVAL
+        return (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).status == TaskStatus.WAITING_APPROVAL
 
     await _until(waiting)
-    pending = (await rig.dispatcher.get_task(task_id)).pending_approval
+    pending = (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).pending_approval
     assert pending is not None and pending.expire_time_ms > 0
     return pending
 
@@ -152,7 +152,7 @@ async def test_an_expired_approval_resumes_the_task_with_approval_expired(make_r
     required = [e for e in events if e.kind == EventKind.APPROVAL_REQUIRED]
     assert len(required) == 1 and required[0].pending_approval is not None
     pending = required[0].pending_approval
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.SUCCEEDED and task.pending_approval is None
     assert "APPROVAL_EXPIRED" in task.answer  # what the model was shown
     assert await waiting_index(rig) == 0
@@ -163,7 +163,7 @@ async def test_an_expired_approval_resumes_the_task_with_approval_expired(make_r
     # Too late now: the task no longer waits.
     with pytest.raises(AgentmeshError) as caught:
         await rig.dispatcher.resolve_approval(
-            task_id, pending.approval_id, approve=True, reason="", arguments_sha256="", resolver="op"
+            task_id, pending.approval_id, approve=True, reason="", arguments_sha256="", caller=APPROVER
         )
     assert caught.value.code == ErrorCode.FAILED_PRECONDITION
     assert fake.runs["restart"] == 0
@@ -203,7 +203,7 @@ async def test_resolve_after_expiry_is_refused_with_approval_expired(make_rig: M
             approve=True,
             reason="ok",
             arguments_sha256=pending.arguments_sha256,
-            resolver="op",
+            caller=APPROVER,
         )
     assert caught.value.code == ErrorCode.APPROVAL_EXPIRED
     assert caught.value.metadata["approval_id"] == pending.approval_id
@@ -220,7 +220,12 @@ async def test_resolve_racing_the_sweeper_has_one_winner(make_rig: MakeRig) -> N
     pending = await parked(rig, task_id)
     await expired(rig, pending)
     resolve = rig.dispatcher.resolve_approval(
-        task_id, pending.approval_id, approve=True, reason="", arguments_sha256=pending.arguments_sha256, resolver="op"
+        task_id,
+        pending.approval_id,
+        approve=True,
+        reason="",
+        arguments_sha256=pending.arguments_sha256,
+        caller=APPROVER,
     )
     sweep = rig.dispatcher.expire_approval(task_id, pending.approval_id)
     resolved, swept = await asyncio.gather(resolve, sweep, return_exceptions=True)
@@ -244,7 +249,7 @@ async def test_a_decision_that_reached_tool_svc_is_applied_not_expired(make_rig:
     assert resolved.attributes["state"] == "APPROVED" and resolved.error is None
     assert not [e for e in events if e.kind == EventKind.FALLBACK]
     assert fake.runs["restart"] == 1  # replayed by its idempotency key, not run again
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.SUCCEEDED and task.answer == "done: restarted"
 
 
@@ -255,11 +260,11 @@ async def test_an_approval_not_yet_expired_is_left_alone(make_rig: MakeRig) -> N
     pending = await parked(rig, task_id)
     assert not await rig.dispatcher.expire_approval(task_id, pending.approval_id)
     assert await rig.dispatcher.sweep_approvals() == 0
-    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.WAITING_APPROVAL
+    assert (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).status == TaskStatus.WAITING_APPROVAL
     assert fake.reads == []  # not due: tool_svc is not even asked
     assert await waiting_index(rig) == 1
     # Cancelling a parked task takes it out of the sweeper's index.
-    await rig.dispatcher.cancel(task_id, "not needed")
+    await rig.dispatcher.cancel(task_id, "not needed", caller=OPERATOR)
     assert await waiting_index(rig) == 0
 
 

@@ -9,7 +9,7 @@ import pytest
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from dispatcher_svc.model import TaskStatus
-from tests.unit.dispatcher.conftest import MakeRig
+from tests.unit.dispatcher.conftest import OPERATOR, MakeRig
 from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply
 
 
@@ -31,7 +31,7 @@ async def test_hostile_arguments_from_the_model_do_not_fail_the_task(make_rig: M
     rig = await make_rig(policy, FakeTools({"calc": not_json}))
     task_id = await rig.start("compute")
     await rig.events(task_id)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.SUCCEEDED, task.error
     assert task.answer == "could not compute"
     assert rig.tools.runs["calc"] == 1

@@ -18,7 +18,7 @@ from dispatcher_svc.loop import RunResult
 from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
 from dispatcher_svc.ports import CallOptions, ContextView
 from dispatcher_svc.tasks import CommitResult, TaskRecord, TaskStore
-from tests.unit.dispatcher.conftest import MakeRig, Rig
+from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig, Rig
 from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
 
 
@@ -64,7 +64,7 @@ async def test_tool_call_then_answer(make_rig: MakeRig) -> None:
         TaskStatus.RUNNING,
         TaskStatus.SUCCEEDED,
     ]
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.SUCCEEDED
     assert task.answer == "the sum is 5"
     assert task.step == 2
@@ -112,7 +112,7 @@ async def test_contract_error_is_corrected_with_the_hint(make_rig: MakeRig) -> N
     assert "next step: correction 1 of 2" in shown
     calls = [e.tool_call for e in events if e.kind == EventKind.TOOL_CALL]
     assert [json.loads(c.arguments_json)["order_id"] for c in calls if c] == ["ord-2025-1", "ORD-2025-0001"]
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.SUCCEEDED
     assert task.answer == "order ORD-2025-0001: shipped"
 
@@ -162,7 +162,7 @@ async def test_engineering_error_offers_fallback_and_never_reissues(make_rig: Ma
     assert tools.runs["get_status"] == 1  # the repeat was not executed
     note = rig.provider.prompts[1].tool_messages()[-1]["content"]
     assert "UPSTREAM_NOT_FOUND" in note and "fallback tool metrics" in note
-    assert (await rig.dispatcher.get_task(events[0].task_id)).status == TaskStatus.SUCCEEDED
+    assert (await rig.dispatcher.get_task(events[0].task_id, caller=OPERATOR)).status == TaskStatus.SUCCEEDED
 
 
 async def test_fatal_tool_error_aborts_and_runs_nothing_more(make_rig: MakeRig) -> None:
@@ -179,7 +179,7 @@ async def test_fatal_tool_error_aborts_and_runs_nothing_more(make_rig: MakeRig) 
     assert kinds(events)[-3:] == ["TOOL_RESULT", "INCIDENT", "STATUS"]
     assert events[-1].status == TaskStatus.ABORTED
     assert tools.runs["calc"] == 0
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.ABORTED
     assert task.error is not None and task.error.code == ErrorCode.DANGEROUS_OPERATION
 
@@ -194,17 +194,17 @@ async def test_approval_parks_and_resumes(make_rig: MakeRig) -> None:
     rig = await make_rig(policy, tools)
     task_id = await rig.start()
     seen = []
-    async for event in rig.dispatcher.watch(task_id):
+    async for event in rig.dispatcher.watch(task_id, caller=OPERATOR):
         seen.append(event)
         if event.kind == EventKind.STATUS and event.status == TaskStatus.WAITING_APPROVAL:
             break
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.WAITING_APPROVAL
     assert task.pending_approval is not None
     pending = task.pending_approval
     assert pending.plan.name == "restart" and pending.impact
     # Heartbeats keep a watcher of a parked task alive.
-    watcher = rig.dispatcher.watch(task_id, seen[-1].sequence)
+    watcher = rig.dispatcher.watch(task_id, seen[-1].sequence, caller=OPERATOR)
     beat = await asyncio.wait_for(anext(watcher), 5)
     assert beat.kind == EventKind.HEARTBEAT and beat.sequence == 0
     await watcher.aclose()  # type: ignore[attr-defined]
@@ -214,19 +214,19 @@ async def test_approval_parks_and_resumes(make_rig: MakeRig) -> None:
         approve=True,
         reason="ok",
         arguments_sha256=pending.arguments_sha256,
-        resolver="op",
+        caller=APPROVER,
     )
     assert approval.state == "APPROVED"
     events = await rig.events(task_id)
     assert_contiguous(events)
     assert "APPROVAL_RESOLVED" in kinds(events)
-    final = await rig.dispatcher.get_task(task_id)
+    final = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert final.status == TaskStatus.SUCCEEDED and final.answer == "done: restarted"
     assert tools.runs["restart"] == 1
     # A second resolution is refused: the task no longer waits.
     with pytest.raises(AgentmeshError) as caught:
         await rig.dispatcher.resolve_approval(
-            task_id, pending.approval_id, approve=True, reason="", arguments_sha256="", resolver="op"
+            task_id, pending.approval_id, approve=True, reason="", arguments_sha256="", caller=APPROVER
         )
     assert caught.value.code == ErrorCode.FAILED_PRECONDITION
 
@@ -240,18 +240,18 @@ async def test_denied_approval_is_engineering_for_the_model(make_rig: MakeRig) -
     tools = FakeTools({"restart": lambda c: "restarted"}, needs_approval={"restart"})
     rig = await make_rig(policy, tools)
     task_id = await rig.start()
-    async for event in rig.dispatcher.watch(task_id):
+    async for event in rig.dispatcher.watch(task_id, caller=OPERATOR):
         if event.status == TaskStatus.WAITING_APPROVAL:
             break
-    pending = (await rig.dispatcher.get_task(task_id)).pending_approval
+    pending = (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).pending_approval
     assert pending is not None
     await rig.dispatcher.resolve_approval(
-        task_id, pending.approval_id, approve=False, reason="not now", arguments_sha256="", resolver="op"
+        task_id, pending.approval_id, approve=False, reason="not now", arguments_sha256="", caller=APPROVER
     )
     events = await rig.events(task_id)
     assert any(e.kind == EventKind.FALLBACK and e.error and e.error.code == ErrorCode.APPROVAL_DENIED for e in events)
     assert tools.runs["restart"] == 0
-    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.SUCCEEDED
+    assert (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).status == TaskStatus.SUCCEEDED
 
 
 async def test_budget_guard_stops_before_the_model_call(make_rig: MakeRig) -> None:
@@ -272,7 +272,7 @@ async def test_max_steps_guard(make_rig: MakeRig) -> None:
     )
     task_id = await rig.start()
     events = await rig.events(task_id)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.ABORTED
     assert task.error is not None and task.error.code == ErrorCode.MAX_STEPS_EXCEEDED
     assert rig.provider.calls == 3
@@ -284,7 +284,7 @@ async def test_endless_tool_loop_is_detected(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(call("calc", {"a": 1, "b": 1}, f"c{p.call_index}")), tools)
     task_id = await rig.start()
     await rig.events(task_id)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.ABORTED
     assert task.error is not None and task.error.code == ErrorCode.LOOP_DETECTED
     assert tools.runs["calc"] == 2  # the third identical call never ran
@@ -295,7 +295,7 @@ async def test_empty_reply_fails_with_a_typed_reason(make_rig: MakeRig) -> None:
     task_id = await rig.start()
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.FAILED
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.error is not None and task.error.code == ErrorCode.INTERNAL
     assert task.error.metadata["reason"] == "empty_reply"
 
@@ -306,14 +306,14 @@ async def test_unavailable_service_fails_the_task_which_resumes(make_rig: MakeRi
     task_id = await rig.start()
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.FAILED
-    failed = await rig.dispatcher.get_task(task_id)
+    failed = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert failed.error is not None and failed.error.code == ErrorCode.UNAVAILABLE
     # StartTask with the same id resumes the failed task from its checkpoint.
     resumed = await rig.start(task_id=task_id)
     assert resumed == task_id
     events = await rig.events(task_id, after=len(events))
     assert events[0].message == "status PENDING: resumed after failure"
-    final = await rig.dispatcher.get_task(task_id)
+    final = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert final.status == TaskStatus.SUCCEEDED and final.answer == "ok"
     assert len(rig.context.sessions[task_id]) == 2  # goal once, answer once
 
@@ -322,19 +322,19 @@ async def test_cancel_stops_a_running_task(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="late"))
     rig.provider.delay_s = 0.6
     task_id = await rig.start()
-    async for event in rig.dispatcher.watch(task_id):
+    async for event in rig.dispatcher.watch(task_id, caller=OPERATOR):
         if event.kind == EventKind.STEP_STARTED:
             break
-    task = await rig.dispatcher.cancel(task_id, "operator changed their mind")
+    task = await rig.dispatcher.cancel(task_id, "operator changed their mind", caller=OPERATOR)
     assert task.status == TaskStatus.CANCELLED
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.CANCELLED
     await asyncio.sleep(1.0)  # past the in-flight model call's end: a late write would have landed by now
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.CANCELLED and task.answer == ""
-    assert (await rig.dispatcher.get_task(task_id)).last_sequence == events[-1].sequence
+    assert (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).last_sequence == events[-1].sequence
     with pytest.raises(AgentmeshError) as caught:
-        await rig.dispatcher.cancel(task_id)
+        await rig.dispatcher.cancel(task_id, caller=OPERATOR)
     assert caught.value.code == ErrorCode.FAILED_PRECONDITION
 
 
@@ -347,7 +347,7 @@ async def test_task_deadline_fails_the_task(make_rig: MakeRig) -> None:
     rig.provider.delay_s = 0.4
     task_id = await rig.start()
     events = await rig.events(task_id)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert events[-1].status == TaskStatus.FAILED
     assert task.error is not None and task.error.code == ErrorCode.DEADLINE_EXCEEDED
     assert rig.tools.runs["calc"] == 0  # nothing ran after the deadline
@@ -359,7 +359,7 @@ async def test_a_task_of_a_removed_agent_fails_typed(make_rig: MakeRig) -> None:
     rig.dispatcher.agents._agents.clear()  # the agent disappears from the configuration
     await rig.dispatcher.start()
     events = await rig.events(task_id)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert events[-1].status == TaskStatus.FAILED
     assert task.error is not None and task.error.code == ErrorCode.NOT_FOUND and "agent_id" in task.error.message
 
@@ -599,7 +599,7 @@ async def test_a_failed_build_context_cancels_the_discover_tools_beside_it(make_
     rig.context.build_context = failing_build  # type: ignore[method-assign]
     task_id = await rig.start()
     events = await asyncio.wait_for(rig.events(task_id), 10)  # not the 5 s DiscoverTools would hold
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert events[-1].status == TaskStatus.FAILED
     assert task.error is not None and task.error.code == ErrorCode.PERMISSION_DENIED
     assert calls.entries == [("start", "DiscoverTools")]
@@ -616,13 +616,13 @@ async def test_a_tool_call_failing_beside_the_replys_append_fails_the_task_which
     rig.tools.rpc_failures = [UnavailableError("tool_svc down")] * 2
     task_id = await rig.start("add 2 and 3")
     events = await rig.events(task_id)
-    failed = await rig.dispatcher.get_task(task_id)
+    failed = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert events[-1].status == TaskStatus.FAILED
     assert failed.error is not None and failed.error.code == ErrorCode.UNAVAILABLE
     assert [m["role"] for m in rig.context.sessions[task_id]] == ["user", "assistant"]  # the append landed
     await rig.start("add 2 and 3", task_id=task_id)
     await rig.events(task_id, after=len(events))
-    final = await rig.dispatcher.get_task(task_id)
+    final = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert final.status == TaskStatus.SUCCEEDED and final.answer == "the sum is 5"
     # The reply is in the session once, the tool ran once.
     assert [m["role"] for m in rig.context.sessions[task_id]] == ["user", "assistant", "tool", "assistant"]

@@ -16,7 +16,7 @@ from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import ApprovalRecord, EventKind, PendingApproval, TaskStatus, ToolOutcome, ToolOutput
 from dispatcher_svc.ports import CallOptions
-from tests.unit.dispatcher.conftest import MakeRig
+from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig
 from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply
 from tests.unit.dispatcher.test_approval_expiry import SWEEPER, _until, parked
 
@@ -114,7 +114,7 @@ async def test_an_unknown_outcome_waits_for_its_settlement(make_rig: MakeRig, fi
             approve=True,
             reason="",
             arguments_sha256=pending.arguments_sha256,
-            resolver="alice",
+            caller=APPROVER,
         )
     assert no_finding.value.code == ErrorCode.INVALID_REQUEST
     approval, _ = await rig.dispatcher.resolve_approval(
@@ -123,7 +123,7 @@ async def test_an_unknown_outcome_waits_for_its_settlement(make_rig: MakeRig, fi
         approve=False,  # ignored for a settlement
         reason="checked the ledger",
         arguments_sha256=pending.arguments_sha256,
-        resolver="alice",
+        caller=APPROVER,
         settlement=finding,
     )
     assert approval.settlement == finding
@@ -133,7 +133,7 @@ async def test_an_unknown_outcome_waits_for_its_settlement(make_rig: MakeRig, fi
     (resolved,) = [e for e in events if e.kind == EventKind.APPROVAL_RESOLVED]
     assert resolved.attributes["settlement"] == finding and "settlement" in resolved.message
     assert not [e for e in events if e.kind == EventKind.FALLBACK]
-    answer = (await rig.dispatcher.get_task(task_id)).answer
+    answer = (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).answer
     assert ('"settled": "ran"' in answer) if finding == "ran" else ('"charged": true' in answer)
 
 
@@ -145,10 +145,10 @@ async def test_an_approval_is_not_settled(make_rig: MakeRig) -> None:
     task_id = await rig.start()
 
     async def waiting() -> bool:
-        return (await rig.dispatcher.get_task(task_id)).status == TaskStatus.WAITING_APPROVAL
+        return (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).status == TaskStatus.WAITING_APPROVAL
 
     await _until(waiting)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.pending_approval is not None and not task.pending_approval.is_settlement
     with pytest.raises(AgentmeshError) as caught:
         await rig.dispatcher.resolve_approval(
@@ -157,7 +157,7 @@ async def test_an_approval_is_not_settled(make_rig: MakeRig) -> None:
             approve=True,
             reason="",
             arguments_sha256=task.pending_approval.arguments_sha256,
-            resolver="alice",
+            caller=APPROVER,
             settlement="ran",
         )
     assert caught.value.code == ErrorCode.INVALID_REQUEST
@@ -169,7 +169,7 @@ async def test_a_settlement_nobody_decides_fails_the_task_and_re_sends_nothing(m
     rig = await make_rig(charge_policy, fake, dispatcher=SWEEPER)
     task_id = await rig.start()
     events = await rig.events(task_id)
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.FAILED, events
     assert task.error is not None and task.error.code == ErrorCode.OUTCOME_UNKNOWN
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))

@@ -16,7 +16,7 @@ from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import ENQUEUE_LUA
 from dispatcher_svc.service import StartRequest
 from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, fields_of
-from tests.unit.dispatcher.conftest import MakeRig
+from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig
 from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply
 
 
@@ -66,7 +66,7 @@ async def test_a_second_replica_takes_over_a_dead_owner(make_rig: MakeRig, point
 
     b = await make_rig(counting_policy, tools, context=context)
     events = await b.events(task_id)
-    task = await b.dispatcher.get_task(task_id)
+    task = await b.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.status == TaskStatus.SUCCEEDED, task
     assert task.answer == "sent 2"
     assert tools.runs["notify"] == 2  # exactly once per call, although A may have sent one already
@@ -85,12 +85,12 @@ async def test_a_second_replica_takes_over_a_dead_owner(make_rig: MakeRig, point
     # A's stale fence is refused.
     with pytest.raises(StaleOwnerError):
         await a.dispatcher.tasks.commit(task_id, fence=stuck[0].fence, fields=fields_of(answer="stale"))
-    assert (await b.dispatcher.get_task(task_id)).answer == "sent 2"
+    assert (await b.dispatcher.get_task(task_id, caller=OPERATOR)).answer == "sent 2"
 
 
 async def test_fence_refuses_a_stale_writer_and_keeps_sequences(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="x"), start=False)
-    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")).task_id
+    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), caller=OPERATOR, request_id="r")).task_id
     tasks = rig.dispatcher.tasks
     record = await tasks.load(task_id)
     assert record.fence == 0 and record.last_sequence == 1
@@ -112,7 +112,7 @@ async def test_fence_refuses_a_stale_writer_and_keeps_sequences(make_rig: MakeRi
 
 async def test_events_are_capped_and_a_late_watcher_is_told(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="x"), dispatcher={"event_maxlen": 100}, start=False)
-    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")).task_id
+    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), caller=OPERATOR, request_id="r")).task_id
     tasks = rig.dispatcher.tasks
     for i in range(30):
         events = [
@@ -123,7 +123,7 @@ async def test_events_are_capped_and_a_late_watcher_is_told(make_rig: MakeRig) -
     await tasks.commit(task_id, fence=0, fields=fields_of(status=TaskStatus.SUCCEEDED), events=[end])
     length = await rig.store.redis.xlen(rig.store.keys.task_events(task_id))
     assert 100 <= length < 301
-    seen = [e async for e in rig.dispatcher.watch(task_id, 0)]
+    seen = [e async for e in rig.dispatcher.watch(task_id, 0, caller=OPERATOR)]
     assert seen[-1].sequence == 302 and seen[-1].status == TaskStatus.SUCCEEDED
     assert int(seen[0].attributes["events_trimmed"]) == seen[0].sequence - 1
     assert [e.sequence for e in seen] == list(range(seen[0].sequence, 303))
@@ -134,7 +134,7 @@ async def test_watch_resumes_after_a_sequence_without_gaps_or_repeats(make_rig: 
     rig = await make_rig(counting_policy, tools)
     task_id = await rig.start()
     first: list[TaskEvent] = []
-    async for event in rig.dispatcher.watch(task_id):
+    async for event in rig.dispatcher.watch(task_id, caller=OPERATOR):
         if event.sequence:
             first.append(event)
         if len(first) == 4:
@@ -178,7 +178,7 @@ async def test_bad_start_requests_name_the_field(
 ) -> None:
     rig = await make_rig(lambda p: reply(text="x"), start=False)
     with pytest.raises(AgentmeshError) as caught:
-        await rig.dispatcher.start_task(request_, request_id="r")
+        await rig.dispatcher.start_task(request_, caller=OPERATOR, request_id="r")
     assert caught.value.code == code
     assert caught.value.violations[0].path == field
     assert field in str(caught.value)
@@ -187,10 +187,10 @@ async def test_bad_start_requests_name_the_field(
 async def test_unknown_task_is_not_found_naming_the_field(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="x"), start=False)
     for operation in (
-        rig.dispatcher.get_task("no-such-task"),
-        rig.dispatcher.cancel("no-such-task"),
+        rig.dispatcher.get_task("no-such-task", caller=OPERATOR),
+        rig.dispatcher.cancel("no-such-task", caller=OPERATOR),
         rig.dispatcher.resolve_approval(
-            "no-such-task", "ap-1", approve=True, reason="", arguments_sha256="", resolver="op"
+            "no-such-task", "ap-1", approve=True, reason="", arguments_sha256="", caller=APPROVER
         ),
     ):
         with pytest.raises(AgentmeshError) as caught:
@@ -198,16 +198,16 @@ async def test_unknown_task_is_not_found_naming_the_field(make_rig: MakeRig) -> 
         assert caught.value.code == ErrorCode.NOT_FOUND
         assert caught.value.violations[0].path == "task_id"
     with pytest.raises(AgentmeshError) as caught:
-        await anext(rig.dispatcher.watch("no-such-task"))
+        await anext(rig.dispatcher.watch("no-such-task", caller=OPERATOR))
     assert caught.value.code == ErrorCode.NOT_FOUND
     with pytest.raises(AgentmeshError) as caught:
-        rig.dispatcher.watch("t", -1)
+        rig.dispatcher.watch("t", -1, caller=OPERATOR)
     assert caught.value.code == ErrorCode.INVALID_REQUEST
 
 
 async def test_budget_override_unset_keeps_the_agents_and_zero_is_refused(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="x"), start=False)
-    task = await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")
+    task = await rig.dispatcher.start_task(StartRequest("ops", "goal"), caller=OPERATOR, request_id="r")
     record = await rig.dispatcher.tasks.load(task.task_id)
     assert (record.token_budget, record.max_steps) == (100_000, 8)
     for field, request in (
@@ -215,18 +215,20 @@ async def test_budget_override_unset_keeps_the_agents_and_zero_is_refused(make_r
         ("max_steps", StartRequest("ops", "goal", max_steps=0)),
     ):
         with pytest.raises(AgentmeshError) as caught:
-            await rig.dispatcher.start_task(request, request_id="r")
+            await rig.dispatcher.start_task(request, caller=OPERATOR, request_id="r")
         assert caught.value.code == ErrorCode.INVALID_REQUEST
         assert caught.value.violations[0].path == field
-    task = await rig.dispatcher.start_task(StartRequest("ops", "goal", token_budget=77, max_steps=2), request_id="r")
+    task = await rig.dispatcher.start_task(
+        StartRequest("ops", "goal", token_budget=77, max_steps=2), caller=OPERATOR, request_id="r"
+    )
     record = await rig.dispatcher.tasks.load(task.task_id)
     assert (record.token_budget, record.max_steps) == (77, 2)
 
 
 async def test_a_task_queued_while_no_replica_runs_is_picked_up_later(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="late but done"), start=False)
-    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), request_id="r")).task_id
-    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.PENDING
+    task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), caller=OPERATOR, request_id="r")).task_id
+    assert (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).status == TaskStatus.PENDING
     await rig.dispatcher.start()
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
@@ -275,7 +277,7 @@ async def test_a_stopping_worker_starts_nothing_even_if_a_read_swallows_its_canc
     await asyncio.sleep(0.1)
     assert worker.running == 0
     assert all(loop.done() for loop in worker._loops)
-    assert (await rig.dispatcher.get_task(task_id)).status == TaskStatus.PENDING
+    assert (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).status == TaskStatus.PENDING
 
 
 async def test_an_entry_read_while_its_task_runs_here_is_taken_up_after_that_run(make_rig: MakeRig) -> None:
@@ -330,7 +332,7 @@ async def test_concurrency_limit_leaves_work_for_other_replicas(make_rig: MakeRi
     ids = [await rig.start(f"goal {i}") for i in range(6)]
 
     async def all_done() -> bool:
-        statuses = [(await rig.dispatcher.get_task(t)).status for t in ids]
+        statuses = [(await rig.dispatcher.get_task(t, caller=OPERATOR)).status for t in ids]
         return all(s == TaskStatus.SUCCEEDED for s in statuses)
 
     peak = 0
@@ -355,7 +357,7 @@ async def test_graceful_stop_hands_the_task_to_another_replica(make_rig: MakeRig
     a = await make_rig(counting_policy, tools, context=context, dispatcher={"claim_idle_s": 30})
     a.provider.delay_s = 0.3
     task_id = await a.start()
-    async for event in a.dispatcher.watch(task_id):
+    async for event in a.dispatcher.watch(task_id, caller=OPERATOR):
         if event.kind == EventKind.STEP_STARTED:
             break
     await a.dispatcher.stop()  # hands the task back at once, not after claim_idle_s
@@ -412,7 +414,7 @@ async def test_a_frozen_owner_that_wakes_up_writes_nothing(make_rig: MakeRig) ->
     assert [m["role"] for m in context.sessions[task_id]] == log_before  # A appended nothing
     assert log_before == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
     assert tools.runs["notify"] == 2
-    assert (await b.dispatcher.get_task(task_id)).last_sequence == events[-1].sequence
+    assert (await b.dispatcher.get_task(task_id, caller=OPERATOR)).last_sequence == events[-1].sequence
 
 
 def _owner(events: list[TaskEvent]) -> str:

@@ -8,7 +8,7 @@ import json
 from agentmesh.chat import ToolCall
 from agentmesh.errors import UnavailableError
 from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
-from tests.unit.dispatcher.conftest import MakeRig, Rig
+from tests.unit.dispatcher.conftest import OPERATOR, MakeRig, Rig
 from tests.unit.dispatcher.fakes import FakeTools, Prompt, call, reply
 
 
@@ -57,7 +57,7 @@ async def test_a_watch_from_zero_reads_a_failed_then_resumed_task_to_its_end(mak
         TaskStatus.SUCCEEDED,
     ]
     assert everything[-1].status == TaskStatus.SUCCEEDED
-    task = await rig.dispatcher.get_task(task_id)
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
     assert task.last_sequence == everything[-1].sequence and task.answer == "the sum is 5"
 
 
@@ -72,7 +72,7 @@ async def test_a_watch_started_during_the_resumed_run_passes_the_failed_event_an
     assert [e.sequence for e in watched] == list(range(1, len(watched) + 1))
     assert watched[len(failed) - 1].status == TaskStatus.FAILED
     assert watched[-1].status == TaskStatus.SUCCEEDED
-    assert (await rig.dispatcher.get_task(task_id)).last_sequence == watched[-1].sequence
+    assert (await rig.dispatcher.get_task(task_id, caller=OPERATOR)).last_sequence == watched[-1].sequence
 
 
 async def test_a_watch_of_a_failed_task_not_resumed_ends_at_its_failed_event(make_rig: MakeRig) -> None:
@@ -84,7 +84,7 @@ async def test_a_watch_of_a_failed_task_not_resumed_ends_at_its_failed_event(mak
     assert watched[-1].status == TaskStatus.FAILED
     assert await rig.events(task_id, after=failed[-1].sequence, timeout_s=0.15) == []
     # Without a heartbeat in between, too.
-    raw = [e async for e in rig.dispatcher.watch(task_id)]
+    raw = [e async for e in rig.dispatcher.watch(task_id, caller=OPERATOR)]
     assert all(e.sequence for e in raw) and len(raw) == len(failed)
 
 

@@ -90,3 +90,33 @@ def test_the_example_configuration_loads_and_its_shell_fields_are_guarded() -> N
                 finding = guard.guard.check(kind, "rm -rf /var/lib/payment", write=True)  # type: ignore[attr-defined]
                 assert finding is not None, path
     assert shell_tools >= 1
+
+
+async def test_a_failed_audit_write_is_logged_and_the_registration_stands(
+    make_settings: Any, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agentmesh.errors import UnavailableError
+    from tool_svc.model import Permission, ToolDef
+
+    gateway = Gateway(make_settings({"tools": {"http_allowlist": ["http://127.0.0.1:9/"]}}), store)
+    assert gateway.audit is not None
+
+    async def unavailable(**fields: Any) -> None:
+        raise UnavailableError("redis unavailable during append to the audit log")
+
+    gateway.audit.record = unavailable  # type: ignore[method-assign]
+    spec = ToolDef(
+        name="get_stock",
+        description="Use when checking stock",
+        input_schema={"type": "object"},
+        permission=Permission("*", "shop", "read"),
+        endpoint_url="http://127.0.0.1:9/stock",
+        http_method="GET",
+    )
+    admin = Caller(subject="root-ann", roles=frozenset({"admin"}))
+    try:
+        stored = await gateway.register(spec, replace=False, caller=admin)
+    finally:
+        await gateway.aclose()
+    assert stored == spec and "get_stock" in {t.name for t in await gateway.list_tools()}
+    assert "audit: tool.register of get_stock by root-ann not recorded: redis unavailable" in caplog.text
