@@ -106,30 +106,15 @@ class ApprovalSettler:
             verdict = "approved" if approval.state == "APPROVED" else approval.state.lower()
             message = f"approval {approval_id} {verdict} by {who}" + (f": {reason}" if reason else "")
             attributes = {"state": approval.state, "resolved_by": who}
-        events = [
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.APPROVAL_RESOLVED,
-                time_ms=now_ms(),
-                status=TaskStatus.PENDING,
-                step=cursor.step,
-                message=message,
-                tool_call=plan,
-                error=outcome.error if expired and outcome is not None else None,
-                pending_approval=pending,
-                attributes=attributes,
-            ),
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.STATUS,
-                time_ms=now_ms(),
-                status=TaskStatus.PENDING,
-                step=cursor.step,
-                message="status PENDING: resuming after the approval" + (" expired" if expired else ""),
-            ),
-        ]
+        events = resolution_events(
+            record,
+            pending,
+            TaskStatus.PENDING,
+            message,
+            "status PENDING: resuming after the approval" + (" expired" if expired else ""),
+            error=outcome.error if expired and outcome is not None else None,
+            attributes=attributes,
+        )
         try:
             await self.tasks.commit(
                 task_id,
@@ -146,33 +131,18 @@ class ApprovalSettler:
 
     async def fail_unsettled(self, record: TaskRecord, pending: PendingApproval) -> bool:
         """A settlement nobody decided in time: the task fails OUTCOME_UNKNOWN and nothing is re-sent."""
-        task_id, cursor = record.task_id, record.cursor
+        task_id = record.task_id
         err = settlement_expired(task_id, pending)
-        events = [
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.APPROVAL_RESOLVED,
-                time_ms=now_ms(),
-                status=TaskStatus.FAILED,
-                step=cursor.step,
-                message=f"settlement {pending.approval_id} expired unsettled; {pending.plan.name} was not re-sent",
-                tool_call=pending.plan,
-                error=err,
-                pending_approval=pending,
-                attributes={"state": "EXPIRED"},
-            ),
-            TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.STATUS,
-                time_ms=now_ms(),
-                status=TaskStatus.FAILED,
-                step=cursor.step,
-                message=f"status FAILED: {err}",
-                error=err,
-            ),
-        ]
+        events = resolution_events(
+            record,
+            pending,
+            TaskStatus.FAILED,
+            f"settlement {pending.approval_id} expired unsettled; {pending.plan.name} was not re-sent",
+            f"status FAILED: {err}",
+            error=err,
+            attributes={"state": "EXPIRED"},
+            status_error=err,
+        )
         try:
             await self.tasks.commit(
                 task_id,
@@ -282,3 +252,44 @@ def approval_expired(task_id: str, pending: PendingApproval) -> AgentmeshError:
         f"approval {pending.approval_id} for {pending.plan.name} expired before anyone decided; the call did not run",
         metadata={"approval_id": pending.approval_id, "task_id": task_id},
     )
+
+
+def resolution_events(
+    record: TaskRecord,
+    pending: PendingApproval,
+    status: TaskStatus,
+    message: str,
+    status_message: str,
+    *,
+    error: AgentmeshError | None,
+    attributes: dict[str, str],
+    status_error: AgentmeshError | None = None,
+) -> list[TaskEvent]:
+    """The APPROVAL_RESOLVED event of a parked task and the STATUS event it moves to (sequences are
+    assigned by the commit)."""
+    step = record.cursor.step
+    return [
+        TaskEvent(
+            task_id=record.task_id,
+            sequence=0,
+            kind=EventKind.APPROVAL_RESOLVED,
+            time_ms=now_ms(),
+            status=status,
+            step=step,
+            message=message,
+            tool_call=pending.plan,
+            error=error,
+            pending_approval=pending,
+            attributes=attributes,
+        ),
+        TaskEvent(
+            task_id=record.task_id,
+            sequence=0,
+            kind=EventKind.STATUS,
+            time_ms=now_ms(),
+            status=status,
+            step=step,
+            message=status_message,
+            error=status_error,
+        ),
+    ]
