@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -77,6 +78,75 @@ class RedisSettings(_Section):
         return url or None
 
 
+JwtAlgorithm = Literal["RS256", "ES256", "EdDSA"]
+JWT_ALGORITHMS: tuple[JwtAlgorithm, ...] = ("RS256", "ES256", "EdDSA")
+"""Signature algorithms accepted from OIDC issuers: asymmetric only (an HMAC JWT would need a shared secret)."""
+
+
+class OidcClaimSettings(_Section):
+    """Which claims of an issuer's JWTs say who the caller is (docs/architecture.md §9)."""
+
+    subject: str = "sub"
+    roles: str = "roles"
+    """Claim holding role or group names: a list of strings or one space-separated string."""
+    agent: str = "agentmesh_agent"
+    """Claim naming the agent the caller acts as; when present the token also holds the role agent."""
+    permissions: str = "agentmesh_permissions"
+    """Claim holding grants "env:group:access" (a list, or a space-separated string like `scope`)."""
+    environment: str = ""
+    """Claim naming the environment the token acts in; "" uses the issuer's `environment`."""
+
+
+class OidcIssuerSettings(_Section):
+    """One trusted OpenID Connect issuer: JWTs it signs are verified against its JWKS."""
+
+    issuer: str = Field(min_length=1)
+    """The exact `iss` of its tokens."""
+    audience: list[str] = Field(min_length=1)
+    """Accepted `aud` values: the token must name at least one."""
+    jwks_url: str = Field(min_length=1)
+    """Where its signing keys are published: https, or http on a loopback host (tests, a local IdP)."""
+    algorithms: list[JwtAlgorithm] = list(JWT_ALGORITHMS)
+    environment: Literal["dev", "staging", "prod"] | None = None
+    """The environment its tokens act in (None: the service's own); a claim may say instead."""
+    claims: OidcClaimSettings = OidcClaimSettings()
+    role_map: dict[str, list[Literal["agent", "operator", "admin"]]] = {}
+    """Values of the roles claim (IdP groups) -> agentmesh roles. A value not listed counts only when it
+    is itself a role name."""
+    permission_map: dict[str, list[str]] = {}
+    """Values of the roles claim -> grants the token also holds."""
+    subject_prefix: str = ""
+    """Prefixed to the subject (e.g. "idp:"), so no IdP user can take the name of a locally minted one."""
+    jwks_cache_s: float = Field(300.0, gt=0)
+    """How long fetched keys are used before they are fetched again."""
+    jwks_refetch_min_s: float = Field(60.0, ge=0)
+    """An unknown `kid` triggers a fetch at most this often: forged kids cannot make us hammer the IdP."""
+    jwks_timeout_s: float = Field(5.0, gt=0)
+
+    @field_validator("audience", mode="before")
+    @classmethod
+    def _one_audience(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _https_unless_loopback(cls, url: str) -> str:
+        parsed = urlsplit(url)
+        loopback = parsed.hostname in ("127.0.0.1", "::1", "localhost")
+        if parsed.scheme != "https" and not (parsed.scheme == "http" and loopback):
+            raise ValueError(f"must be an https URL (http only on a loopback host), got {url!r}")
+        return url
+
+    @field_validator("permission_map")
+    @classmethod
+    def _grant_format(cls, mapping: dict[str, list[str]]) -> dict[str, list[str]]:
+        for group, grants in mapping.items():
+            for grant in grants:
+                if len(grant.split(":")) != 3:
+                    raise ValueError(f"{group}: grant {grant!r} is not env:group:access")
+        return mapping
+
+
 class AuthSettings(_Section):
     """Signed identity tokens (docs/architecture.md §9)."""
 
@@ -87,6 +157,16 @@ class AuthSettings(_Section):
     clock_skew_s: int = Field(30, ge=0)
     separation_of_duties: bool = True
     """Neither the creator of a task nor its agent may resolve the task's approvals or settlements."""
+    oidc: list[OidcIssuerSettings] = []
+    """Issuers whose JWTs (`authorization: Bearer`) are accepted besides our own HMAC tokens."""
+
+    @model_validator(mode="after")
+    def _issuers_unique(self) -> AuthSettings:
+        issuers = [entry.issuer for entry in self.oidc]
+        doubled = sorted({name for name in issuers if issuers.count(name) > 1})
+        if doubled:
+            raise ValueError(f"oidc: issuer {doubled[0]!r} is configured twice")
+        return self
 
 
 class AuditSettings(_Section):
@@ -151,10 +231,39 @@ class ServerSettings(_Section):
     """Then new calls are refused and in-flight calls get this long to finish."""
     keepalive_time_s: float = Field(30.0, gt=0)
     keepalive_timeout_s: float = Field(10.0, gt=0)
+    health_port: int = Field(0, ge=0, le=65535)
+    """With TLS on, health and reflection are also served in plaintext on this port for probes (0: the
+    service's port + 1000, e.g. 51053 for tool_svc); with TLS off they share the service's port."""
     readiness_interval_s: float = Field(1.0, gt=0)
     """How often the host PINGs Redis for readiness: while it does not answer (within this but at least
     1 s, at most `redis.socket_timeout_s`) each service's health name is NOT_SERVING; "" (liveness)
     stays SERVING."""
+
+
+class TlsSettings(_Section):
+    """mTLS between services and for clients (off by default: in a mesh the sidecar does it; §9)."""
+
+    enabled: bool = False
+    ca_file: Path | None = None
+    """CA bundle that signs the peers' certificates (servers verify clients with it, clients servers)."""
+    cert_file: Path | None = None
+    """This process's certificate chain (PEM): served by servers, presented by clients."""
+    key_file: Path | None = None
+    require_client_cert: bool = True
+    """Servers refuse a client that presents no certificate signed by `ca_file`."""
+    server_name: str = ""
+    """Name to verify in the servers' certificates instead of the dialled host (e.g. one shared name)."""
+    reload_check_s: float = Field(1.0, gt=0)
+    """Clients look at the files at most this often; a change makes new connections use the new files.
+    Servers read them again at every handshake when they changed."""
+
+    @model_validator(mode="after")
+    def _files_when_enabled(self) -> TlsSettings:
+        if self.enabled and self.ca_file is None:
+            raise ValueError("enabled: needs ca_file (and for a server or a client certificate cert_file, key_file)")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file: give both or neither")
+        return self
 
 
 class ClientSettings(_Section):
@@ -705,6 +814,7 @@ class Settings(BaseSettings):
     services: ServicesSettings = ServicesSettings()
     server: ServerSettings = ServerSettings()
     client: ClientSettings = ClientSettings()
+    tls: TlsSettings = TlsSettings()
     telemetry: TelemetrySettings = TelemetrySettings()
     context: ContextSettings = ContextSettings()
     providers: ProvidersSettings = ProvidersSettings()

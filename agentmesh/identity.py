@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmesh import callctx
-from agentmesh.config import AuthSettings, ConfigError, Settings
+from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import UnauthenticatedError
+from agentmesh.oidc import Fetch, OidcVerifier, VerifiedJwt, looks_like_jwt, token_id
 
 __all__ = [
     "KNOWN_ROLES",
@@ -289,6 +290,67 @@ def _check_times(identity: Identity, *, now: int | float | None, clock_skew_s: i
     return identity
 
 
+# --- JWTs of OIDC issuers ---------------------------------------------------------------------------
+
+
+def _names(value: Any) -> list[str]:
+    """A claim holding names: a list of strings, or one space-separated string (like `scope`)."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, str)]
+    return []
+
+
+def identity_from_jwt(verified: VerifiedJwt, token: str, service_environment: str) -> Identity:
+    """The Identity a verified JWT's claims map to under its issuer's configuration.
+
+    Roles come from the roles claim through `role_map` (a value that is itself a role name counts as
+    that role); an agent claim adds the role agent; grants come from the permissions claim and from
+    `permission_map` for each roles-claim value. A token that maps to no role is refused.
+    """
+    issuer: OidcIssuerSettings = verified.issuer
+    claims = verified.claims
+    mapping = issuer.claims
+    subject = claims.get(mapping.subject)
+    if not isinstance(subject, str) or not subject:
+        raise TokenError(f"JWT claim {mapping.subject!r} (the subject) is missing or not a string")
+    groups = _names(claims.get(mapping.roles))
+    roles: set[str] = set()
+    permissions: list[str] = _names(claims.get(mapping.permissions))
+    for group in groups:
+        roles.update(issuer.role_map.get(group, [group] if group in KNOWN_ROLES else []))
+        permissions.extend(issuer.permission_map.get(group, []))
+    agent = claims.get(mapping.agent)
+    agent_id = agent if isinstance(agent, str) else ""
+    if agent_id:
+        roles.add("agent")
+    if not roles:
+        raise TokenError(f"JWT of issuer {issuer.issuer!r} maps to no agentmesh role (claim {mapping.roles!r})")
+    environment = issuer.environment or service_environment
+    if mapping.environment:
+        claimed = claims.get(mapping.environment)
+        if not isinstance(claimed, str) or not claimed:
+            raise TokenError(f"JWT claim {mapping.environment!r} (the environment) is missing")
+        environment = claimed
+    expires = claims["exp"]
+    issued = claims.get("iat")
+    if not isinstance(issued, int) or isinstance(issued, bool):
+        issued = int(time.time())
+    return Identity(
+        subject=issuer.subject_prefix + subject,
+        agent_id=agent_id,
+        instance="",
+        environment=environment,
+        roles=frozenset(roles),
+        permissions=tuple(dict.fromkeys(permissions)),
+        task_id="",
+        issued_at=min(issued, int(expires) - 1),
+        expires_at=int(expires),
+        token_id=token_id(token, claims),
+    )
+
+
 # --- the configured authenticator -----------------------------------------------------------------
 
 
@@ -298,7 +360,7 @@ _VERIFIED_CACHE_SIZE = 4096
 class Authenticator:
     """Mints and verifies tokens with the configured key; knows whether auth is disabled."""
 
-    def __init__(self, auth: AuthSettings, environment: str = "dev") -> None:
+    def __init__(self, auth: AuthSettings, environment: str = "dev", *, jwks_fetch: Fetch | None = None) -> None:
         self.settings = auth
         self.environment = environment
         self.enabled = auth.mode == "enabled"
@@ -321,6 +383,10 @@ class Authenticator:
         # HMAC + base64 + JSON per call was a measurable share of a hop. Times are still checked on
         # every call; the map is bounded by clearing it when full.
         self._verified: dict[str, Identity] = {}
+        # JWTs: the identity, and the issuer and kid whose key verified it (a key the JWKS drops is distrusted).
+        self._verified_jwts: dict[str, tuple[Identity, str, str]] = {}
+        kwargs = {"fetch": jwks_fetch} if jwks_fetch is not None else {}
+        self.oidc = OidcVerifier(list(auth.oidc), clock_skew_s=auth.clock_skew_s, **kwargs) if auth.oidc else None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
@@ -376,6 +442,41 @@ class Authenticator:
                 f"token for environment {identity.environment!r} used on a service of environment {self.environment!r}"
             )
 
+    async def verify_any(self, token: str, *, now: int | float | None = None) -> Identity:
+        """The Identity of one of our HMAC tokens or of a JWT from a configured OIDC issuer."""
+        if not looks_like_jwt(token):
+            return self.verify(token, now=now)
+        if self.oidc is None:
+            raise TokenError("a JWT was sent but no OIDC issuer is configured (auth.oidc)")
+        known = self._verified_jwts.get(token)
+        if known is not None and self.oidc.still_trusted(known[1], known[2]):
+            self._check_environment(known[0])
+            return _check_times(known[0], now=now, clock_skew_s=self.settings.clock_skew_s)
+        if len(token) > _MAX_TOKEN_CHARS:
+            raise TokenError(f"malformed token: longer than {_MAX_TOKEN_CHARS} characters")
+        verified = await self.oidc.verify(token, now=now)
+        identity = identity_from_jwt(verified, token, self.environment)
+        self._check_environment(identity)
+        if len(self._verified_jwts) >= _VERIFIED_CACHE_SIZE:
+            self._verified_jwts.clear()
+        self._verified_jwts[token] = (identity, verified.issuer.issuer, verified.kid)
+        return identity
+
+    async def authenticate(self, token: str | None, *, now: int | float | None = None) -> Identity:
+        """`identify` for an incoming call, JWTs of the configured issuers included."""
+        if self.enabled:
+            if not token:
+                raise TokenError(
+                    f"missing identity token ({callctx.IDENTITY_HEADER} or authorization: Bearer metadata)"
+                )
+            return await self.verify_any(token, now=now)
+        if token:
+            try:
+                return await self.verify_any(token, now=now)
+            except UnauthenticatedError as exc:
+                logger.debug("auth disabled: ignoring an unverifiable token: %s", exc.message)
+        return Identity.dev(self.environment)
+
     def identify(self, token: str | None, *, now: int | float | None = None) -> Identity:
         """The caller's identity for an incoming call's token (None: no token sent).
 
@@ -416,14 +517,31 @@ def require_identity() -> Identity:
 # --- CLI support -----------------------------------------------------------------------------------
 
 
-def token_command(settings: Settings, role: str, subject: str | None = None, ttl_s: int | None = None) -> str:
-    """The token `agentmesh token --role operator|admin [--subject NAME] [--ttl SECONDS]` prints.
+def token_command(
+    settings: Settings,
+    role: str | None,
+    subject: str | None = None,
+    ttl_s: int | None = None,
+    *,
+    agent_id: str = "",
+    permissions: Iterable[str] = (),
+) -> str:
+    """The token `agentmesh token [--role R] [--agent A] [--permission G ...] [--subject S] [--ttl N]` prints.
 
-    Signed with `auth.key` for `settings.environment`; subject defaults to the login name. Raises
-    ValueError for another role and ConfigError when no key is configured.
+    Signed with `auth.key` for `settings.environment`. Role defaults to agent when an agent is named
+    (its subject then defaults to the agent id), and is required otherwise; an operator's or admin's
+    subject defaults to the login name. Grants are "env:group:access" (`dev:ops.*:read`,
+    `dev:agent.ops:run`). Raises ValueError for a bad role or grant and ConfigError without a key.
     """
-    if role not in ("operator", "admin"):
-        raise ValueError(f"--role must be operator or admin, got {role!r}")
+    role = role or ("agent" if agent_id else None)
+    if role not in KNOWN_ROLES:
+        raise ValueError(f"--role must be one of {', '.join(sorted(KNOWN_ROLES))} (or name an --agent), got {role!r}")
+    if role == "agent" and not agent_id:
+        raise ValueError("an agent token needs --agent")
+    grants = list(permissions)
+    for grant in grants:
+        if len(grant.split(":")) != 3 or not all(grant.split(":")):
+            raise ValueError(f"--permission {grant!r} is not env:group:access (e.g. dev:ops.*:read)")
     key = settings.auth.key.get_secret_value() if settings.auth.key is not None else ""
     if not key:
         raise ConfigError(
@@ -431,14 +549,19 @@ def token_command(settings: Settings, role: str, subject: str | None = None, ttl
             + ("; while auth is disabled no token is needed" if settings.auth.mode == "disabled" else "")
         )
     if not subject:
-        try:
-            subject = getpass.getuser()
-        except (OSError, KeyError):  # No login name (e.g. a container without a passwd entry).
-            subject = role
+        if agent_id:
+            subject = agent_id
+        else:
+            try:
+                subject = getpass.getuser()
+            except (OSError, KeyError):  # No login name (e.g. a container without a passwd entry).
+                subject = role
     return mint_token(
         key.encode("utf-8"),
         subject=subject,
         roles=(role,),
         ttl_s=settings.auth.token_ttl_s if ttl_s is None else ttl_s,
+        agent_id=agent_id,
         environment=settings.environment,
+        permissions=grants,
     )

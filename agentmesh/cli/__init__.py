@@ -14,8 +14,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status
+from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status, health_target
 from agentmesh.config import ConfigError, Settings, config_path, load_settings
 from agentmesh.identity import token_command
 
@@ -31,7 +32,7 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
 def _print_status(settings: Settings) -> bool:
     all_serving = True
     for name in ("dispatcher", "context", "tool", "provider"):
-        target = settings.services.endpoint(name).dial_target
+        target = health_target(settings, name)
         status = health_status(target)
         all_serving &= status == "SERVING"
         print(f"{name + '_svc':<16} {target:<24} {status}")
@@ -76,7 +77,19 @@ def cmd_status(settings: Settings, config: Path | None, args: argparse.Namespace
 
 def cmd_token(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
     """Prints a signed token for an operator or admin."""
-    print(token_command(settings, role=args.role, subject=args.subject, ttl_s=args.ttl))
+    try:
+        token = token_command(
+            settings,
+            role=args.role,
+            subject=args.subject,
+            ttl_s=args.ttl,
+            agent_id=args.agent,
+            permissions=args.permission,
+        )
+    except (ValueError, ConfigError) as exc:
+        print(f"agentmesh token: {exc}", file=sys.stderr)
+        return 2
+    print(token)
     return 0
 
 
@@ -91,7 +104,7 @@ def cmd_probe(settings: Settings, config: Path | None, args: argparse.Namespace)
     """gRPC health check of one address for container health checks: exit 0 only when SERVING."""
     from agentmesh.cli.probe import run_probe
 
-    code, line = run_probe(args.addr, service=args.service, timeout_s=args.timeout)
+    code, line = run_probe(args.addr, service=args.service, timeout_s=args.timeout, settings=settings)
     print(line, file=sys.stdout if code == 0 else sys.stderr)
     return code
 
@@ -159,11 +172,36 @@ def cmd_audit(settings: Settings, config: Path | None, args: argparse.Namespace)
     )
 
 
+def _add_tls_arguments(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--ca", type=Path, default=default, help="CA bundle (PEM): dial the services over TLS")
+    parser.add_argument("--cert", type=Path, default=default, help="client certificate (PEM) for mTLS")
+    parser.add_argument("--key", type=Path, default=default, help="the client certificate's private key (PEM)")
+
+
+def _tls_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """`--ca/--cert/--key` as configuration: they turn TLS on for this command's channels."""
+    flags = (("ca", "ca_file"), ("cert", "cert_file"), ("key", "key_file"))
+    given = {name: getattr(args, flag, None) for flag, name in flags}
+    if not any(value is not None for value in given.values()):
+        return {}
+    return {"tls": {"enabled": True, **{name: str(value) for name, value in given.items() if value is not None}}}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `agentmesh`."""
     parser = argparse.ArgumentParser(prog="agentmesh", description="agentmesh: a runtime for LLM agents.")
     parser.add_argument("--config", type=Path, default=None, help="agentmesh.yaml to use")
+    _add_tls_arguments(parser, None)
+    # The TLS flags work after the sub-command too (`agentmesh probe ADDR --ca ca.pem`).
+    tls_flags = argparse.ArgumentParser(add_help=False)
+    _add_tls_arguments(tls_flags, argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
+    add_parser = sub.add_parser
+
+    def add_with_tls(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return add_parser(name, parents=[tls_flags], **kwargs)
+
+    sub.add_parser = add_with_tls  # type: ignore[method-assign]
 
     up = sub.add_parser("up", help=f"start {', '.join(s + '_svc' for s in SERVICES)} (and Redis)")
     up.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for SERVING")
@@ -172,9 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="health of each service")
     status.set_defaults(func=cmd_status)
 
-    token = sub.add_parser("token", help="print a signed operator/admin token")
-    token.add_argument("--role", choices=["operator", "admin"], required=True)
-    token.add_argument("--subject", default=None, help="who the token names (default: the role)")
+    token = sub.add_parser("token", help="print a signed token (agent, operator or admin; dev tokens)")
+    token.add_argument(
+        "--role", choices=["agent", "operator", "admin"], default=None, help="default: agent with --agent"
+    )
+    token.add_argument("--agent", default="", help="the agent the token acts as (e.g. ops)")
+    token.add_argument(
+        "--permission",
+        action="append",
+        default=[],
+        metavar="GRANT",
+        help="a grant env:group:access, repeatable (e.g. 'dev:ops.*:read', 'dev:agent.ops:run')",
+    )
+    token.add_argument("--subject", default=None, help="who the token names (default: the agent, else login name)")
     token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
     token.set_defaults(func=cmd_token)
 
@@ -255,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = config_path(args.config)
     try:
-        settings = load_settings(config)
+        settings = load_settings(config, overrides=_tls_overrides(args))
     except ConfigError as exc:
         print(f"agentmesh: {exc}", file=sys.stderr)
         return 2

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentmesh.config import ConfigError, Settings
+from agentmesh.rpc.tls import sync_channel
+
 __all__ = ["ProbeResult", "ProbeState", "positive_seconds", "probe", "run_probe"]
 
 
@@ -64,11 +67,12 @@ class ProbeResult:
         return f"{self.state.value}: {what}" + (f": {self.detail}" if self.detail else "")
 
 
-def probe(target: str, service: str = "", timeout_s: float = 2.0) -> ProbeResult:
-    """Calls grpc.health.v1.Health/Check once on `target` (host:port or any gRPC target)."""
+def probe(target: str, service: str = "", timeout_s: float = 2.0, settings: Settings | None = None) -> ProbeResult:
+    """Calls grpc.health.v1.Health/Check once on `target` (host:port or any gRPC target), over mTLS
+    when `settings.tls` is enabled (the config's, or `--ca/--cert/--key`)."""
     if timeout_s <= 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout_s}")
-    with grpc.insecure_channel(target) as channel:
+    with sync_channel(target, settings) if settings is not None else grpc.insecure_channel(target) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
@@ -92,7 +96,12 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def run_probe(target: str, service: str = "", timeout_s: float = 2.0) -> tuple[int, str]:
+def run_probe(
+    target: str, service: str = "", timeout_s: float = 2.0, settings: Settings | None = None
+) -> tuple[int, str]:
     """The exit code (0 SERVING, else 1) and the line `agentmesh probe` prints."""
-    result = probe(target, service, timeout_s)
+    try:
+        result = probe(target, service, timeout_s, settings)
+    except ConfigError as exc:  # unreadable TLS files: say which, as a failed check (never Docker's 2)
+        return 1, f"{ProbeState.UNKNOWN.value}: {target}: {exc}"
     return (0 if result.ok else 1), result.line()

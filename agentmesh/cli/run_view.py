@@ -31,6 +31,7 @@ from agentmesh.config import Settings
 from agentmesh.errors import ErrorCode
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import from_rpc_error
+from agentmesh.rpc.tls import aio_channel
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 
 D = dispatcher_pb2
@@ -341,7 +342,7 @@ def run_command(
 
     async def main() -> RunOutcome:
         target = settings.services.endpoint("dispatcher").dial_target
-        async with grpc.aio.insecure_channel(target) as channel:
+        async with aio_channel(target, settings) as channel:
             stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
             start = D.StartTaskRequest(
                 agent_id=agent_id,

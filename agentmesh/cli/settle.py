@@ -20,6 +20,7 @@ import grpc.aio
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.run_view import approver_metadata, operator_token, status_name
 from agentmesh.config import Settings
+from agentmesh.rpc.tls import aio_channel
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 
 D = dispatcher_pb2
@@ -52,7 +53,7 @@ def settle_command(
 
     async def main() -> int:
         target = settings.services.endpoint("dispatcher").dial_target
-        async with grpc.aio.insecure_channel(target) as channel:
+        async with aio_channel(target, settings) as channel:
             stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
             task = (await stub.GetTask(D.GetTaskRequest(task_id=task_id), metadata=metadata, timeout=10)).task
             pending = task.pending_approval

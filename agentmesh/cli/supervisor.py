@@ -30,6 +30,15 @@ SERVICES: tuple[str, ...] = ("context", "tool", "provider", "dispatcher")
 """Start order: the dispatcher depends on the other three."""
 
 
+def health_target(settings: Settings, name: str) -> str:
+    """Where a service answers health checks: its port, or with TLS on its plaintext health port."""
+    endpoint = settings.services.endpoint(name)
+    if not settings.tls.enabled:
+        return endpoint.dial_target
+    host = "127.0.0.1" if endpoint.host in ("0.0.0.0", "::", "[::]") else endpoint.host
+    return f"{host}:{settings.server.health_port or endpoint.port + 1000}"
+
+
 def health_status(target: str, timeout_s: float = 2.0, service: str = "") -> str:
     """The gRPC health status of a target: SERVING, NOT_SERVING, ..., or UNREACHABLE."""
     with grpc.insecure_channel(target) as channel:
@@ -93,7 +102,7 @@ class Supervisor:
                 code = self.children[name].poll()
                 if code is not None:
                     raise RuntimeError(f"{name}_svc exited with code {code} during start-up")
-                if health_status(self.target(name), timeout_s=1.0) == "SERVING":
+                if health_status(health_target(self.settings, name), timeout_s=1.0) == "SERVING":
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise TimeoutError(f"not SERVING after {timeout_s:.0f}s: {', '.join(sorted(pending))}")

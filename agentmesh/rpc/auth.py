@@ -23,11 +23,11 @@ import grpc.aio
 from agentmesh import callctx
 from agentmesh.audit import AuditLog
 from agentmesh.errors import PermissionDeniedError, echo
-from agentmesh.identity import KNOWN_ROLES, Authenticator, Identity, identity_var
+from agentmesh.identity import KNOWN_ROLES, Authenticator, Identity, TokenError, identity_var
 from agentmesh.rpc.interceptors import CallInterceptor
 from agentmesh.rpc.ratelog import RateLimitedLog
 
-__all__ = ["PUBLIC_METHOD_PREFIXES", "AuthInterceptor", "RefusalAudit"]
+__all__ = ["AUTHORIZATION_HEADER", "PUBLIC_METHOD_PREFIXES", "AuthInterceptor", "RefusalAudit", "call_token"]
 
 log = logging.getLogger("agentmesh.rpc.auth")
 
@@ -37,6 +37,24 @@ PUBLIC_METHOD_PREFIXES: tuple[str, ...] = (
     "/grpc.reflection.v1alpha.ServerReflection/",
     "/grpc.reflection.v1.ServerReflection/",
 )
+
+
+AUTHORIZATION_HEADER = "authorization"
+
+
+def call_token(metadata: Any) -> str | None:
+    """The call's identity token: `x-agentmesh-identity` (what our channels send), else the bearer
+    token of `authorization` (how JWTs, and any client's tokens, usually travel)."""
+    token = callctx.metadata_value(metadata, callctx.IDENTITY_HEADER)
+    if token:
+        return token
+    header = callctx.metadata_value(metadata, AUTHORIZATION_HEADER)
+    if not header:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise TokenError("authorization metadata must be 'Bearer <token>'")
+    return value.strip()
 
 
 class RefusalAudit:
@@ -128,9 +146,9 @@ class AuthInterceptor(CallInterceptor):
     async def enter(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if method.startswith(PUBLIC_METHOD_PREFIXES):
             return
-        token = callctx.metadata_value(context.invocation_metadata(), callctx.IDENTITY_HEADER)
+        token = call_token(context.invocation_metadata())
         # A TokenError carries the reason only: the token is a credential and must never reach a log.
-        identity = self.authenticator.identify(token)
+        identity = await self.authenticator.authenticate(token)
         required = self.required_roles(method)
         if required and not identity.has_any_role(required):
             wanted = " or ".join(sorted(required))

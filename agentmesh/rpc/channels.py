@@ -30,6 +30,7 @@ from opentelemetry import context as otel_context
 from agentmesh import __version__, callctx
 from agentmesh.config import ClientSettings, Settings
 from agentmesh.rpc.fields import retry_safe_methods
+from agentmesh.rpc.tls import ReloadingCredentials, TlsFiles, channel_credentials, tls_channel_options
 from agentmesh.semconv import BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import (
@@ -333,11 +334,15 @@ def create_channel(
     credentials: grpc.ChannelCredentials | None = None,
     idempotent_methods: Iterable[tuple[str, str]] = IDEMPOTENT_METHODS,
 ) -> grpc.aio.Channel:
-    """A channel to one of our services (plaintext unless `credentials`; in a mesh, mTLS is the
-    sidecar's job). Create it inside the event loop that will use it."""
+    """A channel to one of our services: mTLS with `credentials`, else with the files of `tls` when it is
+    enabled (read once: `ServiceClients` reloads them), else plaintext (in a mesh, mTLS is the sidecar's
+    job). Create it inside the event loop that will use it."""
     options = channel_options(settings, idempotent_methods)
     interceptors = client_interceptors(settings, telemetry=telemetry, identity_token=identity_token)
+    if credentials is None and settings.tls.enabled:
+        credentials = channel_credentials(TlsFiles(settings.tls).read())
     if credentials is not None:
+        options = [*options, *tls_channel_options(settings.tls)]
         return grpc.aio.secure_channel(target, credentials, options=options, interceptors=interceptors)
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
@@ -363,11 +368,17 @@ class ServiceClients:
         self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, Any] = {}
+        # mTLS from files that may be replaced while we run (agentmesh.rpc.tls).
+        self._tls = ReloadingCredentials(settings.tls) if credentials is None and settings.tls.enabled else None
+        self._retired: set[asyncio.Task[None]] = set()
 
     def channel(self, service: str) -> grpc.aio.Channel:
-        """The channel to `dispatcher`, `context`, `tool` or `provider`, created on first use."""
+        """The channel to `dispatcher`, `context`, `tool` or `provider`, created on first use (again
+        after the TLS files changed, so the next call presents the new certificate)."""
         if service not in SERVICE_NAMES:
             raise KeyError(f"unknown service {service!r}")
+        if self._tls is not None and self._tls.refresh():
+            self._retire_channels()
         channel = self._channels.get(service)
         if channel is None:
             channel = create_channel(
@@ -375,12 +386,23 @@ class ServiceClients:
                 self._settings,
                 telemetry=self._telemetry,
                 identity_token=self._identity_token,
-                credentials=self._credentials,
+                credentials=self._tls.credentials if self._tls is not None else self._credentials,
             )
             self._channels[service] = channel
         return channel
 
+    def _retire_channels(self) -> None:
+        """Drops the channels made with the old certificate; each closes once its calls are done."""
+        old, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        grace = self._settings.client.default_timeout_s
+        for channel in old:
+            task = asyncio.get_running_loop().create_task(channel.close(grace))
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
+
     def _stub(self, service: str, factory: Any) -> Any:
+        if self._tls is not None and self._tls.refresh():
+            self._retire_channels()
         stub = self._stubs.get(service)
         if stub is None:
             stub = factory(self.channel(service))
@@ -410,6 +432,8 @@ class ServiceClients:
         channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         for channel in channels:
             await channel.close(grace)
+        for task in list(self._retired):
+            task.cancel()
 
     async def __aenter__(self) -> ServiceClients:
         return self

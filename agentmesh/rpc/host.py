@@ -43,6 +43,7 @@ from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
 from agentmesh.rpc.telemetry import otlp_exporter, server_interceptors
+from agentmesh.rpc.tls import server_credentials
 from agentmesh.store import Store, StoreMisconfiguredError
 from agentmesh.telemetry import Telemetry, setup_telemetry
 
@@ -102,6 +103,9 @@ class ServiceHost:
     limiter: ConcurrencyLimitInterceptor = field(init=False)
     auth: AuthInterceptor = field(init=False)
     port: int = field(init=False, default=0)
+    health_port: int = field(init=False, default=0)
+    """With TLS on: the plaintext port serving only health and reflection (0 otherwise)."""
+    health_server: grpc.aio.Server | None = field(init=False, default=None)
     _service_names: list[str] = field(init=False, default_factory=list)
     _stopping: asyncio.Event | None = field(init=False, default=None)
     ready: bool = field(init=False, default=True)
@@ -142,6 +146,14 @@ class ServiceHost:
         )
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if self.settings.tls.enabled:
+            # Probes cannot present a client certificate: health and reflection only, in plaintext, on a
+            # port of their own, answered by the same servicer (one readiness) through the same edge.
+            self.health_server = grpc.aio.server(
+                interceptors=[EdgeInterceptor(ChainedCallInterceptor([*server_interceptors(self.telemetry)]))],
+                options=options,
+            )
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
 
     def add_servicer(
         self, full_service_name: str, add_to_server: Callable[[Any, grpc.aio.Server], None], servicer: Any
@@ -156,19 +168,39 @@ class ServiceHost:
         reflection.enable_server_reflection(
             [*self._service_names, HEALTH_SERVICE, reflection.SERVICE_NAME], self.server
         )
-        try:
-            self.port = self.server.add_insecure_port(bind)
-        except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
-            raise OSError(f"{self.name}: cannot bind {bind} (address in use?): {exc}") from None
-        if self.port == 0:
-            raise OSError(f"{self.name}: cannot bind {bind}")
+        tls = self.settings.tls
+        self.port = _bind(
+            self.name, bind, lambda: self.server.add_secure_port(bind, server_credentials(tls)) if tls.enabled else
+            self.server.add_insecure_port(bind),
+        )  # fmt: skip
+        if self.health_server is not None:
+            health_bind = self._health_bind(bind)
+            reflection.enable_server_reflection([HEALTH_SERVICE, reflection.SERVICE_NAME], self.health_server)
+            self.health_port = _bind(self.name, health_bind, lambda: self._health_insecure_port(health_bind))
+            await self.health_server.start()
         await self.server.start()
         for service in ["", *self._service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.store is not None and self._readiness is None:
             self._readiness = asyncio.create_task(self._watch_readiness(self.store), name=f"{self.name}-readiness")
-        log.info("%s serving on port %d", self.name, self.port, extra={"port": self.port})
+        log.info(
+            "%s serving on port %d%s", self.name, self.port,
+            f" (mTLS; health in plaintext on {self.health_port})" if self.health_server is not None else "",
+            extra={"port": self.port},
+        )  # fmt: skip
         return self.port
+
+    def _health_insecure_port(self, address: str) -> int:
+        assert self.health_server is not None
+        return self.health_server.add_insecure_port(address)
+
+    def _health_bind(self, bind: str) -> str:
+        """The health port's address: `server.health_port`, else the service port + 1000 (0 stays 0)."""
+        host, _, port_text = bind.rpartition(":")
+        configured = self.settings.server.health_port
+        port = int(port_text) if port_text.isdigit() else 0
+        health = configured or (port + 1000 if port else 0)
+        return f"{host}:{health}"
 
     async def _watch_readiness(self, store: Store) -> None:
         """PINGs Redis every `server.readiness_interval_s`; the service names follow the answer.
@@ -225,6 +257,8 @@ class ServiceHost:
         if delay_s > 0:
             await asyncio.sleep(delay_s)
         await self.server.stop(grace_s)
+        if self.health_server is not None:
+            await self.health_server.stop(0)
         if self.auth.refusals is not None:
             await self.auth.refusals.aclose()
         log.info("%s stopped", self.name)
@@ -246,6 +280,16 @@ class ServiceHost:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _bind(name: str, address: str, add_port: Callable[[], int]) -> int:
+    try:
+        port = add_port()
+    except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
+        raise OSError(f"{name}: cannot bind {address} (address in use?): {exc}") from None
+    if port == 0:
+        raise OSError(f"{name}: cannot bind {address}")
+    return port
 
 
 Setup = Callable[[ServiceHost], Awaitable[Callable[[], Awaitable[None]] | None]]

@@ -422,8 +422,12 @@ def test_token_command_admin_with_ttl_and_default_subject() -> None:
     assert identity.expires_at - identity.issued_at == 30
 
 
-def test_token_command_refuses_agent_role_and_missing_key() -> None:
-    with pytest.raises(ValueError, match="operator or admin"):
+def test_token_command_refuses_an_agent_role_without_agent_and_missing_key() -> None:
+    with pytest.raises(ValueError, match="needs --agent"):
         auth.token_command(Settings(auth=enabled()), "agent", "x", None)
+    with pytest.raises(ValueError, match="must be one of"):
+        auth.token_command(Settings(auth=enabled()), None, "x", None)
+    with pytest.raises(ValueError, match="env:group:access"):
+        auth.token_command(Settings(auth=enabled()), None, None, None, agent_id="ops", permissions=["ops.read"])
     with pytest.raises(ConfigError, match="no token is needed"):
         auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)

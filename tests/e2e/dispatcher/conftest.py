@@ -104,6 +104,8 @@ class Mesh:
         process = spawn(["-m", f"{name}_svc"], env, self.tmp / f"{label}.log")
         self.processes[label] = process
         target = f"127.0.0.1:{port or self.ports[name]}"
+        if "AGENTMESH_TLS" in env:  # mTLS: probes use the plaintext health port (service port + 1000)
+            target = f"127.0.0.1:{(port or self.ports[name]) + 1000}"
         deadline = time.monotonic() + 60
         while health_status(target, timeout_s=1.0) != "SERVING":
             if process.poll() is not None:
