@@ -36,11 +36,13 @@ import grpc.aio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh import callctx
-from agentmesh.config import Settings, load_settings
+from agentmesh.config import Settings, TlsSettings, load_settings
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
+from agentmesh.rpc.tls import server_credentials
 from agentmesh.telemetry import setup_telemetry
 from bench.common import BENCH_DIR, BareEchoServer, alternating, bar_plot, percentile, table
+from tests.certs import make_ca, write_leaf
 
 SERVICE = "agentmesh.v1.ContextService"
 UNARY = f"/{SERVICE}/GetSession"
@@ -51,10 +53,12 @@ PAYLOAD = b"x" * 64
 
 
 class HopServer(BareEchoServer):
-    """The bare echo server (no interceptors), also serving our method name and a 12-message stream."""
+    """The bare echo server (no interceptors), also serving our method name and a 12-message stream;
+    over mTLS with `credentials` (agentmesh.rpc.tls.server_credentials)."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ServerCredentials | None = None) -> None:
         super().__init__()
+        self.credentials = credentials
 
         async def echo(request: bytes, context: Any) -> bytes:
             return request
@@ -71,6 +75,14 @@ class HopServer(BareEchoServer):
             "WatchEvents": raw(stream, grpc.unary_stream_rpc_method_handler),
         }
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+
+    async def __aenter__(self) -> HopServer:
+        if self.credentials is None:
+            await super().__aenter__()
+            return self
+        self.port = self.server.add_secure_port("127.0.0.1:0", self.credentials)
+        await self.server.start()
+        return self
 
 
 class PassThrough(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
@@ -122,8 +134,13 @@ async def run(calls: int) -> int:
         ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
         ("baggage", "agentmesh.request_id=" + callctx.new_request_id()),
     )
-    async with HopServer() as server:
+    # mTLS (issue 22): the same hop with certificates made here, the server reloading its files.
+    ca = make_ca()
+    tls = TlsSettings.model_validate(write_leaf(ca, "localhost", tmp / "pki"))
+    tls_settings = settings.model_copy(update={"tls": tls})
+    async with HopServer() as server, HopServer(server_credentials(tls)) as tls_server:
         target = f"127.0.0.1:{server.port}"
+        tls_target = f"localhost:{tls_server.port}"
         channels: dict[str, grpc.aio.Channel] = {
             "bare": grpc.aio.insecure_channel(target),
             "+ pass-through interceptor": grpc.aio.insecure_channel(target, interceptors=passing(PassThrough())),
@@ -133,6 +150,9 @@ async def run(calls: int) -> int:
             "agentmesh channel, no tracing": create_channel(target, settings, identity_token=token),
             "agentmesh channel + CLIENT span": create_channel(
                 target, settings, telemetry=telemetry, identity_token=token
+            ),
+            "agentmesh channel + CLIENT span, mTLS": create_channel(
+                tls_target, tls_settings, telemetry=telemetry, identity_token=token
             ),
         }
         workloads = {name: unary_call(channel) for name, channel in channels.items()}
