@@ -337,6 +337,7 @@ class SessionStore:
             summary_rejections=int(get("summary_rejections", "0")),
             owner=get("owner"),
             tasks=decode_tasks(meta.get("tasks")),
+            newest_task_id=get("newest", session_id),
         )
 
     async def get(self, session_id: str) -> tuple[Session, dict[str, tuple[str, int]]]:
