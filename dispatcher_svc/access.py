@@ -37,6 +37,7 @@ __all__ = [
     "check_resolver",
     "check_run",
     "check_task",
+    "is_creator",
     "is_operator",
     "may_run",
     "task_denied",

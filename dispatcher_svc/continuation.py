@@ -10,7 +10,8 @@ decides, then sets:
    else context_svc names the newest task and its generation;
 2. the newest task's status: not ended (PENDING, RUNNING, WAITING_APPROVAL) is FAILED_PRECONDITION;
    unknown (expired, or never created) counts as ended, unless it became the newest less than
-   `starting_grace_s` ago: a StartTask that attached it may still be creating it;
+   `starting_grace_s` ago: a StartTask that attached it may still be creating it (the task that
+   opened the session, named by the session id, is always created first);
 3. AttachTask expecting that task at that generation: of two StartTasks racing from the same
    expectation exactly one wins; the other reads the new newest task (the winner, not ended) and
    is refused. The task is created after it is attached.
@@ -89,9 +90,11 @@ class Conversations:
             try:
                 status, _ = await self.tasks.status(newest)
             except NotFoundError:
-                if attached.newest_age_s < self.starting_grace_s:
+                # The task that opened the session existed before it: gone means expired (or the
+                # session was made without a task). A later newest may still be being created.
+                if newest != session_id and attached.newest_age_s < self.starting_grace_s:
                     raise session_busy(session_id, newest, "STARTING") from None
-                status = TaskStatus.UNSPECIFIED  # expired, or its StartTask never created it
+                status = TaskStatus.UNSPECIFIED
             if status != TaskStatus.UNSPECIFIED and not status.terminal:
                 raise session_busy(session_id, newest, status.name)
             expected, generation = newest, attached.generation

@@ -43,12 +43,13 @@ from dispatcher_svc.access import (
     check_resolver,
     check_run,
     check_task,
+    is_creator,
     is_operator,
     may_run,
     task_denied,
 )
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
-from dispatcher_svc.continuation import Conversations
+from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import EventLog, now_ms
 from dispatcher_svc.loop import AgentLoop, Hook
 from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, TaskStatus, ToolOutcome
@@ -219,6 +220,8 @@ class Dispatcher:
             except AgentmeshError as err:
                 if err.code == ErrorCode.PERMISSION_DENIED:  # context_svc's refusal, as its status carried it
                     await self.auditor.refused(caller, "task.start", task_id, err)
+                elif err.code == ErrorCode.NOT_FOUND:
+                    await self._not_opened_yet(session_id, caller)
                 raise
         creator = Creator.of(caller)
         now = now_ms()
@@ -270,6 +273,16 @@ class Dispatcher:
             update_time_ms=now,
             created_by=creator.subject,
         )
+
+    async def _not_opened_yet(self, session_id: str, caller: Identity) -> None:
+        """No such session, but maybe its task has not run yet: FAILED_PRECONDITION for a caller who may see
+        that task (its creator, the session's owner to be, or an operator); the NOT_FOUND stands otherwise."""
+        try:
+            record = await self.tasks.load(session_id)
+        except NotFoundError:
+            return
+        if not record.status.terminal and (is_operator(caller) or is_creator(caller, _creator(record))):
+            raise session_busy(session_id, session_id, record.status.name)
 
     async def _start_existing(
         self, task_id: str, agent_id: str, goal: str, caller: Identity, *, session_id: str = ""

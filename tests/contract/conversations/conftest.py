@@ -50,6 +50,12 @@ class Stack:
         return self.md(("agent",), subject=subject, permissions=grants)
 
     @property
+    def redis(self) -> Any:
+        """The dispatcher's own Redis client (bytes in, bytes out)."""
+        assert self.dispatcher.host.store is not None
+        return self.dispatcher.host.store.redis
+
+    @property
     def settings(self) -> Settings:
         """The configuration a CLI on this machine would read: the dispatcher's, with its real port."""
         settings = self.dispatcher.settings
@@ -59,12 +65,13 @@ class Stack:
 
     async def start(self, goal: str, md: Metadata | None = None, **fields: Any) -> D.Task:
         request = D.StartTaskRequest(agent_id=fields.pop("agent_id", "chat"), goal=goal, **fields)
-        return (await self.stub.StartTask(request, metadata=md or self.md())).task
+        task: D.Task = (await self.stub.StartTask(request, metadata=md or self.md())).task
+        return task
 
     async def wait(self, task_id: str, md: Metadata | None = None, timeout_s: float = 30.0) -> D.Task:
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
-            task = (await self.stub.GetTask(D.GetTaskRequest(task_id=task_id), metadata=md or self.md())).task
+            task: D.Task = (await self.stub.GetTask(D.GetTaskRequest(task_id=task_id), metadata=md or self.md())).task
             if task.status in TERMINAL:
                 return task
             assert asyncio.get_running_loop().time() < deadline, f"task {task_id} still {task.status}"

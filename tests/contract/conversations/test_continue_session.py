@@ -13,7 +13,6 @@ import json
 
 import grpc
 import pytest
-import redis.asyncio
 
 from agentmesh.cli.run_view import run_command
 from agentmesh.rpc.status import from_rpc_error
@@ -162,11 +161,7 @@ async def test_who_may_continue_a_session(make_stack: MakeStack) -> None:
     assert by_operator.status == D.TASK_STATUS_SUCCEEDED and by_operator.created_by == "alice"
 
     # Refusals are audited as refused starts; the continued starts name their session.
-    r = redis.asyncio.Redis.from_url(stack.dispatcher.settings.redis.url)
-    try:
-        entries = [fields for _, fields in await r.xrange("am:audit")]
-    finally:
-        await r.aclose()
+    entries = [fields for _, fields in await stack.redis.xrange("am:audit")]
     refusals = [e for e in entries if e[b"action"] == b"task.start" and e[b"outcome"] == b"PERMISSION_DENIED"]
     assert {e[b"subject"] for e in refusals} >= {b"mallory", b"other", b"bob"}
     assert any(e[b"detail"] == f"agent chat, session {session_id}".encode() for e in entries)
@@ -183,16 +178,13 @@ async def test_unknown_and_expired_sessions_are_not_found(make_stack: MakeStack)
     assert detail.code.name == "INVALID_REQUEST" and detail.violations[0].path == "session_id"
 
     first = await first_turn(stack)
-    r = redis.asyncio.Redis.from_url(stack.dispatcher.settings.redis.url)
-    try:
-        keys = [k async for k in r.scan_iter(match=f"am:sess:{{{first.session_id}}}:*")]
-        assert keys
-        for key in keys:  # the session's TTL runs out
-            await r.pexpire(key, 1)
-        await asyncio.sleep(0.05)
-        assert not [k async for k in r.scan_iter(match=f"am:sess:{{{first.session_id}}}:*")]
-    finally:
-        await r.aclose()
+    r = stack.redis
+    keys = [k async for k in r.scan_iter(match=f"am:sess:{{{first.session_id}}}:*")]
+    assert keys
+    for key in keys:  # the session's TTL runs out
+        await r.pexpire(key, 1)
+    await asyncio.sleep(0.05)
+    assert not [k async for k in r.scan_iter(match=f"am:sess:{{{first.session_id}}}:*")]
     with pytest.raises(grpc.aio.AioRpcError) as expired:
         await stack.start("are you there?", session_id=first.session_id)
     assert code_of(expired.value) == "NOT_FOUND"
@@ -265,3 +257,23 @@ async def test_agentmesh_run_prints_and_takes_the_session(make_stack: MakeStack)
         run_command, stack.settings, "chat", "hi", session_id="no-such-session", out=io.StringIO(), err=err2
     )
     assert code == 2 and "NOT_FOUND" in err2.getvalue()
+
+
+async def test_a_turn_started_before_the_first_opened_its_session(make_stack: MakeStack) -> None:
+    """Right after StartTask the session may not exist yet: busy for the first task's creator and
+    operators; for anyone else the same NOT_FOUND (or PERMISSION_DENIED) as any session they may not see."""
+    stack = await make_stack()
+    bob = stack.user("bob")
+    stack.fake.push(Reply(text="first", delay_s=1.0), Reply(text="second"))
+    first = await stack.start("first turn", md=bob, task_id="early-1")
+    for md in (bob, stack.md()):
+        with pytest.raises(grpc.aio.AioRpcError) as busy:
+            await stack.start("second turn", md=md, session_id="early-1")
+        detail = from_rpc_error(busy.value)
+        assert detail.code.name == "FAILED_PRECONDITION" and detail.metadata["task_id"] == "early-1"
+    with pytest.raises(grpc.aio.AioRpcError) as hidden:
+        await stack.start("second turn", md=stack.user("mallory"), session_id="early-1")
+    assert code_of(hidden.value) in ("NOT_FOUND", "PERMISSION_DENIED")
+    assert (await stack.wait(first.task_id, bob)).status == D.TASK_STATUS_SUCCEEDED
+    second = await stack.run("second turn", md=bob, session_id="early-1")
+    assert second.status == D.TASK_STATUS_SUCCEEDED and second.answer == "second"
