@@ -277,3 +277,22 @@ async def test_a_turn_started_before_the_first_opened_its_session(make_stack: Ma
     assert (await stack.wait(first.task_id, bob)).status == D.TASK_STATUS_SUCCEEDED
     second = await stack.run("second turn", md=bob, session_id="early-1")
     assert second.status == D.TASK_STATUS_SUCCEEDED and second.answer == "second"
+
+
+async def test_the_scripted_model_answers_each_turn(make_stack: MakeStack) -> None:
+    """The offline model works on the current turn (the latest user message), as README's example shows."""
+    stack = await make_stack()
+    first = await stack.run("What is 1234 * 5678?", agent_id="other")
+    second = await stack.run("And 4321 * 8765?", agent_id="other", session_id=first.session_id)
+    assert first.status == second.status == D.TASK_STATUS_SUCCEEDED
+    assert '"result":7006652' in first.answer and second.answer.startswith("Answer: And 4321 * 8765?")
+    assert '"result":37873565' in second.answer and "7006652" not in second.answer
+    prompt = (
+        await stack.stub.GetStepPrompt(D.GetStepPromptRequest(task_id=second.task_id, step=1), metadata=stack.md())
+    ).prompt
+    sent = json.loads(prompt.request_json)
+    assert prompt.model == "scripted/default" and sent["model"] == "default"
+    assert [m["content"] for m in sent["messages"] if m["role"] == "user"] == [
+        "What is 1234 * 5678?",
+        "And 4321 * 8765?",
+    ]
