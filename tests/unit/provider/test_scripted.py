@@ -157,7 +157,8 @@ async def test_a_continued_conversation_is_answered_turn_by_turn() -> None:
     assert "packed" in final.message.content and "shipped" not in final.message.content
     assert final.sent is not None and final.sent.format == "openai.chat.completions"
     body = json.loads(final.sent.body())
-    assert body["model"] == "default" and len(body["messages"]) == 7 and body["tools"][1]["function"]["name"] == "get_order"
+    assert body["model"] == "default" and len(body["messages"]) == 7
+    assert body["tools"][1]["function"]["name"] == "get_order"
 
 
 async def test_a_corrected_call_uses_the_hint_it_was_shown() -> None:
