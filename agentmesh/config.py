@@ -358,6 +358,9 @@ class DispatcherSettings(_Section):
     approval_sweep_interval_s: float = Field(2.0, gt=0)
     """How often a replica looks for tasks whose approval expired unresolved (they resume with
     APPROVAL_EXPIRED for the model instead of waiting for good)."""
+    record_prompts: bool = True
+    """Keep each step's provider request as sent (secrets masked) with the task, for `agentmesh context
+    --task T --step N` and GetStepPrompt; false saves its Redis memory and the masking."""
 
 
 class ToolPermissionSettings(_Section):
@@ -665,6 +668,10 @@ class ProvidersSettings(_Section):
     """A sampling parameter a backend cannot take: dropped with a warning, or rejected INVALID_REQUEST."""
     usage_ttl_days: int = Field(400, gt=0)
     """Usage records expire after this many days."""
+    request_cache_entries: int = Field(8192, ge=1)
+    """Bound of the cache of masked request strings (GenerateRequest.include_request): distinct strings."""
+    request_cache_chars: int = Field(8_000_000, ge=1)
+    """... and characters held by it (keys and masked values)."""
 
     def backend(self, name: str) -> ProviderBackendSettings | None:
         return next((b for b in self.backends if b.name == name), None)

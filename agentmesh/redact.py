@@ -220,15 +220,16 @@ def _secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key)) and not _NOT_SECRET_KEY.search(key)
 
 
-def redact_value(value: Any) -> tuple[Any, bool]:
-    """A JSON value with secrets masked (strings by pattern, secret-named keys whole)."""
+def redact_value(value: Any, text: Callable[[str], tuple[str, bool]] = redact_text) -> tuple[Any, bool]:
+    """A JSON value with secrets masked (strings by pattern, secret-named keys whole). `text` masks one
+    string (a caller may pass a cached `redact_text`)."""
     if isinstance(value, str):
-        return redact_text(value)
+        return text(value)
     if isinstance(value, list):
         changed = False
         out_list = []
         for item in value:
-            new, hit = redact_value(item)
+            new, hit = redact_value(item, text)
             out_list.append(new)
             changed = changed or hit
         return out_list, changed
@@ -245,7 +246,7 @@ def redact_value(value: Any) -> tuple[Any, bool]:
                 out[key] = MASK
                 changed = True
                 continue
-            new, hit = redact_value(item)
+            new, hit = redact_value(item, text)
             out[key] = new
             changed = changed or hit
         return out, changed

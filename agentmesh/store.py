@@ -164,6 +164,9 @@ class Keys:
     def task_events(self, task_id: str) -> str:
         return f"{self.task(task_id)}:events"
 
+    def task_prompts(self, task_id: str) -> str:
+        return f"{self.task(task_id)}:prompts"
+
     def tasks_stream(self) -> str:
         return f"{self.prefix}:tasks"
 

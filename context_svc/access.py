@@ -3,8 +3,9 @@
 A session records its owner (the creator of the task that opened it) and the tasks attached to it:
 at CreateSession, the calling token's task (a task's token, which the dispatcher mints per task).
 Every session RPC is allowed to operators (admins included) and to the tokens of the attached tasks;
-another task's token is refused even when it runs the same agent. Later features (continued
-conversations, child tasks) extend the attached set, never this rule.
+another task's token is refused even when it runs the same agent. Later features extend the attached
+set, never this rule: a continued conversation attaches each new turn's task (attach.py, AttachTask,
+which the session's owner and operators may call).
 
 A session created before sessions recorded their tasks has no attached set (`tasks` None): for it
 the rule of the release that created it still holds (the tokens of its agent), so the tasks in

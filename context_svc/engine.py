@@ -40,6 +40,7 @@ from agentmesh.payloads import (
 from agentmesh.store import Store
 from context_svc.access import check_access, decode_tasks
 from context_svc.assembly import Assembler
+from context_svc.attach import Attachment, Attachments
 from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, select_window
 from context_svc.compaction import Compactor
 from context_svc.entities import extract_entities, pending_corrections, with_previous
@@ -100,6 +101,7 @@ class ContextEngine:
             store, session_ttl_s=settings.session_ttl_s, cache_entries=settings.session_cache_entries
         )
         self.payloads = PayloadStore(store, ttl_s=settings.payload_ttl_s, max_bytes=settings.max_payload_bytes)
+        self.attachments = Attachments(store, session_ttl_s=settings.session_ttl_s)
         self.compaction = Compactor(settings, self.sessions, summary_model=summary_model)
         self.assembly = Assembler(settings, self.sessions, self.payloads, self.compaction)
         self._encodings: LRU[str, str] = LRU(settings.session_cache_entries)
@@ -215,6 +217,27 @@ class ContextEngine:
         session, entities = await self.sessions.get(session_id)
         check_access(caller, session_id, session.access)
         return session, public_entities({label: value for label, (value, _) in entities.items()})
+
+    async def attach_task(
+        self,
+        caller: Caller,
+        session_id: str,
+        task_id: str,
+        agent_id: str,
+        *,
+        expected_task_id: str = "",
+        expected_generation: int = 0,
+    ) -> Attachment:
+        """Makes a task the session's newest and attaches it (attach.py): a conversation continues."""
+        # No cache to drop: a load re-reads the attached set of a session it holds (sessions.py).
+        return await self.attachments.attach(
+            caller,
+            session_id,
+            task_id,
+            agent_id,
+            expected_task_id=expected_task_id,
+            expected_generation=expected_generation,
+        )
 
     async def delete_session(self, caller: Caller, session_id: str) -> bool:
         try:

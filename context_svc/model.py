@@ -220,6 +220,8 @@ class Session:
     tasks: tuple[str, ...] | None = None
     """The tasks attached to the session, whose tokens may use it (context_svc/access.py); None for a
     session created before sessions recorded them."""
+    newest_task_id: str = ""
+    """The session's newest task (context_svc/attach.py): the session id until a task continues it."""
 
     @property
     def access(self) -> SessionAccess:

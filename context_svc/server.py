@@ -121,6 +121,7 @@ def session_pb(session: Session) -> context_pb2.Session:
         total_tokens=session.total_tokens,
         summary_count=session.summary_count,
         create_time=codec.timestamp(session.create_time),
+        newest_task_id=session.newest_task_id or session.session_id,
     )
 
 
@@ -329,6 +330,24 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if summary is not None:
             response.summary.CopyFrom(summary_pb(summary))
         return response
+
+    async def AttachTask(
+        self, request: context_pb2.AttachTaskRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> context_pb2.AttachTaskResponse:
+        attached = await self.engine.attach_task(
+            _caller(),
+            request.session_id,
+            request.task_id,
+            request.agent_id,
+            expected_task_id=request.expected_task_id,
+            expected_generation=request.expected_generation,
+        )
+        return context_pb2.AttachTaskResponse(
+            attached=attached.attached,
+            newest_task_id=attached.newest_task_id,
+            generation=attached.generation,
+            newest_age=codec.duration(attached.newest_age_s),
+        )
 
     async def DeleteSession(
         self, request: context_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext[Any, Any]

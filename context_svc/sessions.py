@@ -3,7 +3,8 @@
 Keys (`{<session>}` is the Cluster hash tag, so every script touches one slot):
 - `am:sess:{s}:meta`     hash: global state (agent, goal, sub-goals, system prompt, budget JSON,
                          epoch, owner, `tasks`: the attached tasks as a JSON array, absent in older
-                         sessions) and counters (message_count, total_tokens, summary_count, ...)
+                         sessions; `newest`/`newest_gen`/`newest_ms`: attach.py) and counters
+                         (message_count, total_tokens, summary_count, ...)
 - `am:sess:{s}:log`      list: the messages as JSON, in order; the list index is the message index
 - `am:sess:{s}:idx`      list: per message role + token count + call pairing (what BuildContext needs
                          without reading contents); kept in step with `log` by the append script
@@ -337,6 +338,7 @@ class SessionStore:
             summary_rejections=int(get("summary_rejections", "0")),
             owner=get("owner"),
             tasks=decode_tasks(meta.get("tasks")),
+            newest_task_id=get("newest", session_id),
         )
 
     async def get(self, session_id: str) -> tuple[Session, dict[str, tuple[str, int]]]:

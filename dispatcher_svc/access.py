@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass
 
 from agentmesh.audit import AuditLog
-from agentmesh.errors import PermissionDeniedError, echo
+from agentmesh.errors import AgentmeshError, PermissionDeniedError, echo
 from agentmesh.grants import agent_run_permission, allowed
 from agentmesh.identity import Identity
 
@@ -37,6 +37,7 @@ __all__ = [
     "check_resolver",
     "check_run",
     "check_task",
+    "is_creator",
     "is_operator",
     "may_run",
     "task_denied",
@@ -148,5 +149,5 @@ class Auditor:
                 getattr(exc, "message", None) or type(exc).__name__,
             )
 
-    async def refused(self, identity: Identity, action: str, target: str, error: PermissionDeniedError) -> None:
+    async def refused(self, identity: Identity, action: str, target: str, error: AgentmeshError) -> None:
         await self.record(identity, action, target, outcome="PERMISSION_DENIED", detail=error.missing_permission)

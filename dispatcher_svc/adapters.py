@@ -27,11 +27,13 @@ from dispatcher_svc.model import (
     ModelReply,
     PayloadRef,
     PendingApproval,
+    SentPrompt,
     ToolOutcome,
     ToolOutput,
 )
 from dispatcher_svc.ports import (
     Appended,
+    Attachment,
     CallOptions,
     ContextBlockInfo,
     ContextView,
@@ -227,16 +229,23 @@ def context_view(pb: context_pb2.ContextView) -> ContextView:
 
 
 def model_reply(pb: provider_pb2.GenerateResponse) -> ModelReply:
+    sent = None
+    if pb.request_json:
+        sent = SentPrompt(format=pb.request_format, request_json=pb.request_json, redacted=pb.request_redacted)
     return ModelReply(
         text=pb.message.content,
         tool_calls=tuple(codec.tool_call_from_pb(c) for c in pb.message.tool_calls),
         usage=codec.usage_from_pb(pb.usage),
         model=pb.model,
         finish_reason=provider_pb2.FinishReason.Name(pb.finish_reason).removeprefix("FINISH_REASON_"),
+        sent=sent,
     )
 
 
 def _metadata(opts: CallOptions) -> tuple[tuple[str, str], ...]:
+    # Without a token of its own, the call forwards the incoming caller's (the client interceptor).
+    if not opts.identity_token:
+        return ((REQUEST_ID_HEADER, opts.request_id),)
     return ((IDENTITY_HEADER, opts.identity_token), (REQUEST_ID_HEADER, opts.request_id))
 
 
@@ -315,6 +324,31 @@ class GrpcContext:
         )
         return context_view(reply.view)
 
+    async def attach_task(
+        self,
+        session_id: str,
+        task_id: str,
+        agent_id: str,
+        opts: CallOptions,
+        *,
+        expected_task_id: str = "",
+        expected_generation: int = 0,
+    ) -> Attachment:
+        request = context_pb2.AttachTaskRequest(
+            session_id=session_id,
+            task_id=task_id,
+            agent_id=agent_id,
+            expected_task_id=expected_task_id,
+            expected_generation=expected_generation,
+        )
+        reply = await _rpc(self.clients.context().AttachTask(request, metadata=_metadata(opts), timeout=opts.timeout_s))
+        return Attachment(
+            attached=reply.attached,
+            newest_task_id=reply.newest_task_id,
+            generation=reply.generation,
+            newest_age_s=codec.duration_seconds(reply.newest_age, "newest_age"),
+        )
+
 
 class GrpcTools:
     def __init__(self, clients: ServiceClients) -> None:
@@ -382,6 +416,7 @@ class GrpcProvider:
         max_tokens: int,
         agent_id: str,
         opts: CallOptions,
+        include_request: bool = False,
     ) -> ModelReply:
         sampling = provider_pb2.SamplingParams(max_tokens=max_tokens)
         if temperature is not None:
@@ -394,6 +429,7 @@ class GrpcProvider:
             tools=specs,
             sampling=sampling,
             agent_id=agent_id,
+            include_request=include_request,
         )
         reply = await _rpc(self.clients.provider().Generate(request, metadata=_metadata(opts), timeout=opts.timeout_s))
         return model_reply(reply)

@@ -41,7 +41,7 @@ class Checkpoints(RunState):
         **fields: object,
     ) -> None:
         await self.settle()
-        await self._write(*self._checkpoint(events, status, fields))
+        await self._write(*self._checkpoint(events, status, fields), prompt=self._take_prompt())
 
     def checkpoint_behind(self, events: Sequence[TaskEvent]) -> None:
         """Starts a checkpoint without waiting for it; `settle()` waits for it.
@@ -67,6 +67,11 @@ class Checkpoints(RunState):
         if in_flight is not None:
             in_flight.add_done_callback(lambda done: done.cancelled() or done.exception())
 
+    def _take_prompt(self) -> tuple[int, bytes] | None:
+        """The step prompt waiting for the next commit (prompts.py): it goes with the reply's checkpoint."""
+        prompt, self._prompt = self._prompt, None
+        return prompt
+
     def _checkpoint(
         self, events: Sequence[TaskEvent], status: TaskStatus | None, fields: dict[str, object]
     ) -> tuple[dict[str, str], Sequence[TaskEvent], int]:
@@ -87,8 +92,15 @@ class Checkpoints(RunState):
             values["lease_until"] = "0"
         return values, tuple(events), self.settings.task_ttl_s if terminal else 0
 
-    async def _write(self, values: dict[str, str], events: Sequence[TaskEvent], ttl_s: int) -> None:
+    async def _write(
+        self,
+        values: dict[str, str],
+        events: Sequence[TaskEvent],
+        ttl_s: int,
+        *,
+        prompt: tuple[int, bytes] | None = None,
+    ) -> None:
         result = await self.loop.tasks.commit(
-            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s
+            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s, prompt=prompt
         )
         self.record.last_sequence = result.last_sequence

@@ -155,6 +155,16 @@ class ToolOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class SentPrompt:
+    """The provider request a reply answers, as provider_svc reports it sent (secrets masked)."""
+
+    format: str
+    """"openai.chat.completions" or "anthropic.messages"."""
+    request_json: str
+    redacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ModelReply:
     """One model reply: text and/or tool calls."""
 
@@ -163,6 +173,8 @@ class ModelReply:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     finish_reason: str = ""
+    sent: SentPrompt | None = field(default=None, compare=False, repr=False)
+    """The request it answers, when asked for (never part of the checkpoint: prompts.py keeps it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ class CallOptions:
     """Per-call facts every downstream call carries."""
 
     identity_token: str
-    """The task's identity token (x-agentmesh-identity)."""
+    """The task's identity token (x-agentmesh-identity); "" forwards the incoming caller's own token
+    (a call made while serving an RPC, on that caller's behalf)."""
     request_id: str
     """The task's request id (x-request-id), so one request id spans the task's whole trace."""
     timeout_s: float
@@ -76,6 +77,16 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachment:
+    """What AttachTask did (context_svc/attach.py): whether the task is now the session's newest."""
+
+    attached: bool
+    newest_task_id: str
+    generation: int
+    newest_age_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class SessionSpec:
     session_id: str
     agent_id: str
@@ -113,6 +124,22 @@ class ContextPort(Protocol):
         ...
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView: ...
+
+    async def attach_task(
+        self,
+        session_id: str,
+        task_id: str,
+        agent_id: str,
+        opts: CallOptions,
+        *,
+        expected_task_id: str = "",
+        expected_generation: int = 0,
+    ) -> Attachment:
+        """Makes `task_id` the session's newest task if the newest is `expected_task_id` at
+        `expected_generation` (or `task_id` already), else reports the newest (`attached` False).
+        NOT_FOUND for an unknown session; PERMISSION_DENIED unless `opts`' identity is the session's owner
+        or an operator, and `agent_id` the session's agent."""
+        ...
 
 
 class ToolPort(Protocol):
@@ -155,7 +182,10 @@ class ProviderPort(Protocol):
         max_tokens: int,
         agent_id: str,
         opts: CallOptions,
-    ) -> ModelReply: ...
+        include_request: bool = False,
+    ) -> ModelReply:
+        """With `include_request`, the reply's `sent` is the request as provider_svc sent it (masked)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -72,3 +72,5 @@ class RunState:
         self._discovered: list[ToolInfo] | None = None
         # A step-start checkpoint still on its way to Redis (see `checkpoint_behind`).
         self._in_flight: asyncio.Task[None] | None = None
+        # The step's provider request (prompts.py), written by the commit that checkpoints its reply.
+        self._prompt: tuple[int, bytes] | None = None

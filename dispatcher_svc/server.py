@@ -20,6 +20,7 @@ from dispatcher_svc import testhooks
 from dispatcher_svc.adapters import SETTLEMENT_PB, grpc_ports, pending_pb, tool_result_pb
 from dispatcher_svc.agents import AgentConfig
 from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent
+from dispatcher_svc.prompts import StepPrompt
 from dispatcher_svc.service import Dispatcher, StartRequest
 
 SERVICE_NAME = dispatcher_pb2.DESCRIPTOR.services_by_name["DispatcherService"].full_name
@@ -37,6 +38,7 @@ def start_request(pb: dispatcher_pb2.StartTaskRequest) -> StartRequest:
         token_budget=pb.token_budget if pb.HasField("token_budget") else None,
         max_steps=pb.max_steps if pb.HasField("max_steps") else None,
         task_id=pb.task_id,
+        session_id=pb.session_id,
     )
 
 
@@ -86,6 +88,21 @@ def event_pb(event: TaskEvent) -> dispatcher_pb2.TaskEvent:
         pb.pending_approval.CopyFrom(pending_pb(event.pending_approval))
     if event.usage is not None:
         pb.usage.CopyFrom(codec.usage_to_pb(event.usage))
+    return pb
+
+
+def step_prompt_pb(prompt: StepPrompt) -> dispatcher_pb2.StepPrompt:
+    pb = dispatcher_pb2.StepPrompt(
+        task_id=prompt.task_id,
+        step=prompt.step,
+        session_id=prompt.session_id,
+        model=prompt.model,
+        format=prompt.format,
+        request_json=prompt.request_json,
+        redacted=prompt.redacted,
+    )
+    if prompt.create_time_ms:
+        pb.create_time.CopyFrom(codec.timestamp_ms(prompt.create_time_ms))
     return pb
 
 
@@ -191,6 +208,12 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
         return dispatcher_pb2.DispatcherServiceResolveApprovalResponse(
             approval=approval_pb(approval), task=task_pb(task)
         )
+
+    async def GetStepPrompt(
+        self, request: dispatcher_pb2.GetStepPromptRequest, context: Context
+    ) -> dispatcher_pb2.GetStepPromptResponse:
+        prompt = await self.dispatcher.get_step_prompt(request.task_id, request.step, caller=require_identity())
+        return dispatcher_pb2.GetStepPromptResponse(prompt=step_prompt_pb(prompt))
 
     async def ListAgents(
         self, request: dispatcher_pb2.ListAgentsRequest, context: Context

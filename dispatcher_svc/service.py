@@ -36,21 +36,25 @@ from agentmesh.errors import (
 )
 from agentmesh.identity import Authenticator, Identity
 from agentmesh.store import Store
+from agentmesh.telemetry import current_request_id
 from dispatcher_svc.access import (
     Auditor,
     Creator,
     check_resolver,
     check_run,
     check_task,
+    is_creator,
     is_operator,
     may_run,
     task_denied,
 )
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
+from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import EventLog, now_ms
 from dispatcher_svc.loop import AgentLoop, Hook
 from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, TaskStatus, ToolOutcome
-from dispatcher_svc.ports import Ports
+from dispatcher_svc.ports import CallOptions, Ports
+from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
 from dispatcher_svc.tasks import (
@@ -80,6 +84,8 @@ class StartRequest:
     max_steps: int | None = None
     """None keeps the agent's."""
     task_id: str = ""
+    session_id: str = ""
+    """An existing session to continue (continuation.py); "" opens a new one whose id is the task id."""
 
 
 def check_task_id(task_id: str, field: str = "task_id") -> str:
@@ -131,6 +137,14 @@ class Dispatcher:
             mint_token=self.mint_task_token,
         )
         self.worker = Worker(tasks=self.tasks, queue=self.queue, loop=self.loop, settings=ds, sweep=self.settler.sweep)
+        self.conversations = Conversations(
+            self.tasks,
+            ports.context,
+            call_timeout_s=ds.call_timeout_s,
+            starting_grace_s=ds.call_timeout_s,
+            task_ttl_s=ds.task_ttl_s,
+        )
+        self.prompts = PromptStore(store)
         self.auditor = Auditor(AuditLog(store, settings.audit))
         # With auth disabled every caller may be the one dev identity: no duties to separate (access.py).
         self.separate_duties = settings.auth.separation_of_duties and authenticator.enabled
@@ -188,12 +202,27 @@ class Dispatcher:
                 "max_steps", f"must be > 0 (leave it unset to keep the agent's), got {request.max_steps}"
             )
         task_id = check_task_id(request.task_id) if request.task_id else f"t-{uuid.uuid4().hex}"
+        # Naming the task's own id is the default: a new session (Task.session_id, echoed back).
+        session_id = check_task_id(request.session_id, "session_id") if request.session_id else task_id
         try:  # before the lookup: an unknown agent's NOT_FOUND lists the agents
             check_run(caller, self.settings.environment, request.agent_id)
         except PermissionDeniedError as err:
             await self.auditor.refused(caller, "task.start", request.task_id or "(new)", err)
             raise
         agent = self.agents.get(request.agent_id)
+        if session_id != task_id:
+            if request.task_id and await self.tasks.exists(task_id):
+                # A retry of this StartTask (or a resume): the task has its session already.
+                return await self._start_existing(task_id, agent.id, goal, caller, session_id=session_id)
+            try:
+                # The caller's own token: context_svc admits the session's owner and operators only.
+                await self.conversations.claim(session_id, task_id, agent.id, request_id=request_id)
+            except AgentmeshError as err:
+                if err.code == ErrorCode.PERMISSION_DENIED:  # context_svc's refusal, as its status carried it
+                    await self.auditor.refused(caller, "task.start", task_id, err)
+                elif err.code == ErrorCode.NOT_FOUND:
+                    await self._not_opened_yet(session_id, caller)
+                raise
         creator = Creator.of(caller)
         now = now_ms()
         fields = {
@@ -206,7 +235,7 @@ class Dispatcher:
                 task_id=task_id,
                 agent_id=agent.id,
                 goal=goal,
-                session_id=task_id,
+                session_id=session_id,
                 request_id=request_id,
                 traceparent=traceparent,
                 token_budget=agent.token_budget if request.token_budget is None else request.token_budget,
@@ -229,14 +258,15 @@ class Dispatcher:
             # Spawned inside the block: the slot passes to the run without a gap.
             self.worker.take(outcome.taken)
         if not outcome.created:
-            return await self._start_existing(task_id, agent.id, goal, caller)
-        await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}")
+            return await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id)
+        continued = f", session {session_id}" if session_id != task_id else ""
+        await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}{continued}")
         return Task(
             task_id=task_id,
             agent_id=agent.id,
             goal=goal,
             status=TaskStatus.PENDING,
-            session_id=task_id,
+            session_id=session_id,
             request_id=request_id,
             last_sequence=1,
             create_time_ms=now,
@@ -244,7 +274,19 @@ class Dispatcher:
             created_by=creator.subject,
         )
 
-    async def _start_existing(self, task_id: str, agent_id: str, goal: str, caller: Identity) -> Task:
+    async def _not_opened_yet(self, session_id: str, caller: Identity) -> None:
+        """No such session, but maybe its task has not run yet: FAILED_PRECONDITION for a caller who may see
+        that task (its creator, the session's owner to be, or an operator); the NOT_FOUND stands otherwise."""
+        try:
+            record = await self.tasks.load(session_id)
+        except NotFoundError:
+            return
+        if not record.status.terminal and (is_operator(caller) or is_creator(caller, _creator(record))):
+            raise session_busy(session_id, session_id, record.status.name)
+
+    async def _start_existing(
+        self, task_id: str, agent_id: str, goal: str, caller: Identity, *, session_id: str = ""
+    ) -> Task:
         record = await self.tasks.load(task_id)
         failed = record.status == TaskStatus.FAILED
         try:
@@ -252,12 +294,14 @@ class Dispatcher:
         except PermissionDeniedError as err:
             await self.auditor.refused(caller, "task.resume" if failed else "task.start", task_id, err)
             raise
-        if record.agent_id != agent_id or record.goal != goal:
+        # An empty session_id repeats nobody's choice: only another session is a conflict.
+        if record.agent_id != agent_id or record.goal != goal or session_id not in ("", record.session_id):
             raise FailedPreconditionError(
-                f"task_id: task {task_id} exists with another agent or goal",
+                f"task_id: task {task_id} exists with another agent, goal or session",
                 violations=[Violation(path="task_id", rule="unique", actual=repr(task_id))],
                 metadata={"field": "task_id"},
             )
+        request_id = current_request_id() or record.request_id
         if failed:
             # A FAILED task is terminal until resumed: StartTask with its id resumes it.
             event = TaskEvent(
@@ -280,12 +324,34 @@ class Dispatcher:
                 )
             except (StaleOwnerError, WrongStatusError):
                 return (await self.tasks.load(task_id)).view()
+            # Queued only once still its session's newest task (continuation.py): else undone.
+            await self._confirm_newest(record, request_id, undo=True)
             await self.queue.enqueue(task_id)
             await self.auditor.record(caller, "task.resume", task_id, detail=f"agent {agent_id}")
         elif record.status == TaskStatus.PENDING:
             # Maybe a retry of a StartTask whose queue entry was lost: a duplicate entry is harmless.
+            await self._confirm_newest(record, request_id, undo=False)
             await self.queue.enqueue(task_id)
         return (await self.tasks.load(task_id)).view()
+
+    async def _confirm_newest(self, record: TaskRecord, request_id: str, *, undo: bool) -> None:
+        """FAILED_PRECONDITION, the task failed again, when a newer task continued its session; with
+        `undo` (a resume just committed) any error fails it again too, so it never runs unconfirmed."""
+        try:
+            newer = await self.conversations.confirm(
+                record.session_id, record.task_id, record.agent_id, request_id=request_id
+            )
+        except AgentmeshError as err:
+            if undo:
+                await self.conversations.fail_again(record, err)
+            raise
+        if newer:
+            moved_on = FailedPreconditionError(
+                f"task {record.task_id} cannot run again: its session {record.session_id} continued with task {newer}",
+                metadata={"session_id": record.session_id, "task_id": newer},
+            )
+            await self.conversations.fail_again(record, moved_on)
+            raise moved_on
 
     async def run_task(
         self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = ""
@@ -326,6 +392,26 @@ class Dispatcher:
 
         # Operators may watch every task (an unknown one is NOT_FOUND): no read before the watch's own.
         return self.events.watch(task_id, after, admit=None if is_operator(caller) else admit)
+
+    async def get_step_prompt(self, task_id: str, step: int, *, caller: Identity) -> StepPrompt:
+        """The provider request of one step of a task, for the readers of its session (prompts.py)."""
+        check_task_id(task_id)
+        try:
+            record = await self.tasks.load(task_id)
+        except NotFoundError:
+            if is_operator(caller):
+                raise
+            raise prompt_denied(caller, task_id) from None
+        if not is_operator(caller):
+            # context_svc decides who reads a session: asked with the caller's own token.
+            opts = CallOptions("", current_request_id() or "", self.settings.dispatcher.call_timeout_s)
+            try:
+                await self.ports.context.get_session(record.session_id, opts)
+            except AgentmeshError as err:
+                if err.code in (ErrorCode.PERMISSION_DENIED, ErrorCode.NOT_FOUND):
+                    raise prompt_denied(caller, task_id) from None
+                raise
+        return await self.prompts.get(task_id, record.session_id, step, record.step)
 
     def list_agents(self, *, caller: Identity) -> Sequence[AgentConfig]:
         """The agents `caller` may start tasks as."""

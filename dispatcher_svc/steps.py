@@ -31,6 +31,7 @@ from dispatcher_svc.calls import (
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import SessionSpec
+from dispatcher_svc.prompts import encode_prompt
 from dispatcher_svc.run_state import RunResult, Stop, clip
 from dispatcher_svc.tasks import CallState
 
@@ -102,7 +103,8 @@ class Steps(DownstreamCalls):
         raise Stop(RunResult.FINISHED)
 
     async def setup(self) -> None:
-        """Creates the session and records the goal, then starts step 1."""
+        """Creates the session (or, continuing one, reads where it is) and records the goal, then
+        starts step 1."""
         record = self.record
         spec = SessionSpec(
             session_id=record.session_id,
@@ -111,7 +113,12 @@ class Steps(DownstreamCalls):
             system_prompt=self.agent.system_prompt,
             max_context_tokens=self.agent.max_context_tokens,
         )
-        if self.cursor.ctx_count == 0:
+        if self.cursor.ctx_count == 0 and record.session_id != record.task_id:
+            # The next turn of a conversation: StartTask attached this task to the session already.
+            info = await self.call("GetSession", lambda o: self.ports.context.get_session(record.session_id, o))
+            self.cursor.ctx_count = info.message_count
+            self.cursor.raw_tokens = info.total_tokens
+        elif self.cursor.ctx_count == 0:
             info = await self.call("CreateSession", lambda o: self.ports.context.create_session(spec, o))
             self.cursor.ctx_count = info.message_count
         goal_id = message_id(record.task_id, "goal")
@@ -175,8 +182,12 @@ class Steps(DownstreamCalls):
                 max_tokens=agent.max_output_tokens,
                 agent_id=agent.id,
                 opts=o,
+                include_request=self.settings.record_prompts,
             ),
         )
+        if reply.sent is not None:
+            # Stored by the commit that checkpoints this reply, whichever exit it takes (prompts.py).
+            self._prompt = (c.step, encode_prompt(reply.model, reply.sent, now_ms()))
         reply = _qualify(reply, record.task_id, c.step)
         self.usage = self.usage + reply.usage
         system_tokens = sum(b.tokens for b in view.blocks if b.kind == "SYSTEM")

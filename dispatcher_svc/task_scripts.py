@@ -4,12 +4,13 @@ Each script documents its KEYS, ARGV and reply; `TaskStore` builds the arguments
 """
 
 COMMIT_LUA = """
--- One fenced write to a task. KEYS[1]: task hash, KEYS[2]: its event stream.
+-- One fenced write to a task. KEYS[1]: task hash, KEYS[2]: its event stream, KEYS[3]: its step prompts.
 -- ARGV[1] expected fence ('' = create: the task must not exist yet)
 -- ARGV[2] expected status ('' = any)       ARGV[3] '1' = increment the fence (take ownership)
 -- ARGV[4] lease ms (0 = keep)               ARGV[5] event stream MAXLEN (approximate)
 -- ARGV[6] ttl s (0 keep, >0 expire, <0 persist)   ARGV[7] n = field/value pairs that follow
--- then n field/value pairs, then one JSON string per event to append.
+-- ARGV[8] a step whose prompt record follows ('' = none)   ARGV[9] the record
+-- then n field/value pairs, then one JSON string per event to append. The three keys share their TTL.
 -- Returns {code, fence, status, last_sequence}; code 1 ok, 0 stale fence, -1 other status,
 -- -2 no such task, -3 already exists.
 local fence = redis.call('HGET', KEYS[1], 'fence')
@@ -25,8 +26,9 @@ end
 if ARGV[2] ~= '' and status ~= ARGV[2] then return {-1, tonumber(fence), tonumber(status), 0} end
 if ARGV[3] == '1' then fence = tostring(redis.call('HINCRBY', KEYS[1], 'fence', 1)) end
 local n = tonumber(ARGV[7])
-local i = 8
+local i = 10
 if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[3], ARGV[8], ARGV[9]) end
 i = i + 2 * n
 local lease = tonumber(ARGV[4])
 if lease > 0 then
@@ -42,11 +44,9 @@ end
 redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[2], ttl)
+  for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ttl) end
 elseif ttl < 0 then
-  redis.call('PERSIST', KEYS[1])
-  redis.call('PERSIST', KEYS[2])
+  for k = 1, 3 do redis.call('PERSIST', KEYS[k]) end
 end
 status = redis.call('HGET', KEYS[1], 'status') or '0'
 return {1, tonumber(fence), tonumber(status), seq}

@@ -8,9 +8,10 @@ that wakes up after another replica took over has its next write refused and sto
 script appends the write's events to the task's stream with contiguous sequences (stream ids
 `0-<seq>`), so state and event log can never disagree, and no event is written twice.
 
-Keys: `am:task:{<id>}` (hash) and `am:task:{<id>}:events` (stream) share a hash tag, so the script is
-valid on Redis Cluster; `am:tasks` is separate and only ever touched by single commands or its own
-script, and so is `am:tasks:waiting`, the parked tasks scored by their approval's expiry (the
+Keys: `am:task:{<id>}` (hash), `am:task:{<id>}:events` (stream) and `am:task:{<id>}:prompts` (hash:
+each step's provider request, `dispatcher_svc.prompts`) share a hash tag, so the script is valid on
+Redis Cluster, and it gives the three one TTL; `am:tasks` is separate and only ever touched by single
+commands or its own script, and so is `am:tasks:waiting`, the parked tasks scored by their approval's expiry (the
 dispatcher's expiry sweeper reads it).
 """
 
@@ -363,12 +364,19 @@ class TaskStore:
     def _keys(self, task_id: str) -> list[str]:
         return [self.store.keys.task(task_id), self.store.keys.task_events(task_id)]
 
+    def _commit_keys(self, task_id: str) -> list[str]:
+        return [*self._keys(task_id), self.store.keys.task_prompts(task_id)]
+
     async def load(self, task_id: str) -> TaskRecord:
         """The task; NotFoundError naming task_id when there is none."""
         raw: Any = await self.store.call("load task", self.store.redis.hgetall(self.store.keys.task(task_id)))
         if not raw:
             raise task_not_found(task_id)
         return TaskRecord.from_hash(raw)
+
+    async def exists(self, task_id: str) -> bool:
+        found: Any = await self.store.call("task exists", self.store.redis.exists(self.store.keys.task(task_id)))
+        return bool(found)
 
     async def status(self, task_id: str) -> tuple[TaskStatus, int]:
         """The task's status and last sequence (a light read); NotFoundError naming task_id."""
@@ -429,11 +437,11 @@ class TaskStore:
     ) -> Created:
         """Creates the task and queues it in one round trip; with `take`, also reads the next new
         queue entry for this replica (normally this task's own) in that round trip."""
-        args: list[str | int] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields)]
+        args: list[str | int | bytes] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields), "", ""]
         for key, value in fields.items():
             args += [key, value]
         args.append(event_to_json(event))
-        keys = self._keys(task_id)
+        keys = self._commit_keys(task_id)
         queue_args = [task_id, queue.group if take else "", queue.consumer]
         async with self.store.guard("create task"):
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
@@ -473,13 +481,15 @@ class TaskStore:
         bump_fence: bool = False,
         lease_ms: int = 0,
         ttl_s: int = 0,
+        prompt: tuple[int, bytes] | None = None,
     ) -> CommitResult:
-        """Applies `fields` and appends `events` atomically if the task's fence is still `fence`.
+        """Applies `fields` and appends `events` atomically if the task's fence is still `fence`;
+        `prompt` (step, record: dispatcher_svc.prompts) stores a step's prompt in the same write.
 
         `fence=None` creates the task (TaskExistsError if it exists). Raises StaleOwnerError when
         another owner has taken over, WrongStatusError when `expect_status` does not hold.
         """
-        args: list[str | int] = [
+        args: list[str | int | bytes] = [
             "" if fence is None else str(fence),
             "" if expect_status is None else str(int(expect_status)),
             "1" if bump_fence else "0",
@@ -487,12 +497,14 @@ class TaskStore:
             self.settings.event_maxlen,
             ttl_s,
             len(fields or {}),
+            str(prompt[0]) if prompt is not None else "",
+            prompt[1] if prompt is not None else "",
         ]
         for key, value in (fields or {}).items():
             args += [key, value]
         args += [event_to_json(e) for e in events]
         async with self.store.guard("commit task"):
-            reply = await self._commit(keys=self._keys(task_id), args=args)
+            reply = await self._commit(keys=self._commit_keys(task_id), args=args)
         code, current_fence, status_num, last_seq = (int(x) for x in reply)
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:

@@ -42,6 +42,7 @@ from provider_svc.models.base import (
     ToolChoice,
     ToolDef,
 )
+from provider_svc.recording import RequestRecorder
 from provider_svc.service import Generation, Providers
 
 __all__ = ["SERVICE_NAME", "SPEC", "ProviderServicer"]
@@ -207,9 +208,26 @@ def _date(ts: timestamp_pb2.Timestamp, field: str) -> dt.date:
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     """The ProviderService servicer."""
 
-    def __init__(self, providers: Providers, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> None:
+    def __init__(
+        self,
+        providers: Providers,
+        *,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+        recorder: RequestRecorder | None = None,
+    ) -> None:
         self.providers = providers
         self.max_json_depth = max_json_depth
+        self.recorder = recorder or RequestRecorder()
+
+    async def _response(self, generation: Generation, include_request: bool) -> provider_pb2.GenerateResponse:
+        pb = generation_pb(generation)
+        sent = generation.response.sent
+        if include_request and sent is not None:
+            recorded = await self.recorder.record(sent)
+            pb.request_json = recorded.body_json
+            pb.request_format = recorded.format
+            pb.request_redacted = recorded.redacted
+        return pb
 
     async def Generate(
         self, request: provider_pb2.GenerateRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -221,7 +239,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             generation = await self.providers.generate(domain, ctx, model=request.model, task_tag=request.task_tag)
         except AgentmeshError as exc:
             raise _with_attempts(exc, ctx.attempts) from None
-        return generation_pb(generation)
+        return await self._response(generation, request.include_request)
 
     async def GenerateStream(
         self, request: provider_pb2.GenerateStreamRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -241,7 +259,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
                         )
                     )
                 elif isinstance(event, Generation):
-                    yield provider_pb2.GenerateStreamResponse(final=generation_pb(event))
+                    final = await self._response(event, inner.include_request)
+                    yield provider_pb2.GenerateStreamResponse(final=final)
         except AgentmeshError as exc:
             raise _with_attempts(exc, ctx.attempts) from None
 
@@ -306,7 +325,14 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     host.add_servicer(
         SERVICE_NAME,
         provider_pb2_grpc.add_ProviderServiceServicer_to_server,
-        ProviderServicer(providers, max_json_depth=host.settings.server.max_json_depth),
+        ProviderServicer(
+            providers,
+            max_json_depth=host.settings.server.max_json_depth,
+            recorder=RequestRecorder(
+                max_entries=host.settings.providers.request_cache_entries,
+                max_chars=host.settings.providers.request_cache_chars,
+            ),
+        ),
     )
     return providers.aclose
 

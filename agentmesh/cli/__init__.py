@@ -122,6 +122,7 @@ def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -
         token_budget=args.token_budget,
         max_steps=args.max_steps,
         task_id=args.task_id,
+        session_id=args.session,
         approver_token=args.approver_token,
     )
 
@@ -134,7 +135,18 @@ def cmd_trace(settings: Settings, config: Path | None, args: argparse.Namespace)
 
 
 def cmd_context(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
-    """Prints the exact context BuildContext assembles for a session, with tokens per block."""
+    """Prints the exact context BuildContext assembles for a session, with tokens per block; with --task
+    and --step, the provider request that step of the task sent."""
+    if args.task is not None or args.step is not None:
+        if args.task is None or args.step is None or args.session_id is not None:
+            print("agentmesh context: give a session id, or --task T --step N (not both)", file=sys.stderr)
+            return 2
+        from agentmesh.cli.prompt_view import step_prompt_command
+
+        return step_prompt_command(settings, args.task, args.step, as_json=args.json)
+    if args.session_id is None:
+        print("agentmesh context: give a session id, or --task T --step N", file=sys.stderr)
+        return 2
     from agentmesh.cli.context_view import context_command
 
     return context_command(settings, args.session_id, budget_tokens=args.budget, as_json=args.json)
@@ -145,6 +157,16 @@ def cmd_settle(settings: Settings, config: Path | None, args: argparse.Namespace
     from agentmesh.cli.settle import settle_command
 
     return settle_command(settings, args.task_id, ran=args.ran, reason=args.reason, token=args.token)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _date_arg(text: str) -> dt.date:
@@ -237,10 +259,14 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--json", action="store_true", help="rows as JSON")
     usage.set_defaults(func=cmd_usage)
 
-    context = sub.add_parser("context", help="print the context built for a session, per block")
-    context.add_argument("session_id")
+    context = sub.add_parser(
+        "context", help="print the context built for a session, per block; or the request a task's step sent"
+    )
+    context.add_argument("session_id", nargs="?", default=None, help="the session whose context to build now")
     context.add_argument("--budget", type=int, default=0, help="budget in tokens (default: the session's)")
-    context.add_argument("--json", action="store_true", help="the whole view as JSON")
+    context.add_argument("--task", default=None, help="a task: with --step, print the provider request it sent")
+    context.add_argument("--step", type=_positive_int, default=None, help="the step of --task (from 1)")
+    context.add_argument("--json", action="store_true", help="the whole view as JSON; with --task, the raw request")
     context.set_defaults(func=cmd_context)
 
     from agentmesh.cli.probe import positive_seconds
@@ -260,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--token-budget", type=int, default=0, help="token budget (default: the agent's)")
     run.add_argument("--max-steps", type=int, default=0, help="step limit (default: the agent's)")
     run.add_argument("--task-id", default="", help="task id (idempotent; resumes a FAILED task)")
+    run.add_argument(
+        "--session", default="", help="continue this session (the next turn of a conversation; printed by run)"
+    )
     run.add_argument(
         "--approver-token",
         default=None,

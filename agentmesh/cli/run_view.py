@@ -140,6 +140,7 @@ def approver_metadata(
 @dataclass
 class RunOutcome:
     task_id: str = ""
+    session_id: str = ""
     status: int = 0
     answer: str = ""
     request_id: str = ""
@@ -262,6 +263,7 @@ async def stream_task(
         outcome.status = task.status
         outcome.answer = task.answer
         outcome.request_id = task.request_id
+        outcome.session_id = task.session_id
         if task.HasField("error"):
             outcome.error = (
                 f"{common_pb2.ErrorCode.Name(task.error.code).removeprefix('ERROR_CODE_')}: {task.error.message}"
@@ -292,12 +294,13 @@ def run_command(
     token_budget: int = 0,
     max_steps: int = 0,
     task_id: str = "",
+    session_id: str = "",
     token: str | None = None,
     approver_token: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
-    """`agentmesh run`: 0 when the task SUCCEEDED."""
+    """`agentmesh run`: 0 when the task SUCCEEDED. With `session_id`, the task continues that session."""
     out = out or sys.stdout
     err = err or sys.stderr
     token = token or operator_token(settings)
@@ -351,6 +354,7 @@ def run_command(
                 token_budget=token_budget or None,
                 max_steps=max_steps or None,
                 task_id=task_id,
+                session_id=session_id,
             )
             return await stream_task(
                 stub,
@@ -387,6 +391,9 @@ def run_command(
     out.write("\n")
     if outcome.answer:
         out.write(f"answer: {outcome.answer}\n")
+    if outcome.session_id:
+        again = f"agentmesh run {agent_id} GOAL --session {outcome.session_id}"
+        out.write(f"session: {outcome.session_id} (continue it: {again})\n")
     if outcome.request_id:
         out.write(f"trace:  agentmesh trace {outcome.request_id}\n")
     return 0 if outcome.status == D.TASK_STATUS_SUCCEEDED else 1

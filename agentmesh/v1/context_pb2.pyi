@@ -2,6 +2,7 @@ import datetime
 
 from agentmesh.v1 import common_pb2 as _common_pb2
 from google.api import field_behavior_pb2 as _field_behavior_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -40,7 +41,7 @@ class BudgetSettings(_message.Message):
     def __init__(self, max_context_tokens: _Optional[int] = ..., reserve_system_prompt_tokens: _Optional[int] = ..., summary_trigger_tokens: _Optional[int] = ..., keep_recent_messages: _Optional[int] = ..., encoding: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget", "message_count", "total_tokens", "summary_count", "create_time")
+    __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget", "message_count", "total_tokens", "summary_count", "create_time", "newest_task_id")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +52,7 @@ class Session(_message.Message):
     TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_COUNT_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_id: str
     goal: str
@@ -61,7 +63,8 @@ class Session(_message.Message):
     total_tokens: int
     summary_count: int
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ..., message_count: _Optional[int] = ..., total_tokens: _Optional[int] = ..., summary_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    newest_task_id: str
+    def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ..., message_count: _Optional[int] = ..., total_tokens: _Optional[int] = ..., summary_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., newest_task_id: _Optional[str] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget")
@@ -281,3 +284,29 @@ class DeleteSessionResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: bool
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class AttachTaskRequest(_message.Message):
+    __slots__ = ("session_id", "task_id", "agent_id", "expected_task_id", "expected_generation")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    task_id: str
+    agent_id: str
+    expected_task_id: str
+    expected_generation: int
+    def __init__(self, session_id: _Optional[str] = ..., task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., expected_task_id: _Optional[str] = ..., expected_generation: _Optional[int] = ...) -> None: ...
+
+class AttachTaskResponse(_message.Message):
+    __slots__ = ("attached", "newest_task_id", "generation", "newest_age")
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_AGE_FIELD_NUMBER: _ClassVar[int]
+    attached: bool
+    newest_task_id: str
+    generation: int
+    newest_age: _duration_pb2.Duration
+    def __init__(self, attached: _Optional[bool] = ..., newest_task_id: _Optional[str] = ..., generation: _Optional[int] = ..., newest_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

@@ -75,6 +75,11 @@ class ContextServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_context__pb2.DeleteSessionRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_context__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
+        self.AttachTask = channel.unary_unary(
+                '/agentmesh.v1.ContextService/AttachTask',
+                request_serializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -137,6 +142,16 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachTask(self, request, context):
+        """Makes a task the session's newest task and attaches it (a conversation continues): the task's token
+        may then use the session. A compare-and-set on the newest task: it happens only when the newest task
+        is the one expected (or task_id is the newest already), else nothing changes and the response names
+        the newest. For the session's owner and operators; the task must run the session's agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +194,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.DeleteSession,
                     request_deserializer=agentmesh_dot_v1_dot_context__pb2.DeleteSessionRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_context__pb2.DeleteSessionResponse.SerializeToString,
+            ),
+            'AttachTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttachTask,
+                    request_deserializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -398,6 +418,33 @@ class ContextService:
             '/agentmesh.v1.ContextService/DeleteSession',
             agentmesh_dot_v1_dot_context__pb2.DeleteSessionRequest.SerializeToString,
             agentmesh_dot_v1_dot_context__pb2.DeleteSessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttachTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ContextService/AttachTask',
+            agentmesh_dot_v1_dot_context__pb2.AttachTaskRequest.SerializeToString,
+            agentmesh_dot_v1_dot_context__pb2.AttachTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -115,18 +115,20 @@ class Task(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
 
 class StartTaskRequest(_message.Message):
-    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id")
+    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     goal: str
     token_budget: int
     max_steps: int
     task_id: str
-    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class StartTaskResponse(_message.Message):
     __slots__ = ("task",)
@@ -256,3 +258,37 @@ class ListAgentsResponse(_message.Message):
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     agents: _containers.RepeatedCompositeFieldContainer[Agent]
     def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
+
+class GetStepPromptRequest(_message.Message):
+    __slots__ = ("task_id", "step")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    step: int
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class StepPrompt(_message.Message):
+    __slots__ = ("task_id", "step", "session_id", "model", "format", "request_json", "redacted", "create_time")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    step: int
+    session_id: str
+    model: str
+    format: str
+    request_json: str
+    redacted: bool
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., format: _Optional[str] = ..., request_json: _Optional[str] = ..., redacted: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetStepPromptResponse(_message.Message):
+    __slots__ = ("prompt",)
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    prompt: StepPrompt
+    def __init__(self, prompt: _Optional[_Union[StepPrompt, _Mapping]] = ...) -> None: ...

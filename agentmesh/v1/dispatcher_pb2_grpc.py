@@ -70,6 +70,11 @@ class DispatcherServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListAgentsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListAgentsResponse.FromString,
                 _registered_method=True)
+        self.GetStepPrompt = channel.unary_unary(
+                '/agentmesh.v1.DispatcherService/GetStepPrompt',
+                request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptResponse.FromString,
+                _registered_method=True)
 
 
 class DispatcherServiceServicer:
@@ -128,6 +133,15 @@ class DispatcherServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStepPrompt(self, request, context):
+        """Reads the provider request one step of a task sent upstream (the exact prompt: messages, tools
+        offered, tool choice, sampling, model), secrets masked. For the readers of the task's session: the
+        tokens of the tasks attached to it, and operators.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatcherServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +179,11 @@ def add_DispatcherServiceServicer_to_server(servicer, server):
                     servicer.ListAgents,
                     request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListAgentsRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListAgentsResponse.SerializeToString,
+            ),
+            'GetStepPrompt': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStepPrompt,
+                    request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +376,33 @@ class DispatcherService:
             '/agentmesh.v1.DispatcherService/ListAgents',
             agentmesh_dot_v1_dot_dispatcher__pb2.ListAgentsRequest.SerializeToString,
             agentmesh_dot_v1_dot_dispatcher__pb2.ListAgentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStepPrompt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.DispatcherService/GetStepPrompt',
+            agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptRequest.SerializeToString,
+            agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptResponse.FromString,
             options,
             channel_credentials,
             insecure,

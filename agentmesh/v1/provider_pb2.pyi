@@ -62,7 +62,7 @@ class SamplingParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., max_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "task_tag", "messages", "tools", "tool_choice", "sampling", "response_schema_json", "agent_id")
+    __slots__ = ("model", "task_tag", "messages", "tools", "tool_choice", "sampling", "response_schema_json", "agent_id", "include_request")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TASK_TAG_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +71,7 @@ class GenerateRequest(_message.Message):
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_REQUEST_FIELD_NUMBER: _ClassVar[int]
     model: str
     task_tag: str
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]
@@ -79,7 +80,8 @@ class GenerateRequest(_message.Message):
     sampling: SamplingParams
     response_schema_json: str
     agent_id: str
-    def __init__(self, model: _Optional[str] = ..., task_tag: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., response_schema_json: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    include_request: bool
+    def __init__(self, model: _Optional[str] = ..., task_tag: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.Message, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., tool_choice: _Optional[_Union[ToolChoice, _Mapping]] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., response_schema_json: _Optional[str] = ..., agent_id: _Optional[str] = ..., include_request: _Optional[bool] = ...) -> None: ...
 
 class GenerateStreamRequest(_message.Message):
     __slots__ = ("request",)
@@ -100,7 +102,7 @@ class Attempt(_message.Message):
     def __init__(self, model: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., http_status: _Optional[int] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("message", "finish_reason", "usage", "model", "cost_usd", "attempts", "latency")
+    __slots__ = ("message", "finish_reason", "usage", "model", "cost_usd", "attempts", "latency", "request_json", "request_format", "request_redacted")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +110,9 @@ class GenerateResponse(_message.Message):
     COST_USD_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_REDACTED_FIELD_NUMBER: _ClassVar[int]
     message: _common_pb2.Message
     finish_reason: FinishReason
     usage: _common_pb2.TokenUsage
@@ -115,7 +120,10 @@ class GenerateResponse(_message.Message):
     cost_usd: float
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
     latency: _duration_pb2.Duration
-    def __init__(self, message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., model: _Optional[str] = ..., cost_usd: _Optional[float] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    request_json: str
+    request_format: str
+    request_redacted: bool
+    def __init__(self, message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., model: _Optional[str] = ..., cost_usd: _Optional[float] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_json: _Optional[str] = ..., request_format: _Optional[str] = ..., request_redacted: _Optional[bool] = ...) -> None: ...
 
 class ToolCallDelta(_message.Message):
     __slots__ = ("index", "id", "name", "arguments_delta")

@@ -18,13 +18,14 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.exceptions import UpstreamError, error_from_status, malformed
 from provider_svc.models._http import HttpBackend, dumps_raw, event_json, loads_raw
 from provider_svc.models.base import (
+    FORMAT_ANTHROPIC_MESSAGES,
     CallContext,
     FinishReason,
     Message,
@@ -32,6 +33,7 @@ from provider_svc.models.base import (
     ModelResponse,
     ProviderInfo,
     Role,
+    SentRequest,
     StreamEvent,
     StreamFinal,
     TextDelta,
@@ -269,11 +271,13 @@ class AnthropicModel:
         return dumps_raw(body).encode()
 
     async def request(self, request: ModelRequest, ctx: CallContext) -> ModelResponse:
-        status, data, latency = await self._backend.post_json("v1/messages", self._body(request, False), ctx)
+        body = self._body(request, False)
+        status, data, latency = await self._backend.post_json("v1/messages", body, ctx)
         try:
-            return parse_response(self._provider.name, self._name, data, status=status, latency_s=latency)
+            response = parse_response(self._provider.name, self._name, data, status=status, latency_s=latency)
         except AgentmeshError as err:
             raise self._backend.scrubbed(err) from None
+        return replace(response, sent=SentRequest(FORMAT_ANTHROPIC_MESSAGES, lambda: body))
 
     async def request_stream(self, request: ModelRequest, ctx: CallContext) -> AsyncIterator[StreamEvent]:
         try:
@@ -291,7 +295,8 @@ class AnthropicModel:
         stopped = False
         calls_seen = 0
         started = time.monotonic()
-        async with self._backend.stream_sse("v1/messages", self._body(request, True), ctx) as events:
+        body = self._body(request, True)
+        async with self._backend.stream_sse("v1/messages", body, ctx) as events:
             async for event in events:
                 kind = event.event
                 if kind == "ping":
@@ -361,6 +366,7 @@ class AnthropicModel:
                 latency_s=time.monotonic() - started,
                 http_status=200,
                 provider_model=upstream_model,
+                sent=SentRequest(FORMAT_ANTHROPIC_MESSAGES, lambda: body),
             )
         )
 

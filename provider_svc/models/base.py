@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -27,6 +27,7 @@ __all__ = [
     "ProviderInfo",
     "Role",
     "Sampling",
+    "SentRequest",
     "StreamEvent",
     "StreamFinal",
     "TextDelta",
@@ -117,6 +118,23 @@ class Attempt:
     duration_s: float = 0.0
 
 
+FORMAT_OPENAI_CHAT = "openai.chat.completions"
+"""SentRequest.format of a chat completions body (the scripted model records one too)."""
+FORMAT_ANTHROPIC_MESSAGES = "anthropic.messages"
+"""SentRequest.format of a Messages API body."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentRequest:
+    """The upstream request a reply answers: its wire format and its body as sent.
+
+    `body` renders the exact bytes (an HTTP adapter's are already built; the scripted model renders
+    the chat completions body it stands for only when asked)."""
+
+    format: str
+    body: Callable[[], bytes]
+
+
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
     """The assistant's reply with its accounting."""
@@ -131,6 +149,8 @@ class ModelResponse:
     http_status: int = 0
     provider_model: str = ""
     """The model name the upstream reported (e.g. a dated snapshot), when it reported one."""
+    sent: SentRequest | None = None
+    """The request this reply answers, as sent (GenerateRequest.include_request returns it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,14 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.exceptions import UpstreamError, malformed
 from provider_svc.models._http import HttpBackend, dumps_raw, event_json
 from provider_svc.models.base import (
+    FORMAT_OPENAI_CHAT,
     CallContext,
     FinishReason,
     Message,
@@ -25,6 +26,7 @@ from provider_svc.models.base import (
     ModelResponse,
     ProviderInfo,
     Role,
+    SentRequest,
     StreamEvent,
     StreamFinal,
     TextDelta,
@@ -199,14 +201,16 @@ class OpenAIModel:
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     async def request(self, request: ModelRequest, ctx: CallContext) -> ModelResponse:
-        status, data, latency = await self._backend.post_json("chat/completions", self._body(request, False), ctx)
+        body = self._body(request, False)
+        status, data, latency = await self._backend.post_json("chat/completions", body, ctx)
         try:
             if isinstance(data.get("error"), dict):
                 message = str(data["error"].get("message"))[:200]
                 raise malformed(self._provider.name, f"error in a {status} body: {message}")
-            return parse_response(self._provider.name, self._name, data, status=status, latency_s=latency)
+            response = parse_response(self._provider.name, self._name, data, status=status, latency_s=latency)
         except AgentmeshError as err:
             raise self._backend.scrubbed(err) from None
+        return replace(response, sent=SentRequest(FORMAT_OPENAI_CHAT, lambda: body))
 
     async def request_stream(self, request: ModelRequest, ctx: CallContext) -> AsyncIterator[StreamEvent]:
         try:
@@ -224,7 +228,8 @@ class OpenAIModel:
         upstream_model = ""
         done = False
         started = time.monotonic()
-        async with self._backend.stream_sse("chat/completions", self._body(request, True), ctx) as events:
+        body = self._body(request, True)
+        async with self._backend.stream_sse("chat/completions", body, ctx) as events:
             async for event in events:
                 if event.data.strip() == "[DONE]":
                     done = True
@@ -276,6 +281,7 @@ class OpenAIModel:
                 latency_s=time.monotonic() - started,
                 http_status=200,
                 provider_model=upstream_model,
+                sent=SentRequest(FORMAT_OPENAI_CHAT, lambda: body),
             )
         )
 

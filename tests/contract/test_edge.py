@@ -207,6 +207,8 @@ def _filled(descriptor: Any) -> Any:
                 getattr(message, field.name).append("x")
             else:
                 setattr(message, field.name, "x")
+        elif field.type in (field.TYPE_INT32, field.TYPE_INT64) and not field.is_repeated:
+            setattr(message, field.name, 1)
         else:
             raise AssertionError(f"no plausible value for REQUIRED {field.full_name}")
     return message

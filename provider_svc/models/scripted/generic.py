@@ -150,7 +150,7 @@ class GenericPolicy:
     def _answer(self, req: ScriptedRequest) -> str:
         findings = [
             f"{(req.call_by_id(m.tool_call_id) or ToolCall('', m.name, '')).name}: {m.content[:300]}"
-            for m in req.messages
+            for m in req.turn
             if m.role == Role.TOOL and tool_error_of(m) is None
         ]
         text = f"{self.answer_prefix}: {req.goal}".strip()

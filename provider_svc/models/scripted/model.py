@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import json
 import random
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import tiktoken
 
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError
 from provider_svc.models.base import (
+    FORMAT_OPENAI_CHAT,
     CallContext,
     FinishReason,
     Message,
@@ -26,6 +28,7 @@ from provider_svc.models.base import (
     ModelResponse,
     ProviderInfo,
     Role,
+    SentRequest,
     StreamEvent,
     StreamFinal,
     TextDelta,
@@ -33,6 +36,7 @@ from provider_svc.models.base import (
     ToolCallDelta,
     Usage,
 )
+from provider_svc.models.openai import build_body
 from provider_svc.models.scripted.faults import FaultConfig, inject_faults
 from provider_svc.models.scripted.generic import GenericPolicy
 from provider_svc.models.scripted.jsonio import _dump
@@ -90,6 +94,7 @@ class ScriptedModel:
     ) -> None:
         self._provider = ProviderInfo(provider_name, "scripted")
         self._name = f"{provider_name}/{model_name}"
+        self.model_id = model_name
         self.policy: Policy = policy if policy is not None else GenericPolicy()
         policy_faults = getattr(self.policy, "faults", None)
         self.faults = faults or (policy_faults if isinstance(policy_faults, FaultConfig) else FaultConfig())
@@ -163,7 +168,13 @@ class ScriptedModel:
             usage=Usage(input_tokens=_prompt_tokens(request), output_tokens=output),
             model=self._name,
             latency_s=time.monotonic() - started,
+            sent=SentRequest(FORMAT_OPENAI_CHAT, lambda: self._equivalent_body(request)),
         )
+
+    def _equivalent_body(self, request: ModelRequest) -> bytes:
+        """The chat completions body an OpenAI-compatible backend would have been sent for `request`."""
+        body = build_body(self.model_id, request, stream=False)
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     async def request_stream(self, request: ModelRequest, ctx: CallContext) -> AsyncIterator[StreamEvent]:
         response = await self.request(request, ctx)

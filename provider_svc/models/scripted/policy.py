@@ -98,9 +98,19 @@ class ScriptedRequest:
         return "\n".join(m.content for m in self.messages if m.role == Role.SYSTEM)
 
     @property
+    def turn(self) -> tuple[Message, ...]:
+        """The current turn: the latest user message and what followed it (the whole conversation when
+        it holds no user message). A task's goal is its only user message; a conversation that continues
+        (a session's next task) adds one per turn, and the policy works on the latest."""
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].role == Role.USER:
+                return self.messages[i:]
+        return self.messages
+
+    @property
     def goal(self) -> str:
-        """The first user message: the task's goal."""
-        return next((m.content for m in self.messages if m.role == Role.USER), "")
+        """The goal of the current turn: the latest user message (a task's goal)."""
+        return self.last_user
 
     @property
     def last_user(self) -> str:
@@ -156,14 +166,14 @@ class ScriptedRequest:
 
     @property
     def called_tools(self) -> tuple[str, ...]:
-        """Tools called so far, in order (with repeats)."""
-        return tuple(c.name for m in self.messages if m.role == Role.ASSISTANT for c in m.tool_calls)
+        """Tools called so far in the current turn, in order (with repeats)."""
+        return tuple(c.name for m in self.turn if m.role == Role.ASSISTANT for c in m.tool_calls)
 
     @property
     def succeeded_tools(self) -> tuple[str, ...]:
-        """Tools whose result was not an error, in order."""
+        """Tools of the current turn whose result was not an error, in order."""
         names: list[str] = []
-        for m in self.messages:
+        for m in self.turn:
             if m.role == Role.TOOL and tool_error_of(m) is None:
                 call = self.call_by_id(m.tool_call_id)
                 names.append(call.name if call is not None else m.name)

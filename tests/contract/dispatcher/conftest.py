@@ -68,6 +68,8 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
     sessions: dict[str, context_pb2.Session] = field(default_factory=dict)
     logs: dict[str, list[common_pb2.Message]] = field(default_factory=dict)
     request_ids: list[str] = field(default_factory=list)
+    newest: dict[str, tuple[str, int]] = field(default_factory=dict)
+    attachers: list[Identity] = field(default_factory=list)
 
     async def CreateSession(self, request: context_pb2.CreateSessionRequest, context: Ctx) -> Any:
         await identity(context)
@@ -138,6 +140,20 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
         return context_pb2.AppendToolResultResponse(
             index=len(self.logs[request.session_id]) - 1, token_count=message.token_count
         )
+
+    async def AttachTask(self, request: context_pb2.AttachTaskRequest, context: Ctx) -> Any:
+        """The compare-and-set on the session's newest task (the owner rule is context_svc's own test's)."""
+        self.attachers.append(await identity(context))
+        await self._session(request.session_id, context)
+        newest, generation = self.newest.get(request.session_id, (request.session_id, 0))
+        expected = request.expected_task_id and (request.expected_task_id, request.expected_generation) == (
+            newest,
+            generation,
+        )
+        if newest != request.task_id and not expected:
+            return context_pb2.AttachTaskResponse(attached=False, newest_task_id=newest, generation=generation)
+        self.newest[request.session_id] = (request.task_id, generation + 1)
+        return context_pb2.AttachTaskResponse(attached=True, newest_task_id=request.task_id, generation=generation + 1)
 
     async def BuildContext(self, request: context_pb2.BuildContextRequest, context: Ctx) -> Any:
         await identity(context)

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh.chat import ToolCall, Usage, tool_error_text
-from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, error_to_json
-from dispatcher_svc.model import ApprovalRecord, ModelReply, PendingApproval, ToolOutcome, ToolOutput
+from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, NotFoundError, error_to_json
+from dispatcher_svc.model import ApprovalRecord, ModelReply, PendingApproval, SentPrompt, ToolOutcome, ToolOutput
 from dispatcher_svc.ports import (
     Appended,
+    Attachment,
     CallOptions,
     ContextBlockInfo,
     ContextView,
@@ -57,6 +58,10 @@ class FakeContext:
     dedupe_tool_results: bool = True
     """context_svc appends a tool result once per tool_call_id (the dispatcher makes ids unique in a
     session, whatever ids the model or a policy used)."""
+    newest: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """session -> (newest task, generation), as AttachTask keeps it (absent: the session id, 0)."""
+    attach_age_s: float = 3600.0
+    """The newest task's age reported when an attach is refused."""
 
     def _repeat(self, session_id: str, key: str, content: Any) -> Appended | None:
         """The original position of a repeated append, as context_svc answers it; None: a new one."""
@@ -84,8 +89,31 @@ class FakeContext:
         return SessionInfo(0, 0)
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
+        if session_id not in self.sessions:
+            raise NotFoundError(f"session {session_id} not found")
         log = self.sessions[session_id]
         return SessionInfo(len(log), sum(m["tokens"] for m in log))
+
+    async def attach_task(
+        self,
+        session_id: str,
+        task_id: str,
+        agent_id: str,
+        opts: CallOptions,
+        *,
+        expected_task_id: str = "",
+        expected_generation: int = 0,
+    ) -> Attachment:
+        """AttachTask's compare-and-set on the newest task (no owner check: the fake has no caller)."""
+        self._maybe_fail("attach_task")
+        if session_id not in self.sessions:
+            raise NotFoundError(f"session {session_id} not found")
+        newest, generation = self.newest.get(session_id, (session_id, 0))
+        expected = bool(expected_task_id) and (newest, generation) == (expected_task_id, expected_generation)
+        if newest != task_id and not expected:
+            return Attachment(False, newest, generation, self.attach_age_s)
+        self.newest[session_id] = (task_id, generation + 1)
+        return Attachment(True, task_id, generation + 1, 0.0)
 
     async def append_message(
         self,
@@ -275,6 +303,7 @@ class FakeProvider:
         max_tokens: int,
         agent_id: str,
         opts: CallOptions,
+        include_request: bool = False,
     ) -> ModelReply:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
@@ -288,6 +317,11 @@ class FakeProvider:
             reply = ModelReply(
                 reply.text, reply.tool_calls, Usage(sum(tokens(m["content"]) for m in prompt.messages), 10), "fake/m"
             )
+        if include_request:
+            # What a chat completions body of this prompt would hold (the real one is provider_svc's).
+            body = {"model": model, "messages": prompt.messages, "tools": prompt.tools, "max_tokens": max_tokens}
+            sent = SentPrompt("openai.chat.completions", json.dumps(body, default=str, separators=(",", ":")))
+            reply = ModelReply(reply.text, reply.tool_calls, reply.usage, reply.model, reply.finish_reason, sent)
         return reply
 
 

@@ -135,6 +135,32 @@ async def test_generic_policy_calls_the_relevant_tool_then_answers() -> None:
     assert "shipped" in second.message.content
 
 
+async def test_a_continued_conversation_is_answered_turn_by_turn() -> None:
+    """A session's next task adds a user message: the policy works on that turn (its goal, its tools,
+    its findings); the earlier turn is context. The sent request is the chat completions equivalent."""
+    model = ScriptedModel("scripted", "default")
+    tools = (WEATHER_TOOL, ORDER_TOOL)
+    first_goal = Message(Role.USER, "Where is order ORD-2025-0042? Look up the order please.")
+    call = (await _ask(model, (first_goal,), tools=tools)).message
+    result = tool_message('{"status": "shipped"}', tool_call_id=call.tool_calls[0].id, name="get_order")
+    answer = (await _ask(model, (first_goal, call, result), tools=tools)).message
+    second_goal = Message(Role.USER, "And order ORD-2025-0077? Look up that order too.")
+    history = (first_goal, call, result, answer, second_goal)
+    next_call = await _ask(model, history, tools=tools)
+    assert [json.loads(c.arguments_json) for c in next_call.message.tool_calls] == [{"order_id": "ORD-2025-0077"}]
+    request = ScriptedRequest(history, tools, "scripted/default", ModelRequest(history), 2, random.Random(1))
+    assert request.goal == second_goal.content and request.turn == (second_goal,)
+    assert request.called_tools == () and request.succeeded_tools == ()
+    result2 = tool_message('{"status": "packed"}', tool_call_id=next_call.message.tool_calls[0].id, name="get_order")
+    final = await _ask(model, (*history, next_call.message, result2), tools=tools)
+    assert final.message.content.startswith("Answer: And order ORD-2025-0077?")
+    assert "packed" in final.message.content and "shipped" not in final.message.content
+    assert final.sent is not None and final.sent.format == "openai.chat.completions"
+    body = json.loads(final.sent.body())
+    assert body["model"] == "default" and len(body["messages"]) == 7
+    assert body["tools"][1]["function"]["name"] == "get_order"
+
+
 async def test_a_corrected_call_uses_the_hint_it_was_shown() -> None:
     # The tool's schema is NOT offered to the model: the only source of the right value is the hint.
     model = ScriptedModel("scripted", "default")
