@@ -772,7 +772,8 @@ class ContextSettings(_Section):
     """User/assistant/system content above this is offloaded the same way."""
     digest_max_chars: int = Field(1500, ge=200)
     session_ttl_s: int = Field(7 * 24 * 3600, ge=0)
-    """A session idle this long expires (refreshed by every append); 0 keeps sessions until deleted."""
+    """A session idle this long expires (refreshed by every append and attach); 0 keeps sessions until
+    deleted. At least `dispatcher.task_ttl_s`: a session outlives its newest task."""
     agents: dict[str, ContextBudgetOverride] = {}
     """Per-agent overrides, keyed by agent id."""
     session_cache_entries: int = Field(2000, ge=1)
@@ -838,6 +839,13 @@ class Settings(BaseSettings):
                 f"tools.idempotency_ttl_s ({self.tools.idempotency_ttl_s}) must be at least "
                 f"dispatcher.task_ttl_s ({self.dispatcher.task_ttl_s}): a FAILED task can be resumed for "
                 "task_ttl_s, and its calls would run again once their idempotency records expired"
+            )
+        # A session's newest task may be resumed, or continued, while its record is kept.
+        if 0 < self.context.session_ttl_s < self.dispatcher.task_ttl_s:
+            raise ValueError(
+                f"context.session_ttl_s ({self.context.session_ttl_s}) must be 0 or at least "
+                f"dispatcher.task_ttl_s ({self.dispatcher.task_ttl_s}): a session must outlive its newest task, "
+                "which can be resumed or continued for task_ttl_s after it ended"
             )
         return self
 

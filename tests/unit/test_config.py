@@ -152,7 +152,24 @@ def test_idempotency_records_outlive_resumable_tasks(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("AGENTMESH_DISPATCHER_TASK_TTL_S", str(30 * 86400))
     with pytest.raises(ConfigError, match=r"tools\.idempotency_ttl_s \(691200\).*dispatcher\.task_ttl_s \(2592000\)"):
         load_settings()
-    assert load_settings(overrides={"tools": {"idempotency_ttl_s": 31 * 86400}}).dispatcher.task_ttl_s == 30 * 86400
+    longer = {"tools": {"idempotency_ttl_s": 31 * 86400}, "context": {"session_ttl_s": 30 * 86400}}
+    assert load_settings(overrides=longer).dispatcher.task_ttl_s == 30 * 86400
+
+
+def test_sessions_outlive_their_newest_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session's newest task can be resumed or continued for dispatcher.task_ttl_s after it ended:
+    context.session_ttl_s (the idle time after the session's last message) below it fails the load;
+    0 (sessions kept until deleted) and anything at least as long load."""
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    defaults = load_settings()
+    assert defaults.context.session_ttl_s == defaults.dispatcher.task_ttl_s == 7 * 86400
+    with pytest.raises(ConfigError) as info:
+        load_settings(overrides={"context": {"session_ttl_s": 86400}})
+    for fragment in ("context.session_ttl_s (86400)", "dispatcher.task_ttl_s (604800)", "outlive its newest task"):
+        assert fragment in str(info.value)
+    assert load_settings(overrides={"context": {"session_ttl_s": 0}}).context.session_ttl_s == 0
+    short = {"context": {"session_ttl_s": 3600}, "dispatcher": {"task_ttl_s": 3600}}
+    assert load_settings(overrides=short).context.session_ttl_s == 3600
 
 
 def test_the_repositorys_configurations_keep_records_past_resumable_tasks(monkeypatch: pytest.MonkeyPatch) -> None:

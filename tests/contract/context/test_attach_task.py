@@ -115,7 +115,7 @@ async def test_of_concurrent_attaches_from_one_expectation_exactly_one_wins(ctx:
 
 
 async def test_an_attach_refreshes_the_session_ttl_and_keeps_the_newest_tasks(start_context: Any) -> None:
-    ctx: Ctx = await start_context({"context": {"session_ttl_s": 1000}})
+    ctx: Ctx = await start_context({"context": {"session_ttl_s": 1000}, "dispatcher": {"task_ttl_s": 1000}})
     await ctx.create("s1")
     await ctx.say("s1", common_pb2.ROLE_USER, "hello")
     redis: Any = ctx.svc.host.store.redis  # type: ignore[union-attr]
