@@ -89,6 +89,6 @@ class Checkpoints(RunState):
 
     async def _write(self, values: dict[str, str], events: Sequence[TaskEvent], ttl_s: int) -> None:
         result = await self.loop.tasks.commit(
-            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s
+            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s, agent=self.agent.id
         )
         self.record.last_sequence = result.last_sequence
