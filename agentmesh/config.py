@@ -1,6 +1,9 @@
 """One configuration for every service: `agentmesh.yaml` plus `AGENTMESH_*` environment overrides.
 
-Precedence, highest first: explicit arguments, environment variables, the YAML file, defaults.
+Precedence, highest first: explicit arguments, environment variables, the YAML file(s), defaults.
+Several files may be given (`--config` more than once, or `AGENTMESH_CONFIG=a.yaml:b.yaml`): each later
+one is an overlay of the ones before (`overlay`), which is how `agentmesh.demo.yaml` adds the demo's
+tools and agents to the production-safe `agentmesh.yaml`.
 Environment variables name a section and a key joined by one underscore (`AGENTMESH_REDIS_URL`
 sets `redis.url`, `AGENTMESH_AUTH_KEY` sets `auth.key`); a whole section can be given as JSON
 (`AGENTMESH_SERVICES='{"tool": {"port": 6053}}'`). String values in the YAML may reference the
@@ -11,13 +14,11 @@ types and unset secret variables are errors that name the key and the file.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,18 +35,37 @@ from pydantic_settings import (
     SettingsError,
 )
 
-CONFIG_ENV_VAR = "AGENTMESH_CONFIG"
-DEFAULT_CONFIG_FILE = "agentmesh.yaml"
+from agentmesh.configfiles import (
+    CONFIG_ENV_VAR,
+    DEFAULT_CONFIG_FILE,
+    ConfigError,
+    ConfigFiles,
+    config_path,
+    config_paths,
+    deep_merge,
+    interpolate,
+    overlay,
+    read_yaml,
+)
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "DEFAULT_CONFIG_FILE",
+    "ConfigError",
+    "ConfigFiles",
+    "Settings",
+    "config_path",
+    "config_paths",
+    "deep_merge",
+    "interpolate",
+    "load_settings",
+    "overlay",
+]
+
 MiB = 1024 * 1024
 DEV_AUTH_KEY = "agentmesh-dev-only-insecure-key"
 """The key the example agentmesh.yaml falls back to; refused outside environment dev."""
 MIN_AUTH_KEY_BYTES = 32
-
-_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the file and the key."""
 
 
 class _Section(BaseModel):
@@ -185,6 +205,8 @@ class ServiceEndpoint(_Section):
     port: int = Field(ge=0, le=65535)
     target: str | None = None
     """gRPC target others dial, e.g. `dns:///tool-svc.agentmesh.svc:50053`; default host:port."""
+    http_port: int = Field(0, ge=0, le=65535)
+    """The service's HTTP listener on `host` (agentmesh/rpc/http.py: Prometheus `/metrics` today); 0: none."""
 
     @property
     def dial_target(self) -> str:
@@ -198,6 +220,11 @@ class ServiceEndpoint(_Section):
     def bind_address(self) -> str:
         """The address a server binds."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def http_bind_address(self) -> str | None:
+        """The address the HTTP listener binds, None when it is off."""
+        return f"{self.host}:{self.http_port}" if self.http_port else None
 
 
 class ServicesSettings(_Section):
@@ -280,10 +307,13 @@ class ClientSettings(_Section):
 
 
 class TelemetrySettings(_Section):
-    """Traces and logs (docs/architecture.md §8). OTLP is chosen by OTEL_EXPORTER_OTLP_ENDPOINT."""
+    """Traces, metrics and logs (docs/architecture.md §8). Exporters follow the standard OTEL_* variables."""
 
     span_file: Path = Path("var/spans.jsonl")
     """Where spans go when no OTLP endpoint is set; `agentmesh trace` reads it."""
+    metrics: bool = True
+    """Record metrics: served at `/metrics` on the service's HTTP listener (`services.<svc>.http_port`) and
+    sent over OTLP when OTEL_METRICS_EXPORTER says so (docs/architecture.md §8)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_file: Path | None = None
     """JSON log lines go to stderr, and also here when set."""
@@ -361,6 +391,8 @@ class DispatcherSettings(_Section):
     record_prompts: bool = True
     """Keep each step's provider request as sent (secrets masked) with the task, for `agentmesh context
     --task T --step N` and GetStepPrompt; false saves its Redis memory and the masking."""
+    queue_metrics_interval_s: float = Field(5.0, gt=0)
+    """How often a replica samples the task queue's depth and lag for the metrics (two Redis round trips)."""
 
 
 class ToolPermissionSettings(_Section):
@@ -879,63 +911,21 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)
 
 
-def interpolate(value: Any, env: Mapping[str, str], *, where: str, path: str = "") -> Any:
-    """Replaces `${VAR}` / `${VAR:-default}` in every string of a parsed YAML tree."""
-    if isinstance(value, dict):
-        return {k: interpolate(v, env, where=where, path=f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env, where=where, path=f"{path}[{i}]") for i, v in enumerate(value)]
-    if not isinstance(value, str):
-        return value
-
-    def substitute(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in env:
-            return env[name]
-        if default is not None:
-            return default
-        raise ConfigError(f"{where}: {path}: environment variable {name} is not set")
-
-    return _INTERPOLATION.sub(substitute, value)
-
-
-def config_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The YAML file to read: the argument, else $AGENTMESH_CONFIG, else ./agentmesh.yaml if present."""
-    if explicit is not None:
-        return Path(explicit)
-    from_env = os.environ.get(CONFIG_ENV_VAR)
-    if from_env:
-        return Path(from_env)
-    default = Path(DEFAULT_CONFIG_FILE)
-    return default if default.exists() else None
-
-
 def load_settings(
-    path: str | os.PathLike[str] | None = None,
+    path: ConfigFiles | None = None,
     *,
     overrides: Mapping[str, Any] | None = None,
 ) -> Settings:
-    """Reads the YAML file (if any), interpolates `${VAR}`, applies `AGENTMESH_*` overrides, validates.
+    """Reads the YAML file(s) (see `config_paths`; each later file is an `overlay` of the ones
+    before), interpolates `${VAR}`, applies `AGENTMESH_*` overrides, validates.
 
-    Raises ConfigError naming the file (or the environment variable) and the key on any problem.
+    Raises ConfigError naming the file(s) (or the environment variable) and the key on any problem.
     """
-    file = config_path(path)
-    where = str(file) if file else "defaults"
+    files = config_paths(path)
+    where = " + ".join(str(file) for file in files) if files else "defaults"
     data: dict[str, Any] = {}
-    if file is not None:
-        try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{file}: cannot read configuration: {exc.strerror or exc}") from exc
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{file}: the top level must be a mapping, got {type(loaded).__name__}")
-        data = interpolate(loaded, os.environ, where=where)
+    for file in files:
+        data = overlay(data, read_yaml(file))
     if overrides:
         data = deep_merge(data, dict(overrides))
     try:
@@ -965,14 +955,3 @@ def _origin(loc: list[str], where: str) -> str:
             if name in os.environ:
                 return f"environment variable {name}"
     return where
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """`extra` merged into `base`, recursively for nested mappings (neither is modified)."""
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 
 from agentmesh.config import RedisSettings
-from agentmesh.errors import FailedPreconditionError, InvalidRequestError, UnavailableError
+from agentmesh.errors import AgentmeshError, FailedPreconditionError, InvalidRequestError, UnavailableError
+from agentmesh.metrics import Metrics
 
 __all__ = [
     "SCRIPTS",
@@ -269,8 +271,11 @@ class Store:
         url: str,
         settings: RedisSettings,
         environment: str,
+        metrics: Metrics | None = None,
     ) -> None:
         self._redis = client
+        self.metrics = metrics if metrics is not None else Metrics()
+        """Where `guard` records each operation's duration (`db.client.operation.duration`)."""
         self._safe_url = redact_url(url)
         self.settings = settings
         self.environment = environment
@@ -305,10 +310,12 @@ class Store:
         *,
         url: str | None = None,
         check: bool = True,
+        metrics: Metrics | None = None,
     ) -> Store:
         """Connects, PINGs, and (with `check`) verifies the server is fit for agentmesh.
 
-        `url` overrides `settings.url` (e.g. the URL of a LocalRedis started by the CLI).
+        `url` overrides `settings.url` (e.g. the URL of a LocalRedis started by the CLI); `metrics`
+        receives the duration of every guarded operation.
         Raises UnavailableError if Redis cannot be reached, StoreMisconfiguredError if it is unfit.
         """
         target = url or settings.url
@@ -317,7 +324,9 @@ class Store:
                 "no Redis URL configured: set redis.url (AGENTMESH_REDIS_URL) or start a local "
                 "redis-server with `agentmesh up`"
             )
-        store = cls(cls.client_for(target, settings), url=target, settings=settings, environment=environment)
+        store = cls(
+            cls.client_for(target, settings), url=target, settings=settings, environment=environment, metrics=metrics
+        )
         try:
             async with store.guard("connect"):
                 await store._redis.ping()
@@ -353,32 +362,50 @@ class Store:
     # -- failure mapping -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def guard(self, op: str) -> AsyncIterator[None]:
+    async def guard(self, op: str, *, blocking: bool = False) -> AsyncIterator[None]:
         """Maps Redis outages inside the block to UnavailableError("redis unavailable during <op>")
         and bad credentials to StoreMisconfiguredError. Other errors (WRONGTYPE, script bugs) are
-        programming errors and propagate unchanged."""
+        programming errors and propagate unchanged.
+
+        Records the block's duration under `op` (a fixed string per call site: a metric label), with
+        `error.type` when it failed; a `blocking` read (XREAD BLOCK) is recorded only when it fails,
+        since its duration is time spent waiting for news, not Redis latency."""
+        started = time.perf_counter()
+        error = ""
         try:
             yield
         except TimeoutError:
             # Builtin TimeoutError is the caller's own asyncio.timeout() expiring (redis-py wraps its
             # socket timeouts in redis.exceptions.TimeoutError): a deadline, not an outage.
+            error = "deadline"
             raise
-        except PoolExhaustedError as exc:
-            raise UnavailableError(
+        except BaseException as exc:
+            error = _error_type(exc)
+            mapped = self._mapped(op, exc)
+            if mapped is not None:
+                raise mapped from exc
+            raise
+        finally:
+            if self.metrics.enabled and (error or not blocking):
+                self.metrics.redis_operation(op, time.perf_counter() - started, error)
+
+    def _mapped(self, op: str, exc: BaseException) -> AgentmeshError | None:
+        """The AgentmeshError a Redis failure maps to; None for anything else (raised unchanged)."""
+        if isinstance(exc, PoolExhaustedError):
+            return UnavailableError(
                 f"redis connection pool exhausted during {op}: all {self.settings.max_connections} "
                 f"connections stayed busy for {self.settings.pool_timeout_s}s (redis.max_connections)",
                 retry_after=self.settings.pool_timeout_s,
                 metadata={"store": "redis", "op": op, "redis_url": self._safe_url, "reason": "pool_exhausted"},
-            ) from exc
-        except _AUTH_ERRORS as exc:
-            raise StoreMisconfiguredError(
-                f"redis at {self._safe_url} rejected our credentials during {op}: {exc}"
-            ) from exc
-        except _UNAVAILABLE_ERRORS as exc:
-            raise UnavailableError(
+            )
+        if isinstance(exc, _AUTH_ERRORS):
+            return StoreMisconfiguredError(f"redis at {self._safe_url} rejected our credentials during {op}: {exc}")
+        if isinstance(exc, _UNAVAILABLE_ERRORS):
+            return UnavailableError(
                 f"redis unavailable during {op}: {type(exc).__name__}: {exc}",
                 metadata={"store": "redis", "op": op, "redis_url": self._safe_url},
-            ) from exc
+            )
+        return None
 
     async def call(self, op: str, awaitable: Awaitable[T]) -> T:
         """`await store.call("load task", store.redis.hgetall(key))`: one guarded command."""
@@ -512,3 +539,16 @@ class Store:
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _error_type(exc: BaseException) -> str:
+    """The `error.type` of a failed Redis operation (a bounded set: our kinds, else the class name)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"
+    if isinstance(exc, PoolExhaustedError):
+        return "pool_exhausted"
+    if isinstance(exc, _AUTH_ERRORS):
+        return "auth"
+    if isinstance(exc, _UNAVAILABLE_ERRORS):
+        return "unavailable"
+    return type(exc).__name__

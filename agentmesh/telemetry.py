@@ -1,11 +1,13 @@
 """Traces, request ids and JSON logs for every service (docs/architecture.md §8).
 
-One `Telemetry` per service: an SDK TracerProvider with `service.name`, exporting over OTLP when
-`OTEL_EXPORTER_OTLP_ENDPOINT` is set (Jaeger ingests OTLP natively; the exporter is handed in by the
-RPC edge, `agentmesh.rpc.telemetry.otlp_exporter`), else to a local JSONL span file that `agentmesh
-trace <request_id>` reads. Spans are exported in batches by the OTel SDK's BatchSpanProcessor. The
-provider is handed to whoever makes spans explicitly and is not installed globally by default,
-because tests run several services in one process.
+One `Telemetry` per service: an SDK TracerProvider and MeterProvider with `service.name`
+(OTEL_SERVICE_NAME wins), exporting spans over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+OTEL_TRACES_EXPORTER=otlp) is set (Jaeger ingests OTLP natively; gRPC or HTTP/protobuf by
+OTEL_EXPORTER_OTLP_PROTOCOL, the exporters are handed in by the RPC edge, `agentmesh.rpc.telemetry.OTLP`),
+else to a local JSONL span file that `agentmesh trace <request_id>` reads. Spans are exported in
+batches by the OTel SDK's BatchSpanProcessor; metrics are `agentmesh.metrics`. The providers are
+handed to whoever records explicitly and are not installed globally by default, because tests run
+several services in one process.
 
 The request id is minted once at the edge (or taken from `x-request-id`), travels as metadata and
 W3C baggage, is set on every span by `RequestIdSpanProcessor`, and is in every JSON log line beside
@@ -21,40 +23,45 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Protocol
 
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, Resource
+from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.resources import SERVICE_NAME, SERVICE_VERSION, OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
+    ConsoleSpanExporter,
     SpanExporter,
     SpanExportResult,
 )
 
 from agentmesh import __version__, callctx
 from agentmesh.config import ConfigError, Settings
+from agentmesh.metrics import MeterSetup, Metrics, build_meter_provider
 from agentmesh.semconv import ATTR_REQUEST_ID, BAGGAGE_REQUEST_ID
 
 __all__ = [
     "SPAN_BATCH_DELAY_S",
     "JsonFormatter",
     "JsonlSpanExporter",
-    "OtlpExporterFactory",
+    "OtlpExporters",
     "RequestIdSpanProcessor",
     "Telemetry",
     "configure_logging",
     "current_request_id",
     "otlp_endpoint",
+    "service_resource",
     "service_var",
     "setup_telemetry",
     "span_to_dict",
+    "trace_exporters",
 ]
 
 OTLP_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -150,8 +157,10 @@ class JsonlSpanExporter(SpanExporter):
     within a line; the lock serialises writers of this process.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        self.create = create
+        """False: spans are written only to a file that exists already (the CLI's, beside the services')."""
         self._lock = threading.Lock()
         self._closed = False
         # Opened once: an open/close per span cost about a tenth of a request's CPU.
@@ -163,7 +172,7 @@ class JsonlSpanExporter(SpanExporter):
         data = "".join(
             json.dumps(span_to_dict(s), ensure_ascii=False, separators=(",", ":"), default=str) + "\n" for s in spans
         ).encode("utf-8")
-        if not data:
+        if not data or (not self.create and self._fd is None and not self.path.exists()):
             return SpanExportResult.SUCCESS
         try:
             with self._lock:
@@ -188,7 +197,11 @@ class JsonlSpanExporter(SpanExporter):
 
 
 SPAN_BATCH_DELAY_S = 0.2
-"""About this long after a span ends, it is in the span file (the batch processor's schedule delay)."""
+"""About this long after a span ends, it is in the span file (the batch processor's schedule delay,
+unless OTEL_BSP_SCHEDULE_DELAY says otherwise)."""
+
+TRACES_EXPORTER_ENV = "OTEL_TRACES_EXPORTER"
+_KNOWN_TRACE_EXPORTERS = frozenset({"otlp", "console", "none"})
 
 
 def otlp_endpoint() -> str | None:
@@ -200,18 +213,59 @@ def otlp_endpoint() -> str | None:
     return None
 
 
+def trace_exporters() -> frozenset[str]:
+    """Where spans go: OTEL_TRACES_EXPORTER (`otlp`, `console`, `none`, comma-separated) when set; else
+    `otlp` when an OTLP endpoint is set, else `jsonl` (the span file `agentmesh trace` reads)."""
+    raw = os.environ.get(TRACES_EXPORTER_ENV, "").strip()
+    if not raw:
+        return frozenset({"otlp" if otlp_endpoint() else "jsonl"})
+    names = frozenset(part.strip().lower() for part in raw.split(",") if part.strip())
+    unknown = names - _KNOWN_TRACE_EXPORTERS
+    if unknown:
+        raise ConfigError(
+            f"{TRACES_EXPORTER_ENV}={raw!r}: unknown exporter {sorted(unknown)}; use otlp, console or none"
+        )
+    return names - {"none"}
+
+
+def service_resource(service_name: str) -> Resource:
+    """The resource of a service's spans and metrics: `service.name` (OTEL_SERVICE_NAME wins over
+    `service_name`), `service.version`, and OTEL_RESOURCE_ATTRIBUTES, read by the SDK's own detector."""
+    ours = Resource.create({SERVICE_NAME: service_name, SERVICE_VERSION: __version__})
+    # Resource.create lets explicit attributes override the environment's; the operator's word wins here.
+    return ours.merge(OTELResourceDetector().detect())
+
+
+class OtlpExporters(Protocol):
+    """Builds the OTLP exporters (the RPC edge's `agentmesh.rpc.telemetry.OTLP`: gRPC or HTTP/protobuf,
+    endpoint, headers, timeout and TLS from the standard OTEL_EXPORTER_OTLP_* variables)."""
+
+    def span_exporter(self) -> SpanExporter: ...
+
+    def metric_exporter(self) -> MetricExporter: ...
+
+
 @dataclass
 class Telemetry:
-    """The tracing set-up of one service; hand `tracer_provider` to its interceptors."""
+    """The tracing and metrics set-up of one service; hand `tracer_provider` and `metrics` to whoever records."""
 
     service_name: str
+    """`service.name` of the resource (OTEL_SERVICE_NAME when set)."""
     tracer_provider: TracerProvider
-    exporter: Literal["otlp", "jsonl"]
+    exporter: str
+    """Where spans go: "jsonl", "otlp", "console", several joined by "+", or "none"."""
     span_file: Path | None = None
     """The JSONL file when `exporter` is jsonl."""
     endpoint: str | None = None
-    """The OTLP endpoint when `exporter` is otlp."""
+    """The OTLP endpoint from the environment when spans go over OTLP (None: the exporter's default)."""
+    meter: MeterSetup = field(default_factory=lambda: MeterSetup(None, None, Metrics()))
+    """The MeterProvider and the Prometheus registry of `/metrics` (none when metrics are off)."""
     _closed: bool = field(default=False, repr=False)
+
+    @property
+    def metrics(self) -> Metrics:
+        """This service's instruments (no-op ones when metrics are off)."""
+        return self.meter.metrics
 
     def tracer(self, name: str = "agentmesh") -> trace.Tracer:
         """A tracer of this service (for spans made in domain code, e.g. GenAI spans)."""
@@ -222,7 +276,7 @@ class Telemetry:
         return self.tracer_provider.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        """Flushes and stops the exporter. Idempotent.
+        """Flushes and stops the exporters. Idempotent.
 
         With OTLP this blocks on network I/O: from async code use `aclose()` so the event loop (which
         may be serving the collector, as in tests) keeps running.
@@ -232,14 +286,11 @@ class Telemetry:
         self._closed = True
         self.tracer_provider.force_flush()
         self.tracer_provider.shutdown()
+        self.meter.shutdown()
 
     async def aclose(self) -> None:
         """`shutdown()` in a worker thread."""
         await asyncio.to_thread(self.shutdown)
-
-
-OtlpExporterFactory = Callable[[str], SpanExporter]
-"""Builds the OTLP span exporter for an endpoint (the gRPC one is `agentmesh.rpc.telemetry.otlp_exporter`)."""
 
 
 def setup_telemetry(
@@ -249,37 +300,60 @@ def setup_telemetry(
     span_file: Path | None = None,
     set_global: bool = False,
     configure_logs: bool = True,
-    otlp_exporter: OtlpExporterFactory | None = None,
+    otlp: OtlpExporters | None = None,
+    metrics: bool = True,
+    create_span_file: bool = True,
 ) -> Telemetry:
-    """Builds the TracerProvider of one service and (by default) its JSON logging.
+    """Builds the TracerProvider and MeterProvider of one service and (by default) its JSON logging.
 
-    `span_file` overrides `settings.telemetry.span_file`. With an OTLP endpoint in the environment,
-    spans go to `otlp_exporter(endpoint)`; without a factory that is a configuration error (only the
-    services, which have the RPC edge, export over OTLP). The provider is made the global one only
-    with `set_global=True` (a service's `__main__`); everything in agentmesh takes it explicitly.
+    The standard variables apply: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (the resource),
+    OTEL_TRACES_EXPORTER (`trace_exporters`), OTEL_TRACES_SAMPLER(_ARG), OTEL_BSP_* (the batch
+    processor), OTEL_METRICS_EXPORTER and OTEL_METRIC_EXPORT_INTERVAL (agentmesh.metrics), and the
+    OTEL_EXPORTER_OTLP_* variables read by the exporters `otlp` builds. Exporting over OTLP without
+    `otlp` is a configuration error (only processes with the RPC edge export over OTLP).
+    `span_file` overrides `settings.telemetry.span_file`; with `create_span_file=False` spans go to it
+    only when it exists already. `metrics=False` records none (the CLI). The
+    providers are made global only with `set_global=True`; everything in agentmesh takes them explicitly.
     """
-    resource = Resource.create({SERVICE_NAME: service_name, SERVICE_VERSION: __version__})
+    resource = service_resource(service_name)
     provider = TracerProvider(resource=resource)
     # First, so the attribute is on the span before any exporter could see it.
     provider.add_span_processor(RequestIdSpanProcessor())
-    endpoint = otlp_endpoint()
-    telemetry: Telemetry
     # The SDK's batch processor: spans leave on its own thread, off every call's path.
-    delay_ms = int(SPAN_BATCH_DELAY_S * 1000)
-    if endpoint:
-        if otlp_exporter is None:
-            raise ConfigError(f"{OTLP_ENDPOINT_ENV} is set but {service_name} has no OTLP exporter")
-        provider.add_span_processor(BatchSpanProcessor(otlp_exporter(endpoint), schedule_delay_millis=delay_ms))
-        telemetry = Telemetry(service_name, provider, "otlp", endpoint=endpoint)
-    else:
+    delay_ms = None if os.environ.get("OTEL_BSP_SCHEDULE_DELAY") else int(SPAN_BATCH_DELAY_S * 1000)
+    exporters = trace_exporters()
+    path: Path | None = None
+    if "otlp" in exporters:
+        if otlp is None:
+            raise ConfigError(
+                f"spans go over OTLP ({OTLP_ENDPOINT_ENV} or {TRACES_EXPORTER_ENV}) but {service_name} "
+                "has no OTLP exporter"
+            )
+        provider.add_span_processor(BatchSpanProcessor(otlp.span_exporter(), schedule_delay_millis=delay_ms))
+    if "console" in exporters:
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(), schedule_delay_millis=delay_ms))
+    if "jsonl" in exporters:
         path = Path(span_file if span_file is not None else settings.telemetry.span_file)
         # Readers that need a span the moment its call returns call force_flush.
-        provider.add_span_processor(BatchSpanProcessor(JsonlSpanExporter(path), schedule_delay_millis=delay_ms))
-        telemetry = Telemetry(service_name, provider, "jsonl", span_file=path)
+        exporter = JsonlSpanExporter(path, create=create_span_file)
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay_ms))
+    meter = build_meter_provider(
+        resource,
+        enabled=metrics and settings.telemetry.metrics,
+        otlp_exporter=otlp.metric_exporter if otlp is not None else None,
+    )
+    telemetry = Telemetry(
+        str(resource.attributes.get(SERVICE_NAME, service_name)),
+        provider,
+        "+".join(sorted(exporters)) or "none",
+        span_file=path,
+        endpoint=otlp_endpoint() if "otlp" in exporters else None,
+        meter=meter,
+    )
     if set_global:
         trace.set_tracer_provider(provider)
     if configure_logs:
-        configure_logging(service_name, settings)
+        configure_logging(telemetry.service_name, settings)
     return telemetry
 
 

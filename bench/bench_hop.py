@@ -10,7 +10,11 @@ downstream servers share one process) through channels that add one layer at a t
   traceparent, baggage), added by a pass-through interceptor;
 - `agentmesh channel, no tracing`: `create_channel` without telemetry (request id, identity,
   deadline, baggage propagation, retry service config);
-- `agentmesh channel + CLIENT span`: with telemetry, as the services run it (JSONL span file);
+- `agentmesh channel + CLIENT span`: with telemetry, metrics off (JSONL span file);
+- `... + metrics`: the same with the services' metrics on (`rpc.client.call.duration` per call);
+- `full hop, spans` / `full hop, spans + metrics`: that channel to an edge server (the services'
+  EdgeInterceptor with the SERVER span, request context and, with metrics, `rpc.server.call.duration`)
+  instead of the bare one: both ends of a hop, with and without metrics;
 and a bare server-streaming call of 12 small messages, the shape of RunTask's event stream.
 
 At concurrency 1 the figure is the p50 latency; at 32 it is wall time per call (1 / throughput),
@@ -39,8 +43,10 @@ from agentmesh import callctx
 from agentmesh.config import Settings, TlsSettings, load_settings
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
+from agentmesh.rpc.interceptors import ChainedCallInterceptor, EdgeInterceptor
+from agentmesh.rpc.telemetry import server_interceptors
 from agentmesh.rpc.tls import server_credentials
-from agentmesh.telemetry import setup_telemetry
+from agentmesh.telemetry import Telemetry, setup_telemetry
 from bench.common import BENCH_DIR, BareEchoServer, alternating, bar_plot, percentile, table
 from tests.certs import make_ca, write_leaf
 
@@ -85,6 +91,32 @@ class HopServer(BareEchoServer):
         return self
 
 
+class EdgeServer:
+    """The hop's echo method behind the services' one edge interceptor (span, request context, metrics)."""
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        self.server = grpc.aio.server(
+            interceptors=[EdgeInterceptor(ChainedCallInterceptor(server_interceptors(telemetry)))]
+        )
+        self.port = 0
+
+        async def echo(request: bytes, context: Any) -> bytes:
+            return request
+
+        handler = grpc.unary_unary_rpc_method_handler(
+            echo, request_deserializer=lambda b: b, response_serializer=lambda b: b
+        )
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"GetSession": handler}),))
+
+    async def __aenter__(self) -> EdgeServer:
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        await self.server.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop(0)
+
+
 class PassThrough(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
     """Adds `metadata` (if any) and does nothing else."""
 
@@ -126,7 +158,9 @@ async def run(calls: int) -> int:
     logging.getLogger().setLevel(logging.WARNING)
     tmp = Path(tempfile.mkdtemp(prefix="bench-hop-"))
     settings = bench_settings(tmp)
-    telemetry = setup_telemetry("bench_svc", settings, configure_logs=False)
+    telemetry = setup_telemetry("bench_svc", settings, configure_logs=False, metrics=False)
+    metered = setup_telemetry("bench_svc", settings, configure_logs=False)
+    assert metered.metrics.enabled and not telemetry.metrics.enabled
     token = Authenticator(settings.auth, settings.environment).mint(subject="bench", roles=("agent",))
     headers = (
         (callctx.REQUEST_ID_HEADER, callctx.new_request_id()),
@@ -138,7 +172,12 @@ async def run(calls: int) -> int:
     ca = make_ca()
     tls = TlsSettings.model_validate(write_leaf(ca, "localhost", tmp / "pki"))
     tls_settings = settings.model_copy(update={"tls": tls})
-    async with HopServer() as server, HopServer(server_credentials(tls)) as tls_server:
+    async with (
+        HopServer() as server,
+        HopServer(server_credentials(tls)) as tls_server,
+        EdgeServer(telemetry) as edge,
+        EdgeServer(metered) as metered_edge,
+    ):
         target = f"127.0.0.1:{server.port}"
         tls_target = f"localhost:{tls_server.port}"
         channels: dict[str, grpc.aio.Channel] = {
@@ -153,6 +192,15 @@ async def run(calls: int) -> int:
             ),
             "agentmesh channel + CLIENT span, mTLS": create_channel(
                 tls_target, tls_settings, telemetry=telemetry, identity_token=token
+            ),
+            "agentmesh channel + CLIENT span + metrics": create_channel(
+                target, settings, telemetry=metered, identity_token=token
+            ),
+            "full hop, spans": create_channel(
+                f"127.0.0.1:{edge.port}", settings, telemetry=telemetry, identity_token=token
+            ),
+            "full hop, spans + metrics": create_channel(
+                f"127.0.0.1:{metered_edge.port}", settings, telemetry=metered, identity_token=token
             ),
         }
         workloads = {name: unary_call(channel) for name, channel in channels.items()}
@@ -177,6 +225,7 @@ async def run(calls: int) -> int:
         for channel in channels.values():
             await channel.close(None)
     await telemetry.aclose()
+    await metered.aclose()
 
     rows = []
     for name in workloads:

@@ -101,6 +101,12 @@ class Checkpoints(RunState):
         prompt: tuple[int, bytes] | None = None,
     ) -> None:
         result = await self.loop.tasks.commit(
-            self.record.task_id, fence=self.fence, fields=values, events=events, ttl_s=ttl_s, prompt=prompt
+            self.record.task_id,
+            fence=self.fence,
+            fields=values,
+            events=events,
+            ttl_s=ttl_s,
+            prompt=prompt,
+            agent=self.agent.id,
         )
         self.record.last_sequence = result.last_sequence

@@ -172,6 +172,6 @@ class EventLog:
     async def _read_blocking(self, task_id: str, after: int) -> list[TaskEvent]:
         """Events above `after`, waiting up to `block_ms` for the first one."""
         key = self.store.keys.task_events(task_id)
-        async with self.store.guard("watch events"):
+        async with self.store.guard("watch events", blocking=True):
             reply: Any = await self.store.redis.xread({key: f"0-{after}"}, count=256, block=self.block_ms)
         return [self._decode(task_id, msg_id, fields) for _, entries in reply or () for msg_id, fields in entries]

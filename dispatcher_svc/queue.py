@@ -10,6 +10,7 @@ The task hashes and event streams the entries point to are `dispatcher_svc.tasks
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions as rexc
@@ -45,6 +46,18 @@ def taken_entries(reply: Any) -> list[tuple[str, str]]:
         return []
     # A script returns an entry's fields flat; XREADGROUP's reply as redis-py parses it, as a dict.
     return TaskQueue._entries([(msg_id, dict(zip(flat[::2], flat[1::2], strict=True))) for msg_id, flat in reply[1]])
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The queue as one look saw it (for the metrics)."""
+
+    waiting: int
+    """Entries no replica has read yet."""
+    claimed: int
+    """Entries read and not yet acknowledged: tasks being run (or whose owner died, until reclaimed)."""
+    oldest_waiting_s: float
+    """Age of the oldest waiting entry, by Redis's clock (entry ids are its milliseconds); 0 when none."""
 
 
 class TaskQueue:
@@ -86,7 +99,7 @@ class TaskQueue:
     async def read(self, count: int, block_ms: int) -> list[tuple[str, str]]:
         """New entries for this consumer (msg id, task id), waiting up to `block_ms`."""
         try:
-            async with self.store.guard("read tasks"):
+            async with self.store.guard("read tasks", blocking=True):
                 reply: Any = await self.store.redis.xreadgroup(
                     self.group, self.consumer, {self.key: ">"}, count=count, block=block_ms
                 )
@@ -112,6 +125,31 @@ class TaskQueue:
                 break
         return claimed
 
+    async def stats(self) -> QueueStats:
+        """Depth and lag of the queue in two round trips. Finished entries are deleted (`done`), so
+        the stream holds exactly the waiting and the claimed ones."""
+        async with self.store.guard("queue stats"):
+            pipe = self.store.redis.pipeline(transaction=False)
+            pipe.xinfo_groups(self.key)
+            pipe.xlen(self.key)
+            pipe.time()
+            groups, length, (seconds, micros) = await pipe.execute()
+        group = next((g for g in groups if _text(g.get("name")) == self.group), None)
+        if group is None:
+            return QueueStats(waiting=int(length), claimed=0, oldest_waiting_s=0.0)
+        claimed = int(group.get("pending") or 0)
+        waiting = max(0, int(length) - claimed)
+        oldest = 0.0
+        if waiting:
+            async with self.store.guard("queue stats"):
+                first = await self.store.redis.xrange(
+                    self.key, min="(" + _text(group.get("last-delivered-id")), max="+", count=1
+                )
+            if first:
+                now_ms = int(seconds) * 1000 + int(micros) // 1000
+                oldest = max(0.0, (now_ms - int(_text(first[0][0]).split("-")[0])) / 1000)
+        return QueueStats(waiting=waiting, claimed=claimed, oldest_waiting_s=oldest)
+
     async def touch(self, msg_id: str) -> bool:
         """Renews our claim on an entry; False if another consumer holds it now."""
         async with self.store.guard("renew claim"):
@@ -124,3 +162,7 @@ class TaskQueue:
             pipe.xack(self.key, self.group, msg_id)
             pipe.xdel(self.key, msg_id)
             await pipe.execute()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -234,6 +234,7 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
         authenticator=host.authenticator,
         tracer=host.telemetry.tracer("dispatcher_svc"),
         hook=testhooks.from_env(),
+        metrics=host.metrics,
     )
     await dispatcher.start()
     host.add_servicer(

@@ -35,6 +35,7 @@ from agentmesh.errors import (
     echo,
 )
 from agentmesh.identity import Authenticator, Identity
+from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from agentmesh.telemetry import current_request_id
 from dispatcher_svc.access import (
@@ -108,13 +109,15 @@ class Dispatcher:
         authenticator: Authenticator,
         tracer: trace.Tracer | None = None,
         hook: Hook | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         ds = settings.dispatcher
+        self.metrics = metrics or Metrics()
         self.settings = settings
         self.authenticator = authenticator
         self.ports = ports
         self.agents = AgentRegistry(settings.agents)
-        self.tasks = TaskStore(store, ds)
+        self.tasks = TaskStore(store, ds, metrics=self.metrics)
         self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s, ds.foreign_event_poll_s)
         consumer = ds.consumer_name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.queue = TaskQueue(store, ds.consumer_group, consumer)
@@ -136,7 +139,14 @@ class Dispatcher:
             task_ttl_s=ds.task_ttl_s,
             mint_token=self.mint_task_token,
         )
-        self.worker = Worker(tasks=self.tasks, queue=self.queue, loop=self.loop, settings=ds, sweep=self.settler.sweep)
+        self.worker = Worker(
+            tasks=self.tasks,
+            queue=self.queue,
+            loop=self.loop,
+            settings=ds,
+            sweep=self.settler.sweep,
+            metrics=self.metrics,
+        )
         self.conversations = Conversations(
             self.tasks,
             ports.context,
@@ -321,6 +331,7 @@ class Dispatcher:
                     fields=fields_of(status=TaskStatus.PENDING, error=None, update_ms=now_ms()),
                     events=[event],
                     ttl_s=-1,
+                    agent=record.agent_id,
                 )
             except (StaleOwnerError, WrongStatusError):
                 return (await self.tasks.load(task_id)).view()
@@ -457,6 +468,7 @@ class Dispatcher:
                     ),
                     events=[event],
                     ttl_s=self.settings.dispatcher.task_ttl_s,
+                    agent=record.agent_id,
                 )
             except (StaleOwnerError, WrongStatusError):
                 continue  # it moved on meanwhile; look again

@@ -122,6 +122,7 @@ class ApprovalSettler:
                 expect_status=TaskStatus.WAITING_APPROVAL,
                 fields=fields_of(status=TaskStatus.PENDING, pending=None, cursor=cursor, update_ms=now_ms()),
                 events=events,
+                agent=record.agent_id,
             )
         except (StaleOwnerError, WrongStatusError):
             return False
@@ -151,6 +152,7 @@ class ApprovalSettler:
                 fields=fields_of(status=TaskStatus.FAILED, pending=None, error=err, update_ms=now_ms()),
                 events=events,
                 ttl_s=self.task_ttl_s,
+                agent=record.agent_id,
             )
         except (StaleOwnerError, WrongStatusError):
             return False

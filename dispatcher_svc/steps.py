@@ -141,6 +141,7 @@ class Steps(DownstreamCalls):
             await self.fail(late, prefix=prefix)
         c = self.cursor
         c.step += 1
+        self.loop.tasks.metrics.task_step(self.agent.id)
         c.phase = Phase.THINKING
         c.reply = None
         c.reply_appended = False

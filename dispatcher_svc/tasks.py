@@ -36,6 +36,7 @@ from agentmesh.errors import (
     error_from_json,
     error_to_json,
 )
+from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import (
@@ -346,9 +347,17 @@ class CommitResult:
 class TaskStore:
     """Reads and fenced writes of task hashes and event streams."""
 
-    def __init__(self, store: Store, settings: DispatcherSettings, feed: LocalFeed | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: DispatcherSettings,
+        feed: LocalFeed | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.metrics = metrics or Metrics()
+        """Counts every status a commit of this store enters (`agentmesh.tasks`)."""
         self.feed = feed if feed is not None else LocalFeed()
         """Where this process's committed events are also published (to its own watchers)."""
         self._commit = store.script("dispatcher_commit", COMMIT_LUA)
@@ -420,6 +429,7 @@ class TaskStore:
             return None
         flat = reply[2]
         record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+        self.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
         if self.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
             appended = if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over
             self.feed.publish(task_id, [appended.with_sequence(record.last_sequence)])
@@ -463,7 +473,10 @@ class TaskStore:
             for reply in (commit_reply, queue_reply):
                 if isinstance(reply, Exception):
                     raise reply
-        return Created(created=int(commit_reply[0]) == _OK, taken=taken + taken_entries(queue_reply))
+        created = int(commit_reply[0]) == _OK
+        if created:
+            self.metrics.task_status(fields.get("agent_id", ""), TaskStatus.PENDING.name)
+        return Created(created=created, taken=taken + taken_entries(queue_reply))
 
     async def redis_time_ms(self) -> int:
         now: Any = await self.store.call("time", self.store.redis.time())
@@ -482,12 +495,14 @@ class TaskStore:
         lease_ms: int = 0,
         ttl_s: int = 0,
         prompt: tuple[int, bytes] | None = None,
+        agent: str = "",
     ) -> CommitResult:
         """Applies `fields` and appends `events` atomically if the task's fence is still `fence`;
         `prompt` (step, record: dispatcher_svc.prompts) stores a step's prompt in the same write.
 
         `fence=None` creates the task (TaskExistsError if it exists). Raises StaleOwnerError when
-        another owner has taken over, WrongStatusError when `expect_status` does not hold.
+        another owner has taken over, WrongStatusError when `expect_status` does not hold. A commit
+        that sets a status counts it in the metrics under `agent` (the task's agent).
         """
         args: list[str | int | bytes] = [
             "" if fence is None else str(fence),
@@ -508,6 +523,9 @@ class TaskStore:
         code, current_fence, status_num, last_seq = (int(x) for x in reply)
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:
+            entered = (fields or {}).get("status")
+            if entered:
+                self.metrics.task_status(agent, TaskStatus(int(entered)).name)
             if events and self.feed.subscribers(task_id):  # most commits have no watcher here
                 first = last_seq - len(events) + 1
                 self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)])

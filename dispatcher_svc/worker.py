@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
+from agentmesh.metrics import Metrics
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.loop import AgentLoop
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
@@ -64,8 +65,10 @@ class Worker:
         loop: AgentLoop,
         settings: DispatcherSettings,
         sweep: Callable[[], Awaitable[int]] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.tasks = tasks
+        self.metrics = metrics or Metrics()
         self.sweep = sweep
         """One pass of the approval-expiry sweeper (returns the tasks it resumed); None: no sweeper."""
         self.queue = queue
@@ -99,6 +102,8 @@ class Worker:
         ]
         if self.sweep is not None:
             self._loops.append(asyncio.create_task(self._sweep_loop(self.sweep), name="dispatcher-sweep"))
+        if self.metrics.enabled:
+            self._loops.append(asyncio.create_task(self._metrics_loop(), name="dispatcher-queue-metrics"))
 
     async def stop(self) -> None:
         """Stops reading, and hands every running task back to the queue."""
@@ -216,6 +221,21 @@ class Worker:
                 continue
             if resumed:
                 log.info("resumed %d task(s) whose approval expired", resumed)
+
+    async def _metrics_loop(self) -> None:
+        """Samples the queue's depth and lag and this replica's running tasks every
+        `queue_metrics_interval_s` (every replica samples the one shared queue)."""
+        while not self._stopping:
+            try:
+                stats = await self.queue.stats()
+            except UnavailableError as exc:
+                log.debug("cannot sample the task queue: %s", exc)
+            except Exception:  # never let the loop die: the gauges would freeze at their last value
+                log.exception("sampling the task queue failed; retrying")
+            else:
+                self.metrics.task_queue(stats.waiting, stats.claimed, stats.oldest_waiting_s)
+            self.metrics.tasks_running(self.running)
+            await asyncio.sleep(self.settings.queue_metrics_interval_s)
 
     def _spawn(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
         if self._stopping:
@@ -371,4 +391,5 @@ class Worker:
                 fields=fields_of(status=TaskStatus.FAILED, error=err, update_ms=now_ms(), lease_until=0),
                 events=[event],
                 ttl_s=self.settings.task_ttl_s,
+                agent=record.agent_id,
             )

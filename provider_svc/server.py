@@ -318,7 +318,9 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Builds every configured model and registers ProviderService on the host."""
-    providers = Providers(host.settings.providers, store=host.store, tracer=host.telemetry.tracer("provider_svc"))
+    providers = Providers(
+        host.settings.providers, store=host.store, tracer=host.telemetry.tracer("provider_svc"), metrics=host.metrics
+    )
     for listing in providers.list_models():
         if not listing.available:
             log.warning("model %s unavailable: %s", listing.name, listing.unavailable_reason)

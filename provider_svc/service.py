@@ -22,6 +22,7 @@ from opentelemetry import trace
 
 from agentmesh.config import ConfigError, ProviderBackendSettings, ProvidersSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError
+from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from provider_svc.models._http import HttpBackend, HttpTimeouts
 from provider_svc.models.anthropic import AnthropicModel
@@ -155,11 +156,13 @@ class Providers:
         *,
         store: Store | None = None,
         tracer: trace.Tracer | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.router = Router(settings)
         self.store = store
         self.tracer = tracer
+        self.metrics = metrics or Metrics()
         self.ledger = UsageLedger(store, settings.usage_ttl_days) if store is not None else None
         self._http: dict[str, HttpBackend] = {}
         self._semaphores: dict[str, asyncio.Semaphore] = {}
@@ -320,9 +323,14 @@ class Providers:
 
     async def _account(self, response: ModelResponse, ctx: CallContext) -> Generation:
         cost = cost_usd(response.usage, self.prices(response.model))
+        agent = ctx.agent_id or ANONYMOUS_AGENT
         if self.ledger is not None:
             # Summed in memory and written behind (usage.py): no Redis round trip on the reply's path.
-            self.ledger.add(ctx.agent_id or ANONYMOUS_AGENT, response.model, response.usage, cost, response.latency_s)
+            self.ledger.add(agent, response.model, response.usage, cost, response.latency_s)
+        provider, _, model = response.model.partition("/")
+        self.metrics.model_usage(
+            agent, provider, model, response.usage.input_tokens, response.usage.output_tokens, cost
+        )
         return Generation(response=response, cost_usd=cost, attempts=tuple(ctx.attempts))
 
     def _check_agent(self, ctx: CallContext) -> None:

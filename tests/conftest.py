@@ -27,6 +27,7 @@ from agentmesh.config import RedisSettings, Settings, deep_merge, load_settings
 from agentmesh.identity import Authenticator
 from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
+from agentmesh.rpc.telemetry import OTLP
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
 
@@ -158,26 +159,30 @@ class RunningService:
 async def start_service(
     make_settings: Callable[..., Settings],
 ) -> AsyncIterator[Callable[..., Awaitable[RunningService]]]:
-    """`await start_service(SPEC, {"tools": ...})`: the real service on 127.0.0.1:0 with the test Redis.
+    """`await start_service(SPEC, {"tools": ...})`: the real service on 127.0.0.1:0 with the test Redis
+    (`http=True`: its HTTP listener too, on another free port: `svc.host.http_port`).
 
     Calls through `.channel` need `metadata=svc.metadata(...)` like any client. Everything started is
     stopped (servicer cleanup included) at the end of the test.
     """
     running: list[tuple[RunningService, Callable[[], Awaitable[None]] | None]] = []
 
-    async def start(spec: ServiceSpec, overrides: dict[str, Any] | None = None) -> RunningService:
+    async def start(
+        spec: ServiceSpec, overrides: dict[str, Any] | None = None, *, http: bool = False
+    ) -> RunningService:
         settings = make_settings(overrides)
-        store = await Store.connect(settings.redis, settings.environment)
+        telemetry = setup_telemetry(f"{spec.name}_svc", settings, otlp=OTLP)
+        store = await Store.connect(settings.redis, settings.environment, metrics=telemetry.metrics)
         host = ServiceHost(
             name=spec.name,
             settings=settings,
-            telemetry=setup_telemetry(f"{spec.name}_svc", settings),
+            telemetry=telemetry,
             authenticator=Authenticator(settings.auth, settings.environment),
             method_roles=spec.method_roles,
             store=store,
         )
         cleanup = await spec.setup(host)
-        await host.start("127.0.0.1:0")
+        await host.start("127.0.0.1:0", http_address="127.0.0.1:0" if http else None)
         service = RunningService(
             host=host, settings=settings, channel=grpc.aio.insecure_channel(f"127.0.0.1:{host.port}")
         )

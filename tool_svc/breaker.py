@@ -61,6 +61,21 @@ class Breakers:
         self._advance(entry)
         return entry.state
 
+    def census(self) -> list[tuple[str, str, int]]:
+        """(tool, state, number of breakers) for every tool and state present, as `state` would read
+        them now, without changing any (a metrics collector calls this, possibly off the event loop)."""
+        now = self.clock()
+        counts: dict[tuple[str, str], int] = {}
+        # list(): one C-level copy, so a concurrent insert on the loop cannot break the iteration.
+        for (_, tool), entry in list(self._entries.items()):
+            state: str = entry.state
+            if state == "open" and now - entry.opened_at >= self.config.open_s:
+                state = "half_open"
+            elif state == "ramping" and now - entry.ramp_started >= self.config.ramp_s:
+                state = "closed"
+            counts[(tool, state)] = counts.get((tool, state), 0) + 1
+        return [(tool, state, count) for (tool, state), count in sorted(counts.items())]
+
     def _get(self, key: tuple[str, str]) -> Breaker:
         entry = self._entries.get(key)
         if entry is None:

@@ -24,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 from agentmesh.audit import AuditLog
 from agentmesh.config import Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError, echo
+from agentmesh.metrics import Metrics
 from agentmesh.payloads import PayloadStore
 from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
@@ -75,6 +76,7 @@ ATTR_BYTES_OUT = "agentmesh.tool.bytes_out"
 ATTR_BYTES_AFTER_DIGEST = "agentmesh.tool.bytes_after_digest"
 ATTR_OUTCOME = "agentmesh.tool.outcome"
 ATTR_REPLAYED = "agentmesh.tool.replayed"
+UNKNOWN_TOOL_LABEL = "(unknown)"
 
 
 class Gateway:
@@ -86,6 +88,7 @@ class Gateway:
         store: Store | None,
         *,
         tracer: trace.Tracer | None = None,
+        metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         rng: random.Random | None = None,
@@ -94,6 +97,7 @@ class Gateway:
         self.settings = settings
         self.environment = settings.environment
         self.tracer = tracer or trace.NoOpTracer()
+        self.metrics = metrics or Metrics()
         self.transport = HttpTransport(Allowlist(tools.http_allowlist), tools.http_max_response_bytes)
         self.payloads = PayloadStore(store, ttl_s=tools.payload_ttl_s) if store is not None else None
         self.sandbox = Sandbox(tools.sandbox)
@@ -125,6 +129,7 @@ class Gateway:
         self.breakers = Breakers(
             BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries), clock
         )
+        self.metrics.observe_breakers(self.breakers.census)
         pause = sleep or asyncio.sleep
         self.idempotency = Idempotency(
             store,
@@ -193,7 +198,21 @@ class Gateway:
             finally:
                 await self._finish(call, result)
             self._annotate(span, call, result)
+            self._measure(call, result)
             return result
+
+    def _measure(self, call: CallState, result: ToolResult) -> None:
+        """The call's outcome in the metrics: executions only (a replayed outcome was counted when it ran).
+        An unknown tool name is the model's text, so it is counted as "(unknown)", never as a label."""
+        if result.stats.replayed or not self.metrics.enabled:
+            return
+        tool = call.tool.spec.name if call.tool is not None else UNKNOWN_TOOL_LABEL
+        outcome = result.outcome
+        if isinstance(outcome, AgentmeshError):
+            self.metrics.tool_call(tool, "error", outcome.error_class.name, outcome.code.name, result.stats.duration_s)
+        else:
+            kind = "pending_approval" if isinstance(outcome, Pending) else "output"
+            self.metrics.tool_call(tool, kind, "", "", result.stats.duration_s)
 
     async def _finish(self, call: CallState, result: ToolResult | None) -> None:
         for finalizer in reversed(call.finalizers):

@@ -333,7 +333,7 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Registers ToolService on the host."""
-    gateway = Gateway(host.settings, host.store, tracer=host.telemetry.tracer("tool_svc"))
+    gateway = Gateway(host.settings, host.store, tracer=host.telemetry.tracer("tool_svc"), metrics=host.metrics)
     servicer = ToolServicer(gateway, max_json_depth=host.settings.server.max_json_depth)
     host.add_servicer(SERVICE_NAME, tool_pb2_grpc.add_ToolServiceServicer_to_server, servicer)
     return gateway.aclose

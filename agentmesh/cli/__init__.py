@@ -1,7 +1,8 @@
 """The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `context`, `trace`, ...
 
-Every sub-command reads the same configuration as the services (`--config`, else
-$AGENTMESH_CONFIG, else ./agentmesh.yaml), and exits 2 with the file and key on a bad one.
+Every sub-command reads the same configuration as the services (`--config`, more than once for
+overlays, else $AGENTMESH_CONFIG, else ./agentmesh.yaml), and exits 2 with the file and key on a bad
+one. `up --demo` and `demo` add the demo overlay, agentmesh.demo.yaml (`demo_config`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import datetime as dt
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,8 +19,11 @@ from types import FrameType
 from typing import Any
 
 from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status, health_target
-from agentmesh.config import ConfigError, Settings, config_path, load_settings
+from agentmesh.config import ConfigError, Settings, config_paths, load_settings
 from agentmesh.identity import token_command
+
+DEMO_CONFIG_FILE = "agentmesh.demo.yaml"
+"""The overlay with the demo's tools and agents; never part of the image or the base ConfigMap."""
 
 
 class _Stop(Exception):
@@ -39,9 +44,49 @@ def _print_status(settings: Settings) -> bool:
     return all_serving
 
 
-def cmd_up(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
-    """Starts every service and a local Redis (when none is configured) until Ctrl-C or SIGTERM."""
-    supervisor = Supervisor(settings, config_file=config)
+def demo_config(configs: list[Path], given: Path | None = None) -> Path:
+    """The demo overlay: `given`, else agentmesh.demo.yaml beside the base configuration file, else in
+    the working directory. FileNotFoundError naming where it looked."""
+    if given is not None:
+        if not given.is_file():
+            raise FileNotFoundError(f"demo configuration {given} not found")
+        return given
+    places = [*(p.parent / DEMO_CONFIG_FILE for p in configs[:1]), Path(DEMO_CONFIG_FILE)]
+    for place in places:
+        if place.is_file():
+            return place
+    raise FileNotFoundError(
+        f"no {DEMO_CONFIG_FILE} in {' or '.join(str(p.parent) for p in places)}; pass --demo-config PATH"
+    )
+
+
+def with_demo(configs: list[Path], args: argparse.Namespace) -> tuple[Settings, list[Path]]:
+    """The configuration files plus the demo overlay, and the settings they make."""
+    files = [*configs, demo_config(configs, args.demo_config)]
+    return load_settings(files), files
+
+
+def cmd_up(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
+    """Starts every service and a local Redis (when none is configured) until Ctrl-C or SIGTERM.
+
+    `--demo` adds the demo overlay (the demo's ops tools and agent `ops`) and starts what its tools call:
+    the fake ops API on 127.0.0.1 and the demo's service log (agentmesh.cli.demo_ops)."""
+    extra_env: dict[str, str] = {}
+    ops = None
+    if args.demo:
+        try:
+            settings, configs = with_demo(configs, args)
+        except (FileNotFoundError, ConfigError) as exc:
+            print(f"agentmesh up --demo: {exc}", file=sys.stderr)
+            return 2
+        from agentmesh.cli.demo_ops import LOGS_DIR_ENV, OPS_URL_ENV, OpsApi, write_service_log
+
+        ops = OpsApi().start()
+        logs_dir = Path(tempfile.mkdtemp(prefix="agentmesh-demo-logs-"))
+        write_service_log(logs_dir)
+        extra_env = {OPS_URL_ENV: ops.url, LOGS_DIR_ENV: str(logs_dir)}
+        print(f"demo             {' + '.join(str(p) for p in configs)}; fake ops API {ops.url}")
+    supervisor = Supervisor(settings, config_files=configs, extra_env=extra_env)
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         supervisor.start(ready_timeout_s=args.ready_timeout)
@@ -64,18 +109,20 @@ def cmd_up(settings: Settings, config: Path | None, args: argparse.Namespace) ->
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
         codes = supervisor.stop()
+        if ops is not None:
+            ops.stop()
         if codes:
             print("stopped: " + ", ".join(f"{name}_svc={code}" for name, code in codes.items()), flush=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
-def cmd_status(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_status(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """One line per service with its health; exit 1 unless all are SERVING."""
     return 0 if _print_status(settings) else 1
 
 
-def cmd_token(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_token(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Prints a signed token for an operator or admin."""
     try:
         token = token_command(
@@ -93,14 +140,19 @@ def cmd_token(settings: Settings, config: Path | None, args: argparse.Namespace)
     return 0
 
 
-def cmd_demo(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
-    """Starts everything, shows it serving and answering, stops everything."""
+def cmd_demo(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
+    """Starts everything with the demo overlay, shows it serving and answering, stops everything."""
     from agentmesh.cli.demo import run_demo
 
-    return run_demo(settings, config)
+    try:
+        settings, configs = with_demo(configs, args)
+    except (FileNotFoundError, ConfigError) as exc:
+        print(f"agentmesh demo: {exc}", file=sys.stderr)
+        return 2
+    return run_demo(settings, configs)
 
 
-def cmd_probe(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_probe(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """gRPC health check of one address for container health checks: exit 0 only when SERVING."""
     from agentmesh.cli.probe import run_probe
 
@@ -109,7 +161,7 @@ def cmd_probe(settings: Settings, config: Path | None, args: argparse.Namespace)
     return code
 
 
-def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Starts a task and streams its events; 0 when it SUCCEEDED."""
     from agentmesh.cli.run_view import run_command
 
@@ -127,14 +179,14 @@ def cmd_run(settings: Settings, config: Path | None, args: argparse.Namespace) -
     )
 
 
-def cmd_trace(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_trace(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Draws a request's trace as a terminal waterfall from the span file (or points to Jaeger)."""
     from agentmesh.cli.trace_view import trace_command
 
     return trace_command(args.span_file or settings.telemetry.span_file, args.request_id, width=args.width)
 
 
-def cmd_context(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_context(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Prints the exact context BuildContext assembles for a session, with tokens per block; with --task
     and --step, the provider request that step of the task sent."""
     if args.task is not None or args.step is not None:
@@ -152,7 +204,7 @@ def cmd_context(settings: Settings, config: Path | None, args: argparse.Namespac
     return context_command(settings, args.session_id, budget_tokens=args.budget, as_json=args.json)
 
 
-def cmd_settle(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_settle(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Settles a call whose outcome was unknown: RAN (recorded, not re-sent) or NOT_RAN (sent once more)."""
     from agentmesh.cli.settle import settle_command
 
@@ -176,7 +228,7 @@ def _date_arg(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
 
 
-def cmd_usage(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_usage(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Prints recorded model usage and cost per agent, provider, model and day."""
     from agentmesh.cli.usage_report import usage_command
 
@@ -185,7 +237,7 @@ def cmd_usage(settings: Settings, config: Path | None, args: argparse.Namespace)
     )
 
 
-def cmd_audit(settings: Settings, config: Path | None, args: argparse.Namespace) -> int:
+def cmd_audit(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Prints the audit stream: who started, cancelled, approved, settled, registered or was refused."""
     from agentmesh.cli.audit_view import audit_command
 
@@ -212,7 +264,13 @@ def _tls_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `agentmesh`."""
     parser = argparse.ArgumentParser(prog="agentmesh", description="agentmesh: a runtime for LLM agents.")
-    parser.add_argument("--config", type=Path, default=None, help="agentmesh.yaml to use")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        default=None,
+        help="agentmesh.yaml to use; again for an overlay on top (default: $AGENTMESH_CONFIG, ./agentmesh.yaml)",
+    )
     _add_tls_arguments(parser, None)
     # The TLS flags work after the sub-command too (`agentmesh probe ADDR --ca ca.pem`).
     tls_flags = argparse.ArgumentParser(add_help=False)
@@ -227,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help=f"start {', '.join(s + '_svc' for s in SERVICES)} (and Redis)")
     up.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for SERVING")
+    up.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"add the demo overlay ({DEMO_CONFIG_FILE}: ops tools and agent `ops`, calling a local fake ops API)",
+    )
+    up.add_argument("--demo-config", type=Path, default=None, help=f"the demo overlay (default: {DEMO_CONFIG_FILE})")
     up.set_defaults(func=cmd_up)
 
     status = sub.add_parser("status", help="health of each service")
@@ -248,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, default=None, help="lifetime in seconds")
     token.set_defaults(func=cmd_token)
 
-    demo = sub.add_parser("demo", help="start everything, show it working, stop everything")
+    demo = sub.add_parser("demo", help="start everything with the demo overlay, show it working, stop everything")
+    demo.add_argument("--demo-config", type=Path, default=None, help=f"the demo overlay (default: {DEMO_CONFIG_FILE})")
     demo.set_defaults(func=cmd_demo)
 
     usage = sub.add_parser("usage", help="model usage and cost per agent, provider, model and day")
@@ -330,13 +395,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentmesh` console script."""
     args = build_parser().parse_args(argv)
-    config = config_path(args.config)
+    configs = config_paths(args.config)
     try:
-        settings = load_settings(config, overrides=_tls_overrides(args))
+        settings = load_settings(configs, overrides=_tls_overrides(args))
     except ConfigError as exc:
         print(f"agentmesh: {exc}", file=sys.stderr)
         return 2
-    code: int = args.func(settings, config, args)
+    code: int = args.func(settings, configs, args)
     return code
 
 

@@ -17,6 +17,7 @@ import grpc.aio
 from google.protobuf import json_format
 
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.tracing import command_trace
 from agentmesh.config import Settings
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
@@ -81,7 +82,8 @@ def context_command(
     """Prints the view; 0 on success, 1 with a one-line reason on failure."""
     stream = out or sys.stdout
     try:
-        view = asyncio.run(fetch_view(settings, session_id, budget_tokens=budget_tokens))
+        with command_trace(settings, "context"):
+            view = asyncio.run(fetch_view(settings, session_id, budget_tokens=budget_tokens))
     except grpc.RpcError as exc:
         err = from_rpc_error(exc)
         print(f"agentmesh context: {err}", file=sys.stderr)

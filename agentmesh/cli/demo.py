@@ -1,7 +1,8 @@
 """`make demo`: the seeds' ops-troubleshooting scenario through all four services, then stop.
 
-From a fresh clone: writes a 200 KB payment-svc log and starts a fake ops API (agentmesh.demo_ops),
-starts Redis and the four services (`agentmesh up`), and runs agent `ops` on the scripted model
+From a fresh clone, with the demo overlay (agentmesh.demo.yaml): writes a 200 KB payment-svc log and
+starts a fake ops API (agentmesh.cli.demo_ops), starts Redis and the four services (`agentmesh up
+--demo`), and runs agent `ops` on the scripted model
 (provider_svc/scenarios/ops_troubleshooting.py) twice:
 1. "payment-svc alert": the log is offloaded (the context keeps ref + digest), one malformed call
    is corrected from its hint (CONTRACT), a 404 takes the fallback tool (ENGINEERING), a restart
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -108,8 +110,9 @@ def _kinds(outcome: RunOutcome) -> set[int]:
     return {e.kind for e in outcome.events}
 
 
-def run_demo(settings: Settings, config: Path | None) -> int:
-    """Runs the demo; 0 when every step behaved as described."""
+def run_demo(settings: Settings, configs: Sequence[Path]) -> int:
+    """Runs the demo; 0 when every step behaved as described. `settings` and `configs` include the
+    demo overlay (agentmesh.demo.yaml: the ops tools and agent `ops`)."""
     work = Path(tempfile.mkdtemp(prefix="agentmesh-demo-"))
     span_file = work / "spans.jsonl"
     logs_dir = work / "logs"
@@ -120,7 +123,7 @@ def run_demo(settings: Settings, config: Path | None) -> int:
     print(f"ops API          {ops.url}")
     supervisor = Supervisor(
         settings,
-        config_file=config,
+        config_files=configs,
         extra_env={
             # The services' JSON logs would drown the demo's output; errors still show.
             "AGENTMESH_TELEMETRY_LOG_LEVEL": "ERROR",

@@ -11,6 +11,9 @@ $DEMO_OPS_API_URL):
     POST /ops/shell       runs a command on a host: never reached in the demo (the danger guard stops it)
     POST /notify          a side effect for crash tests: records (seq, nonce), counted
 
+`python -m agentmesh.cli.demo_ops --host 0.0.0.0 --port 18080 --logs-dir DIR` serves it alone (the
+compose demo profile's `demo-ops` service), after writing the demo's service log into DIR.
+
 Every request is recorded (`calls`), so tests check that each side effect ran exactly once. A test
 may make the next requests to a path stall (`OpsState.stall`): with their effect (recorded, then slow),
 or lost (never recorded, the connection dropped): an upstream whose outcome the caller cannot know.
@@ -30,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 OPS_URL_ENV = "DEMO_OPS_API_URL"
+LOGS_DIR_ENV = "DEMO_LOGS_DIR"
+"""Where the demo overlay's query_logs reads (agentmesh.demo.yaml `tools.logs_dir`)."""
 
 
 @dataclass
@@ -85,9 +90,9 @@ def _pods(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 class OpsApi:
-    """The fake ops API on 127.0.0.1 (port 0: any free port)."""
+    """The fake ops API on 127.0.0.1 (port 0: any free port; another `host` for the compose demo profile)."""
 
-    def __init__(self, port: int = 0, known_deployments: frozenset[str] = frozenset()) -> None:
+    def __init__(self, port: int = 0, known_deployments: frozenset[str] = frozenset(), host: str = "127.0.0.1") -> None:
         """`known_deployments`: services /ops/deployment knows; every other one is a 404."""
         self.state = OpsState()
         state = self.state
@@ -141,13 +146,14 @@ class OpsApi:
                 else:
                     self._reply(404, {"error": f"no route {path}"})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host = str(self.server.server_address[0])
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{self.server.server_address[1]}"
 
     def start(self) -> OpsApi:
         self._thread = threading.Thread(target=self.server.serve_forever, name="ops-api", daemon=True)
@@ -197,3 +203,32 @@ def write_service_log(logs_dir: Path, service: str = "payment-svc", target_bytes
         i += 1
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serves the fake ops API until SIGTERM or Ctrl-C (the compose demo profile)."""
+    import argparse
+    import contextlib
+    import signal
+
+    parser = argparse.ArgumentParser(prog="python -m agentmesh.cli.demo_ops", description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=18080)
+    parser.add_argument("--logs-dir", type=Path, default=None, help="write the demo's payment-svc log here")
+    args = parser.parse_args(argv)
+    if args.logs_dir is not None:
+        print(f"wrote {write_service_log(args.logs_dir)}", flush=True)
+    api = OpsApi(args.port, host=args.host)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with api:
+        print(f"ops API on {args.host}:{api.server.server_address[1]}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

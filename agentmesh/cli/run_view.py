@@ -27,11 +27,12 @@ import grpc
 import grpc.aio
 
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.tracing import CommandTrace, cli_channel, command_trace
 from agentmesh.config import Settings
 from agentmesh.errors import ErrorCode
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import from_rpc_error
-from agentmesh.rpc.tls import aio_channel
+from agentmesh.semconv import GEN_AI_AGENT_ID
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 
 D = dispatcher_pb2
@@ -343,9 +344,11 @@ def run_command(
     def on_note(note: str) -> None:
         out.write(note + "\n")
 
-    async def main() -> RunOutcome:
+    async def main(command: CommandTrace) -> RunOutcome:
         target = settings.services.endpoint("dispatcher").dial_target
-        async with aio_channel(target, settings) as channel:
+        # Every call of this run (RunTask, reconnects, decisions, the closing GetTask) is one request
+        # in one trace: the command's (agentmesh.cli.tracing).
+        async with cli_channel(target, settings, command) as channel:
             stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
             start = D.StartTaskRequest(
                 agent_id=agent_id,
@@ -368,7 +371,9 @@ def run_command(
             )
 
     try:
-        outcome = asyncio.run(main())
+        with command_trace(settings, "run") as command:
+            command.span.set_attribute(GEN_AI_AGENT_ID, agent_id)
+            outcome = asyncio.run(main(command))
     except grpc.aio.AioRpcError as exc:
         progress.clear()
         error = from_rpc_error(exc)

@@ -19,8 +19,8 @@ import grpc.aio
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.run_view import approver_metadata, operator_token, status_name
+from agentmesh.cli.tracing import CommandTrace, cli_channel, command_trace
 from agentmesh.config import Settings
-from agentmesh.rpc.tls import aio_channel
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 
 D = dispatcher_pb2
@@ -51,9 +51,9 @@ def settle_command(
             err.write(note + "\n")
     finding = common_pb2.SETTLEMENT_OUTCOME_RAN if ran else common_pb2.SETTLEMENT_OUTCOME_NOT_RAN
 
-    async def main() -> int:
+    async def main(command: CommandTrace) -> int:
         target = settings.services.endpoint("dispatcher").dial_target
-        async with aio_channel(target, settings) as channel:
+        async with cli_channel(target, settings, command) as channel:
             stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
             task = (await stub.GetTask(D.GetTaskRequest(task_id=task_id), metadata=metadata, timeout=10)).task
             pending = task.pending_approval
@@ -80,7 +80,8 @@ def settle_command(
             return 0
 
     try:
-        return asyncio.run(main())
+        with command_trace(settings, "settle") as command:
+            return asyncio.run(main(command))
     except grpc.aio.AioRpcError as exc:
         err.write(f"agentmesh settle: {exc.code().name}: {exc.details()}\n")
         return 1

@@ -56,7 +56,8 @@ class Supervisor:
     """Starts, watches and stops the services of one `agentmesh up`."""
 
     settings: Settings
-    config_file: Path | None = None
+    config_files: Sequence[Path] = ()
+    """The configuration files (a base, then overlays), passed to every service as AGENTMESH_CONFIG."""
     services: Sequence[str] = SERVICES
     extra_env: Mapping[str, str] = field(default_factory=dict)
     redis: LocalRedis | None = field(init=False, default=None)
@@ -73,8 +74,8 @@ class Supervisor:
         env.update(self.extra_env)
         if self.redis is not None:
             env["AGENTMESH_REDIS_URL"] = self.redis.url
-        if self.config_file is not None:
-            env["AGENTMESH_CONFIG"] = str(self.config_file)
+        if self.config_files:
+            env["AGENTMESH_CONFIG"] = os.pathsep.join(str(path) for path in self.config_files)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
         return env
 

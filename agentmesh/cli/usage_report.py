@@ -17,6 +17,7 @@ import grpc
 import grpc.aio
 from google.protobuf import timestamp_pb2
 
+from agentmesh.cli.tracing import command_trace
 from agentmesh.config import Settings
 from agentmesh.identity import Authenticator
 from agentmesh.rpc import codec
@@ -129,7 +130,8 @@ def usage_command(
     if end is not None:
         request.end_time.CopyFrom(_timestamp(end))
     try:
-        reply = asyncio.run(_fetch(settings, request, timeout_s))
+        with command_trace(settings, "usage"):
+            reply = asyncio.run(_fetch(settings, request, timeout_s))
     except grpc.aio.AioRpcError as exc:
         target = settings.services.endpoint("provider").dial_target
         print(f"agentmesh usage: provider_svc at {target}: {exc.code().name}: {exc.details()}", file=sys.stderr)

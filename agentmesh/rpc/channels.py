@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import grpc
 import grpc.aio
@@ -29,6 +30,7 @@ from opentelemetry import context as otel_context
 
 from agentmesh import __version__, callctx
 from agentmesh.config import ClientSettings, Settings
+from agentmesh.metrics import Metrics
 from agentmesh.rpc.fields import retry_safe_methods
 from agentmesh.rpc.tls import ReloadingCredentials, TlsFiles, channel_credentials, tls_channel_options
 from agentmesh.semconv import BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
@@ -53,6 +55,7 @@ __all__ = [
     "channel_options",
     "client_interceptors",
     "create_channel",
+    "server_attributes",
     "service_config",
     "wire_rounding",
 ]
@@ -154,8 +157,12 @@ class CallContextClientInterceptor:
 
     The span is ours rather than the OTel grpc instrumentation's client interceptor: the same
     semantic-convention attributes (rpc.system/service/method, rpc.grpc.status_code, error status
-    on any non-OK code), without a second interceptor layer, metadata copy and context switch on
-    every call the dispatcher makes.
+    on any non-OK code; server.address/server.port from the channel's target), without a second
+    interceptor layer, metadata copy and context switch on every call the dispatcher makes. With
+    `metrics` each call is also measured (`rpc.client.call.duration`).
+
+    `default_timeout_s=None` sends a call made without a deadline outside any incoming call with none
+    (the CLI's event stream, which lasts as long as its task); the services keep the configured default.
     """
 
     def __init__(
@@ -163,10 +170,16 @@ class CallContextClientInterceptor:
         settings: ClientSettings,
         identity_token: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
+        *,
+        target: str = "",
+        metrics: Metrics | None = None,
+        default_timeout_s: float | Literal["configured"] | None = "configured",
     ) -> None:
-        self._default_timeout_s = settings.default_timeout_s
+        self._default_timeout_s = settings.default_timeout_s if default_timeout_s == "configured" else default_timeout_s
         self._identity_token = identity_token
         self._tracer = tracer_provider.get_tracer("agentmesh.client", __version__) if tracer_provider else None
+        self._server_attributes = server_attributes(target)
+        self._metrics = metrics if metrics is not None and metrics.enabled else None
 
     def prepare(self, details: grpc.aio.ClientCallDetails) -> tuple[grpc.aio.ClientCallDetails, str]:
         """The call details to send, and the call's request id. Raises DEADLINE_EXCEEDED if late."""
@@ -192,6 +205,7 @@ class CallContextClientInterceptor:
                 metadata.add(callctx.IDENTITY_HEADER, token)
 
         remaining = callctx.remaining_time()
+        timeout: float | None
         if remaining is not None and (details.timeout is None or remaining <= details.timeout):
             # Propagated: shave one wire unit so the callee's deadline is never later than ours.
             timeout = remaining - wire_rounding(remaining)
@@ -200,7 +214,7 @@ class CallContextClientInterceptor:
             timeout, source = details.timeout, "the timeout given"
         else:
             timeout, source = self._default_timeout_s, "the default timeout"
-        if timeout <= 0:
+        if timeout is not None and timeout <= 0:
             # Sending would only load the callee with work nobody waits for.
             raise grpc.aio.AioRpcError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -222,67 +236,115 @@ class CallContextClientInterceptor:
         callctx.request_id_var.set(rid)
         context = baggage.set_baggage(BAGGAGE_REQUEST_ID, rid)
         method = details.method.decode() if isinstance(details.method, bytes) else str(details.method)
-        span: trace.Span | None = None
-        if self._tracer is not None and traced_method(method):
-            service, _, name = method.lstrip("/").partition("/")
-            span = self._tracer.start_span(
+        if not traced_method(method) or (self._tracer is None and self._metrics is None):
+            propagate.inject(new_details.metadata, context=context)
+            return await continuation(new_details, request)
+        service, _, name = method.lstrip("/").partition("/")
+        measured = _Measured(service, name, time.perf_counter(), self._metrics)
+        if self._tracer is not None:
+            measured.span = self._tracer.start_span(
                 method.lstrip("/"),  # `package.Service/Method`, as the RPC conventions name it
                 context=context,
                 kind=trace.SpanKind.CLIENT,
-                attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
+                attributes={
+                    "rpc.system": "grpc",
+                    "rpc.service": service,
+                    "rpc.method": name,
+                    **self._server_attributes,
+                },
             )
-            context = trace.set_span_in_context(span, context)
+            context = trace.set_span_in_context(measured.span, context)
         # traceparent + baggage (the configured propagators) go into the copied metadata.
         propagate.inject(new_details.metadata, context=context)
         token = otel_context.attach(context)
         try:
             call = await continuation(new_details, request)
-            if span is not None:
-                if unary_response:
-                    # The interceptor task outlives the call here anyway (grpc.aio awaits it for the
-                    # response), so the status is known before the span ends.
-                    _end_client_span(span, await call.code(), await call.details())
-                else:
-                    call.add_done_callback(lambda done: _end_stream_span(span, done))
+            if unary_response:
+                # The interceptor task outlives the call here anyway (grpc.aio awaits it for the
+                # response), so the status is known before the span ends.
+                measured.end(await call.code(), await call.details())
+            else:
+                call.add_done_callback(measured.end_stream)
             return call
         except grpc.aio.AioRpcError as exc:
-            if span is not None:
-                _end_client_span(span, exc.code(), exc.details())
+            measured.end(exc.code(), exc.details())
             raise
         except BaseException as exc:
-            if span is not None:
-                span.record_exception(exc)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                span.end()
+            measured.fail(exc)
             raise
         finally:
             otel_context.detach(token)
 
 
-def _end_client_span(span: trace.Span, code: grpc.StatusCode, details: str | None) -> None:
-    span.set_attribute("rpc.grpc.status_code", code.value[0])
-    if code != grpc.StatusCode.OK:
-        span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}: {details or ''}"))
-    span.end()
+class _Measured:
+    """One outgoing call's CLIENT span (if traced) and duration measurement (if metered)."""
+
+    __slots__ = ("method", "metrics", "service", "span", "started")
+
+    def __init__(self, service: str, method: str, started: float, metrics: Metrics | None) -> None:
+        self.service = service
+        self.method = method
+        self.started = started
+        self.metrics = metrics
+        self.span: trace.Span | None = None
+
+    def end(self, code: grpc.StatusCode, details: str | None) -> None:
+        if self.metrics is not None:
+            self.metrics.rpc_client_call(self.service, self.method, code.value[0], time.perf_counter() - self.started)
+        span = self.span
+        if span is not None:
+            span.set_attribute("rpc.grpc.status_code", code.value[0])
+            if code != grpc.StatusCode.OK:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}: {details or ''}"))
+            span.end()
+
+    def fail(self, exc: BaseException) -> None:
+        """The call failed before grpc gave it a status (e.g. cancelled while being sent)."""
+        if self.metrics is not None:
+            code = grpc.StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
+            self.metrics.rpc_client_call(self.service, self.method, code.value[0], time.perf_counter() - self.started)
+        if self.span is not None:
+            self.span.record_exception(exc)
+            self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            self.span.end()
+
+    def end_stream(self, call: Any) -> None:
+        """Done-callback of a streaming call: its status is read with awaits, so in a task (the call is
+        over, they answer at once); the task is kept referenced until it ran."""
+
+        async def finish() -> None:
+            try:
+                code, details = await call.code(), await call.details()
+            except BaseException:  # a cancelled call
+                code, details = grpc.StatusCode.CANCELLED, "cancelled"
+            self.end(code, details)
+
+        task = asyncio.get_running_loop().create_task(finish())
+        _stream_span_tasks.add(task)
+        task.add_done_callback(_stream_span_tasks.discard)
 
 
 _stream_span_tasks: set[asyncio.Task[None]] = set()
 
 
-def _end_stream_span(span: trace.Span, call: Any) -> None:
-    """Done-callback of a streaming call: its status is read with awaits, so in a task (the call is
-    over, they answer at once); the task is kept referenced until it ran."""
-
-    async def finish() -> None:
-        try:
-            code, details = await call.code(), await call.details()
-        except BaseException:  # a cancelled call
-            code, details = grpc.StatusCode.CANCELLED, "cancelled"
-        _end_client_span(span, code, details)
-
-    task = asyncio.get_running_loop().create_task(finish())
-    _stream_span_tasks.add(task)
-    task.add_done_callback(_stream_span_tasks.discard)
+def server_attributes(target: str) -> dict[str, Any]:
+    """`server.address` and `server.port` (an int) of the first address of a gRPC target
+    (`host:port`, `dns:///host:port`, `dns://resolver/host:port`, `ipv4:a:p,b:q`, `ipv6:[::1]:p`);
+    none for a unix socket or a target without a port."""
+    rest = target.strip()
+    if not rest or rest.startswith(("unix:", "unix-abstract:", "vsock:")):
+        return {}
+    scheme, sep, after = rest.partition(":")
+    if sep and scheme in ("dns", "ipv4", "ipv6", "passthrough"):
+        rest = after
+        if rest.startswith("//"):
+            # dns://[authority]/host:port: the authority is the DNS server, not the peer.
+            rest = rest[2:].partition("/")[2]
+    rest = rest.split(",")[0]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return {"server.address": rest.strip("[]")} if rest and not sep else {}
+    return {"server.address": host.strip("[]"), "server.port": int(port)}
 
 
 class _UnaryUnary(CallContextClientInterceptor, grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[type-arg]
@@ -314,13 +376,27 @@ class _StreamStream(CallContextClientInterceptor, grpc.aio.StreamStreamClientInt
 
 
 def client_interceptors(
-    settings: Settings, *, telemetry: Telemetry | None = None, identity_token: str | None = None
+    settings: Settings,
+    *,
+    telemetry: Telemetry | None = None,
+    identity_token: str | None = None,
+    target: str = "",
+    default_timeout_s: float | Literal["configured"] | None = "configured",
 ) -> list[Any]:
     """Our call-context interceptor, one object per kind (grpc.aio files each interceptor under
-    ONE kind, the first base class it matches); with telemetry they also make the CLIENT spans."""
+    ONE kind, the first base class it matches); with telemetry they also make the CLIENT spans
+    (`server.address`/`server.port` from `target`) and measure the calls."""
     provider = telemetry.tracer_provider if telemetry is not None else None
+    metrics = telemetry.metrics if telemetry is not None else None
     return [
-        cls(settings.client, identity_token, provider)
+        cls(
+            settings.client,
+            identity_token,
+            provider,
+            target=target,
+            metrics=metrics,
+            default_timeout_s=default_timeout_s,
+        )
         for cls in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)
     ]
 
@@ -338,7 +414,7 @@ def create_channel(
     enabled (read once: `ServiceClients` reloads them), else plaintext (in a mesh, mTLS is the sidecar's
     job). Create it inside the event loop that will use it."""
     options = channel_options(settings, idempotent_methods)
-    interceptors = client_interceptors(settings, telemetry=telemetry, identity_token=identity_token)
+    interceptors = client_interceptors(settings, telemetry=telemetry, identity_token=identity_token, target=target)
     if credentials is None and settings.tls.enabled:
         credentials = channel_credentials(TlsFiles(settings.tls).read())
     if credentials is not None:

@@ -14,6 +14,8 @@ to domain calls:
 - reflection, so grpcurl and polyglot tools can discover the API;
 - 32 MiB message limits and keepalive from configuration;
 - load shedding: beyond `max_concurrent_rpcs` calls answer RESOURCE_EXHAUSTED + RetryInfo at once;
+- the service's HTTP listener (`services.<svc>.http_port`, agentmesh.rpc.http: `/metrics`), opened
+  after the gRPC server and closed after it, so a drain shows in the metrics;
 - SIGTERM/SIGINT: NOT_SERVING first, then in-flight calls get `grace_period_s` to finish.
 """
 
@@ -38,11 +40,13 @@ from agentmesh.audit import AuditLog
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import AgentmeshError, OverloadedError, UnavailableError
 from agentmesh.identity import Authenticator
+from agentmesh.metrics import Metrics
 from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
+from agentmesh.rpc.http import HttpListener, http_routes
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
-from agentmesh.rpc.telemetry import otlp_exporter, server_interceptors
+from agentmesh.rpc.telemetry import OTLP, server_interceptors
 from agentmesh.rpc.tls import server_credentials
 from agentmesh.store import Store, StoreMisconfiguredError
 from agentmesh.telemetry import Telemetry, setup_telemetry
@@ -106,6 +110,8 @@ class ServiceHost:
     health_port: int = field(init=False, default=0)
     """With TLS on: the plaintext port serving only health and reflection (0 otherwise)."""
     health_server: grpc.aio.Server | None = field(init=False, default=None)
+    http: HttpListener | None = field(init=False, default=None)
+    """The HTTP listener once started (None: `http_port` 0, or nothing to serve)."""
     _service_names: list[str] = field(init=False, default_factory=list)
     _stopping: asyncio.Event | None = field(init=False, default=None)
     ready: bool = field(init=False, default=True)
@@ -155,6 +161,16 @@ class ServiceHost:
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
 
+    @property
+    def metrics(self) -> Metrics:
+        """The service's instruments, for its domain objects (no-op ones when metrics are off)."""
+        return self.telemetry.metrics
+
+    @property
+    def http_port(self) -> int:
+        """The HTTP listener's port, 0 when there is none."""
+        return self.http.port if self.http is not None else 0
+
     def add_servicer(
         self, full_service_name: str, add_to_server: Callable[[Any, grpc.aio.Server], None], servicer: Any
     ) -> None:
@@ -162,9 +178,13 @@ class ServiceHost:
         add_to_server(servicer, self.server)
         self._service_names.append(full_service_name)
 
-    async def start(self, address: str | None = None) -> int:
-        """Binds (default: the service's configured address), starts, marks every service SERVING."""
-        bind = address or self.settings.services.endpoint(self.name).bind_address
+    async def start(self, address: str | None = None, http_address: str | None = None) -> int:
+        """Binds (default: the service's configured addresses), starts, marks every service SERVING.
+
+        `http_address` ("host:port", port 0 for any) overrides `services.<svc>.http_port` for the HTTP
+        listener, which opens only when it has a route to serve (`/metrics` needs metrics on)."""
+        endpoint = self.settings.services.endpoint(self.name)
+        bind = address or endpoint.bind_address
         reflection.enable_server_reflection(
             [*self._service_names, HEALTH_SERVICE, reflection.SERVICE_NAME], self.server
         )
@@ -179,6 +199,18 @@ class ServiceHost:
             self.health_port = _bind(self.name, health_bind, lambda: self._health_insecure_port(health_bind))
             await self.health_server.start()
         await self.server.start()
+        http_bind = http_address or endpoint.http_bind_address
+        routes = http_routes(self.telemetry.meter.registry)
+        if http_bind and routes:
+            listener = HttpListener(self.name, routes, graceful_shutdown_s=self.settings.server.grace_period_s)
+            try:
+                await listener.start(http_bind)
+            except OSError as exc:
+                await self.server.stop(None)
+                raise OSError(f"{self.name}: HTTP listener: {exc}") from None
+            self.http = listener
+        elif http_bind:
+            log.info("%s: no HTTP route to serve (telemetry.metrics is off): no HTTP listener", self.name)
         for service in ["", *self._service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.store is not None and self._readiness is None:
@@ -259,9 +291,15 @@ class ServiceHost:
         await self.server.stop(grace_s)
         if self.health_server is not None:
             await self.health_server.stop(0)
+        await self._stop_http()
         if self.auth.refusals is not None:
             await self.auth.refusals.aclose()
         log.info("%s stopped", self.name)
+
+    async def _stop_http(self) -> None:
+        listener, self.http = self.http, None
+        if listener is not None:
+            await listener.stop()
 
     async def serve_until_signal(self) -> None:
         """Serves until SIGTERM or SIGINT, then stops gracefully."""
@@ -276,6 +314,7 @@ class ServiceHost:
         if signalled in done:
             await self.stop()
         await self._stop_readiness()  # also when the server ended without a signal
+        await self._stop_http()
         for task in (waiter, signalled):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -307,11 +346,11 @@ class ServiceSpec:
 
 
 async def _serve(spec: ServiceSpec, settings: Settings) -> None:
-    telemetry = setup_telemetry(f"{spec.name}_svc", settings, otlp_exporter=otlp_exporter)
+    telemetry = setup_telemetry(f"{spec.name}_svc", settings, otlp=OTLP)
     store: Store | None = None
     try:
         # Refuse to start on an unreachable or evicting Redis rather than fail on the first call.
-        store = await Store.connect(settings.redis, settings.environment)
+        store = await Store.connect(settings.redis, settings.environment, metrics=telemetry.metrics)
         host = ServiceHost(
             name=spec.name,
             settings=settings,
@@ -334,12 +373,12 @@ async def _serve(spec: ServiceSpec, settings: Settings) -> None:
 
 
 def run_service(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m <svc>`: exit 2 with a clear message on bad configuration."""
+    """Entry point of `python -m <svc> [config.yaml [overlay.yaml ...]]`: exit 2 with a clear message on
+    bad configuration."""
     die_with_supervisor()
     args = list(sys.argv[1:] if argv is None else argv)
-    config_file = args[0] if args else None
     try:
-        settings = load_settings(config_file)
+        settings = load_settings(args or None)
     except ConfigError as exc:
         print(f"{spec.name}_svc: {exc}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ from agentmesh.rpc.channels import (
     wire_rounding,
 )
 from agentmesh.rpc.interceptors import ChainedCallInterceptor, EdgeInterceptor
-from agentmesh.rpc.telemetry import otlp_exporter, server_interceptors
+from agentmesh.rpc.telemetry import OTLP, server_interceptors
 from agentmesh.semconv import ATTR_REQUEST_ID
 from agentmesh.telemetry import Telemetry, setup_telemetry
 from agentmesh.v1 import tool_pb2
@@ -94,7 +94,7 @@ class Node:
 
 
 async def start_node(name: str, settings: Settings, downstream: str | None) -> Node:
-    telemetry = setup_telemetry(name, settings, otlp_exporter=otlp_exporter)
+    telemetry = setup_telemetry(name, settings, otlp=OTLP)
     channel = create_channel(downstream, settings, telemetry=telemetry) if downstream else None
     server = grpc.aio.server(interceptors=[EdgeInterceptor(ChainedCallInterceptor(server_interceptors(telemetry)))])
     node = Node(name, telemetry, server, "", channel)

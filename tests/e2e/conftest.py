@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +18,18 @@ from agentmesh.localredis import LocalRedis
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH_KEY = "e2e-test-key-" + "z" * 32
+BASE_CONFIG = REPO / "agentmesh.yaml"
+DEMO_CONFIG = REPO / "agentmesh.demo.yaml"
+WITH_DEMO = os.pathsep.join(str(path) for path in (BASE_CONFIG, DEMO_CONFIG))
+"""AGENTMESH_CONFIG for processes that need the demo's ops tools and agent (the overlay on the base)."""
+
+
+def service_json(ports: dict[str, int], http_ports: dict[str, int] | None = None) -> str:
+    """AGENTMESH_SERVICES for services on 127.0.0.1 at `ports`, with their HTTP listeners at `http_ports`
+    (0, off, by default: agentmesh.yaml's fixed HTTP ports would clash between tests)."""
+    http = http_ports or {}
+    sections = {name: {"host": "127.0.0.1", "port": p, "http_port": http.get(name, 0)} for name, p in ports.items()}
+    return json.dumps(sections)
 
 
 def free_port() -> int:
@@ -70,7 +83,7 @@ def process_env(tmp_path: Path) -> dict[str, str]:
         {
             "AGENTMESH_AUTH_KEY": AUTH_KEY,
             "AGENTMESH_TELEMETRY_SPAN_FILE": str(tmp_path / "spans.jsonl"),
-            "AGENTMESH_CONFIG": str(REPO / "agentmesh.yaml"),
+            "AGENTMESH_CONFIG": str(BASE_CONFIG),
             "PYTHONPATH": str(REPO),
         }
     )

@@ -102,7 +102,7 @@ def test_sigterm_lets_a_slow_call_finish(process_env: dict[str, str], tmp_path: 
     env = {
         **process_env,
         "AGENTMESH_REDIS_URL": e2e_redis.url,
-        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}}}}}',
+        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}, "http_port": 0}}}}',
     }
     service = spawn(["-m", "tests.e2e.slow_service"], env, tmp_path / "slow.log")
     target = f"127.0.0.1:{port}"
@@ -160,7 +160,7 @@ def test_health_watch_sees_not_serving(process_env: dict[str, str], tmp_path: Pa
     env = {
         **process_env,
         "AGENTMESH_REDIS_URL": e2e_redis.url,
-        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}}}}}',
+        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}, "http_port": 0}}}}',
     }
     service = spawn(["-m", "tool_svc"], env, tmp_path / "tool.log")
     try:
@@ -194,7 +194,7 @@ def test_a_taken_port_is_a_clear_error(process_env: dict[str, str], e2e_redis: L
         env = {
             **process_env,
             "AGENTMESH_REDIS_URL": e2e_redis.url,
-            "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}}}}}',
+            "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}, "http_port": 0}}}}',
         }
         result = subprocess.run(
             [sys.executable, "-m", "tool_svc"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60

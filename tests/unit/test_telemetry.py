@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,8 +28,9 @@ from agentmesh.telemetry import JsonFormatter, Telemetry, configure_logging, set
 
 @pytest.fixture(autouse=True)
 def _no_otlp(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture
@@ -256,16 +258,21 @@ def test_an_otlp_endpoint_uses_the_exporter_the_edge_hands_in(monkeypatch: pytes
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
     with pytest.raises(ConfigError, match="OTLP"):
         setup_telemetry("svc-no-exporter", _settings(), configure_logs=False)
-    made: list[str] = []
     exporter = _Recording()
 
-    def factory(endpoint: str) -> _Recording:
-        made.append(endpoint)
-        return exporter
+    class Exporters:
+        made = 0
 
-    tel = setup_telemetry("svc-otlp", _settings(), configure_logs=False, otlp_exporter=factory)
+        def span_exporter(self) -> _Recording:
+            Exporters.made += 1
+            return exporter
+
+        def metric_exporter(self) -> Any:
+            raise AssertionError("metrics go over OTLP only when OTEL_METRICS_EXPORTER or its endpoint says so")
+
+    tel = setup_telemetry("svc-otlp", _settings(), configure_logs=False, otlp=Exporters())
     try:
-        assert tel.exporter == "otlp" and made == ["http://127.0.0.1:1"]
+        assert tel.exporter == "otlp" and Exporters.made == 1 and tel.endpoint == "http://127.0.0.1:1"
         tel.tracer_provider.get_tracer("t").start_span("exported").end()
         assert tel.force_flush()
         assert [s.name for s in exporter.get_finished_spans()] == ["exported"]
@@ -288,3 +295,101 @@ def test_the_standard_sampler_variables_apply(tmp_path: Path, monkeypatch: pytes
         assert not path.exists() or _read(path) == []
     finally:
         tel.shutdown()
+
+
+# --- the standard OTEL_* variables ------------------------------------------------------------------
+
+
+def test_otel_service_name_and_resource_attributes_win(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "tools-eu-west")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=ignored,deployment.environment.name=staging")
+    path = tmp_path / "s.jsonl"
+    tel = setup_telemetry("tool_svc", _settings(), span_file=path, configure_logs=False)
+    try:
+        assert tel.service_name == "tools-eu-west"
+        resource = tel.tracer_provider.resource.attributes
+        assert resource["service.name"] == "tools-eu-west"
+        assert resource["deployment.environment.name"] == "staging"
+        assert resource["service.version"]
+        tel.tracer("t").start_span("named").end()
+        tel.force_flush()
+        assert [r["service"] for r in _read(path)] == ["tools-eu-west"]
+    finally:
+        tel.shutdown()
+    monkeypatch.delenv("OTEL_SERVICE_NAME")
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES")
+    plain = setup_telemetry("tool_svc", _settings(), span_file=path, configure_logs=False)
+    assert plain.service_name == "tool_svc"
+    plain.shutdown()
+
+
+def test_otel_traces_exporter_none_exports_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    path = tmp_path / "s.jsonl"
+    tel = setup_telemetry("svc", _settings(), span_file=path, configure_logs=False)
+    try:
+        assert tel.exporter == "none" and tel.span_file is None
+        tel.tracer("t").start_span("dropped").end()
+        tel.force_flush()
+        assert not path.exists()
+    finally:
+        tel.shutdown()
+
+
+def test_otel_traces_exporter_otlp_needs_no_endpoint_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OTEL_TRACES_EXPORTER=otlp alone: the exporter's default endpoint (localhost:4317 or :4318)."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp,console")
+    exporter = _Recording()
+
+    class Exporters:
+        def span_exporter(self) -> _Recording:
+            return exporter
+
+        def metric_exporter(self) -> Any:
+            raise AssertionError("not asked for")
+
+    tel = setup_telemetry("svc", _settings(), configure_logs=False, otlp=Exporters())
+    try:
+        assert tel.exporter == "console+otlp" and tel.endpoint is None
+    finally:
+        tel.shutdown()
+
+
+@pytest.mark.parametrize("value", ["jaeger", "otlp,zipkin"])
+def test_an_unknown_traces_exporter_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", value)
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER"):
+        setup_telemetry("svc", _settings(), configure_logs=False)
+
+
+async def test_otel_bsp_schedule_delay_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our 200 ms default applies only when the operator set no OTEL_BSP_SCHEDULE_DELAY."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
+    path = tmp_path / "s.jsonl"
+    tel = setup_telemetry("svc", _settings(), span_file=path, configure_logs=False)
+    try:
+        tel.tracer("t").start_span("held").end()
+        await asyncio.sleep(4 * telemetry_module.SPAN_BATCH_DELAY_S)
+        assert not path.exists(), "exported on our default schedule, not the operator's"
+        tel.force_flush()
+        assert [r["name"] for r in _read(path)] == ["held"]
+    finally:
+        tel.shutdown()
+
+
+def test_the_cli_writes_spans_only_to_a_file_that_exists(tmp_path: Path) -> None:
+    path = tmp_path / "var" / "spans.jsonl"
+    for exists in (False, True):
+        if exists:
+            path.parent.mkdir()
+            path.write_text("", encoding="utf-8")
+        tel = setup_telemetry(
+            "agentmesh-cli", _settings(), span_file=path, configure_logs=False, create_span_file=False
+        )
+        try:
+            tel.tracer("t").start_span(f"cli-{exists}").end()
+            tel.force_flush()
+        finally:
+            tel.shutdown()
+        assert path.exists() == exists and path.parent.exists() == exists
+    assert [r["name"] for r in _read(path)] == ["cli-True"]

@@ -29,7 +29,8 @@ USER = common_pb2.ROLE_USER
 
 
 def _env(base: dict[str, str], redis: LocalRedis, port: int) -> dict[str, str]:
-    return {**base, "AGENTMESH_REDIS_URL": redis.url, "AGENTMESH_SERVICES": f'{{"context": {{"port": {port}}}}}'}
+    services = f'{{"context": {{"port": {port}, "http_port": 0}}}}'
+    return {**base, "AGENTMESH_REDIS_URL": redis.url, "AGENTMESH_SERVICES": services}
 
 
 def _start(env: dict[str, str], log: Path, port: int) -> subprocess.Popen[bytes]:

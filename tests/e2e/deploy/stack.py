@@ -33,8 +33,8 @@ from tests.unit.deploy.manifests import (
     REPO,
     SERVICES,
     agentmesh_compose_services,
+    compose_config_files,
     compose_environment,
-    compose_mounts,
     dockerfile_instructions,
     load_compose,
 )
@@ -102,6 +102,7 @@ class Stack:
 
     image: Image
     ports: dict[str, int]
+    http_ports: dict[str, int]
     envs: dict[str, dict[str, str]]
     logs: dict[str, Path]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -114,7 +115,9 @@ class Stack:
         """A string of docker-compose.yml with every service port replaced by its free port."""
         moved = {}
         for key, service in self.compose.items():
-            moved[str(json.loads(service["environment"]["AGENTMESH_SERVICES"])[key]["port"])] = str(self.ports[key])
+            section = json.loads(service["environment"]["AGENTMESH_SERVICES"])[key]
+            moved[str(section["port"])] = str(self.ports[key])
+            moved[str(section["http_port"])] = str(self.http_ports[key])
         return re.sub(r":(\d+)\b", lambda m: ":" + moved.get(m.group(1), m.group(1)), text)
 
     def health_command(self, key: str) -> list[str]:
@@ -159,7 +162,11 @@ def _start_waves(services: Mapping[str, dict[str, Any]]) -> list[list[str]]:
 
 
 def container_env(
-    service: Mapping[str, Any], shell: Mapping[str, str], ports: Mapping[str, int], redis_url: str
+    service: Mapping[str, Any],
+    shell: Mapping[str, str],
+    ports: Mapping[str, int],
+    http_ports: Mapping[str, int],
+    redis_url: str,
 ) -> dict[str, str]:
     """The compose environment of `service`, with only Docker's own facts replaced."""
     env = compose_environment(service, shell)
@@ -167,11 +174,12 @@ def container_env(
     for key, section in sections.items():
         section["host"] = "127.0.0.1"
         section["port"] = ports[key]
+        section["http_port"] = http_ports[key]
         section["target"] = f"127.0.0.1:{ports[key]}"
     env["AGENTMESH_SERVICES"] = json.dumps(sections)
     assert urlparse(env["AGENTMESH_REDIS_URL"]).hostname == "redis"
     env["AGENTMESH_REDIS_URL"] = redis_url
-    env["AGENTMESH_CONFIG"] = str(compose_mounts(service)[env["AGENTMESH_CONFIG"]])
+    env["AGENTMESH_CONFIG"] = os.pathsep.join(str(path) for path in compose_config_files(service, env))
     assert env.pop("OTEL_EXPORTER_OTLP_ENDPOINT").startswith("http://jaeger:")
     return env
 
@@ -193,15 +201,16 @@ def start_stack(
     services = agentmesh_compose_services(load_compose())
     assert sorted(services) == sorted(SERVICES)
     ports = {key: free_port() for key in services}
+    http_ports = {key: free_port() for key in services}
     # Docker gives a container only its own environment; keep just what a process needs to run.
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
     base.update(shell)
     base.pop("PYTHONPATH", None)
     envs = {
-        key: base | container_env(service, shell, ports, redis_url) | dict(extra_env or {})
+        key: base | container_env(service, shell, ports, http_ports, redis_url) | dict(extra_env or {})
         for key, service in services.items()
     }
-    stack = Stack(image=image, ports=ports, envs=envs, logs={}, compose=services)
+    stack = Stack(image=image, ports=ports, http_ports=http_ports, envs=envs, logs={}, compose=services)
     try:
         for wave in _start_waves(services):
             for key in wave:

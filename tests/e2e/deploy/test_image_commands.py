@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agentmesh.cli.probe import probe
@@ -42,6 +43,9 @@ def test_services_serve_and_pass_compose_and_k8s_health_checks(
             )
             assert result.returncode == 0, result.stderr + stack.log(key)
             assert result.stdout.strip() == f"SERVING: {stack.target(key)} service {full_service_name(key)}"
+            # The image serves /metrics on the HTTP listener compose publishes (uvicorn, prometheus_client).
+            scrape = httpx.get(f"http://127.0.0.1:{stack.http_ports[key]}/metrics", timeout=10)
+            assert scrape.status_code == 200 and "target_info" in scrape.text, stack.log(key)
         for key, deployment in k8s_deployments().items():
             (container,) = deployment["spec"]["template"]["spec"]["containers"]
             assert container["args"] == stack.compose[key]["command"], "k8s runs what compose runs"

@@ -27,7 +27,7 @@ from agentmesh.config import AuthSettings
 from agentmesh.identity import Authenticator
 from agentmesh.localredis import LocalRedis
 from agentmesh.semconv import ATTR_REQUEST_ID
-from tests.e2e.conftest import AUTH_KEY, free_port, spawn
+from tests.e2e.conftest import AUTH_KEY, WITH_DEMO, free_port, service_json, spawn
 
 SERVICE_ORDER = ("context", "tool", "provider", "dispatcher")
 
@@ -85,6 +85,8 @@ class Mesh:
     env: dict[str, str]
     ports: dict[str, int]
     tmp: Path
+    http_ports: dict[str, int] = field(default_factory=dict)
+    """Each service's HTTP listener (its /metrics)."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def target(self, name: str) -> str:
@@ -99,7 +101,7 @@ class Mesh:
         label = label or name
         if port is not None:
             services = json.loads(env["AGENTMESH_SERVICES"])
-            services[name] = {"host": "127.0.0.1", "port": port}
+            services[name] = {"host": "127.0.0.1", "port": port, "http_port": 0}
             env["AGENTMESH_SERVICES"] = json.dumps(services)
         process = spawn(["-m", f"{name}_svc"], env, self.tmp / f"{label}.log")
         self.processes[label] = process
@@ -148,16 +150,19 @@ class Mesh:
 async def mesh_env(
     process_env: dict[str, str], tmp_path: Path, ops_api: OpsApi, collector: tuple[Collector, int]
 ) -> AsyncIterator[Mesh]:
-    """Environment for the services: a dedicated Redis, free ports, the demo log, the ops API, OTLP."""
+    """Environment for the services with the demo overlay: a dedicated Redis, free gRPC and HTTP ports,
+    the demo log, the ops API, OTLP."""
     redis = LocalRedis().start()
     ports = {name: free_port() for name in SERVICE_ORDER}
+    http_ports = {name: free_port() for name in SERVICE_ORDER}
     logs_dir = tmp_path / "logs"
     write_service_log(logs_dir)
     env = dict(process_env)
     env.update(
         {
             "AGENTMESH_REDIS_URL": redis.url,
-            "AGENTMESH_SERVICES": json.dumps({n: {"host": "127.0.0.1", "port": p} for n, p in ports.items()}),
+            "AGENTMESH_CONFIG": WITH_DEMO,
+            "AGENTMESH_SERVICES": service_json(ports, http_ports),
             "AGENTMESH_TOOLS_LOGS_DIR": str(logs_dir),
             "AGENTMESH_TELEMETRY_LOG_LEVEL": "INFO",
             "AGENTMESH_SERVER_DRAIN_DELAY_S": "0",
@@ -167,7 +172,7 @@ async def mesh_env(
             "OTEL_BSP_SCHEDULE_DELAY": "200",
         }
     )
-    mesh = Mesh(env=env, ports=ports, tmp=tmp_path)
+    mesh = Mesh(env=env, ports=ports, tmp=tmp_path, http_ports=http_ports)
     try:
         yield mesh
     finally:

@@ -21,13 +21,14 @@ def test_make_demo_runs_the_scenario_and_stops_everything(
         if name.startswith(("AGENTMESH_", "OTEL_")):
             monkeypatch.delenv(name)
     services = {
-        name: {"host": "127.0.0.1", "port": free_port()} for name in ("dispatcher", "context", "tool", "provider")
+        name: {"host": "127.0.0.1", "port": free_port(), "http_port": 0}
+        for name in ("dispatcher", "context", "tool", "provider")
     }
     monkeypatch.setenv("AGENTMESH_SERVICES", json.dumps(services))
     monkeypatch.setenv("AGENTMESH_AUTH_KEY", AUTH_KEY)
     monkeypatch.chdir(REPO)
-    config = REPO / "agentmesh.yaml"
-    code = run_demo(load_settings(config), config)
+    configs = [REPO / "agentmesh.yaml", REPO / "agentmesh.demo.yaml"]
+    code = run_demo(load_settings(configs), configs)
     out = capsys.readouterr().out
     assert code == 0, out
     assert "demo OK" in out

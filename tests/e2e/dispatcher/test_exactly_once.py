@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import pytest
 from agentmesh.cli.demo_ops import OpsApi
 from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc, tool_pb2, tool_pb2_grpc
-from tests.e2e.conftest import REPO
+from tests.e2e.conftest import BASE_CONFIG, DEMO_CONFIG, REPO
 from tests.e2e.dispatcher.conftest import Mesh, kill9
 from tests.e2e.dispatcher.test_crash_safety import NOTIFIER, start_task, watch_all
 
@@ -29,11 +30,11 @@ NOTIFY = "/notify"
 
 
 def notify_config(tmp: Path) -> Path:
-    """agentmesh.yaml with a 1 s timeout on `notify`, so a stalled upstream is an unknown outcome fast."""
-    text = (REPO / "agentmesh.yaml").read_text()
+    """The demo overlay with a 1 s timeout on `notify`, so a stalled upstream is an unknown outcome fast."""
+    text = DEMO_CONFIG.read_text()
     line = "      endpoint_url: ${DEMO_OPS_API_URL:-http://127.0.0.1:18080}/notify\n"
     assert line in text
-    path = tmp / "agentmesh.yaml"
+    path = tmp / "agentmesh.demo.yaml"
     path.write_text(text.replace(line, line + "      timeout_s: 1\n"))
     return path
 
@@ -46,7 +47,7 @@ def durable_redis(mesh: Mesh) -> LocalRedis:
 
 
 def configure(mesh: Mesh) -> None:
-    mesh.env["AGENTMESH_CONFIG"] = str(notify_config(mesh.tmp))
+    mesh.env["AGENTMESH_CONFIG"] = os.pathsep.join([str(BASE_CONFIG), str(notify_config(mesh.tmp))])
     mesh.env["AGENTMESH_TOOLS_IDEMPOTENCY_LEASE_S"] = "1.0"
     mesh.env["AGENTMESH_TOOLS_IDEMPOTENCY_HEARTBEAT_S"] = "0.2"
 

@@ -25,6 +25,7 @@ def _config(tmp_path: Path, port: int, fake: FakeProvider) -> Path:
     """The repository's agentmesh.yaml with provider_svc on `port` and openai pointing at the fake."""
     data = yaml.safe_load((REPO / "agentmesh.yaml").read_text(encoding="utf-8"))
     data["services"]["provider"]["port"] = port
+    data["services"]["provider"]["http_port"] = 0
     for backend in data["providers"]["backends"]:
         if backend["name"] == "openai":
             backend["base_url"] = fake.base_url

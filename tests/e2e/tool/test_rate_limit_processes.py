@@ -38,7 +38,7 @@ def test_rate_limit_holds_across_two_processes(
                 **process_env,
                 "AGENTMESH_CONFIG": str(config),
                 "AGENTMESH_REDIS_URL": e2e_redis.url,
-                "AGENTMESH_SERVICES": json.dumps({"tool": {"host": "127.0.0.1", "port": port}}),
+                "AGENTMESH_SERVICES": json.dumps({"tool": {"host": "127.0.0.1", "port": port, "http_port": 0}}),
             }
             processes.append(spawn(["-m", "tool_svc"], env, tmp_path / f"tool-{i}.log"))
         for i, port in enumerate(ports):

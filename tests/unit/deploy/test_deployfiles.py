@@ -1,19 +1,19 @@
-"""deploy/constraints.txt pins the image's whole runtime closure; the ConfigMap renderer is exact."""
+"""deploy/constraints.txt pins the image's whole runtime closure; the k8s base's config copy is exact."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import yaml
 
 from agentmesh import deployfiles
 from agentmesh.deployfiles import (
+    CONFIG_COPY_PATH,
+    CONFIG_PATH,
     CONSTRAINTS_PATH,
     direct_pins,
     direct_requirements,
     read_constraints,
-    render_configmap,
     runtime_closure,
 )
 
@@ -60,23 +60,10 @@ def test_missing_dependency_is_named() -> None:
         runtime_closure([Requirement("no-such-package-agentmesh==1.0")])
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "a: 1\n",
-        "# comment\n\nkey: |\n  nested block\n\n  more\nlist:\n  - {x: '${V:-d}'}\n",
-        'trailing: spaces   \nquote: "it\'s"\n',
-    ],
-)
-def test_configmap_holds_the_file_exactly(text: str) -> None:
-    manifest = yaml.safe_load(render_configmap(text))
-    assert manifest["data"]["agentmesh.yaml"] == text
-    assert manifest["kind"] == "ConfigMap"
-
-
-def test_configmap_refuses_tabs() -> None:
-    with pytest.raises(ValueError, match="tab"):
-        render_configmap("a:\t1\n")
+def test_the_k8s_config_is_the_production_safe_file_verbatim() -> None:
+    assert CONFIG_PATH.name == "agentmesh.yaml"
+    assert CONFIG_COPY_PATH.read_bytes() == CONFIG_PATH.read_bytes(), STALE
+    assert "run_shell" not in CONFIG_COPY_PATH.read_text(encoding="utf-8")
 
 
 def test_check_mode_writes_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -9,13 +9,14 @@ import tomllib
 
 import pytest
 
-from agentmesh.config import ServicesSettings
+from agentmesh.config import ServicesSettings, load_settings
 from agentmesh.deployfiles import CONSTRAINTS_PATH
 from tests.unit.deploy.manifests import (
     REPO,
     SERVICES,
     Instruction,
     agentmesh_compose_services,
+    demo_findings,
     dockerfile_instructions,
     final_stage,
     load_compose,
@@ -57,7 +58,25 @@ def test_the_command_picks_the_service(runtime: list[Instruction]) -> None:
     commands = [s["command"] for s in agentmesh_compose_services(load_compose()).values()]
     assert list(cmd.value) in commands
     exposed = {int(port) for i in runtime if i.cmd == "EXPOSE" for port in i.value}
-    assert exposed == {ServicesSettings().endpoint(key).port for key in SERVICES}
+    baked = load_settings(REPO / "agentmesh.yaml").services
+    grpc_ports = {ServicesSettings().endpoint(key).port for key in SERVICES}
+    http_ports = {baked.endpoint(key).http_port for key in SERVICES}
+    assert exposed == grpc_ports | http_ports and 0 not in http_ports
+
+
+def test_the_images_configuration_is_production_safe(runtime: list[Instruction]) -> None:
+    """The config baked into the image is agentmesh.yaml: no run_shell, no tool or allowed URL on
+    localhost, whatever DEMO_OPS_API_URL says; the demo overlay is never copied in."""
+    env = {k: v for i in runtime if i.cmd == "ENV" for k, v in zip(i.value[::2], i.value[1::2], strict=True)}
+    target = env["AGENTMESH_CONFIG"]
+    (source,) = [i.value[0] for i in runtime if i.cmd == "COPY" and not i.flags and i.value[-1] == target]
+    assert source == "agentmesh.yaml"
+    copied = " ".join(" ".join(i.value) for i in runtime + dockerfile_instructions() if i.cmd == "COPY")
+    assert "demo" not in copied
+    text = (REPO / source).read_text(encoding="utf-8")
+    assert "run_shell" not in text
+    settings = load_settings(REPO / source, overrides={"auth": {"key": "k" * 40}})
+    assert demo_findings(settings) == []
 
 
 def test_dependencies_are_pinned_and_stubs_generated(instructions: list[Instruction]) -> None:

@@ -1,9 +1,13 @@
-"""deploy/k8s: valid against the Kubernetes schemas (offline, strict), probed over native gRPC,
-drained within the grace period, and consistent with the configuration the pods load."""
+"""deploy/k8s: the base and the dev and prod overlays as `kubectl kustomize` renders them, valid against
+the Kubernetes schemas (offline, strict), probed over native gRPC, drained within the grace period (Istio's
+too), rolled on a configuration change, scraped for metrics, and consistent with the configuration the
+pods load, which is production-safe."""
 
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,12 +15,16 @@ import pytest
 import yaml
 from kubernetes_validate.utils import ValidationError, validate  # type: ignore[import-untyped]
 
-from agentmesh.deployfiles import CONFIGMAP_PATH, render_configmap
+from agentmesh.deployfiles import CONFIG_COPY_PATH
 from tests.unit.deploy.manifests import (
-    K8S_DIR,
+    K8S_BASE,
+    K8S_OVERLAYS,
     REPO,
     SERVICES,
     agentmesh_compose_services,
+    config_map,
+    container_port,
+    demo_findings,
     dockerfile_instructions,
     final_stage,
     full_service_name,
@@ -25,6 +33,7 @@ from tests.unit.deploy.manifests import (
     k8s_env,
     k8s_files,
     k8s_resources,
+    kustomize,
     load_compose,
     services_json,
 )
@@ -33,6 +42,7 @@ from tests.unit.deploy.manifests import (
 K8S_VERSIONS = ("1.27", "1.37")
 SECRETS = {"agentmesh-secrets/auth-key": "k8s-test-key-" + "s" * 32, "agentmesh-secrets/redis-url": "redis://r:6379/0"}
 DRAIN_MARGIN_S = 2
+TREES = {"base": K8S_BASE, **K8S_OVERLAYS}
 
 
 def container(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -44,33 +54,50 @@ def pod_labels(deployment: dict[str, Any]) -> dict[str, str]:
     return dict(deployment["spec"]["template"]["metadata"]["labels"])
 
 
+def duration_s(text: str) -> float:
+    """A protobuf JSON duration as Istio writes it ("17s", "1.5s")."""
+    assert text.endswith("s") and not text.endswith("ms"), text
+    return float(text[:-1])
+
+
 @pytest.fixture
 def pod_settings(container_settings: Any, tmp_path: Path) -> Any:
-    """`pod_settings(key)`: the Settings a pod of that Deployment loads (its env + mounted config)."""
+    """`pod_settings(key, tree)`: the Settings a pod of that Deployment loads (its env + mounted config)."""
 
-    def load(key: str) -> Any:
-        deployment = k8s_deployments()[key]
-        env = k8s_env(deployment, SECRETS)
+    def load(key: str, tree: Path = K8S_BASE) -> Any:
+        deployment = k8s_deployments(tree)[key]
+        env = k8s_env(deployment, SECRETS, tree)
         mounts = {m["mountPath"]: m["name"] for m in container(deployment)["volumeMounts"]}
         volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
         config_dir = str(Path(env["AGENTMESH_CONFIG"]).parent)
-        config_map = k8s_resources("ConfigMap")[volumes[mounts[config_dir]]["configMap"]["name"]]
+        mounted = k8s_resources("ConfigMap", tree)[volumes[mounts[config_dir]]["configMap"]["name"]]
         config_file = tmp_path / Path(env["AGENTMESH_CONFIG"]).name
-        config_file.write_text(config_map["data"][config_file.name], encoding="utf-8")
+        config_file.write_text(mounted["data"][config_file.name], encoding="utf-8")
         return container_settings(env, config_file)
 
     return load
 
 
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_base_and_overlays_render(tree: str) -> None:
+    """`kubectl kustomize` renders each (a missing kubectl fails, never skips) into the four services."""
+    kinds = sorted(doc["kind"] for _, doc in k8s_documents(TREES[tree]))
+    assert kinds.count("Deployment") == len(SERVICES)
+    assert kinds.count("Service") == len(SERVICES)
+    assert kinds.count("ConfigMap") == 2
+    assert sorted(k8s_deployments(TREES[tree])) == sorted(SERVICES)
+
+
 @pytest.mark.usefixtures("no_network")
+@pytest.mark.parametrize("tree", sorted(TREES))
 @pytest.mark.parametrize("version", K8S_VERSIONS)
-def test_every_manifest_matches_the_kubernetes_schema(version: str) -> None:
+def test_every_rendered_manifest_matches_the_kubernetes_schema(tree: str, version: str) -> None:
     checked = 0
-    for path, doc in k8s_documents():
+    for where, doc in k8s_documents(TREES[tree]):
         try:
             validate(doc, version, strict=True)
         except ValidationError as exc:
-            pytest.fail(f"{path.name}: {doc['kind']}/{doc['metadata']['name']}: {exc.message}")
+            pytest.fail(f"{tree}: {where}: {exc.message}")
         checked += 1
     assert checked >= 14
 
@@ -92,8 +119,19 @@ def test_schema_check_rejects_a_broken_manifest(mutate: Any) -> None:
 
 
 def test_kustomization_lists_every_manifest() -> None:
-    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text(encoding="utf-8"))
+    kustomization = yaml.safe_load((K8S_BASE / "kustomization.yaml").read_text(encoding="utf-8"))
     assert sorted(kustomization["resources"]) == sorted(p.name for p in k8s_files())
+
+
+def test_overlays_set_their_environment_and_namespace(pod_settings: Any) -> None:
+    expected = {"dev": ("agentmesh-dev", "dev"), "prod": ("agentmesh", "prod")}
+    for name, tree in K8S_OVERLAYS.items():
+        namespaces = {doc["metadata"].get("namespace") for _, doc in k8s_documents(tree)}
+        assert namespaces == {expected[name][0]}, name
+        for key in SERVICES:
+            assert pod_settings(key, tree).environment == expected[name][1], f"{name}: {key}"
+    prod = k8s_deployments(K8S_OVERLAYS["prod"])
+    assert all(":" in container(d)["image"] for d in prod.values()), "prod pins the image tag"
 
 
 def test_one_deployment_and_service_per_agentmesh_service() -> None:
@@ -106,24 +144,23 @@ def test_one_deployment_and_service_per_agentmesh_service() -> None:
         # The same commands and image as docker-compose.yml.
         assert container(deployment)["args"] == compose[key]["command"]
         assert container(deployment)["image"] == compose[key]["image"]
-        (port,) = container(deployment)["ports"]
         matching = [s for s in services.values() if s["spec"]["selector"].items() <= pod_labels(deployment).items()]
         assert len(matching) == 1, f"{key}: {len(matching)} Services select its pods"
-        (svc_port,) = matching[0]["spec"]["ports"]
-        assert svc_port["port"] == port["containerPort"] and svc_port["targetPort"] in (
-            port["name"],
-            port["containerPort"],
-        )
-        assert svc_port["appProtocol"] == "grpc"
+        by_name = {p["name"]: p for p in matching[0]["spec"]["ports"]}
+        assert sorted(by_name) == sorted(p["name"] for p in container(deployment)["ports"]) == ["grpc", "http-metrics"]
+        for name, protocol in (("grpc", "grpc"), ("http-metrics", "http")):
+            assert by_name[name]["port"] == container_port(deployment, name), f"{key}: {name}"
+            assert by_name[name]["targetPort"] in (name, container_port(deployment, name))
+            assert by_name[name]["appProtocol"] == protocol
 
 
 def test_every_deployment_has_native_grpc_probes() -> None:
     for key, deployment in k8s_deployments().items():
         c = container(deployment)
-        (port,) = c["ports"]
+        port = container_port(deployment, "grpc")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert set(c[probe]) & {"grpc", "exec", "httpGet", "tcpSocket"} == {"grpc"}, f"{key}: {probe}"
-            assert c[probe]["grpc"]["port"] == port["containerPort"], f"{key}: {probe} port"
+            assert c[probe]["grpc"]["port"] == port, f"{key}: {probe} port"
         # Readiness asks for the service itself: NOT_SERVING on SIGTERM takes the pod out at once.
         for probe in ("startupProbe", "readinessProbe"):
             assert c[probe]["grpc"]["service"] == full_service_name(key), f"{key}: {probe} service"
@@ -132,12 +169,17 @@ def test_every_deployment_has_native_grpc_probes() -> None:
         assert c["livenessProbe"]["grpc"].get("service", "") == "", f"{key}: livenessProbe service"
 
 
-def test_pods_listen_where_the_probes_and_services_look(pod_settings: Any) -> None:
+def test_pods_listen_where_the_probes_services_and_scrapers_look(pod_settings: Any) -> None:
     services = k8s_resources("Service")
     for key, deployment in k8s_deployments().items():
         settings = pod_settings(key)
         own = settings.services.endpoint(key)
-        assert own.host == "0.0.0.0" and own.port == container(deployment)["ports"][0]["containerPort"]
+        assert own.host == "0.0.0.0" and own.port == container_port(deployment, "grpc")
+        # /metrics on the HTTP listener, where the pod's prometheus.io annotations send Prometheus.
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert own.http_port == container_port(deployment, "http-metrics") == int(annotations["prometheus.io/port"])
+        assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/path"] == "/metrics"
+        assert settings.telemetry.metrics
         # Others dial this service through its headless Service with client-side round_robin.
         assert settings.client.load_balancing == "round_robin"
         target = settings.services.endpoint(key).dial_target
@@ -148,13 +190,49 @@ def test_pods_listen_where_the_probes_and_services_look(pod_settings: Any) -> No
         assert settings.environment == "prod"
 
 
-def test_termination_grace_period_covers_the_drain(pod_settings: Any) -> None:
-    for key, deployment in k8s_deployments().items():
-        server = pod_settings(key).server
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_termination_grace_period_and_istio_drain_cover_the_drain(tree: str, pod_settings: Any) -> None:
+    for key, deployment in k8s_deployments(TREES[tree]).items():
+        server = pod_settings(key, TREES[tree]).server
         drain = server.drain_delay_s + server.grace_period_s
-        grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        pod = deployment["spec"]["template"]
+        grace = pod["spec"]["terminationGracePeriodSeconds"]
         assert grace >= drain + DRAIN_MARGIN_S, f"{key}: {grace}s does not cover the {drain}s drain"
         assert server.drain_delay_s >= 3, "endpoints need a few seconds to drop a NOT_SERVING pod"
+        # With Istio the sidecar must keep forwarding through the service's whole drain, and finish
+        # before the kubelet's SIGKILL.
+        proxy = json.loads(pod["metadata"]["annotations"]["proxy.istio.io/config"])
+        istio_drain = duration_s(proxy["terminationDrainDuration"])
+        assert drain <= istio_drain <= grace, f"{key}: terminationDrainDuration {istio_drain}s vs drain {drain}s"
+        assert proxy["holdApplicationUntilProxyStarts"] is True
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_pods_read_the_generated_config_maps(tree: str) -> None:
+    """Both ConfigMaps are generated with a content hash in their names, and every pod refers to them
+    by those names: a changed configuration is a changed pod template, which rolls the pods."""
+    generated = {name for name in k8s_resources("ConfigMap", TREES[tree])}
+    assert {name.rsplit("-", 1)[0] for name in generated} == {"agentmesh-config", "agentmesh-env"}
+    assert all(len(name.rsplit("-", 1)[1]) >= 8 for name in generated), generated
+    for key, deployment in k8s_deployments(TREES[tree]).items():
+        pod = deployment["spec"]["template"]["spec"]
+        refs = {source["configMapRef"]["name"] for source in container(deployment)["envFrom"]}
+        refs |= {volume["configMap"]["name"] for volume in pod["volumes"] if "configMap" in volume}
+        assert refs == generated, f"{tree}: {key} refers to {refs}"
+
+
+@pytest.mark.parametrize("changed", ["config/agentmesh.yaml", "config/agentmesh.env"])
+def test_a_configuration_change_rolls_the_pods(tmp_path: Path, changed: str) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(K8S_BASE, base)
+    before = {key: d["spec"]["template"] for key, d in k8s_deployments(base).items()}
+    with (base / changed).open("a", encoding="utf-8") as handle:
+        handle.write("\n# edited\n" if changed.endswith(".yaml") else "AGENTMESH_TELEMETRY_LOG_LEVEL=DEBUG\n")
+    after = {key: d["spec"]["template"] for key, d in k8s_deployments(base).items()}
+    for key in SERVICES:
+        assert after[key] != before[key], f"{key}: a change to {changed} leaves the pod template as it was"
+    # And the new content is what the pods get.
+    assert kustomize(base) != kustomize(K8S_BASE)
 
 
 def test_resources_are_bounded() -> None:
@@ -164,19 +242,20 @@ def test_resources_are_bounded() -> None:
             assert {"cpu", "memory"} <= set(resources[kind]), f"{key}: {kind}"
 
 
-def test_dispatcher_and_tool_scale_and_survive_disruption() -> None:
-    deployments = {d["metadata"]["name"]: (key, d) for key, d in k8s_deployments().items()}
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_dispatcher_and_tool_scale_and_survive_disruption(tree: str) -> None:
+    deployments = {d["metadata"]["name"]: (key, d) for key, d in k8s_deployments(TREES[tree]).items()}
     scaled = {}
-    for hpa in k8s_resources("HorizontalPodAutoscaler").values():
+    for hpa in k8s_resources("HorizontalPodAutoscaler", TREES[tree]).values():
         target = hpa["spec"]["scaleTargetRef"]
         assert target["kind"] == "Deployment"
         key, deployment = deployments[target["name"]]
-        assert hpa["spec"]["minReplicas"] >= 2
+        assert hpa["spec"]["minReplicas"] >= (1 if tree == "dev" else 2)
         assert "replicas" not in deployment["spec"], f"{key}: the HPA owns the replica count"
         scaled[key] = deployment
     assert {"dispatcher", "tool"} <= set(scaled)
     protected = set()
-    for pdb in k8s_resources("PodDisruptionBudget").values():
+    for pdb in k8s_resources("PodDisruptionBudget", TREES[tree]).values():
         for key, deployment in scaled.items():
             if pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(deployment).items():
                 protected.add(key)
@@ -184,10 +263,29 @@ def test_dispatcher_and_tool_scale_and_survive_disruption() -> None:
 
 
 def test_config_map_is_agentmesh_yaml() -> None:
-    config_map = k8s_resources("ConfigMap")["agentmesh-config"]
-    assert config_map["data"]["agentmesh.yaml"] == (REPO / "agentmesh.yaml").read_text(encoding="utf-8")
-    expected = render_configmap((REPO / "agentmesh.yaml").read_text(encoding="utf-8"))
-    assert CONFIGMAP_PATH.read_text(encoding="utf-8") == expected, "run `python -m agentmesh.deployfiles`"
+    repository = (REPO / "agentmesh.yaml").read_text(encoding="utf-8")
+    assert CONFIG_COPY_PATH.read_text(encoding="utf-8") == repository, "run `python -m agentmesh.deployfiles`"
+    for tree in TREES.values():
+        assert config_map("agentmesh-config", tree)["data"]["agentmesh.yaml"] == repository
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+def test_the_config_map_is_production_safe(tree: str, pod_settings: Any) -> None:
+    """No demo tool: no run_shell, no tool (or allowlist entry) pointing at localhost, whatever the
+    environment sets (the demo's DEMO_OPS_API_URL included)."""
+    text = config_map("agentmesh-config", TREES[tree])["data"]["agentmesh.yaml"]
+    assert "run_shell" not in text and "DEMO_OPS_API_URL" not in text
+    for key in SERVICES:
+        assert demo_findings(pod_settings(key, TREES[tree])) == [], key
+
+
+def test_the_production_check_finds_the_demo_tools(container_settings: Any) -> None:
+    """The check above is not vacuous: the demo overlay fails it on every count."""
+    settings = container_settings({}, [REPO / "agentmesh.yaml", REPO / "agentmesh.demo.yaml"])
+    found = demo_findings(settings)
+    assert "tool run_shell" in found and "agent ops offered run_shell" in found
+    assert any(f.startswith("tool restart_service -> http://127.0.0.1") for f in found)
+    assert any(f.startswith("http_allowlist http://127.0.0.1") for f in found)
 
 
 def test_keys_come_from_secret_references_only() -> None:
@@ -225,5 +323,6 @@ def test_pods_run_as_the_images_non_root_user() -> None:
 
 
 def test_env_config_map_targets_every_service() -> None:
-    env = k8s_resources("ConfigMap")["agentmesh-env"]["data"]
+    env = config_map("agentmesh-env")["data"]
     assert sorted(services_json(env)) == sorted(SERVICES)
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] in ("grpc", "http/protobuf")

@@ -11,6 +11,7 @@ import pytest
 
 from agentmesh.config import Settings
 from agentmesh.identity import Authenticator, Identity
+from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from dispatcher_svc.loop import Hook
 from dispatcher_svc.model import TaskEvent
@@ -104,6 +105,7 @@ async def make_rig(make_settings: Callable[..., Settings]) -> AsyncIterator[Make
         context: FakeContext | None = None,
         start: bool = True,
         overrides: dict[str, Any] | None = None,
+        metrics: Metrics | None = None,
     ) -> Rig:
         settings = make_settings(
             {"agents": [{**AGENT, **(agent or {})}], "dispatcher": {**FAST, **(dispatcher or {})}, **(overrides or {})}
@@ -116,6 +118,7 @@ async def make_rig(make_settings: Callable[..., Settings]) -> AsyncIterator[Make
                 ports=ports(context or FakeContext(), tools or FakeTools(), FakeProvider(policy)),
                 authenticator=Authenticator(settings.auth, settings.environment),
                 hook=hook,
+                metrics=metrics,
             ),
             context=context or FakeContext(),
             tools=tools or FakeTools(),

@@ -73,7 +73,7 @@ async def test_an_executor_bug_is_internal_and_not_replayed(
 
 
 def test_the_example_configuration_loads_and_its_shell_fields_are_guarded() -> None:
-    settings = load_settings(REPO / "agentmesh.yaml")
+    settings = load_settings([REPO / "agentmesh.yaml", REPO / "agentmesh.demo.yaml"])
     gateway = Gateway(settings, None)
     tools = gateway.registry.tools()
     names = {t.spec.name for t in tools}

@@ -1,0 +1,144 @@
+"""Reading configuration files: `${VAR}` interpolation, which files, and how a later file overlays an earlier one.
+
+The schema and `load_settings` are in `agentmesh.config`; this module knows YAML and dictionaries only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "CONFIG_ENV_VAR",
+    "DEFAULT_CONFIG_FILE",
+    "ConfigError",
+    "ConfigFiles",
+    "config_path",
+    "config_paths",
+    "deep_merge",
+    "interpolate",
+    "overlay",
+    "read_yaml",
+]
+
+CONFIG_ENV_VAR = "AGENTMESH_CONFIG"
+DEFAULT_CONFIG_FILE = "agentmesh.yaml"
+
+_INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and the key."""
+
+
+def interpolate(value: Any, env: Mapping[str, str], *, where: str, path: str = "") -> Any:
+    """Replaces `${VAR}` / `${VAR:-default}` in every string of a parsed YAML tree."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env, where=where, path=f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env, where=where, path=f"{path}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{where}: {path}: environment variable {name} is not set")
+
+    return _INTERPOLATION.sub(substitute, value)
+
+
+ConfigFiles = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""One YAML file, or several applied in order (a base, then overlays)."""
+
+
+def config_paths(explicit: ConfigFiles | None = None) -> list[Path]:
+    """The YAML files to read, in order: the argument, else $AGENTMESH_CONFIG (several joined by
+    `os.pathsep`, like KUBECONFIG: `agentmesh.yaml:agentmesh.demo.yaml`), else ./agentmesh.yaml if present."""
+    if explicit is not None:
+        if isinstance(explicit, str | os.PathLike):
+            return [Path(explicit)]
+        return [Path(item) for item in explicit]
+    from_env = os.environ.get(CONFIG_ENV_VAR)
+    if from_env:
+        return [Path(item) for item in from_env.split(os.pathsep) if item]
+    default = Path(DEFAULT_CONFIG_FILE)
+    return [default] if default.exists() else []
+
+
+def config_path(explicit: ConfigFiles | None = None) -> Path | None:
+    """The first of `config_paths` (the base file), or None."""
+    paths = config_paths(explicit)
+    return paths[0] if paths else None
+
+
+def read_yaml(file: Path) -> dict[str, Any]:
+    """One configuration file, parsed and interpolated; ConfigError naming the file on any problem."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read configuration: {exc.strerror or exc}") from exc
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{file}: the top level must be a mapping, got {type(loaded).__name__}")
+    data: dict[str, Any] = interpolate(loaded, os.environ, where=str(file))
+    return data
+
+
+_LIST_ITEM_KEYS = ("name", "id")
+"""A list of mappings whose items all carry one of these keys is merged item by item (see overlay)."""
+
+
+def overlay(base: Any, extra: Any) -> Any:
+    """`extra` (a later configuration file) applied to `base`: mappings merge recursively; a list of
+    named mappings (`agents` by `id`, `backends`, `models`, `registry` by `name`) merges item by item,
+    new items appended; anything else, other lists and an empty list included, is replaced."""
+    if isinstance(base, dict) and isinstance(extra, dict):
+        merged = dict(base)
+        for key, value in extra.items():
+            merged[key] = overlay(merged[key], value) if key in merged else value
+        return merged
+    key = _item_key(base, extra) if isinstance(base, list) and isinstance(extra, list) and extra else None
+    if key is None:
+        return extra
+    items = list(base)
+    index = {item[key]: i for i, item in enumerate(items)}
+    for item in extra:
+        if item[key] in index:
+            items[index[item[key]]] = overlay(items[index[item[key]]], item)
+        else:
+            index[item[key]] = len(items)
+            items.append(item)
+    return items
+
+
+def _item_key(base: list[Any], extra: list[Any]) -> str | None:
+    both = [*base, *extra]
+    for key in _LIST_ITEM_KEYS:
+        if both and all(isinstance(item, dict) and isinstance(item.get(key), str) for item in both):
+            return key
+    return None
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` merged into `base`, recursively for nested mappings (neither is modified)."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,143 @@
+"""The HTTP listener a service may open, and the routes it serves: the one place for both (docs/architecture.md §11).
+
+Each service has at most one HTTP listener, on `services.<svc>.host` and `services.<svc>.http_port`
+(0: none), opened and closed by its `ServiceHost` beside the gRPC server, on the same event loop
+(uvicorn serving a Starlette app). Routes today:
+- `GET /metrics`: the Prometheus exposition of this service's metrics (agentmesh.metrics), by
+  prometheus_client's own ASGI app (text or OpenMetrics by the Accept header, gzip when asked).
+
+Rules every route here follows, and a route added later (a Connect HTTP/JSON endpoint, MCP over
+HTTP) must follow too:
+- TLS is the gRPC port's: none in the process; in a mesh the sidecar terminates mTLS for both ports.
+- Authentication is the gRPC edge's: a route that reads or changes data verifies the caller's
+  `x-agentmesh-identity` token with the service's `Authenticator` before it reads the body
+  (agentmesh.rpc.auth). `/metrics` is open, like the gRPC health service: it is scraped by
+  Prometheus, carries no task, request, session or call id, and no data of any tenant.
+- The listener lives as long as the gRPC server: it stays up through the drain (so the drain shows
+  in the metrics) and is closed after the gRPC server stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from prometheus_client import CollectorRegistry, make_asgi_app
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Route
+
+__all__ = ["HttpListener", "http_routes", "metrics_route"]
+
+log = logging.getLogger("agentmesh.rpc.http")
+
+METRICS_PATH = "/metrics"
+_STARTUP_TIMEOUT_S = 10.0
+
+
+class _AsgiEndpoint:
+    """An ASGI app as a Starlette route endpoint (Starlette treats a plain function as a request
+    handler, any other callable as an ASGI app)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+def metrics_route(registry: CollectorRegistry) -> Route:
+    """`GET /metrics`: the registry in the Prometheus exposition format."""
+    return Route(METRICS_PATH, _AsgiEndpoint(make_asgi_app(registry)), methods=["GET"], name="metrics")
+
+
+def http_routes(metrics_registry: CollectorRegistry | None) -> list[BaseRoute]:
+    """Every route a service's HTTP listener serves (empty: the listener is not opened)."""
+    routes: list[BaseRoute] = []
+    if metrics_registry is not None:
+        routes.append(metrics_route(metrics_registry))
+    return routes
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn on the service's own event loop: the ServiceHost owns SIGTERM and SIGINT (its drain), so
+    the server installs no signal handlers of its own; it stops when the host stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(address: str) -> socket.socket:
+    """A bound socket for "host:port" (port 0: any free one); OSError naming the address otherwise.
+
+    Bound here rather than by uvicorn, which exits the process when a bind fails."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise OSError(f"not a host:port address: {address!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port_text)))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot bind {address} (address in use?): {exc.strerror or exc}") from None
+    return sock
+
+
+class HttpListener:
+    """One service's HTTP listener: `await start(address)`, `await stop()`."""
+
+    def __init__(self, name: str, routes: list[BaseRoute], *, graceful_shutdown_s: float = 5.0) -> None:
+        self.name = name
+        self.app = Starlette(routes=routes)
+        self.graceful_shutdown_s = graceful_shutdown_s
+        self.port = 0
+        self._server: _EmbeddedServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, address: str) -> int:
+        """Binds `address`, serves, and returns the port once the listener accepts connections."""
+        sock = _bind(address)
+        self.port = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            self.app,
+            log_config=None,  # the service's JSON logging stays in charge
+            access_log=False,  # a scrape every few seconds is not news
+            lifespan="off",
+            server_header=False,
+            timeout_graceful_shutdown=max(1, round(self.graceful_shutdown_s)),
+        )
+        server = _EmbeddedServer(config)
+        self._server = server
+        self._task = asyncio.create_task(server.serve(sockets=[sock]), name=f"{self.name}-http")
+        deadline = asyncio.get_running_loop().time() + _STARTUP_TIMEOUT_S
+        while not server.started:
+            if self._task.done():
+                sock.close()
+                self._task.result()  # raises what made it fail
+                raise OSError(f"{self.name}: the HTTP listener on {address} stopped during start-up")
+            if asyncio.get_running_loop().time() > deadline:
+                await self.stop()
+                raise OSError(f"{self.name}: the HTTP listener on {address} did not start")
+            await asyncio.sleep(0.005)
+        log.info("%s HTTP listener on port %d", self.name, self.port, extra={"http_port": self.port})
+        return self.port
+
+    async def stop(self) -> None:
+        """Stops accepting, lets requests in progress finish (within the graceful timeout), closes. Idempotent."""
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is None or task is None:
+            return
+        server.should_exit = True
+        try:
+            await task
+        except Exception:  # the listener failing on its way out must not fail the service's stop
+            log.exception("%s HTTP listener failed while stopping", self.name)
