@@ -96,7 +96,7 @@ class StderrPump:
                         self.emit(exc.partial)
                     break
                 except asyncio.LimitOverrunError as exc:
-                    # A line longer than the buffer: log its start, drop the rest of it.
+                    # A line longer than the buffer: logged in pieces (each cut to MAX_LINE_CHARS).
                     self.emit(await reader.readexactly(exc.consumed))
                     continue
                 self.emit(line)

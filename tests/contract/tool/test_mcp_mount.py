@@ -249,7 +249,7 @@ async def test_a_name_collision_is_a_config_error_naming_both(
     assert "local__dup_name" in str(raised.value)
 
 
-def test_mcp_server_settings_are_checked_at_load(tmp_path: Path) -> None:
+def test_mcp_server_settings_are_checked_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def load(server: dict[str, Any]) -> Any:
         path = tmp_path / "c.yaml"
         path.write_text(json.dumps({"auth": {"key": "k" * 40}, "tools": {"mcp_servers": [server]}}), encoding="utf-8")
@@ -267,6 +267,18 @@ def test_mcp_server_settings_are_checked_at_load(tmp_path: Path) -> None:
     for bad, said in cases:
         with pytest.raises(ConfigError, match=said):
             load(bad)
+    # Headers (and env) come from the environment through ${VAR}; they never print.
+    path = tmp_path / "h.yaml"
+    path.write_text(
+        "auth: {key: " + "k" * 40 + "}\ntools:\n  http_allowlist: [http://127.0.0.1:9/mcp]\n  mcp_servers:\n"
+        '    - {name: h, transport: http, url: "http://127.0.0.1:9/mcp", '
+        'headers: {Authorization: "Bearer ${MCP_TEST_SECRET}"}}\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("MCP_TEST_SECRET", "s3cr3t-from-env")
+    loaded = load_settings(path).tools.mcp_servers[0]
+    assert loaded.headers["Authorization"].get_secret_value() == "Bearer s3cr3t-from-env"
+    assert "s3cr3t" not in repr(loaded)
     with pytest.raises(ConfigError, match="used by two servers"):
         path = tmp_path / "d.yaml"
         path.write_text(
