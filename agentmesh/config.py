@@ -503,6 +503,109 @@ class ToolRateLimitSettings(_Section):
     locally within 1 s; 1 = one Redis call per tool call."""
 
 
+class McpToolOverride(_Section):
+    """Per-tool settings of one MCP server's tool (`tools.mcp_servers[].tools.<original name>`): what the
+    operator says about the tool, which wins over anything the server claims (docs/architecture.md §16)."""
+
+    name: str | None = Field(None, pattern=r"^[a-z0-9_]{1,55}$")
+    """The local part of the registry name (`<prefix>__<name>`) instead of the one derived from the
+    server's name; resolves a collision."""
+    enabled: bool = True
+    """False: the tool is not mounted."""
+    access: Literal["read", "write"] | None = None
+    """None: `write`, or what the server's readOnlyHint says when `trust_annotations` is true."""
+    idempotent: bool | None = None
+    requires_approval: bool | None = None
+    """None: true, or the server's destructiveHint (default true) when `trust_annotations` is true;
+    a tool declared read needs none."""
+    timeout_s: float | None = Field(None, gt=0, le=600)
+    """None: the server's `timeout_s`."""
+    impact: str = ""
+    """What a call changes, shown to approvers (default: "calls <tool> on MCP server <server>")."""
+    fallback_tool: str = ""
+    description: str | None = None
+    """Replaces the server's description (shown to the model and indexed for discovery)."""
+    examples: list[str] = []
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+class McpServerSettings(_Section):
+    """One MCP server whose tools tool_svc mounts behind the gateway (docs/architecture.md §16).
+
+    stdio: tool_svc starts `command` with `args` and supervises it (restarted with backoff); the process
+    gets `env` plus PATH and HOME, nothing else of tool_svc's environment. http: streamable HTTP at `url`,
+    which must match `tools.http_allowlist`; `headers` are sent with every request (reference secrets as
+    `${VAR}`, so they live in the environment, never in the file)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    """The server's name; its tools need the permission group `mcp.<name>`."""
+    prefix: str | None = Field(None, pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    """Registry names are `<prefix>__<tool>`; default: `name`."""
+    transport: Literal["stdio", "http"]
+    command: str = ""
+    """stdio: the executable (looked up on PATH)."""
+    args: list[str] = []
+    env: dict[str, SecretStr] = {}
+    """stdio: the process's environment besides PATH and HOME."""
+    cwd: Path | None = None
+    url: str = ""
+    """http: the streamable HTTP endpoint, e.g. `https://mcp.example.com/mcp`."""
+    headers: dict[str, SecretStr] = {}
+    """http: request headers, e.g. `Authorization: "Bearer ${GITHUB_MCP_TOKEN}"`."""
+    mode: Literal["auto", "legacy"] = "auto"
+    """Protocol negotiation: `auto` probes for 2026-07-28 and falls back to the initialize handshake;
+    `legacy` always uses the handshake."""
+    trust_annotations: bool = False
+    """Whether the server's tool annotations (readOnlyHint, idempotentHint, destructiveHint) decide access,
+    idempotency and approvals. False: every tool is a non-idempotent write that needs approval, unless
+    `tools` says otherwise."""
+    tools: dict[str, McpToolOverride] = {}
+    """Per-tool overrides, keyed by the tool's name on the server."""
+    timeout_s: float = Field(30.0, gt=0, le=600)
+    """Per call."""
+    connect_timeout_s: float = Field(10.0, gt=0, le=300)
+    """Connecting and listing tools; tool_svc waits this long at start-up for the first listing."""
+    restart_initial_s: float = Field(0.5, gt=0)
+    """Delay before reconnecting (restarting a stdio server) after a failure; doubles per failure."""
+    restart_max_s: float = Field(30.0, gt=0)
+    health_interval_s: float = Field(30.0, gt=0)
+    """How often an idle connection re-lists its tools (noticing a dead server or a silent change)."""
+    max_tools: int = Field(256, ge=1, le=4096)
+    """Tools beyond this many are not mounted (a server cannot flood the registry)."""
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> McpServerSettings:
+        if self.transport == "stdio":
+            if not self.command:
+                raise ValueError(f"mcp server {self.name}: transport stdio needs a command")
+            if self.url or self.headers:
+                raise ValueError(f"mcp server {self.name}: url and headers apply to transport http only")
+        else:
+            if not self.url:
+                raise ValueError(f"mcp server {self.name}: transport http needs a url")
+            if self.command or self.args or self.env or self.cwd is not None:
+                raise ValueError(f"mcp server {self.name}: command, args, env and cwd apply to transport stdio only")
+        for key in self.env:
+            if not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"mcp server {self.name}: env: {key!r} is not a variable name")
+            if key.upper().startswith("AGENTMESH_"):
+                # Our own configuration (auth key, Redis URL) never reaches a server we did not write.
+                raise ValueError(f"mcp server {self.name}: env: {key} is agentmesh's own; it is never passed")
+        for header in self.headers:
+            if not _HEADER_NAME.fullmatch(header):
+                raise ValueError(f"mcp server {self.name}: headers: {header!r} is not a header name")
+        if self.restart_max_s < self.restart_initial_s:
+            raise ValueError(f"mcp server {self.name}: restart_max_s must be >= restart_initial_s")
+        return self
+
+    @property
+    def tool_prefix(self) -> str:
+        return self.prefix or self.name
+
+
 class ToolsSettings(_Section):
     """tool_svc: registry, gateway limits, built-ins (docs/architecture.md §5)."""
 
@@ -553,6 +656,26 @@ class ToolsSettings(_Section):
     cpu_inline_max_bytes: int = Field(64 * 1024, ge=0)
     """Digests, payload selections and argument validation on inputs up to this size stay on the event loop
     (a process hop costs more than the work)."""
+    mcp_servers: list[McpServerSettings] = []
+    """MCP servers whose tools are mounted behind the gateway (docs/architecture.md §16)."""
+
+    @model_validator(mode="after")
+    def _mcp_servers_distinct(self) -> ToolsSettings:
+        for what, values in (
+            ("name", [s.name for s in self.mcp_servers]),
+            ("prefix", [s.tool_prefix for s in self.mcp_servers]),
+        ):
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise ValueError(f"mcp_servers: {what} {twice[0]!r} is used by two servers")
+        for server in self.mcp_servers:
+            clash = [e.name for e in self.registry if e.name.startswith(server.tool_prefix + "__")]
+            if clash:
+                raise ValueError(
+                    f"mcp_servers: {server.name}: registry tool {clash[0]} uses the prefix {server.tool_prefix}__ "
+                    "of the server's tools; rename it or set the server's prefix"
+                )
+        return self
 
 
 _BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"

@@ -17,6 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
@@ -63,10 +64,13 @@ from tool_svc.offload import Offload
 from tool_svc.permissions import CheckPermission
 from tool_svc.ratelimit import RateLimit
 from tool_svc.redact import RedactSecrets, redact_outcome
-from tool_svc.registry import ResolveTool, ToolRegistry
+from tool_svc.registry import RegisteredTool, ResolveTool, ToolRegistry
 from tool_svc.retry import Execute
 from tool_svc.sandbox import Sandbox
 from tool_svc.validation import ValidateOutput, parse_arguments
+
+if TYPE_CHECKING:
+    from tool_svc.mcp.mount import McpMount
 
 log = logging.getLogger("tool_svc.gateway")
 
@@ -141,6 +145,12 @@ class Gateway:
             sleep=pause,
         )
         self.discovery = Discovery()
+        # MCP servers' tools (docs/architecture.md §16); the SDK is loaded only when servers are configured.
+        self.mcp: McpMount | None = None
+        if tools.mcp_servers:
+            from tool_svc.mcp.mount import McpMount
+
+            self.mcp = McpMount(tools, self.registry, self.payloads)
 
         # The order of docs/architecture.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
@@ -158,14 +168,21 @@ class Gateway:
                 local_batch=tools.rate_limit.local_batch,
             ),  # RATE_LIMITED, per agent, shared by every replica
             CircuitBreaker(self.breakers),  # CIRCUIT_OPEN per (agent instance, tool)
-            Execute(found, HttpToolExecutor(self.transport), rng=rng, sleep=pause),  # timeout, retries; UPSTREAM_*
+            Execute(found, HttpToolExecutor(self.transport), mcp=self.mcp, rng=rng, sleep=pause),  # UPSTREAM_*
             ValidateOutput(),  # OUTPUT_INVALID
             RedactSecrets(),
             Offload(self.payloads, tools.offload_threshold_bytes, self.cpu),  # PayloadRef + digest above 2 KiB
         )
 
+    async def start(self) -> None:
+        """Connects the MCP servers (waiting for their first listings); ConfigError on a name collision."""
+        if self.mcp is not None:
+            await self.mcp.start()
+
     async def aclose(self) -> None:
         try:
+            if self.mcp is not None:
+                await self.mcp.aclose()
             await self.transport.aclose()
         finally:
             await self.cpu.aclose()
@@ -342,12 +359,29 @@ class Gateway:
     # -- registry and discovery --------------------------------------------------------------------
 
     async def list_tools(self, group: str = "") -> list[ToolDef]:
+        return [t.spec for t in await self.list_entries(group)]
+
+    async def list_entries(
+        self, group: str = "", *, caller: Caller | None = None, permitted_only: bool = False
+    ) -> list[RegisteredTool]:
+        """The registered tools (of `group`; only those `caller` may use when `permitted_only`), each with
+        why it is unavailable, if it is (an MCP server down)."""
         await self.registry.refresh_if_stale()
-        return [t.spec for t in self.registry.tools() if not group or t.spec.permission.group == group]
+        entries = [t for t in self.registry.tools() if not group or t.spec.permission.group == group]
+        if permitted_only and caller is not None:
+            entries = [
+                t
+                for t in entries
+                if permissions.allowed(caller.permissions, permissions.required_permission(t.spec, self.environment))
+            ]
+        return entries
 
     async def discover(self, goal: str, k: int, *, caller: Caller, permitted_only: bool) -> list[Scored]:
         await self.registry.refresh_if_stale()
-        index = self.discovery.index(self.registry.version, lambda: [t.spec for t in self.registry.tools()])
+        # A tool that cannot run now (its MCP server is down) is not offered.
+        index = self.discovery.index(
+            self.registry.version, lambda: [t.spec for t in self.registry.tools() if not t.unavailable]
+        )
 
         def permitted(tool: ToolDef) -> bool:
             return permissions.allowed(caller.permissions, permissions.required_permission(tool, self.environment))

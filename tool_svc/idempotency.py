@@ -64,7 +64,8 @@ _NOT_CACHED = frozenset(
 )
 
 # Failures after which a request that was sent may or may not have had its effect. An HTTP answer
-# (metadata http_status) is known; so is a failure marked as never sent (metadata sent=no).
+# (metadata http_status) or an MCP server's error answer (mcp_error_code) is known; so is a failure
+# marked as never sent (metadata sent=no).
 _UNKNOWN_DELIVERY = frozenset(
     {
         ErrorCode.UPSTREAM_TIMEOUT,
@@ -149,7 +150,9 @@ def unknown_delivery(outcome: Outcome | None) -> bool:
     if outcome.code == ErrorCode.OUTCOME_UNKNOWN:
         return True
     meta = outcome.metadata
-    return outcome.code in _UNKNOWN_DELIVERY and "http_status" not in meta and meta.get("sent") != "no"
+    # An HTTP status or an MCP server's own error answer means the upstream answered: the outcome is known.
+    answered = "http_status" in meta or "mcp_error_code" in meta
+    return outcome.code in _UNKNOWN_DELIVERY and not answered and meta.get("sent") != "no"
 
 
 def settlement_id(key: str, generation: int) -> str:

@@ -19,7 +19,7 @@ from agentmesh.payloads import StoredPayload
 
 ResultKind = Literal["structured", "text"]
 Access = Literal["read", "write"]
-ExecutorKind = Literal["builtin", "http"]
+ExecutorKind = Literal["builtin", "http", "mcp"]
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 """The methods an HTTP tool may use (`ToolSpec.http_method`)."""
 
@@ -76,6 +76,10 @@ class ToolDef:
     upstream_idempotency_key: bool = False
     """For HTTP tools: the upstream deduplicates by the Idempotency-Key header sent with every call
     (`tool_svc.http.idempotency_key_value`), so a call with an unknown outcome may be re-sent."""
+    mcp_server: str = ""
+    """For MCP tools: the configured server (`tools.mcp_servers[].name`) the tool is mounted from."""
+    mcp_tool: str = ""
+    """For MCP tools: the tool's own name on its server, sent in `tools/call`."""
 
     @property
     def read_only(self) -> bool:

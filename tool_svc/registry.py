@@ -41,7 +41,7 @@ MAX_EXAMPLES = 20
 # Refreshing on a miss more often than this would let a flood of bad names hammer Redis.
 _MISS_REFRESH_S = 0.2
 
-Source = Literal["builtin", "config", "runtime"]
+Source = Literal["builtin", "config", "runtime", "mcp"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ class RegisteredTool:
     source: Source
     marked: bool = False
     """Whether the input schema marks any field with x-agentmesh-kind (else the guard has nothing to do)."""
+    unavailable: str = ""
+    """Why the tool cannot run now ("" when it can): its MCP server is down (docs/architecture.md §16)."""
 
 
 def _retry(settings: ToolRetrySettings) -> RetryPolicy:
@@ -148,6 +150,10 @@ class ToolRegistry:
         self.clock = clock
         self._static: dict[str, RegisteredTool] = {}
         self._runtime: dict[str, RegisteredTool] = {}
+        # MCP servers' tools (tool_svc.mcp), per server, and why a server is down ("" when it is up).
+        self._mcp: dict[str, dict[str, RegisteredTool]] = {}
+        self._mcp_down: dict[str, str] = {}
+        self._mcp_flat: dict[str, RegisteredTool] = {}
         self._refreshed_at = float("-inf")
         self._miss_refreshed_at = float("-inf")
         self.version = 0
@@ -223,13 +229,16 @@ class ToolRegistry:
                 raise InvalidRequestError(
                     "tool.endpoint_url", "does not match tools.http_allowlist (scheme://host[:port]/path-prefix)"
                 )
+        elif spec.executor == "mcp":
+            if source != "mcp" or not spec.mcp_server or not spec.mcp_tool:
+                raise InvalidRequestError("tool.executor", "mcp tools come from tools.mcp_servers only")
         elif spec.executor == "builtin":
             if spec.builtin not in self.available_builtins:
                 raise InvalidRequestError("tool.executor", f"unknown built-in {spec.builtin!r}")
             if spec.upstream_idempotency_key:
                 raise InvalidRequestError("tool.upstream_idempotency_key", "applies to http tools only")
         else:
-            raise InvalidRequestError("tool.executor", f"must be builtin or http, got {spec.executor!r}")
+            raise InvalidRequestError("tool.executor", f"must be builtin, http or mcp, got {spec.executor!r}")
         output = SchemaCheck.compile(spec.output_schema) if spec.output_schema is not None else None
         return RegisteredTool(
             spec, SchemaCheck.compile(spec.input_schema), output, source, has_marks(spec.input_schema)
@@ -238,11 +247,45 @@ class ToolRegistry:
     # -- reads -------------------------------------------------------------------------------------
 
     def tools(self) -> list[RegisteredTool]:
-        merged = {**self._static, **self._runtime}
+        merged = {**self._mcp_flat, **self._static, **self._runtime}
         return [merged[name] for name in sorted(merged)]
 
     def get(self, name: str) -> RegisteredTool | None:
-        return self._runtime.get(name) or self._static.get(name)
+        return self._runtime.get(name) or self._static.get(name) or self._mcp_flat.get(name)
+
+    # -- MCP servers' tools ------------------------------------------------------------------------
+
+    def set_mcp_tools(self, server: str, specs: list[ToolDef] | None, down: str = "") -> list[str]:
+        """The tools of MCP server `server` (None: keep the last ones), and why it is down ("" when up).
+
+        Returns what was not mounted and why: a name another tool already has, a schema the registry
+        refuses. While a server is down its tools stay listed, unavailable with the reason."""
+        problems: list[str] = []
+        changed = self._mcp_down.get(server, None) != down
+        self._mcp_down[server] = down
+        if specs is not None:
+            others = {*self._static, *self._runtime, *(n for s, t in self._mcp.items() if s != server for n in t)}
+            compiled: dict[str, RegisteredTool] = {}
+            for spec in specs:
+                if spec.name in others:
+                    problems.append(f"{spec.name} (tool {spec.mcp_tool!r} of MCP server {server}): the name is taken")
+                    continue
+                try:
+                    compiled[spec.name] = self.compile(spec, "mcp")
+                except InvalidRequestError as exc:
+                    problems.append(f"{spec.name} (tool {spec.mcp_tool!r} of MCP server {server}): {exc.message}")
+            old = self._mcp.get(server, {})
+            if {n: t.spec for n, t in compiled.items()} != {n: t.spec for n, t in old.items()}:
+                self._mcp[server] = compiled
+                changed = True
+        if changed:
+            self._mcp_flat = {
+                name: replace(tool, unavailable=self._mcp_down.get(s, "")) if self._mcp_down.get(s) else tool
+                for s, tools in self._mcp.items()
+                for name, tool in tools.items()
+            }
+            self.version += 1
+        return problems
 
     async def resolve(self, name: str) -> RegisteredTool | None:
         """The tool, reloading run-time tools when stale or when the name is unknown."""
@@ -333,6 +376,8 @@ class ToolRegistry:
         existing = self._static.get(spec.name)
         if existing is not None and existing.source == "builtin":
             raise FailedPreconditionError(f"{spec.name} is a built-in tool and cannot be replaced")
+        if spec.name in self._mcp_flat:
+            raise FailedPreconditionError(f"{spec.name} is a tool of an MCP server and cannot be replaced")
         if not replace_existing and (existing is not None or spec.name in self._runtime):
             raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
         return compiled

@@ -105,21 +105,31 @@ class Execute:
         executors: Mapping[str, Executor],
         http: Executor,
         *,
+        mcp: Executor | None = None,
         remaining: Callable[[], float | None] = callctx.remaining_time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
         self.executors = executors
         self.http = http
+        self.mcp = mcp
         self.remaining = remaining
         self.sleep = sleep
         self.rng = rng
 
     async def __call__(self, call: CallState) -> Outcome | None:
         spec = call.spec
-        executor = self.http if spec.executor == "http" else self.executors.get(spec.builtin)
+        executor: Executor | None
+        if spec.executor == "http":
+            executor = self.http
+        elif spec.executor == "mcp":
+            executor = self.mcp
+        else:
+            executor = self.executors.get(spec.builtin)
         if executor is None:
-            return AgentmeshError(ErrorCode.INTERNAL, f"{spec.name}: no executor {spec.builtin!r} in this build")
+            return AgentmeshError(
+                ErrorCode.INTERNAL, f"{spec.name}: no executor {spec.builtin or spec.executor!r} in this build"
+            )
         invocation = Invocation(
             tool=spec,
             arguments=call.arguments,

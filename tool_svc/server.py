@@ -56,7 +56,7 @@ _STATE = {
 # --- ToolSpec <-> ToolDef ---------------------------------------------------------------------------
 
 
-def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
+def spec_to_pb(spec: ToolDef, *, unavailable: str = "") -> common_pb2.ToolSpec:
     return common_pb2.ToolSpec(
         name=spec.name,
         description=spec.description,
@@ -84,6 +84,9 @@ def spec_to_pb(spec: ToolDef) -> common_pb2.ToolSpec:
         endpoint_url=spec.endpoint_url,
         http_method=spec.http_method if spec.executor == "http" else "",
         upstream_idempotency_key=spec.upstream_idempotency_key,
+        unavailable_reason=unavailable,
+        mcp_server=spec.mcp_server,
+        mcp_tool=spec.mcp_tool,
     )
 
 
@@ -255,8 +258,9 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     async def ListTools(
         self, request: tool_pb2.ListToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> tool_pb2.ListToolsResponse:
-        tools = await self.gateway.list_tools(request.group)
-        return tool_pb2.ListToolsResponse(tools=[spec_to_pb(t) for t in tools])
+        caller = Caller.from_identity(require_identity()) if request.permitted_only else None
+        entries = await self.gateway.list_entries(request.group, caller=caller, permitted_only=request.permitted_only)
+        return tool_pb2.ListToolsResponse(tools=[spec_to_pb(t.spec, unavailable=t.unavailable) for t in entries])
 
     async def DiscoverTools(
         self, request: tool_pb2.DiscoverToolsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -334,6 +338,11 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Registers ToolService on the host."""
     gateway = Gateway(host.settings, host.store, tracer=host.telemetry.tracer("tool_svc"), metrics=host.metrics)
+    try:
+        await gateway.start()  # MCP servers: connected, first listings in (docs/architecture.md §16)
+    except BaseException:
+        await gateway.aclose()
+        raise
     servicer = ToolServicer(gateway, max_json_depth=host.settings.server.max_json_depth)
     host.add_servicer(SERVICE_NAME, tool_pb2_grpc.add_ToolServiceServicer_to_server, servicer)
     return gateway.aclose

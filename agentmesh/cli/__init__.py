@@ -1,4 +1,4 @@
-"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `context`, `trace`, ...
+"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `context`, `trace`, `mcp serve`, ...
 
 Every sub-command reads the same configuration as the services (`--config`, more than once for
 overlays, else $AGENTMESH_CONFIG, else ./agentmesh.yaml), and exits 2 with the file and key on a bad
@@ -221,6 +221,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def cmd_mcp_serve(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
+    """Serves agentmesh's governed tools to MCP clients (stdio or streamable HTTP)."""
+    from agentmesh.cli.mcp_serve import serve_command
+
+    return serve_command(
+        settings, transport=args.transport, host=args.host, port=args.port, token=args.token, timeout_s=args.timeout
+    )
+
+
 def _date_arg(text: str) -> dt.date:
     try:
         return dt.date.fromisoformat(text)
@@ -389,6 +398,24 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--limit", type=int, default=1000, help="at most this many entries (oldest first)")
     audit.add_argument("--json", action="store_true", help="one JSON object per line")
     audit.set_defaults(func=cmd_audit)
+
+    mcp = sub.add_parser("mcp", help="Model Context Protocol: serve agentmesh's tools to MCP clients")
+    mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)
+    serve = mcp_sub.add_parser(
+        "serve",
+        help="serve the tools your token may use over MCP (stdio or streamable HTTP), each call through the gateway",
+    )
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default="127.0.0.1", help="http: address to listen on")
+    serve.add_argument("--port", type=int, default=8765, help="http: port (the endpoint is /mcp)")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="stdio: the agentmesh token to act as (default $AGENTMESH_TOKEN; http reads each request's "
+        "Authorization: Bearer)",
+    )
+    serve.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds one tool call may take")
+    serve.set_defaults(func=cmd_mcp_serve)
     return parser
 
 

@@ -271,7 +271,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_jitter: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "description", "examples", "input_schema_json", "output_schema_json", "result_type", "permission", "impact", "timeout", "retry_policy", "idempotent", "requires_approval", "fallback_tool", "executor", "endpoint_url", "http_method", "upstream_idempotency_key")
+    __slots__ = ("name", "description", "examples", "input_schema_json", "output_schema_json", "result_type", "permission", "impact", "timeout", "retry_policy", "idempotent", "requires_approval", "fallback_tool", "executor", "endpoint_url", "http_method", "upstream_idempotency_key", "unavailable_reason", "mcp_server", "mcp_tool")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EXAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -289,6 +289,9 @@ class ToolSpec(_message.Message):
     ENDPOINT_URL_FIELD_NUMBER: _ClassVar[int]
     HTTP_METHOD_FIELD_NUMBER: _ClassVar[int]
     UPSTREAM_IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    MCP_SERVER_FIELD_NUMBER: _ClassVar[int]
+    MCP_TOOL_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     examples: _containers.RepeatedScalarFieldContainer[str]
@@ -306,7 +309,10 @@ class ToolSpec(_message.Message):
     endpoint_url: str
     http_method: str
     upstream_idempotency_key: bool
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., examples: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., permission: _Optional[_Union[ToolPermission, _Mapping]] = ..., impact: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., idempotent: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., fallback_tool: _Optional[str] = ..., executor: _Optional[str] = ..., endpoint_url: _Optional[str] = ..., http_method: _Optional[str] = ..., upstream_idempotency_key: _Optional[bool] = ...) -> None: ...
+    unavailable_reason: str
+    mcp_server: str
+    mcp_tool: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., examples: _Optional[_Iterable[str]] = ..., input_schema_json: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., result_type: _Optional[_Union[ResultType, str]] = ..., permission: _Optional[_Union[ToolPermission, _Mapping]] = ..., impact: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., idempotent: _Optional[bool] = ..., requires_approval: _Optional[bool] = ..., fallback_tool: _Optional[str] = ..., executor: _Optional[str] = ..., endpoint_url: _Optional[str] = ..., http_method: _Optional[str] = ..., upstream_idempotency_key: _Optional[bool] = ..., unavailable_reason: _Optional[str] = ..., mcp_server: _Optional[str] = ..., mcp_tool: _Optional[str] = ...) -> None: ...
 
 class TokenUsage(_message.Message):
     __slots__ = ("input_tokens", "output_tokens", "total_tokens")

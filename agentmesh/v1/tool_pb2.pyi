@@ -9,10 +9,12 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ("group",)
+    __slots__ = ("group", "permitted_only")
     GROUP_FIELD_NUMBER: _ClassVar[int]
+    PERMITTED_ONLY_FIELD_NUMBER: _ClassVar[int]
     group: str
-    def __init__(self, group: _Optional[str] = ...) -> None: ...
+    permitted_only: bool
+    def __init__(self, group: _Optional[str] = ..., permitted_only: _Optional[bool] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
     __slots__ = ("tools",)

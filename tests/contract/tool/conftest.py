@@ -12,9 +12,12 @@ import pytest
 from agentmesh.config import deep_merge
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from tests.contract.tool.fakes import FAST_RETRY, FakeUpstream, http_tool
+from tests.contract.tool.mcp_support import http_upstream, mcp_tool_service
 from tool_svc.server import SPEC
 
 ALL = ("*:*:*",)
+
+__all__ = ["http_upstream", "mcp_tool_service"]  # the MCP tests' fixtures (mcp_support.py)
 
 LOG_LINES = [
     '{"ts": "2025-06-01T10:00:00Z", "level": "INFO", "service": "payment-svc", "msg": "started"}',

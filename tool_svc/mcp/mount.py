@@ -1,0 +1,123 @@
+"""Every configured MCP server mounted in the registry, and the executor of their tools (docs/architecture.md §16).
+
+At start-up: each streamable HTTP URL must match `tools.http_allowlist` and each stdio command must exist
+(else ConfigError: tool_svc exits 2); every server is connected at once and tool_svc waits up to each
+server's `connect_timeout_s` for its first listing. Two tools of one server mapping to one registry name
+in that listing is a ConfigError naming both. A server that cannot be reached does not stop tool_svc
+(it stays SERVING): the server is retried with backoff, and its tools appear when it answers.
+
+Later listings (a change notice, a reconnect) replace the server's entries; a collision or a refused
+schema then leaves those tools out and is logged. While a server is down its tools stay listed,
+unavailable with the reason; calls to them fail UPSTREAM_UNAVAILABLE without being sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from typing import Any
+
+from mcp import MCPError
+from pydantic import ValidationError
+
+from agentmesh.config import ConfigError, ToolsSettings
+from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.payloads import PayloadStore
+from tool_svc.http import Allowlist
+from tool_svc.mcp import results
+from tool_svc.mcp.catalog import ListedTool, catalog
+from tool_svc.mcp.connection import McpConnection
+from tool_svc.mcp.stderr import redact_sdk_logs
+from tool_svc.model import Invocation, Produced
+from tool_svc.registry import ToolRegistry
+
+log = logging.getLogger("tool_svc.mcp")
+
+
+def check_settings(settings: ToolsSettings, allowlist: Allowlist) -> None:
+    """What start-up refuses (ConfigError): a URL off the HTTP allowlist, a command that is not there."""
+    for server in settings.mcp_servers:
+        where = f"tools.mcp_servers: {server.name}"
+        if server.transport == "http" and not allowlist.allows(server.url):
+            raise ConfigError(
+                f"{where}: url {server.url.split('?', 1)[0]!r} does not match tools.http_allowlist "
+                "(the allowlist HTTP tools use: scheme://host[:port]/path-prefix)"
+            )
+        if server.transport == "stdio" and shutil.which(server.command) is None:
+            raise ConfigError(f"{where}: command {server.command!r} is not an executable file or on PATH")
+
+
+class McpMount:
+    """The configured MCP servers: their connections, their registry entries, their executor."""
+
+    def __init__(self, settings: ToolsSettings, registry: ToolRegistry, payloads: PayloadStore | None) -> None:
+        check_settings(settings, registry.allowlist)
+        redact_sdk_logs()
+        self.settings = settings
+        self.registry = registry
+        self.payloads = payloads
+        self.connections: dict[str, McpConnection] = {
+            s.name: McpConnection(s, self._on_tools) for s in settings.mcp_servers
+        }
+        self.problems: dict[str, list[str]] = {}
+        """What the last listing of each server could not mount, and why."""
+        self._startup_collisions: list[str] = []
+        self._starting = True
+
+    async def start(self) -> None:
+        """Connects every server and waits for the first listings; ConfigError on a name collision."""
+        for connection in self.connections.values():
+            connection.start()
+        await asyncio.gather(*(c.wait_listed(c.settings.connect_timeout_s + 1.0) for c in self.connections.values()))
+        self._starting = False
+        if self._startup_collisions:
+            await self.aclose()
+            raise ConfigError("tools.mcp_servers: " + "; ".join(self._startup_collisions))
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.connections.values()), return_exceptions=True)
+
+    def _on_tools(self, connection: McpConnection, tools: list[ListedTool] | None, reason: str) -> None:
+        """A listing (or a server gone down) becomes the server's registry entries."""
+        server = connection.settings
+        if tools is None:
+            self.registry.set_mcp_tools(server.name, None, reason)
+            return
+        found = catalog(tools, server, self.settings.retry)
+        problems = [c.describe(server.name) for c in found.collisions]
+        if self._starting and problems:
+            self._startup_collisions.extend(problems)
+        problems += [f"MCP server {server.name}: {p}" for p in found.skipped]
+        problems += self.registry.set_mcp_tools(server.name, list(found.tools), "")
+        if problems != self.problems.get(server.name, []):
+            for problem in problems:
+                log.error("not mounted: %s", problem)
+        self.problems[server.name] = problems
+
+    async def __call__(self, call: Invocation) -> Produced:
+        """The executor of MCP tools (ToolDef.executor == "mcp")."""
+        tool = call.tool
+        connection = self.connections.get(tool.mcp_server)
+        if connection is None:
+            raise AgentmeshError(
+                ErrorCode.UPSTREAM_UNAVAILABLE,
+                f"{tool.name}: MCP server {tool.mcp_server} is not configured on this replica",
+                metadata={"sent": "no"},
+                fallback_tool=tool.fallback_tool,
+            )
+        arguments: dict[str, Any] = call.arguments if isinstance(call.arguments, dict) else {}
+        try:
+            answer = await connection.call(tool.mcp_tool, arguments, call.timeout_s)
+        except AgentmeshError as exc:
+            raise exc.replace(message=f"{tool.name}: {exc.message}", fallback_tool=tool.fallback_tool) from None
+        except MCPError as exc:
+            raise results.protocol_error(tool, exc) from None
+        except ValidationError as exc:
+            raise results.invalid_answer(tool, exc) from None
+        except RuntimeError as exc:
+            # The SDK checks structuredContent against the outputSchema it listed (and says so).
+            if "structured content" not in str(exc) and "schema" not in str(exc):
+                raise
+            raise results.invalid_answer(tool, exc) from None
+        return await results.produced(tool, answer, self.payloads, call.session_id)
