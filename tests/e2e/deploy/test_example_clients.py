@@ -115,6 +115,19 @@ def test_the_examples_build_from_the_fresh_stubs(built: FreshTree) -> None:
     assert (generated / "dispatcher_pb.js").exists()
 
 
+def test_the_go_example_is_gofmt_clean_and_vetted(built: FreshTree) -> None:
+    source = built.root / "examples" / "clients" / "go"
+    gofmt = subprocess.run(["gofmt", "-l", str(source)], capture_output=True, text=True, timeout=60)
+    assert gofmt.returncode == 0 and gofmt.stdout == "", f"not gofmt-formatted: {gofmt.stdout}{gofmt.stderr}"
+    gopath = f"{built.root / 'build' / 'clients' / 'gopath'}:/usr/share/gocode"
+    env = {**os.environ, "GOPATH": gopath, "GO111MODULE": "off", "GOFLAGS": "", "GOPROXY": "off"}
+    # -trimpath, as the build: Go's cache then holds the analysis of the dependencies for every checkout.
+    vet = subprocess.run(
+        ["go", "vet", "-trimpath", "."], cwd=source, capture_output=True, text=True, timeout=120, env=env
+    )
+    assert vet.returncode == 0, vet.stderr
+
+
 def test_lists_the_configured_agents(client: ExampleClient) -> None:
     code, records, _ = client.run("agents", token=token())
     assert code == 0
