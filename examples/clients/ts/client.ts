@@ -98,7 +98,10 @@ class Session {
       }
       return "ended";
     } catch (err) {
-      if (RESUMABLE.has(ConnectError.from(err).code)) return "broken";
+      const code = ConnectError.from(err).code;
+      // Connect-ES reports a connection lost under a stream as CANCELED ("http/2 stream closed with
+      // error code CANCEL"): unless this client aborted the call itself, the stream broke.
+      if (RESUMABLE.has(code) || (code === Code.Canceled && !abort.signal.aborted)) return "broken";
       throw err;
     }
   }

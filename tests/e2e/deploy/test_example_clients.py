@@ -23,6 +23,7 @@ from agentmesh.localredis import LocalRedis
 from tests.codegen import FreshTree
 from tests.e2e.conftest import AUTH_KEY
 from tests.e2e.deploy.conftest import SHELL
+from tests.e2e.deploy.netcut import CuttingProxy
 from tests.e2e.deploy.stack import Image, Stack, start_stack
 
 pytestmark = pytest.mark.e2e
@@ -169,6 +170,51 @@ def test_run_streams_events_and_resumes_without_gaps_or_repeats(client: ExampleC
     code, replay, _ = client.run("watch", client.flag("task-id"), task_id, client.flag("after"), "0", token=token())
     assert code == 0
     assert [(e["sequence"], e["kind"]) for e in only(replay, "event")] == [(e["sequence"], e["kind"]) for e in events]
+
+
+def test_a_stream_cut_by_the_network_resumes_without_gaps_or_repeats(client: ExampleClient) -> None:
+    """The connection closes under the client after the first event: it sees a broken stream (not
+    its own drop), backs off and resumes with WatchTask on a new connection, printing each event once."""
+    with CuttingProxy(client.stack.target("dispatcher")) as proxy:
+        code, records, result = client.run(
+            client.flag("target"), proxy.target, "run", client.flag("agent"), AGENT, client.flag("goal"), GOAL,
+            token=token(),
+        )  # fmt: skip
+    assert proxy.cuts == 1 and proxy.connections >= 2, result.stderr
+    events = only(records, "event")
+    resumes = only(records, "resume")
+    assert resumes, f"no resume after the cut: {records}"
+    first = resumes[0]
+    before = [e for e in events if records.index(e) < records.index(first)]
+    assert before and all(e["stream"] == "run" for e in before)
+    assert (first["reason"], first["method"]) == ("broken", "WatchTask")
+    assert first["after_sequence"] == before[-1]["sequence"]
+    sequences = [e["sequence"] for e in events]
+    assert sequences == list(range(1, len(sequences) + 1)), f"gap or repeat: {sequences}"
+    (task,) = only(records, "task")
+    assert events[-1]["status"] == task["status"] == "SUCCEEDED" and code == 0
+
+
+def test_a_stream_cut_before_any_event_runs_the_same_task_again(client: ExampleClient) -> None:
+    """Cut before the call's first response: nothing seen, so RunTask again with the same task_id,
+    which finds the task started rather than starting a second one."""
+    with CuttingProxy(client.stack.target("dispatcher"), before_response=True) as proxy:
+        code, records, result = client.run(
+            client.flag("target"), proxy.target, "run", client.flag("agent"), AGENT, client.flag("goal"), GOAL,
+            token=token(),
+        )  # fmt: skip
+    assert proxy.cuts == 1, result.stderr
+    (info,) = only(records, "info")
+    (resume,) = only(records, "resume")
+    assert (resume["reason"], resume["method"], resume["after_sequence"]) == ("broken", "RunTask", 0)
+    assert records.index(resume) == records.index(info) + 1, "no event before the cut"
+    events = only(records, "event")
+    assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+    assert {e["task_id"] for e in events} == {info["task_id"]}
+    (task,) = only(records, "task")
+    assert task["status"] == "SUCCEEDED" and code == 0
+    # One task, created once: a second start would have logged a second "task created" event.
+    assert sum("task created" in e["message"] for e in events) == 1
 
 
 def test_watch_replays_after_a_sequence(client: ExampleClient) -> None:
