@@ -102,6 +102,7 @@ build_java() {
   mkdir -p "$OUT"
   if [[ "${CLIENTS_BUILD_CACHE:-}" != off && -f "$cache/.complete" ]]; then
     cp -R "$cache/classes" "$OUT/java"
+    touch "$cache" # recently used: kept by the pruning below
     echo "build-clients: java: classes of identical inputs reused from $cache"
     return
   fi
@@ -112,6 +113,10 @@ build_java() {
     local partial="$cache.$$"
     rm -rf "$partial" && mkdir -p "$partial" && cp -R "$OUT/java" "$partial/classes" && touch "$partial/.complete"
     mv -T "$partial" "$cache" 2>/dev/null || rm -rf "$partial"
+    # Bounded: the five most recently used builds (one per recent state of the protos) stay.
+    local stale
+    mapfile -t stale < <(ls -1dt "$(dirname "$cache")"/*/ 2>/dev/null | tail -n +6)
+    ((${#stale[@]} == 0)) || rm -rf "${stale[@]}"
   fi
 }
 
