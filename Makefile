@@ -1,5 +1,6 @@
 # agentmesh developer entry points. `make test` is all a fresh clone needs: it creates .venv,
-# installs the pinned dependencies and the pinned buf CLI, lints, then runs the suite.
+# installs the pinned dependencies, the pinned npm tooling (buf, protoc-gen-es, TypeScript) and the
+# Debian toolchains of the Go/Java stubs (`make toolchains`), lints, then runs the suite.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos demo bench fuzz fuzz-context chaos venv clean up baseline
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -29,6 +30,20 @@ node_modules/.installed: package.json package-lock.json
 protos: $(VENV)/.installed
 	$(PY) -m agentmesh.codegen agentmesh/v1
 
+# Go, TypeScript and Java stubs into gen/ (not committed), and the Python ones into agentmesh/v1 (the
+# same bytes as `make protos`): buf.gen.yaml, local plugins only.
+gen: venv toolchains
+	rm -rf gen
+	npx --no-install buf generate
+
+# The example clients (examples/clients/go, examples/clients/ts) and the Java stubs, built from gen/.
+clients: gen
+	scripts/build-clients.sh all
+
+# Debian packages of the Go and Java toolchains (scripts/install-toolchains.sh): a no-op when present.
+toolchains:
+	scripts/install-toolchains.sh
+
 baseline: node_modules/.installed
 	npx --no-install buf build -o $(BASELINE)
 
@@ -41,7 +56,7 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-test: lint
+test: lint toolchains
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 demo: venv
@@ -71,4 +86,4 @@ up: venv
 	$(BIN)/agentmesh up
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist

@@ -2,14 +2,22 @@
 
 `make protos` writes them into the package; the drift test writes them into a temporary folder and
 compares, so committed stubs can never disagree with the contracts.
+
+`python -m agentmesh.codegen --plugin` is the same generator as a protoc plugin, the Python entry of
+buf.gen.yaml (`make gen`): buf has no grpc_python built-in, and buf's descriptors name every field's
+json_name, which protoc records only when a .proto sets it. The plugin clears the implied ones, so
+`buf generate` writes the very bytes `make protos` does (tests/unit/test_buf_generate.py).
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from importlib import resources
 from pathlib import Path
 
+from google.protobuf import descriptor_pb2
+from google.protobuf.compiler import plugin_pb2
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +55,76 @@ def generate(out_root: Path) -> list[Path]:
     return sorted(p for p in generated.iterdir() if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")))
 
 
+def implied_json_name(field_name: str) -> str:
+    """The json_name protoc derives from a field name (lowerCamelCase: drop `_`, capitalize what follows)."""
+    parts = field_name.split("_")
+    return parts[0] + "".join(part[:1].upper() + part[1:] for part in parts[1:])
+
+
+def _clear_implied_json_names(message: descriptor_pb2.DescriptorProto) -> None:
+    for field in [*message.field, *message.extension]:
+        if field.json_name == implied_json_name(field.name):
+            field.ClearField("json_name")
+    for nested in message.nested_type:
+        _clear_implied_json_names(nested)
+
+
+def as_parsed_from_source(file: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDescriptorProto:
+    """`file` as protoc holds it after parsing the .proto: no implied json_name. (Source info, the
+    comments, stays: the service docstrings come from it.)
+
+    The Python generator embeds each file's descriptor; without this the bytes would depend on who
+    compiled the .proto (protoc or buf)."""
+    parsed = descriptor_pb2.FileDescriptorProto()
+    parsed.CopyFrom(file)
+    for field in parsed.extension:
+        if field.json_name == implied_json_name(field.name):
+            field.ClearField("json_name")
+    for message in parsed.message_type:
+        _clear_implied_json_names(message)
+    return parsed
+
+
+def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGeneratorResponse:
+    """The protoc-plugin form of `generate`: *_pb2.py, *_pb2.pyi and *_pb2_grpc.py of the files to generate."""
+    response = plugin_pb2.CodeGeneratorResponse(
+        supported_features=plugin_pb2.CodeGeneratorResponse.FEATURE_PROTO3_OPTIONAL
+    )
+    if request.parameter:
+        response.error = f"agentmesh.codegen takes no options, got {request.parameter!r}"
+        return response
+    files = descriptor_pb2.FileDescriptorSet(file=[as_parsed_from_source(f) for f in request.proto_file])
+    with tempfile.TemporaryDirectory(prefix="agentmesh-codegen-") as tmp:
+        descriptors = Path(tmp) / "request.binpb"
+        descriptors.write_bytes(files.SerializeToString(deterministic=True))
+        out = Path(tmp) / "out"
+        out.mkdir()
+        code = protoc.main(
+            [
+                "grpc_tools.protoc",
+                f"--descriptor_set_in={descriptors}",
+                f"--python_out={out}",
+                f"--pyi_out={out}",
+                f"--grpc_python_out={out}",
+                *request.file_to_generate,
+            ]
+        )
+        if code != 0:
+            response.error = f"grpc_tools.protoc failed with exit code {code} (its message is above)"
+            return response
+        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+            response.file.add(name=path.relative_to(out).as_posix(), content=path.read_text(encoding="utf-8"))
+    return response
+
+
 def main(argv: list[str]) -> int:
-    """`python -m agentmesh.codegen [out_dir]`: out_dir defaults to agentmesh/v1 in this tree."""
+    """`python -m agentmesh.codegen [out_dir]`: out_dir defaults to agentmesh/v1 in this tree.
+
+    `python -m agentmesh.codegen --plugin`: a protoc plugin (CodeGeneratorRequest on stdin)."""
+    if argv == ["--plugin"]:
+        request = plugin_pb2.CodeGeneratorRequest.FromString(sys.stdin.buffer.read())
+        sys.stdout.buffer.write(run_plugin(request).SerializeToString())
+        return 0
     target = Path(argv[0]).resolve() if argv else ROOT / "agentmesh" / "v1"
     # protoc writes <root>/agentmesh/v1/...; the target names the v1 folder itself.
     out_root = target.parent.parent

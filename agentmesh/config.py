@@ -13,7 +13,11 @@ types and unset secret variables are errors that name the key and the file.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -1051,6 +1055,7 @@ def load_settings(
         data = overlay(data, read_yaml(file))
     if overrides:
         data = deep_merge(data, dict(overrides))
+    check_json_variables(os.environ)
     try:
         return Settings(**data)
     except ValidationError as exc:
@@ -1058,6 +1063,72 @@ def load_settings(
     except SettingsError as exc:
         # Raised for an AGENTMESH_* variable whose JSON does not parse.
         raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+def _json_kind(annotation: Any) -> str | None:
+    """The JSON an environment value of this type must be ("object" or "array") when pydantic-settings
+    reads it as JSON only (a model, a mapping, a collection; a union only when every member is one)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds = {_json_kind(arg) for arg in typing.get_args(annotation) if arg is not type(None)}
+        return kinds.pop() if len(kinds) == 1 else None
+    if origin in (list, set, tuple) or annotation in (list, set, tuple):
+        return "array"
+    if origin is dict or annotation is dict:
+        return "object"
+    return "object" if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+class JsonVariable(typing.NamedTuple):
+    """An AGENTMESH_* variable whose value must be JSON: the key it replaces and the JSON it takes."""
+
+    key: str
+    kind: str
+    section: bool
+
+
+def json_variables() -> dict[str, JsonVariable]:
+    """Every AGENTMESH_* name (upper case) whose value must be JSON: a whole section
+    (`AGENTMESH_DISPATCHER`) or a structured key of one (`AGENTMESH_SERVICES_TOOL`)."""
+    names: dict[str, JsonVariable] = {}
+    prefix = str(Settings.model_config.get("env_prefix", ""))
+    for section, field in Settings.model_fields.items():
+        kind = _json_kind(field.annotation)
+        if kind is None:
+            continue
+        names[f"{prefix}{section}".upper()] = JsonVariable(section, kind, section=True)
+        model = field.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for key, sub in model.model_fields.items():
+                sub_kind = _json_kind(sub.annotation)
+                if sub_kind is not None:
+                    names[f"{prefix}{section}_{key}".upper()] = JsonVariable(
+                        f"{section}.{key}", sub_kind, section=False
+                    )
+    return names
+
+
+def check_json_variables(env: Mapping[str, str]) -> None:
+    """A variable that replaces a section (or a structured key) must hold JSON: say which one does not.
+
+    pydantic-settings only says "error parsing value for field ..."; a shell that exported, say,
+    AGENTMESH_DISPATCHER=host:port for some other program would break every command without naming
+    the variable. Names match case-insensitively, as pydantic-settings reads them."""
+    structured = json_variables()
+    for name, value in env.items():
+        variable = structured.get(name.upper())
+        if variable is None:
+            continue
+        try:
+            json.loads(value)
+        except ValueError as exc:
+            shown = value if len(value) <= 60 else value[:57] + "..."
+            one_key = f"Set one key with {name}_<KEY>. " if variable.section and variable.kind == "object" else ""
+            raise ConfigError(
+                f"invalid configuration: environment variable {name}={shown!r} is not JSON ({exc}): it "
+                f"replaces {variable.key} as a whole, so it must be a JSON {variable.kind}. {one_key}"
+                f"Unset {name} if it was meant for another program."
+            ) from None
 
 
 def _format_validation_error(exc: ValidationError, where: str) -> str:

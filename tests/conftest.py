@@ -1,6 +1,7 @@
 """Fixtures shared by every test suite.
 
-Sections: Redis; services in-process (`start_service`). Service-specific fixtures belong in a
+Sections: Redis; services in-process (`start_service`); the stubs of every language generated fresh
+(`fresh_clients`, tests/codegen). Service-specific fixtures belong in a
 conftest.py of the service's own test folder (e.g. tests/contract/tool/conftest.py).
 
 Redis: tests always run against a redis-server they start themselves on a free 127.0.0.1 port
@@ -30,6 +31,7 @@ from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.telemetry import OTLP
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
+from tests.codegen import FreshTree, fresh_tree
 
 # The port a system Redis listens on; a test server must never be it.
 _SYSTEM_REDIS_PORT = 6379
@@ -198,3 +200,12 @@ async def start_service(
         if service.host.store is not None:
             await service.host.store.close()
         await service.host.telemetry.aclose()
+
+
+# --- stubs of every language -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fresh_clients(tmp_path_factory: pytest.TempPathFactory) -> FreshTree:
+    """One `buf generate` per run, with the example clients beside it (built by the tests that use them)."""
+    return fresh_tree(tmp_path_factory.mktemp("fresh-clients"))

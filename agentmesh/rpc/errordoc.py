@@ -150,9 +150,10 @@ A write waiting for a human is not an error: `ToolResult.pending_approval`, task
 ## Reading a failed call
 
 The trailer `grpc-status-details-bin` holds a serialized `google.rpc.Status`; every gRPC language
-has a helper for it (Go `status.FromError(err).Details()`, Java `StatusProto.fromThrowable`, Python
-`grpc_status.rpc_status.from_call`, Node: decode it with protobufjs, see
-`examples/clients/node/errors.js`). Its `details` are `google.protobuf.Any` messages:
+has a helper for it (Go `status.FromError(err).Details()`, see `examples/clients/go/output.go`;
+TypeScript with Connect-ES `ConnectError.findDetails(ErrorDetailSchema)`, see
+`examples/clients/ts/output.ts`; Java `StatusProto.fromThrowable`; Python
+`grpc_status.rpc_status.from_call`). Its `details` are `google.protobuf.Any` messages:
 
 {details}
 A status larger than a gRPC trailer allows is shrunk: it keeps code, class, retry and fallback

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh.config import DEV_AUTH_KEY, ConfigError, load_settings
+from agentmesh.identity import verify_token
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD_KEY = "k" * 40
@@ -212,3 +213,95 @@ def test_service_process_exits_nonzero_on_bad_config(
     assert str(path) in result.stderr
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- variables that replace a whole section must hold JSON (issue 25) -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragments"),
+    [
+        # What an example client once exported for its own use: the dispatcher's address.
+        ("AGENTMESH_DISPATCHER", "localhost:50054", ["AGENTMESH_DISPATCHER='localhost:50054'", "JSON object",
+                                                     "AGENTMESH_DISPATCHER_<KEY>", "another program"]),
+        ("agentmesh_dispatcher", "localhost:50054", ["agentmesh_dispatcher=", "replaces dispatcher"]),
+        ("AGENTMESH_REDIS", "", ["AGENTMESH_REDIS=''", "not JSON"]),
+        ("AGENTMESH_SERVICES", '{"tool": {"port": 1}', ["AGENTMESH_SERVICES=", "replaces services"]),
+        ("AGENTMESH_SERVICES_TOOL", "tool:6053", ["AGENTMESH_SERVICES_TOOL=", "replaces services.tool", "JSON object"]),
+        ("AGENTMESH_AGENTS", "ops", ["AGENTMESH_AGENTS='ops'", "JSON array"]),
+        ("AGENTMESH_TOOLS_HTTP_ALLOWLIST", "example.com", ["replaces tools.http_allowlist", "JSON array"]),
+    ],
+)  # fmt: skip
+def test_a_section_variable_that_is_not_json_is_named(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, fragments: list[str]
+) -> None:
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    for fragment in fragments:
+        assert fragment in str(info.value)
+    assert "EnvSettingsSource" not in str(info.value)
+
+
+def test_a_long_bad_value_is_shortened_in_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    monkeypatch.setenv("AGENTMESH_CONTEXT", "x" * 5000)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert "AGENTMESH_CONTEXT='" + "x" * 57 + "...'" in str(info.value)
+    assert len(str(info.value)) < 500
+
+
+def test_json_section_variables_still_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    monkeypatch.setenv("AGENTMESH_DISPATCHER", '{"claim_idle_s": 30}')
+    monkeypatch.setenv("AGENTMESH_SERVICES_TOOL", '{"port": 6099}')
+    monkeypatch.setenv("AGENTMESH_AGENTS", '[{"id": "ops", "model": "scripted/default"}]')
+    settings = load_settings()
+    assert settings.dispatcher.claim_idle_s == 30
+    assert settings.services.tool.port == 6099
+    assert [a.id for a in settings.agents] == ["ops"]
+    # Valid JSON of the wrong shape is still pydantic's to refuse, naming the variable.
+    monkeypatch.setenv("AGENTMESH_DISPATCHER", "5")
+    with pytest.raises(ConfigError, match="environment variable AGENTMESH_DISPATCHER: dispatcher"):
+        load_settings()
+
+
+def test_the_json_variables_are_exactly_those_pydantic_settings_parses_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_json_variables refuses no value pydantic-settings would have taken as a plain string."""
+    from pydantic_settings import SettingsError
+
+    from agentmesh.config import Settings, json_variables
+
+    names = json_variables()
+    assert {"AGENTMESH_DISPATCHER", "AGENTMESH_SERVICES", "AGENTMESH_SERVICES_TOOL", "AGENTMESH_AGENTS"} <= set(names)
+    assert "AGENTMESH_ENVIRONMENT" not in names and "AGENTMESH_REDIS_URL" not in names
+    monkeypatch.setenv("AGENTMESH_AUTH_KEY", GOOD_KEY)
+    for name in names:
+        monkeypatch.setenv(name, "not-json")
+        with pytest.raises(SettingsError):
+            Settings()
+        monkeypatch.delenv(name)
+
+
+def test_the_cli_names_the_bad_variable_and_ignores_the_example_clients_variables(tmp_path: Path) -> None:
+    """`agentmesh token` in a shell with a stray AGENTMESH_DISPATCHER stops with exit 2 naming it; the
+    example clients' own AM_EXAMPLE_* variables are nothing to agentmesh."""
+    base = {"PATH": "/usr/bin:/bin", "AGENTMESH_AUTH_KEY": GOOD_KEY, "HOME": str(tmp_path)}
+    command = [sys.executable, "-m", "agentmesh.cli", "token", "--role", "operator"]
+    broken = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**base, "AGENTMESH_DISPATCHER": "localhost:50054"},
+    )  # fmt: skip
+    assert broken.returncode == 2
+    assert broken.stdout == ""
+    assert "environment variable AGENTMESH_DISPATCHER='localhost:50054' is not JSON" in broken.stderr
+    assert "Traceback" not in broken.stderr
+    fine = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={**base, "AM_EXAMPLE_DISPATCHER": "localhost:50054", "AM_EXAMPLE_TOKEN": "x"},
+    )  # fmt: skip
+    assert fine.returncode == 0, fine.stderr
+    identity = verify_token(GOOD_KEY.encode(), fine.stdout.strip())
+    assert identity.roles == frozenset({"operator"})
