@@ -263,8 +263,9 @@ class ServerSettings(_Section):
     keepalive_time_s: float = Field(30.0, gt=0)
     keepalive_timeout_s: float = Field(10.0, gt=0)
     health_port: int = Field(0, ge=0, le=65535)
-    """With TLS on, health and reflection are also served in plaintext on this port for probes (0: the
-    service's port + 1000, e.g. 51053 for tool_svc); with TLS off they share the service's port."""
+    """Health and reflection are also served in plaintext on this port, for probes: when set, and always
+    with TLS on (0 then means the service's port + 1000, e.g. 51053 for tool_svc). One value serves
+    every pod of a cluster; on one machine leave it 0 (four services would share it)."""
     readiness_interval_s: float = Field(1.0, gt=0)
     """How often the host PINGs Redis for readiness: while it does not answer (within this but at least
     1 s, at most `redis.socket_timeout_s`) each service's health name is NOT_SERVING; "" (liveness)

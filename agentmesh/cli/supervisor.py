@@ -33,7 +33,7 @@ SERVICES: tuple[str, ...] = ("context", "tool", "provider", "dispatcher")
 def health_target(settings: Settings, name: str) -> str:
     """Where a service answers health checks: its port, or with TLS on its plaintext health port."""
     endpoint = settings.services.endpoint(name)
-    if not settings.tls.enabled:
+    if not (settings.tls.enabled or settings.server.health_port):
         return endpoint.dial_target
     host = "127.0.0.1" if endpoint.host in ("0.0.0.0", "::", "[::]") else endpoint.host
     return f"{host}:{settings.server.health_port or endpoint.port + 1000}"

@@ -152,9 +152,10 @@ class ServiceHost:
         )
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if self.settings.tls.enabled:
+        if self.settings.tls.enabled or self.settings.server.health_port:
             # Probes cannot present a client certificate: health and reflection only, in plaintext, on a
             # port of their own, answered by the same servicer (one readiness) through the same edge.
+            # Also without TLS when a port is configured, so manifests probe one port either way.
             self.health_server = grpc.aio.server(
                 interceptors=[EdgeInterceptor(ChainedCallInterceptor([*server_interceptors(self.telemetry)]))],
                 options=options,

@@ -147,7 +147,9 @@ def test_one_deployment_and_service_per_agentmesh_service() -> None:
         matching = [s for s in services.values() if s["spec"]["selector"].items() <= pod_labels(deployment).items()]
         assert len(matching) == 1, f"{key}: {len(matching)} Services select its pods"
         by_name = {p["name"]: p for p in matching[0]["spec"]["ports"]}
-        assert sorted(by_name) == sorted(p["name"] for p in container(deployment)["ports"]) == ["grpc", "http-metrics"]
+        assert sorted(by_name) == ["grpc", "http-metrics"]
+        # The health port is for the kubelet's probes only: no Service exposes it.
+        assert sorted(p["name"] for p in container(deployment)["ports"]) == ["grpc", "grpc-health", "http-metrics"]
         for name, protocol in (("grpc", "grpc"), ("http-metrics", "http")):
             assert by_name[name]["port"] == container_port(deployment, name), f"{key}: {name}"
             assert by_name[name]["targetPort"] in (name, container_port(deployment, name))
@@ -157,7 +159,8 @@ def test_one_deployment_and_service_per_agentmesh_service() -> None:
 def test_every_deployment_has_native_grpc_probes() -> None:
     for key, deployment in k8s_deployments().items():
         c = container(deployment)
-        port = container_port(deployment, "grpc")
+        # The plaintext health port: the service's own port requires a client certificate (mTLS).
+        port = container_port(deployment, "grpc-health")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert set(c[probe]) & {"grpc", "exec", "httpGet", "tcpSocket"} == {"grpc"}, f"{key}: {probe}"
             assert c[probe]["grpc"]["port"] == port, f"{key}: {probe} port"
