@@ -1,7 +1,6 @@
 """Task state in Redis: one hash per task and its event stream (records, fenced commits, leases).
 
 The `am:tasks` work queue is `dispatcher_svc.queue`; the Lua scripts are `dispatcher_svc.task_scripts`.
-
 Every write to a task is one Lua script (`COMMIT_LUA`) that checks the writer's fencing number
 first: acquiring a task increments `fence`, so a stale owner (paused, partitioned, or simply slow)
 that wakes up after another replica took over has its next write refused and stops. The same
@@ -498,12 +497,10 @@ class TaskStore:
         agent: str = "",
     ) -> CommitResult:
         """Applies `fields` and appends `events` atomically if the task's fence is still `fence`;
-        `prompt` (step, record: dispatcher_svc.prompts) stores a step's prompt in the same write.
-
-        `fence=None` creates the task (TaskExistsError if it exists). Raises StaleOwnerError when
-        another owner has taken over, WrongStatusError when `expect_status` does not hold. A commit
-        that sets a status counts it in the metrics under `agent` (the task's agent).
-        """
+        `prompt` (step, record: dispatcher_svc.prompts) stores a step's prompt in the same write. A
+        status set is counted in the metrics under `agent`. `fence=None` creates the task
+        (TaskExistsError if it exists); StaleOwnerError when another owner took over,
+        WrongStatusError when `expect_status` does not hold."""
         args: list[str | int | bytes] = [
             "" if fence is None else str(fence),
             "" if expect_status is None else str(int(expect_status)),

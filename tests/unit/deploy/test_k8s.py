@@ -16,6 +16,7 @@ import yaml
 from kubernetes_validate.utils import ValidationError, validate  # type: ignore[import-untyped]
 
 from agentmesh.deployfiles import CONFIG_COPY_PATH
+from tests.unit.deploy.conftest import SECRETS
 from tests.unit.deploy.manifests import (
     K8S_BASE,
     K8S_OVERLAYS,
@@ -40,7 +41,7 @@ from tests.unit.deploy.manifests import (
 
 # Native gRPC probes are GA since 1.27; validate against it and the newest schemas shipped.
 K8S_VERSIONS = ("1.27", "1.37")
-SECRETS = {"agentmesh-secrets/auth-key": "k8s-test-key-" + "s" * 32, "agentmesh-secrets/redis-url": "redis://r:6379/0"}
+
 DRAIN_MARGIN_S = 2
 TREES = {"base": K8S_BASE, **K8S_OVERLAYS}
 
@@ -58,24 +59,6 @@ def duration_s(text: str) -> float:
     """A protobuf JSON duration as Istio writes it ("17s", "1.5s")."""
     assert text.endswith("s") and not text.endswith("ms"), text
     return float(text[:-1])
-
-
-@pytest.fixture
-def pod_settings(container_settings: Any, tmp_path: Path) -> Any:
-    """`pod_settings(key, tree)`: the Settings a pod of that Deployment loads (its env + mounted config)."""
-
-    def load(key: str, tree: Path = K8S_BASE) -> Any:
-        deployment = k8s_deployments(tree)[key]
-        env = k8s_env(deployment, SECRETS, tree)
-        mounts = {m["mountPath"]: m["name"] for m in container(deployment)["volumeMounts"]}
-        volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-        config_dir = str(Path(env["AGENTMESH_CONFIG"]).parent)
-        mounted = k8s_resources("ConfigMap", tree)[volumes[mounts[config_dir]]["configMap"]["name"]]
-        config_file = tmp_path / Path(env["AGENTMESH_CONFIG"]).name
-        config_file.write_text(mounted["data"][config_file.name], encoding="utf-8")
-        return container_settings(env, config_file)
-
-    return load
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_validate.utils import validate  # type: ignore[import-untyped]
 
 from tests.unit.deploy.manifests import K8S_BASE, K8S_DIR, K8S_OVERLAYS, container_port, k8s_deployments, kustomize
-from tests.unit.deploy.test_k8s import K8S_VERSIONS, container, pod_settings  # noqa: F401
+from tests.unit.deploy.test_k8s import K8S_VERSIONS, container
 
 ISTIO = K8S_DIR / "overlays" / "istio"
 CERT_MANAGER = K8S_DIR / "cert-manager"
@@ -66,6 +66,6 @@ def test_the_cert_manager_certificate_names_every_service_and_fills_the_mounted_
     assert certificate["secretName"] == "agentmesh-tls"
     assert {"server auth", "client auth"} <= set(certificate["usages"])
     assert docs[("Issuer", certificate["issuerRef"]["name"])]["spec"]["ca"]["secretName"] == "agentmesh-ca"
-    for key, deployment in k8s_deployments().items():
+    for key in k8s_deployments():
         service = f"agentmesh-{key}"
         assert service in certificate["dnsNames"] and f"{service}.agentmesh.svc" in certificate["dnsNames"]
