@@ -52,8 +52,12 @@ def test_services_serve_and_pass_compose_and_k8s_health_checks(
             for name in ("startupProbe", "readinessProbe", "livenessProbe"):
                 # What the kubelet's native gRPC probe asks: Health/Check(service) on the port.
                 spec = container[name]["grpc"]
-                target = stack.remap(f"127.0.0.1:{spec['port']}")
-                assert target == stack.target(key)
+                # The probes call the plaintext health port (server.health_port: in the cluster the
+                # service's own port requires a client certificate), where the same Health servicer
+                # answers; compose runs without mTLS, so its stack answers on the service's port.
+                health_ports = [p["containerPort"] for p in container["ports"] if p["name"] == "grpc-health"]
+                assert spec["port"] == health_ports[0], f"{key}: {name} port"
+                target = stack.target(key)
                 answer = probe(
                     target, spec.get("service", ""), timeout_s=float(container[name].get("timeoutSeconds", 1)) + 4
                 )
