@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(names: Iterable[str]) -> dict[str, int]:
+    """A free port per name, all different: the sockets stay bound until every port is chosen (one at a
+    time, the kernel may hand the same free port out twice)."""
+    sockets = []
+    try:
+        for _ in names:
+            sock = socket.socket()
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return {name: int(sock.getsockname()[1]) for name, sock in zip(names, sockets, strict=True)}
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:

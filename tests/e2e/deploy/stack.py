@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from agentmesh.cli.supervisor import health_status
-from tests.e2e.conftest import free_port, wait_for
+from tests.e2e.conftest import free_ports, wait_for
 from tests.unit.deploy.manifests import (
     REPO,
     SERVICES,
@@ -200,8 +200,9 @@ def start_stack(
     """
     services = agentmesh_compose_services(load_compose())
     assert sorted(services) == sorted(SERVICES)
-    ports = {key: free_port() for key in services}
-    http_ports = {key: free_port() for key in services}
+    every = free_ports([*services, *(f"{key}-http" for key in services)])
+    ports = {key: every[key] for key in services}
+    http_ports = {key: every[f"{key}-http"] for key in services}
     # Docker gives a container only its own environment; keep just what a process needs to run.
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
     base.update(shell)

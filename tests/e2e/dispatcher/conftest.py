@@ -27,7 +27,7 @@ from agentmesh.config import AuthSettings
 from agentmesh.identity import Authenticator
 from agentmesh.localredis import LocalRedis
 from agentmesh.semconv import ATTR_REQUEST_ID
-from tests.e2e.conftest import AUTH_KEY, WITH_DEMO, free_port, service_json, spawn
+from tests.e2e.conftest import AUTH_KEY, WITH_DEMO, free_ports, service_json, spawn
 
 SERVICE_ORDER = ("context", "tool", "provider", "dispatcher")
 
@@ -153,8 +153,9 @@ async def mesh_env(
     """Environment for the services with the demo overlay: a dedicated Redis, free gRPC and HTTP ports,
     the demo log, the ops API, OTLP."""
     redis = LocalRedis().start()
-    ports = {name: free_port() for name in SERVICE_ORDER}
-    http_ports = {name: free_port() for name in SERVICE_ORDER}
+    every = free_ports([*SERVICE_ORDER, *(f"{name}-http" for name in SERVICE_ORDER)])
+    ports = {name: every[name] for name in SERVICE_ORDER}
+    http_ports = {name: every[f"{name}-http"] for name in SERVICE_ORDER}
     logs_dir = tmp_path / "logs"
     write_service_log(logs_dir)
     env = dict(process_env)

@@ -23,7 +23,7 @@ from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
 from agentmesh.localredis import LocalRedis
 from agentmesh.semconv import ATTR_REQUEST_ID
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
-from tests.e2e.conftest import AUTH_KEY, REPO, WITH_DEMO, free_port, service_json
+from tests.e2e.conftest import AUTH_KEY, REPO, WITH_DEMO, free_ports, service_json
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Mesh
 from tests.e2e.dispatcher.test_demo_scenario import run_task
 from tests.otlp_http import OtlpHttpReceiver, ReceivedSpan
@@ -41,8 +41,9 @@ Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
 def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, OtlpHttpReceiver]]:
     """The four services exporting over OTLP/HTTP, with their HTTP listeners on free ports."""
     tmp = tmp_path_factory.mktemp("observed")
-    ports = {name: free_port() for name in SERVICE_ORDER}
-    http_ports = {name: free_port() for name in SERVICE_ORDER}
+    every = free_ports([*SERVICE_ORDER, *(f"{name}-http" for name in SERVICE_ORDER)])
+    ports = {name: every[name] for name in SERVICE_ORDER}
+    http_ports = {name: every[f"{name}-http"] for name in SERVICE_ORDER}
     logs_dir = tmp / "logs"
     write_service_log(logs_dir)
     with LocalRedis() as redis, OpsApi() as ops, OtlpHttpReceiver() as receiver:
