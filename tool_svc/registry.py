@@ -265,16 +265,20 @@ class ToolRegistry:
         self._mcp_down[server] = down
         if specs is not None:
             others = {*self._static, *self._runtime, *(n for s, t in self._mcp.items() if s != server for n in t)}
+            old = self._mcp.get(server, {})
             compiled: dict[str, RegisteredTool] = {}
             for spec in specs:
                 if spec.name in others:
                     problems.append(f"{spec.name} (tool {spec.mcp_tool!r} of MCP server {server}): the name is taken")
                     continue
+                known = old.get(spec.name)
+                if known is not None and known.spec == spec:
+                    compiled[spec.name] = known  # a periodic re-listing: nothing to compile again
+                    continue
                 try:
                     compiled[spec.name] = self.compile(spec, "mcp")
                 except InvalidRequestError as exc:
                     problems.append(f"{spec.name} (tool {spec.mcp_tool!r} of MCP server {server}): {exc.message}")
-            old = self._mcp.get(server, {})
             if {n: t.spec for n, t in compiled.items()} != {n: t.spec for n, t in old.items()}:
                 self._mcp[server] = compiled
                 changed = True
