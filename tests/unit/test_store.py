@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Callable
 
 import pytest
+import redis.asyncio
 import redis.exceptions as rexc
 from redis.crc import key_slot
 
@@ -196,5 +197,6 @@ def test_clients_parse_replies_with_hiredis() -> None:
     # The pinned hiredis makes redis-py parse in C; without it every reply is parsed in Python,
     # a large share of the dispatcher's CPU per step (bench_step).
     client = Store.client_for("redis://127.0.0.1:1/0", RedisSettings())
+    assert isinstance(client, redis.asyncio.Redis)
     connection = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]  # not connected
     assert type(connection._parser).__name__ == "_AsyncHiredisParser"

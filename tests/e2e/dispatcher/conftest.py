@@ -146,10 +146,14 @@ class Mesh:
 
 @pytest.fixture
 async def mesh_env(
-    process_env: dict[str, str], tmp_path: Path, ops_api: OpsApi, collector: tuple[Collector, int]
+    process_env: dict[str, str],
+    tmp_path: Path,
+    ops_api: OpsApi,
+    collector: tuple[Collector, int],
+    e2e_redis: LocalRedis,
 ) -> AsyncIterator[Mesh]:
     """Environment for the services: a dedicated Redis, free ports, the demo log, the ops API, OTLP."""
-    redis = LocalRedis().start()
+    redis = e2e_redis
     ports = {name: free_port() for name in SERVICE_ORDER}
     logs_dir = tmp_path / "logs"
     write_service_log(logs_dir)
@@ -172,7 +176,6 @@ async def mesh_env(
         yield mesh
     finally:
         await asyncio.to_thread(mesh.stop_all)
-        redis.stop()
 
 
 def kill9(process: subprocess.Popen[bytes]) -> None:
