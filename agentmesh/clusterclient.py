@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ __all__ = ["CLUSTER_SCHEMES", "BoundedCluster", "ClusterTarget", "PoolExhaustedE
 
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 """URL schemes that name a Redis Cluster, and the plain scheme each node speaks."""
+TOPOLOGY_REFRESH_S = 0.25
+"""Failing pipelines re-read the slot map at most this often (a failover makes many fail at once)."""
 
 
 class PoolExhaustedError(rexc.ConnectionError):
@@ -109,6 +112,8 @@ class BoundedCluster(RedisCluster):
         self.pool_timeout_s = pool_timeout_s
         self.in_flight_limit = int(kwargs.get("max_connections", 100))
         self._slots = asyncio.Semaphore(self.in_flight_limit)
+        self._refresh_lock = asyncio.Lock()
+        self._refreshed_at = 0.0
 
     @classmethod
     def for_url(cls, url: str, **kwargs: Any) -> BoundedCluster:
@@ -126,9 +131,11 @@ class BoundedCluster(RedisCluster):
             yield
             return
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.pool_timeout_s)
+            async with asyncio.timeout(self.pool_timeout_s):
+                await self._slots.acquire()
         except TimeoutError:
             raise PoolExhaustedError(f"no connection free within {self.pool_timeout_s}s") from None
+        # No await from here to the try: a cancellation reaches us inside it, and the slot is released.
         token = _HOLDING.set(True)
         try:
             yield
@@ -136,12 +143,19 @@ class BoundedCluster(RedisCluster):
             _HOLDING.reset(token)
             self._slots.release()
 
-    def refresh_topology(self) -> None:
-        """Reads the slot map again before the next command: what redis-py does itself after a
-        connection error on a single command, done here after one in a pipeline too (without it a
-        pipeline would keep dialling a dead primary after its replica took over). Not aclose(), which
-        would also cut the connections other commands are using."""
-        self._initialize = True
+    async def refresh_topology(self) -> None:
+        """Reads the slot map again (at most every `TOPOLOGY_REFRESH_S`): redis-py does so itself after
+        a connection error of a single command, not of a pipeline, which would keep dialling a dead
+        primary after its replica took over. Not aclose(), which would also cut the connections
+        other commands are using. A failure is left for the next error to retry."""
+        if time.monotonic() - self._refreshed_at < TOPOLOGY_REFRESH_S:
+            return
+        async with self._refresh_lock:
+            if time.monotonic() - self._refreshed_at < TOPOLOGY_REFRESH_S:
+                return
+            self._refreshed_at = time.monotonic()
+            with contextlib.suppress(rexc.RedisError, rexc.RedisClusterException, OSError):
+                await self.nodes_manager.initialize()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         async with self.slot():
@@ -164,8 +178,8 @@ class _BoundedPipeline(ClusterPipeline):
             try:
                 replies = await super().execute(raise_on_error, allow_redirections)
             except (rexc.ConnectionError, rexc.TimeoutError):
-                client.refresh_topology()
+                await client.refresh_topology()
                 raise
         if any(isinstance(reply, rexc.ConnectionError | rexc.TimeoutError) for reply in replies):
-            client.refresh_topology()
+            await client.refresh_topology()
         return replies

@@ -549,12 +549,11 @@ class Store:
                 continue
             if cluster is not None and isinstance(reply, rexc.AskError):  # MovedError is an AskError
                 node = cluster.get_node(host=reply.host, port=reply.port)
-                if node is None:
-                    cluster.refresh_topology()
-                    raise reply
                 asking = not isinstance(reply, rexc.MovedError)
-                if not asking:
-                    cluster.refresh_topology()
+                if not asking or node is None:
+                    await cluster.refresh_topology()  # the slot map is stale
+                if node is None:
+                    raise reply
                 continue
             if isinstance(reply, Exception):
                 raise reply

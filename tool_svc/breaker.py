@@ -14,6 +14,7 @@ breakers are shared by every replica through Redis (`shared_breaker.SharedBreake
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -26,6 +27,8 @@ from tool_svc.model import Outcome, ToolResult
 
 if TYPE_CHECKING:
     from tool_svc.shared_breaker import SharedBreakers
+
+log = logging.getLogger("tool_svc.breaker")
 
 State = Literal["closed", "open", "half_open", "ramping"]
 
@@ -168,14 +171,18 @@ class CircuitBreaker:
 
         async def verdict(result: ToolResult | None) -> None:
             if not call.executed:
-                released = self.breakers.release_probe(instance, tool)
-                if inspect.isawaitable(released):
-                    await released
+                noted = self.breakers.release_probe(instance, tool)
+            else:
+                failed = call.exec_error is not None and call.exec_error.code in UPSTREAM_FAULTS
+                noted = self.breakers.record(instance, tool, success=not failed)
+            if not inspect.isawaitable(noted):
                 return
-            failed = call.exec_error is not None and call.exec_error.code in UPSTREAM_FAULTS
-            recorded = self.breakers.record(instance, tool, success=not failed)
-            if inspect.isawaitable(recorded):
-                await recorded
+            try:
+                await noted
+            except AgentmeshError as exc:
+                # Bookkeeping of a call that already ran: never its outcome, nor a reason to skip the
+                # finalizers after this one (the idempotency record is settled there).
+                log.warning("circuit breaker of %s for %s not updated: %s", tool, instance, exc)
 
         call.finalizers.append(verdict)
         return None

@@ -7,10 +7,16 @@ breaker spares it the round trip for `sync_s` (then it learns what the other did
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from agentmesh.config import RedisSettings
-from agentmesh.errors import ErrorCode
+from agentmesh.errors import ErrorCode, UnavailableError
 from agentmesh.store import Store
+from tests.contract.tool.conftest import Client, error_name, output_json
+from tests.contract.tool.fakes import FakeUpstream
+from tests.contract.tool.test_idempotency import CHARGE
 from tool_svc.breaker import BreakerConfig
 from tool_svc.shared_breaker import SharedBreakers, breaker_subject
 
@@ -92,3 +98,21 @@ async def test_a_healthy_copy_spares_the_round_trip_then_expires(store: Store, r
     assert breaker_subject("agent a", "{x}").startswith("sha256:")  # never a key with spaces or braces
     keys = [k async for k in store.redis.scan_iter(match=f"{store.keys.prefix}:brk:*")]
     assert len(keys) == 1 and await store.redis.ttl(keys[0]) > 0  # idle breakers expire
+
+
+async def test_a_breaker_redis_can_not_record_keeps_the_outcome_and_settles_the_key(
+    tool_service: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The call ran: a failed breaker update must neither turn its outcome into UNAVAILABLE nor skip
+    # the idempotency step's finalizer (a key left "in progress", heartbeating for ever).
+    async def down(*args: Any, **kwargs: Any) -> None:
+        raise UnavailableError("redis unavailable during circuit breaker")
+
+    c = Client(await tool_service())
+    assert output_json(await c.execute("charge", CHARGE, key="k-brk")) == {"n": 1}  # the breaker is known closed
+    monkeypatch.setattr(SharedBreakers, "_send", down)
+    upstream.flaky_failures = 1
+    first = await c.execute("flaky_write", {}, key="k-flaky-brk")  # a failure: reported, and the report fails
+    assert error_name(first) == "UPSTREAM_UNAVAILABLE"
+    again = await c.execute("flaky_write", {}, key="k-flaky-brk")
+    assert again.stats.replayed and error_name(again) == "UPSTREAM_UNAVAILABLE"  # settled, not "in progress"
