@@ -103,6 +103,23 @@ def parse_cluster_url(url: str) -> ClusterTarget:
 _HOLDING: contextvars.ContextVar[bool] = contextvars.ContextVar("agentmesh_cluster_slot", default=False)
 
 
+@contextlib.asynccontextmanager
+async def _closed_under_us() -> AsyncIterator[None]:
+    """redis-py 8.1's cluster client, after a timeout or a broken connection to a node, disconnects that
+    node's idle connections while another command may just have taken one: that command then fails
+    with AttributeError inside redis-py's connection (its socket writer is gone). It is a lost
+    connection, and reported as one (UNAVAILABLE through `Store.guard`), not as a bug of ours."""
+    try:
+        yield
+    except AttributeError as exc:
+        frame = exc.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        if frame is None or frame.tb_frame.f_globals.get("__name__") != "redis.asyncio.connection":
+            raise
+        raise rexc.ConnectionError(f"connection closed under the command by the cluster client: {exc}") from exc
+
+
 class BoundedCluster(RedisCluster):
     """redis-py's cluster client with a bounded, waiting in-flight limit and no replays (module doc)."""
 
@@ -158,7 +175,7 @@ class BoundedCluster(RedisCluster):
                 await self.nodes_manager.initialize()
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        async with self.slot():
+        async with self.slot(), _closed_under_us():
             return await super().execute_command(*args, **kwargs)
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> ClusterPipeline:
@@ -176,7 +193,8 @@ class _BoundedPipeline(ClusterPipeline):
         assert isinstance(client, BoundedCluster)
         async with client.slot():
             try:
-                replies = await super().execute(raise_on_error, allow_redirections)
+                async with _closed_under_us():
+                    replies = await super().execute(raise_on_error, allow_redirections)
             except (rexc.ConnectionError, rexc.TimeoutError):
                 await client.refresh_topology()
                 raise

@@ -46,6 +46,7 @@ import pytest
 
 from agentmesh.audit import AuditLog
 from agentmesh.chat import ToolCall
+from agentmesh.clusterclient import BoundedCluster
 from agentmesh.config import ContextSettings, DispatcherSettings, RedisSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, PermissionDeniedError
 from agentmesh.payloads import is_json_media_type
@@ -155,7 +156,9 @@ async def restore(r: RedisClient, keys: Mapping[str, Any]) -> None:
     for key, item in keys.items():
         stored_type: Any = await r.type(key)
         assert stored_type.decode() == item["type"], key
-    assert await r.dbsize() == len(keys)
+    # On a cluster DBSIZE answers for one node unless asked for every primary (their sum).
+    everywhere: dict[str, Any] = {"target_nodes": "primaries"} if isinstance(r, BoundedCluster) else {}
+    assert await r.dbsize(**everywhere) == len(keys)
 
 
 @pytest.fixture(params=FIXTURE_FILES, ids=lambda p: p.stem)

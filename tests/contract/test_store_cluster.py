@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.exceptions as rexc
 from redis.crc import key_slot
 
+from agentmesh import clusterclient
 from agentmesh.config import DispatcherSettings, RedisSettings
 from agentmesh.errors import ErrorCode, NotFoundError, UnavailableError
 from agentmesh.localredis import LocalRedis
@@ -247,3 +249,16 @@ async def test_wait_without_replicas_fails_the_write_typed(redis_url: str) -> No
 def test_wait_longer_than_a_command_may_take_is_refused() -> None:
     with pytest.raises(ValueError, match="below socket_timeout_s"):
         RedisSettings(cluster_wait_replicas=1, cluster_wait_timeout_s=2.0, socket_timeout_s=2.0)
+
+
+async def test_a_connection_the_cluster_client_closed_under_a_command_is_a_lost_connection() -> None:
+    # redis-py's cluster client may close an idle connection just taken by another command (after a
+    # timeout on that node): the command dies with AttributeError in redis.asyncio.connection.
+    namespace: dict[str, Any] = {"__name__": "redis.asyncio.connection"}
+    exec("def send(writer):\n    writer.writelines([b'PING'])\n", namespace)
+    with pytest.raises(rexc.ConnectionError, match="closed under the command"):
+        async with clusterclient._closed_under_us():
+            namespace["send"](None)
+    with pytest.raises(AttributeError):  # ours, or anyone else's, stays a bug
+        async with clusterclient._closed_under_us():
+            None.writelines([b"PING"])  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,15 +16,16 @@ import grpc
 import pytest
 
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.supervisor import health_status
 from agentmesh.identity import mint_token
 from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
-from tests.e2e.conftest import AUTH_KEY, free_port, spawn, wait_serving
+from tests.e2e.conftest import AUTH_KEY, free_port, spawn
 
 pytestmark = pytest.mark.e2e
 
 CAPACITY = 5
-THRESHOLD = 3
+THRESHOLD = 2
 
 
 @contextlib.contextmanager
@@ -43,10 +45,11 @@ def two_tool_services(process_env: dict[str, str], redis_url: str, tmp_path: Pat
             }
             processes.append(spawn(["-m", "tool_svc"], env, tmp_path / f"tool-{i}.log"))
         for i, port in enumerate(ports):
-            try:
-                wait_serving(f"127.0.0.1:{port}", timeout_s=60)
-            except TimeoutError:
-                pytest.fail((tmp_path / f"tool-{i}.log").read_text())
+            deadline = time.monotonic() + 60
+            while health_status(f"127.0.0.1:{port}", timeout_s=1.0) != "SERVING":
+                if processes[i].poll() is not None or time.monotonic() > deadline:
+                    pytest.fail((tmp_path / f"tool-{i}.log").read_text())
+                time.sleep(0.05)
         yield ports
     finally:
         for process in processes:
@@ -55,9 +58,9 @@ def two_tool_services(process_env: dict[str, str], redis_url: str, tmp_path: Pat
             assert process.wait(timeout=30) == 0
 
 
-def execute(port: int, call_id: str, name: str, arguments: str) -> common_pb2.ToolResult:
+def execute(port: int, call_id: str, name: str, arguments: str, agent: str = "agent-a") -> common_pb2.ToolResult:
     token = mint_token(
-        AUTH_KEY.encode(), subject="agent-a", agent_id="agent-a", roles=["agent"], permissions=["*:*:*"], ttl_s=300
+        AUTH_KEY.encode(), subject=agent, agent_id=agent, roles=["agent"], permissions=["*:*:*"], ttl_s=300
     )
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         reply = tool_pb2_grpc.ToolServiceStub(channel).ExecuteTool(  # type: ignore[no-untyped-call]
@@ -69,23 +72,6 @@ def execute(port: int, call_id: str, name: str, arguments: str) -> common_pb2.To
         )
     result: common_pb2.ToolResult = reply.result
     return result
-
-
-def test_rate_limit_holds_across_two_processes(
-    process_env: dict[str, str], e2e_redis: LocalRedis, tmp_path: Path
-) -> None:
-    # A calculator that may wait for tool_svc's CPU pool to start on a loaded machine.
-    config = (
-        f"tools:\n  rate_limit: {{capacity: {CAPACITY}, refill_per_second: 0.001}}\n"
-        "  registry: [{name: calculator, executor: builtin, timeout_s: 30}]\n"
-    )
-    with two_tool_services(process_env, e2e_redis.url, tmp_path, config) as ports:
-        outcomes = [execute(ports[n % 2], f"c{n}", "calculator", '{"expression": "2+2"}') for n in range(4 * CAPACITY)]
-        served = [r for r in outcomes if r.WhichOneof("outcome") == "output"]
-        limited = [r for r in outcomes if r.WhichOneof("outcome") == "error"]
-        assert len(served) == CAPACITY
-        assert all(r.error.code == common_pb2.ERROR_CODE_RATE_LIMITED for r in limited)
-        assert len(limited) == 3 * CAPACITY
 
 
 class _Down(BaseHTTPRequestHandler):
@@ -104,29 +90,43 @@ class _Down(BaseHTTPRequestHandler):
         pass
 
 
-def test_a_breaker_opened_by_failures_on_both_replicas_holds_on_both(
+def test_two_processes_share_the_rate_limit_bucket_and_the_circuit_breaker(
     process_env: dict[str, str], e2e_redis: LocalRedis, tmp_path: Path
 ) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Down)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     config = (
-        f"tools:\n  http_allowlist: ['{url}/']\n"
+        f"tools:\n  rate_limit: {{capacity: {CAPACITY}, refill_per_second: 0.001}}\n"
+        f"  http_allowlist: ['{url}/']\n"
         f"  breaker: {{failure_threshold: {THRESHOLD}, open_s: 60}}\n"
         "  registry:\n"
-        f"    - {{name: inventory, description: 'Use when asked for stock.', executor: http, method: GET,\n"
+        # A calculator that may wait for tool_svc's CPU pool to start on a loaded machine.
+        "    - {name: calculator, executor: builtin, timeout_s: 30}\n"
+        "    - {name: inventory, description: 'Use when asked for stock.', executor: http, method: GET,\n"
+        "       input_schema: {type: object},\n"
         f"       endpoint_url: '{url}/stock', timeout_s: 10, retry: {{max_attempts: 1}}}}\n"
     )
     try:
         with two_tool_services(process_env, e2e_redis.url, tmp_path, config) as ports:
-            # Failures alternate between the replicas: neither alone reaches the threshold.
-            failed = [execute(ports[n % 2], f"f{n}", "inventory", "{}") for n in range(THRESHOLD)]
+            # One bucket: the calls alternate between the processes, CAPACITY of them pass in all.
+            outcomes = [
+                execute(ports[n % 2], f"c{n}", "calculator", '{"expression": "2+2"}') for n in range(4 * CAPACITY)
+            ]
+            served = [r for r in outcomes if r.WhichOneof("outcome") == "output"]
+            limited = [r for r in outcomes if r.WhichOneof("outcome") == "error"]
+            assert len(served) == CAPACITY
+            assert all(r.error.code == common_pb2.ERROR_CODE_RATE_LIMITED for r in limited)
+            assert len(limited) == 3 * CAPACITY
+
+            # One breaker: failures alternate between the processes, neither alone reaches the threshold.
+            failed = [execute(ports[n % 2], f"f{n}", "inventory", "{}", "agent-b") for n in range(THRESHOLD)]
             assert [r.error.code for r in failed] == [common_pb2.ERROR_CODE_UPSTREAM_UNAVAILABLE] * THRESHOLD
             assert _Down.hits == THRESHOLD
-            for n, port in enumerate(ports * 2):
-                refused = execute(port, f"r{n}", "inventory", "{}")
+            for n, port in enumerate(ports):
+                refused = execute(port, f"r{n}", "inventory", "{}", "agent-b")
                 assert refused.error.code == common_pb2.ERROR_CODE_CIRCUIT_OPEN, refused
-            assert _Down.hits == THRESHOLD, "an open breaker sent nothing upstream, on either replica"
+            assert _Down.hits == THRESHOLD, "an open breaker sent nothing upstream, on either process"
     finally:
         server.shutdown()
         server.server_close()
