@@ -67,16 +67,13 @@ _MAX_MEDIA_TYPE_LEN = 255
 # The part of the session's keys (am:sess:{<session>}:payloads) listing its payloads.
 PAYLOAD_INDEX_PART: Final = "payloads"
 
-_PUT_LUA: Final = """
--- KEYS[1]: the payload hash, KEYS[2]: the session's payload index (one hash tag: the session).
--- ARGV: content, media type, size, expire_at, ttl s, sha256. Every put sets now + ttl on the index,
--- which is never earlier than a previous payload's expiry.
-redis.call('HSET', KEYS[1], 'content', ARGV[1], 'media_type', ARGV[2], 'size', ARGV[3], 'expire_at', ARGV[4])
+# KEYS: the payload hash, the session's index (one hash tag). ARGV: content, media type, size, expire_at,
+# ttl s, sha256. Each put sets now + ttl on the index: never earlier than a previous payload's expiry.
+_PUT_LUA: Final = """redis.call('HSET', KEYS[1], 'content', ARGV[1], 'media_type', ARGV[2], 'size', ARGV[3],
+  'expire_at', ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('SADD', KEYS[2], ARGV[6])
-redis.call('EXPIRE', KEYS[2], ARGV[5])
-return 1
-"""
+return redis.call('EXPIRE', KEYS[2], ARGV[5])"""
 Range = tuple[int, int]
 
 
@@ -157,8 +154,7 @@ class PayloadStore:
         key = self.store.keys.payload(session_id, sha)
         index = self.store.keys.session(session_id, PAYLOAD_INDEX_PART)
         expire_at = time.time() + self.ttl_s
-        # One script: the content and its metadata appear together or not at all (and, with
-        # redis.cluster_wait_replicas, on the replicas before the ref is handed out).
+        # One script: content and metadata appear together or not at all (and on replicas first: durable).
         async with self.store.guard("put payload"):
             await self.store.script("payload_put", _PUT_LUA, durable=True)(
                 keys=[key, index], args=[content, media_type, size, repr(expire_at), self.ttl_s, sha]
