@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -81,6 +81,30 @@ fuzz-context: venv
 CHAOS_SEED ?= 1
 chaos: venv
 	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 10 --tasks 30 --kills 10
+
+# The tests that touch the store, on a local Redis Cluster of 3 primaries and 3 replicas
+# (tests/rediscluster.py, issue 28): the contract suites of the services' Redis state, the Store's own,
+# stored formats, the end-to-end runs of several processes on one Redis, and a short chaos run with two
+# replicas of every service. Left out (Redis only starts their services, or they test a standalone
+# Redis itself): the edge, TLS, tracing, CLI and packaging tests, provider adapters' wire formats,
+# tool_svc's HTTP rules, fuzzing and CPU isolation, and the exactly-once e2e tests that restart a
+# standalone AOF Redis (the failover test and the chaos run are their cluster counterparts).
+CLUSTER_TESTS := tests/contract/context tests/contract/dispatcher \
+  $(addprefix tests/contract/tool/test_,execute.py idempotency.py idempotency_header.py unknown_outcome.py \
+    audit.py registry_grpc.py secret_leaks.py security.py shared_breaker.py) \
+  $(addprefix tests/contract/provider/test_,billing.py server.py retry_http.py) \
+  tests/contract/test_store_redis.py tests/contract/test_store_pool.py tests/contract/test_store_cluster.py \
+  tests/contract/test_readiness.py tests/contract/test_audit_edge.py tests/compat \
+  tests/e2e/dispatcher/test_demo_scenario.py tests/e2e/dispatcher/test_crash_safety.py \
+  tests/e2e/context tests/e2e/tool tests/chaos/test_chaos_replicas.py
+test-cluster: venv
+	$(BIN)/pytest -q --redis=cluster $(CLUSTER_TESTS) $(PYTEST_ARGS)
+
+# Two replicas of every service (round-robin between them) on a Redis Cluster: 200 tasks whose side
+# effects the upstreams count, while one replica of each service and one Redis primary are killed with
+# -9 and restarted (tests/chaos --rolling, issue 28). Prints the table; exits 1 on any violation.
+chaos-replicas: venv
+	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 1 --tasks 200 --replicas 2 --redis cluster --rolling
 
 up: venv
 	$(BIN)/agentmesh up

@@ -94,12 +94,32 @@ class RedisSettings(_Section):
     pool_timeout_s: float = Field(5.0, gt=0)
     """How long a command waits for a free pooled connection before failing UNAVAILABLE
     ("redis connection pool exhausted"), never MaxConnectionsError and never a hang."""
+    cluster: bool = False
+    """`url` names seed nodes of a Redis Cluster (redis-py's cluster client; `max_connections` is
+    then per node). A `redis+cluster://host:port,host:port/` URL implies it (docs/architecture.md §10)."""
+    cluster_wait_replicas: int = Field(0, ge=0)
+    """> 0: every acknowledged write (task commits and claims, queue entries, idempotency claims and
+    settlements, approvals, session appends, payloads, registered tools) is followed by
+    `WAIT <n> <cluster_wait_timeout_s>` on its connection, and fails UNAVAILABLE unless n replicas
+    have it. Also for a standalone primary with replicas."""
+    cluster_wait_timeout_s: float = Field(1.0, gt=0)
+    """How long a write waits for `cluster_wait_replicas` replicas; below `socket_timeout_s`."""
 
     @field_validator("url")
     @classmethod
     def _empty_is_unset(cls, url: str | None) -> str | None:
         # `${AGENTMESH_REDIS_URL:-}` in the YAML yields "" when the variable is unset.
         return url or None
+
+    @model_validator(mode="after")
+    def _wait_fits_in_a_command(self) -> RedisSettings:
+        # WAIT blocks on the connection: past the socket timeout it would read as a dead server.
+        if self.cluster_wait_replicas and self.cluster_wait_timeout_s >= self.socket_timeout_s:
+            raise ValueError(
+                f"cluster_wait_timeout_s ({self.cluster_wait_timeout_s}) must be below socket_timeout_s "
+                f"({self.socket_timeout_s}): WAIT blocks the connection"
+            )
+        return self
 
 
 JwtAlgorithm = Literal["RS256", "ES256", "EdDSA"]
@@ -496,6 +516,11 @@ class ToolBreakerSettings(_Section):
     """After a good probe, traffic is admitted in a growing share over this long, then the breaker closes."""
     ramp_start_fraction: float = Field(0.25, gt=0, le=1)
     max_entries: int = Field(10_000, ge=10)
+    shared: bool = True
+    """One breaker per (instance, tool) for every replica, in Redis; false: each replica its own."""
+    sync_s: float = Field(1.0, gt=0)
+    """Shared: how long a replica trusts its copy of a closed, failure-free breaker before asking
+    Redis again (how late it learns that another replica's failures opened it)."""
 
 
 class ToolRateLimitSettings(_Section):

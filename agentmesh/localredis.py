@@ -113,10 +113,13 @@ class LocalRedis:
         extra_args: Sequence[str] = (),
         start_timeout_s: float = 10.0,
         own_process_group: bool = False,
+        port: int | None = None,
     ) -> None:
         """`extra_args` follow the defaults, so they win (e.g. `["--maxmemory-policy", "allkeys-lru"]`).
-        `own_process_group`: keep Ctrl-C in the terminal from reaching redis (the CLI stops it last)."""
+        `own_process_group`: keep Ctrl-C in the terminal from reaching redis (the CLI stops it last).
+        `port`: listen there (a Cluster node needs port + 10000 free too); default a free one."""
         self.executable = executable
+        self.fixed_port = port
         self.extra_args = list(extra_args)
         self.start_timeout_s = start_timeout_s
         self.own_process_group = own_process_group
@@ -157,12 +160,12 @@ class LocalRedis:
         # The free port is found by binding port 0 and releasing it; another process may grab it in
         # between, so a bind failure is retried on a new port.
         for attempt in range(3):
-            port = _free_port()
+            port = self.fixed_port or _free_port()
             try:
                 self._launch(executable, port)
                 return self
             except LocalRedisError as exc:
-                if self._ADDR_IN_USE not in str(exc) or attempt == 2:
+                if self._ADDR_IN_USE not in str(exc) or attempt == 2 or self.fixed_port:
                     self._cleanup_dir()
                     raise
         raise AssertionError("unreachable")  # pragma: no cover

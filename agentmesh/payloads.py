@@ -66,6 +66,14 @@ _REF_RE = re.compile(r"pl_([0-9a-f]{64})")
 _MAX_MEDIA_TYPE_LEN = 255
 # The part of the session's keys (am:sess:{<session>}:payloads) listing its payloads.
 PAYLOAD_INDEX_PART: Final = "payloads"
+
+# KEYS: the payload hash, the session's index (one hash tag). ARGV: content, media type, size, expire_at,
+# ttl s, sha256. Each put sets now + ttl on the index: never earlier than a previous payload's expiry.
+_PUT_LUA: Final = """redis.call('HSET', KEYS[1], 'content', ARGV[1], 'media_type', ARGV[2], 'size', ARGV[3],
+  'expire_at', ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('SADD', KEYS[2], ARGV[6])
+return redis.call('EXPIRE', KEYS[2], ARGV[5])"""
 Range = tuple[int, int]
 
 
@@ -146,18 +154,11 @@ class PayloadStore:
         key = self.store.keys.payload(session_id, sha)
         index = self.store.keys.session(session_id, PAYLOAD_INDEX_PART)
         expire_at = time.time() + self.ttl_s
-        # One transaction: the content and its metadata appear together or not at all.
+        # One script: content and metadata appear together or not at all (and on replicas first: durable).
         async with self.store.guard("put payload"):
-            pipe = self.store.redis.pipeline(transaction=True)
-            pipe.hset(
-                key,
-                mapping={"content": content, "media_type": media_type, "size": size, "expire_at": repr(expire_at)},
+            await self.store.script("payload_put", _PUT_LUA, durable=True)(
+                keys=[key, index], args=[content, media_type, size, repr(expire_at), self.ttl_s, sha]
             )
-            pipe.expire(key, self.ttl_s)
-            pipe.sadd(index, sha)
-            # Every put sets now + ttl, which is never earlier than a previous payload's expiry.
-            pipe.expire(index, self.ttl_s)
-            await pipe.execute()
         return StoredPayload(
             ref_id=ref_id_for(sha),
             session_id=session_id,

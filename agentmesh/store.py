@@ -10,7 +10,11 @@ Every service reaches Redis through one `Store`. Its guarantees:
 - every Redis outage becomes a typed `UnavailableError` (via `Store.guard` / `Store.call`), never a
   raw redis-py exception, so servicers map it to gRPC UNAVAILABLE without knowing about Redis;
 - start-up refuses an evicting Redis (`maxmemory-policy` must be `noeviction`): eviction would
-  silently drop tasks, sessions and idempotency records.
+  silently drop tasks, sessions and idempotency records;
+- a Redis Cluster is spoken to with redis-py's cluster client (`redis.cluster`, or a
+  `redis+cluster://` URL; `agentmesh.clusterclient`), every multi-key script and transaction on one
+  hash tag; with `redis.cluster_wait_replicas` every durable write (`Store.script(..., durable=True)`,
+  `Store.durable`) is followed by WAIT on its connection and fails UNAVAILABLE unless replicated.
 
 The throwaway local redis-server (CLI, tests) is `agentmesh.localredis`.
 
@@ -25,7 +29,7 @@ import logging
 import re
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -33,10 +37,12 @@ from typing import Any, Final, Self, TypeVar
 import redis
 import redis.asyncio
 import redis.exceptions as rexc
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 
+from agentmesh.clusterclient import CLUSTER_SCHEMES, BoundedCluster, PoolExhaustedError
 from agentmesh.config import RedisSettings
 from agentmesh.errors import AgentmeshError, FailedPreconditionError, InvalidRequestError, UnavailableError
 from agentmesh.metrics import Metrics
@@ -47,8 +53,10 @@ __all__ = [
     "InvalidKeyError",
     "Keys",
     "PoolExhaustedError",
+    "RedisClient",
     "Store",
     "StoreMisconfiguredError",
+    "StoreScript",
     "redact_url",
 ]
 
@@ -64,10 +72,6 @@ HEALTH_CHECK_INTERVAL_S: Final = 10
 # --------------------------------------------------------------------------------------------
 # Errors
 # --------------------------------------------------------------------------------------------
-
-
-class PoolExhaustedError(rexc.ConnectionError):
-    """No pooled connection became free within `redis.pool_timeout_s` (mapped by `Store.guard`)."""
 
 
 class _BoundedPool(redis.asyncio.BlockingConnectionPool):
@@ -99,7 +103,9 @@ _UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
     rexc.InvalidResponse,  # a protocol desync: the connection is unusable
     rexc.ReadOnlyError,  # a replica after failover
     rexc.TryAgainError,
-    rexc.ClusterDownError,  # includes MasterDownError
+    rexc.ClusterError,  # includes ClusterDownError, MasterDownError, "TTL exhausted" redirections
+    rexc.SlotNotCoveredError,  # a primary failed and no replica took over (yet)
+    rexc.AskError,  # includes MovedError: a slot moving while a pinned write ran (see Store.durable)
     rexc.OutOfMemoryError,  # noeviction refuses writes when full: loud, unlike eviction
     OSError,  # socket errors redis-py did not wrap (builtin TimeoutError is excluded in guard)
 )
@@ -260,13 +266,43 @@ class BucketResult:
 # Store
 # --------------------------------------------------------------------------------------------
 
+RedisClient = redis.asyncio.Redis | BoundedCluster
+"""What `Store.redis` is: the standalone client, or the cluster client (the same commands)."""
+
+
+def is_cluster_url(url: str, settings: RedisSettings) -> bool:
+    """Whether `url` is to be spoken to with the cluster client."""
+    return settings.cluster or url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+
+
+class StoreScript:
+    """A Lua script registered with the Store: `await script(keys=[...], args=[...])` runs it by
+    EVALSHA (loading it on NOSCRIPT). A durable script's run is followed by WAIT when
+    `redis.cluster_wait_replicas` is set (`Store.durable`)."""
+
+    def __init__(self, store: Store, name: str, source: str, *, durable: bool) -> None:
+        self.name = name
+        self.source = source
+        self.durable = durable
+        self._store = store
+        self._script: AsyncScript = store.redis.register_script(source)
+
+    @property
+    def sha(self) -> str:
+        return str(self._script.sha)
+
+    async def __call__(self, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
+        if self.durable and self._store.settings.cluster_wait_replicas and keys:
+            return await self._store.durable(keys[0], "EVALSHA", self.sha, len(keys), *keys, *args, script=self)
+        return await self._script(keys=list(keys), args=list(args))
+
 
 class Store:
     """One Redis client plus the mechanisms every service shares. Create with `Store.connect`."""
 
     def __init__(
         self,
-        client: redis.asyncio.Redis,
+        client: RedisClient,
         *,
         url: str,
         settings: RedisSettings,
@@ -280,12 +316,39 @@ class Store:
         self.settings = settings
         self.environment = environment
         self.keys = Keys(settings.key_prefix)
-        self._scripts: dict[str, tuple[str, AsyncScript]] = {}
+        self._scripts: dict[str, StoreScript] = {}
+
+    @property
+    def connection_limit(self) -> int:
+        """Connections this process holds at most (on a Cluster: commands in flight, so per node)."""
+        if isinstance(self._redis, BoundedCluster):
+            return self._redis.in_flight_limit
+        return int(self._redis.connection_pool.max_connections)
+
+    @property
+    def cluster(self) -> BoundedCluster | None:
+        """The cluster client when Redis is a Cluster, else None."""
+        return self._redis if isinstance(self._redis, BoundedCluster) else None
 
     @staticmethod
-    def client_for(url: str, settings: RedisSettings) -> redis.asyncio.Redis:
+    def client_for(url: str, settings: RedisSettings) -> RedisClient:
         """A redis.asyncio client with agentmesh's timeouts, bounded retry and bounded blocking pool
-        (no I/O yet); the client owns the pool and closes it with itself."""
+        (no I/O yet); the client owns the pool and closes it with itself. For a cluster
+        (`is_cluster_url`) redis-py's cluster client bounded the same way, per node
+        (`agentmesh.clusterclient`)."""
+        if is_cluster_url(url, settings):
+            try:
+                return BoundedCluster.for_url(
+                    url,
+                    max_connections=settings.max_connections,
+                    pool_timeout_s=settings.pool_timeout_s,
+                    decode_responses=False,
+                    socket_timeout=settings.socket_timeout_s,
+                    socket_connect_timeout=settings.connect_timeout_s,
+                    health_check_interval=HEALTH_CHECK_INTERVAL_S,
+                )
+            except (ValueError, rexc.RedisClusterException) as exc:
+                raise StoreMisconfiguredError(f"redis cluster URL {redact_url(url)}: {exc}") from None
         # One retry, on connection errors only: enough to replace a stale pooled connection. Not on
         # TimeoutError: the command may have run, and replaying e.g. SET NX would misreport a lease.
         # Worst case per command: 2 attempts x timeout + 0.1 s backoff.
@@ -338,7 +401,7 @@ class Store:
         return store
 
     @property
-    def redis(self) -> redis.asyncio.Redis:
+    def redis(self) -> RedisClient:
         """The underlying client for service-specific commands; wrap calls in `guard` / `call`."""
         return self._redis
 
@@ -405,6 +468,20 @@ class Store:
                 f"redis unavailable during {op}: {type(exc).__name__}: {exc}",
                 metadata={"store": "redis", "op": op, "redis_url": self._safe_url},
             )
+        if isinstance(exc, rexc.RedisClusterException):
+            # The cluster client's own errors: no seed node reachable, no full slot map (an outage,
+            # retryable), a node without cluster mode (misconfigured); anything else (keys of one
+            # command in several slots) is a programming error and propagates.
+            if "not enabled" in str(exc):
+                return StoreMisconfiguredError(
+                    f"redis at {self._safe_url} is not a Redis Cluster node ({exc}): unset redis.cluster "
+                    "or use a redis:// URL"
+                )
+            if isinstance(exc.__cause__, _UNAVAILABLE_ERRORS) or "not covered" in str(exc):
+                return UnavailableError(
+                    f"redis cluster unavailable during {op}: {exc}",
+                    metadata={"store": "redis", "op": op, "redis_url": self._safe_url},
+                )
         return None
 
     async def call(self, op: str, awaitable: Awaitable[T]) -> T:
@@ -430,75 +507,26 @@ class Store:
     # -- start-up check ------------------------------------------------------------------------
 
     async def check_server(self) -> None:
-        """Refuses an evicting Redis; warns when persistence is off outside dev.
+        """Refuses an evicting Redis (every node of a Cluster), or a Cluster node spoken to with the
+        standalone client; warns when persistence is off outside dev or replicas are missing
+        (`agentmesh.storecheck`)."""
+        from agentmesh.storecheck import check_server  # it imports this module: not at the top
 
-        CONFIG may be renamed or forbidden on managed Redis: then INFO is used, and if neither
-        answers we warn and continue rather than block start-up on an unknowable setting.
-        """
-        policy = await self._maxmemory_policy()
-        if policy is None:
-            log.warning(
-                "could not read maxmemory-policy of redis at %s (CONFIG and INFO unavailable); "
-                "make sure it is noeviction, an evicting Redis silently drops agentmesh state",
-                self._safe_url,
-            )
-        elif policy != "noeviction":
-            reason = (
-                f"redis at {self._safe_url}: maxmemory-policy is {policy}; agentmesh requires noeviction "
-                "because an evicting Redis silently drops tasks, sessions and idempotency records; "
-                "set `maxmemory-policy noeviction`"
-            )
-            if self.settings.require_noeviction:
-                raise StoreMisconfiguredError(reason, metadata={"maxmemory_policy": policy})
-            log.warning("%s (continuing: redis.require_noeviction is false)", reason)
+        await check_server(self)
 
-        persistent = await self._persistence_enabled()
-        if persistent is False and self.environment != "dev":
-            log.warning(
-                "redis at %s has persistence off (save '' and appendonly no) in environment %s: "
-                "a restart loses every task, session and approval",
-                self._safe_url,
-                self.environment,
-            )
-
-    async def _config_get(self, name: str) -> str | None:
-        """CONFIG GET `name`, or None when CONFIG is renamed/forbidden (a ResponseError)."""
-        try:
-            async with self.guard(f"config get {name}"):
-                reply: Mapping[Any, Any] = await self._redis.config_get(name)
-        except rexc.ResponseError:
-            return None
-        for key, value in reply.items():
-            if _text(key) == name:
-                return _text(value)
-        return None
-
-    async def _maxmemory_policy(self) -> str | None:
-        policy = await self._config_get("maxmemory-policy")
-        if policy is not None:
-            return policy
-        try:
-            async with self.guard("info memory"):
-                info: Mapping[str, Any] = await self._redis.info("memory")
-        except rexc.ResponseError:
-            return None
-        value = info.get("maxmemory_policy")
-        return None if value is None else _text(value)
-
-    async def _persistence_enabled(self) -> bool | None:
-        save = await self._config_get("save")
-        appendonly = await self._config_get("appendonly")
-        if save is None or appendonly is None:
-            return None  # unknown: managed Redis usually persists; do not cry wolf
-        return bool(save.strip()) or appendonly.strip().lower() == "yes"
+    def _on(self, node: ClusterNode | None) -> dict[str, Any]:
+        return {} if node is None else {"target_nodes": node}
 
     # -- Lua -----------------------------------------------------------------------------------
 
-    def script(self, name: str, source: str | None = None) -> AsyncScript:
+    def script(self, name: str, source: str | None = None, *, durable: bool = False) -> StoreScript:
         """The registered script `name` (EVALSHA, reloaded automatically on NOSCRIPT).
 
         `source` defaults to the built-in `SCRIPTS[name]`. Call it inside `guard`:
         `async with store.guard("fence"): await store.script("fence", SRC)(keys=[...], args=[...])`.
+        Every key of a script must share one hash tag (one Cluster slot). `durable`: the script's
+        writes are acknowledged to callers as kept (commits, claims, appends): with
+        `redis.cluster_wait_replicas` each run waits for the replicas (`durable`).
         """
         if source is None:
             if name not in SCRIPTS:
@@ -506,12 +534,73 @@ class Store:
             source = SCRIPTS[name]
         cached = self._scripts.get(name)
         if cached is not None:
-            if cached[0] != source:
+            if cached.source != source or cached.durable != durable:
                 raise ValueError(f"Lua script {name!r} is already registered with a different source")
-            return cached[1]
-        script = self._redis.register_script(source)
-        self._scripts[name] = (source, script)
+            return cached
+        script = self._scripts[name] = StoreScript(self, name, source, durable=durable)
         return script
+
+    async def durable(self, key: str, *command: Any, script: StoreScript | None = None) -> Any:
+        """Runs `command`, a write of `key`, and with `redis.cluster_wait_replicas` n > 0 then
+        `WAIT n <cluster_wait_timeout_s>` on the same connection (WAIT counts the replicas that have
+        this connection's writes): its reply once n replicas hold the write; UnavailableError when
+        fewer acknowledged it in time (the write may still be on the primary, and lost if it fails
+        over). Without n, just the command. Call it inside `guard`.
+
+        On a Cluster both go to the primary of `key`'s slot in one pipeline; a MOVED or ASK reply
+        (the slot moved: the write did not run) is followed, at most twice.
+        """
+        wanted = self.settings.cluster_wait_replicas
+        if not wanted:
+            return await self._redis.execute_command(*command)  # type: ignore[no-untyped-call]
+        timeout_ms = max(1, int(self.settings.cluster_wait_timeout_s * 1000))
+        cluster = self.cluster
+        node: ClusterNode | None = None
+        if cluster is not None:
+            await cluster.initialize()  # a fresh slot map if a failure asked for one
+            node = cluster.get_node_from_key(key)
+        asking = False
+        for _ in range(3):
+            pinned = self._on(node)
+            pipe = self._redis.pipeline(transaction=False)
+            if asking:
+                pipe.execute_command("ASKING", **pinned)
+            pipe.execute_command(*command, **pinned)
+            pipe.execute_command("WAIT", wanted, timeout_ms, **pinned)
+            if node is None:
+                replies = await pipe.execute(raise_on_error=False)
+            else:  # a redirect must not send the write elsewhere without its WAIT
+                replies = await pipe.execute(raise_on_error=False, allow_redirections=False)  # type: ignore[call-arg]
+            reply, acked = replies[-2], replies[-1]
+            asking = False
+            if isinstance(reply, rexc.NoScriptError) and script is not None:
+                await self._redis.script_load(script.source)  # Redis restarted or failed over
+                continue
+            if cluster is not None and isinstance(reply, rexc.AskError):  # MovedError is an AskError
+                node = cluster.get_node(host=reply.host, port=reply.port)
+                asking = not isinstance(reply, rexc.MovedError)
+                if not asking or node is None:
+                    await cluster.refresh_topology()  # the slot map is stale
+                if node is None:
+                    raise reply
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(acked, Exception):
+                raise acked
+            if int(acked) < wanted:
+                what = script.name if script is not None else str(command[0])
+                raise UnavailableError(
+                    f"redis write ({what}) reached {int(acked)} of {wanted} replicas within "
+                    f"{self.settings.cluster_wait_timeout_s}s (redis.cluster_wait_replicas): it may be lost "
+                    "if its primary fails over; retry",
+                    metadata={"store": "redis", "reason": "replication", "replicas_acked": str(int(acked))},
+                )
+            return reply
+        raise UnavailableError(
+            f"redis write ({command[0]}) was redirected three times: its slot is moving; retry",
+            metadata={"store": "redis", "reason": "slot_moving"},
+        )
 
     async def take_token(
         self,

@@ -259,11 +259,11 @@ class SessionStore:
     def __init__(self, store: Store, *, session_ttl_s: int = 0, cache_entries: int = 2_000) -> None:
         self.store = store
         self.session_ttl_s = session_ttl_s
-        self._create = store.script("context_create", _CREATE_LUA)
-        self._append = store.script("context_append", _APPEND_LUA)
+        self._create = store.script("context_create", _CREATE_LUA, durable=True)
+        self._append = store.script("context_append", _APPEND_LUA, durable=True)
         self._seen = store.script("context_seen", _SEEN_LUA)
         self._load = store.script("context_load", _LOAD_LUA)
-        self._commit = store.script("context_commit_summary", _COMMIT_SUMMARY_LUA)
+        self._commit = store.script("context_commit_summary", _COMMIT_SUMMARY_LUA, durable=True)
         self._incr = store.script("context_incr_if_exists", _INCR_IF_EXISTS_LUA)
         self._release = store.script("context_release", _RELEASE_LUA)
         self._known: OrderedDict[str, _Known] = OrderedDict()

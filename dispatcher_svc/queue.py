@@ -69,7 +69,7 @@ class TaskQueue:
         self.consumer = consumer
         self.key = store.keys.tasks_stream()
         self._touch = store.script("dispatcher_touch", TOUCH_LUA)
-        self.enqueue_script = store.script("dispatcher_enqueue", ENQUEUE_LUA)
+        self.enqueue_script = store.script("dispatcher_enqueue", ENQUEUE_LUA, durable=True)
 
     async def ensure_group(self) -> None:
         """Creates the consumer group (from the stream's start, so nothing queued is missed)."""
@@ -82,7 +82,7 @@ class TaskQueue:
 
     async def enqueue(self, task_id: str) -> str:
         async with self.store.guard("enqueue task"):
-            msg_id = await self.store.redis.xadd(self.key, {"task": task_id})
+            msg_id = await self.store.durable(self.key, "XADD", self.key, "*", "task", task_id)
         return msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id)
 
     @staticmethod

@@ -359,8 +359,8 @@ class TaskStore:
         """Counts every status a commit of this store enters (`agentmesh.tasks`)."""
         self.feed = feed if feed is not None else LocalFeed()
         """Where this process's committed events are also published (to its own watchers)."""
-        self._commit = store.script("dispatcher_commit", COMMIT_LUA)
-        self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA)
+        self._commit = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
+        self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA, durable=True)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
         self.waiting_key = f"{store.keys.prefix}:tasks:waiting"
         """Sorted set of parked tasks ("<task id> <approval id>") scored by their approval's expiry (ms).
@@ -453,6 +453,13 @@ class TaskStore:
         keys = self._commit_keys(task_id)
         queue_args = [task_id, queue.group if take else "", queue.consumer]
         async with self.store.guard("create task"):
+            if self.store.cluster is not None or self.store.settings.cluster_wait_replicas:
+                # On a Cluster the task and the queue live on different primaries, and a pipeline
+                # sends to both at once: the entry could be read before the task exists. Durable
+                # writes each wait for their replicas too. So the task first, then its entry.
+                commit_reply = await self._commit(keys=keys, args=args)
+                queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
+                return Created(created=int(commit_reply[0]) == _OK, taken=taken_entries(queue_reply))
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
             pipe.evalsha(self._commit.sha, len(keys), *keys, *args)

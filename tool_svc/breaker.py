@@ -6,21 +6,29 @@ closed --(failure_threshold consecutive failures)--> open --(open_s)--> half-ope
                   ramp_s (deterministic: each call earns `share` credit, a call is admitted per whole
                   credit), any failure re-opens, and after ramp_s the breaker is closed.
 
-State is per replica, in memory: it describes what this replica saw of an upstream, like a mesh's
-outlier detection, and costs no Redis round trip. Entries are bounded (least recently used go first).
+`Breakers` keeps the state of one replica in memory (entries bounded, least recently used go
+first): what tool_svc uses without Redis, and with `tools.breaker.shared: false`. By default the
+breakers are shared by every replica through Redis (`shared_breaker.SharedBreakers`, issue 28).
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agentmesh.errors import AgentmeshError, ErrorCode
 from tool_svc.call import CallState
 from tool_svc.model import Outcome, ToolResult
+
+if TYPE_CHECKING:
+    from tool_svc.shared_breaker import SharedBreakers
+
+log = logging.getLogger("tool_svc.breaker")
 
 State = Literal["closed", "open", "half_open", "ramping"]
 
@@ -164,22 +172,32 @@ UPSTREAM_FAULTS = frozenset({ErrorCode.UPSTREAM_TIMEOUT, ErrorCode.UPSTREAM_UNAV
 class CircuitBreaker:
     """Pipeline step: CIRCUIT_OPEN while the (instance, tool) breaker is open; records the verdict after."""
 
-    def __init__(self, breakers: Breakers) -> None:
+    def __init__(self, breakers: Breakers | SharedBreakers) -> None:
         self.breakers = breakers
 
     async def __call__(self, call: CallState) -> Outcome | None:
         instance = call.caller.instance or call.caller.agent
         tool = call.spec.name
         refused = self.breakers.admit(instance, tool, fallback_tool=call.spec.fallback_tool)
+        if inspect.isawaitable(refused):  # the shared breakers ask Redis
+            refused = await refused
         if refused is not None:
             return refused
 
         async def verdict(result: ToolResult | None) -> None:
             if not call.executed:
-                self.breakers.release_probe(instance, tool)
+                noted = self.breakers.release_probe(instance, tool)
+            else:
+                failed = call.exec_error is not None and call.exec_error.code in UPSTREAM_FAULTS
+                noted = self.breakers.record(instance, tool, success=not failed)
+            if not inspect.isawaitable(noted):
                 return
-            failed = call.exec_error is not None and call.exec_error.code in UPSTREAM_FAULTS
-            self.breakers.record(instance, tool, success=not failed)
+            try:
+                await noted
+            except AgentmeshError as exc:
+                # Bookkeeping of a call that already ran: never its outcome, nor a reason to skip the
+                # finalizers after this one (the idempotency record is settled there).
+                log.warning("circuit breaker of %s for %s not updated: %s", tool, instance, exc)
 
         call.finalizers.append(verdict)
         return None

@@ -67,6 +67,7 @@ from tool_svc.redact import RedactSecrets, redact_outcome
 from tool_svc.registry import RegisteredTool, ResolveTool, ToolRegistry
 from tool_svc.retry import Execute
 from tool_svc.sandbox import Sandbox
+from tool_svc.shared_breaker import SharedBreakers
 from tool_svc.validation import ValidateOutput, parse_arguments
 
 if TYPE_CHECKING:
@@ -130,8 +131,11 @@ class Gateway:
         self.approvals = ApprovalBook(store, tools.approval_ttl_s) if store is not None else None
         self.audit = AuditLog(store, settings.audit) if store is not None else None
         b = tools.breaker
-        self.breakers = Breakers(
-            BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries), clock
+        breaker_config = BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries)
+        self.breakers: Breakers | SharedBreakers = (
+            SharedBreakers(store, breaker_config, sync_s=b.sync_s, clock=clock)
+            if store is not None and b.shared
+            else Breakers(breaker_config, clock)
         )
         self.metrics.observe_breakers(self.breakers.census)
         pause = sleep or asyncio.sleep

@@ -247,7 +247,7 @@ class Idempotency:
         assert self.store is not None
         value = "" if record is None else self._json(record)
         async with self.store.guard("settle idempotency key"):
-            done = await self.store.script("idempotency_cas", _CAS_LUA)(
+            done = await self.store.script("idempotency_cas", _CAS_LUA, durable=True)(
                 keys=[self.store.keys.idempotency(key), self.hb_key(key)],
                 args=[owner, states, value, ttl_ms, heartbeat, self.lease_ms, "1" if owner_dead else ""],
             )
@@ -378,7 +378,7 @@ class Idempotency:
             token = "t_" + secrets.token_hex(12)
             record = self._json({"s": "run", "h": sha, "t": token, "g": 0})
             async with self.store.guard("claim idempotency key"):
-                answer = await self.store.script("idempotency_claim", _CLAIM_LUA)(
+                answer = await self.store.script("idempotency_claim", _CLAIM_LUA, durable=True)(
                     keys=[self.store.keys.idempotency(key), self.hb_key(key)],
                     args=[record, token, ttl_ms, self.lease_ms],
                 )
@@ -463,7 +463,7 @@ class Idempotency:
         if not moved and not owner.startswith("stl_") and not current:
             # The approval's pending record expired with it: claim the key afresh.
             async with self.store.guard("claim idempotency key"):
-                answer = await self.store.script("idempotency_claim", _CLAIM_LUA)(
+                answer = await self.store.script("idempotency_claim", _CLAIM_LUA, durable=True)(
                     keys=[self.store.keys.idempotency(key), self.hb_key(key)],
                     args=[self._json(record), owner, self.ttl_s * 1000, self.lease_ms],
                 )

@@ -392,9 +392,13 @@ class ToolRegistry:
         assert self.store is not None
         blob = json.dumps(spec.to_json(), sort_keys=True)
         if replace_existing:
-            await self.store.call("register tool", self.store.redis.hset(self.redis_key, spec.name, blob))
+            await self.store.call(
+                "register tool", self.store.durable(self.redis_key, "HSET", self.redis_key, spec.name, blob)
+            )
         else:
-            added = await self.store.call("register tool", self.store.redis.hsetnx(self.redis_key, spec.name, blob))
+            added = await self.store.call(
+                "register tool", self.store.durable(self.redis_key, "HSETNX", self.redis_key, spec.name, blob)
+            )
             if not added:
                 raise FailedPreconditionError(f"tool {spec.name} already exists; set replace to overwrite it")
         self._runtime[spec.name] = compiled

@@ -20,6 +20,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pauses", type=int, default=None, help="SIGSTOP per round (default kills // 3)")
     parser.add_argument("--dispatchers", type=int, choices=(1, 2), default=1)
     parser.add_argument("--tool-replicas", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--context-replicas", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--provider-replicas", type=int, choices=(1, 2), default=1)
+    parser.add_argument(
+        "--replicas", type=int, choices=(1, 2), default=None, help="of every service (overrides the above)"
+    )
+    parser.add_argument("--redis", choices=("standalone", "cluster"), default="standalone")
+    parser.add_argument(
+        "--rolling",
+        action="store_true",
+        help="per round, kill -9 and restart one replica of each service (no random kills)",
+    )
     parser.add_argument("--slow", type=float, default=2.0, help="upstreams answer after a random 0..SLOW s")
     parser.add_argument("--claim-idle", type=float, default=Timings.claim_idle_s)
     parser.add_argument("--lease", type=float, default=Timings.idempotency_lease_s)
@@ -28,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir (kept)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
+    if args.replicas is not None:
+        args.dispatchers = args.tool_replicas = args.context_replicas = args.provider_replicas = args.replicas
     timings = Timings(
         claim_idle_s=args.claim_idle,
         claim_interval_s=min(0.5, args.claim_idle / 4),
@@ -49,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
                 args.pauses,
                 dispatchers=args.dispatchers,
                 tools=args.tool_replicas,
+                contexts=args.context_replicas,
+                providers=args.provider_replicas,
+                cluster=args.redis == "cluster",
+                rolling=args.rolling,
                 timings=timings,
                 slow_max_s=args.slow,
                 final_timeout_s=args.final_timeout,

@@ -12,6 +12,11 @@ after a random 0.2-3 s. Disruptions come one at a time; tasks run throughout. Ea
 `driver.Driver` (followed live, settled truthfully, approved, resumed after a resumable failure).
 A round ends when its tasks are terminal (at most `drain_timeout_s`).
 
+With `rolling` (issue 28) the disruptions are not random: each service's first replica (with two of
+each: one replica of each) is killed with -9 and restarted once, in a shuffled order, spread over the
+round's task starts, while the other replica keeps serving; with `cluster`, one primary of the Redis
+Cluster too (its replica takes over, the killed node rejoins as a replica).
+
 After the last round the mesh is made healthy (every replica running and ready), every task gets up
 to `final_timeout_s` to end, then the invariants of `checks.py` are checked. The services' logs, the
 spans, the Redis AOF, every upstream request (`upstream-requests.jsonl`) and the table (`report.txt`)
@@ -27,12 +32,12 @@ import shutil
 import signal
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc.aio
-import redis
 
 from agentmesh.store import Keys
 from tests.chaos import checks
@@ -42,6 +47,7 @@ from tests.chaos.mesh import ChaosMesh, Timings, optional_keys
 from tests.chaos.policy import TOOLS, plan_text
 from tests.chaos.report import SERVICES, TARGETS, Action, ChaosReport
 from tests.chaos.upstreams import Upstreams
+from tests.rediscluster import sync_client
 
 __all__ = ["ChaosReport", "Timings", "run_chaos"]
 
@@ -67,12 +73,29 @@ class Chaos:
         self.report = report
 
     def _label(self, service: str) -> str:
-        return "redis" if service == "redis" else self.rng.choice(self.mesh.labels(service))
+        if service == "redis":
+            return self.rng.choice(self.mesh.redis_labels())
+        return self.rng.choice(self.mesh.labels(service))
 
-    async def kill(self, round_: int) -> Action:
-        service = self.rng.choice(TARGETS)
-        label = self._label(service)
+    def rolling_targets(self) -> list[tuple[str, str]]:
+        """(service, label) of one replica of each service (the first), and of one Redis primary on a
+        cluster; shuffled."""
+        targets = [(service, self.mesh.labels(service)[0]) for service in SERVICES]
+        if self.mesh.redis_cluster is not None:
+            targets.append(("redis", f"redis:{self.mesh.redis_cluster.primaries()[0]}"))
+        self.rng.shuffle(targets)
+        return targets
+
+    async def kill(self, round_: int, target: tuple[str, str] | None = None) -> Action:
+        if target is not None:
+            service, label = target
+        else:
+            service = self.rng.choice(TARGETS)
+            label = self._label(service)
         down_s = self.rng.uniform(0.2, 2.0)
+        if label.startswith("redis:") and target is not None:
+            # A primary killed to fail over: down past the cluster's node timeout, so its replica takes over.
+            down_s = 6.0
         action = Action(round_, "kill -9", service, label, time.time())
         self.report.actions.append(action)
         await asyncio.to_thread(self.mesh.kill9, label)
@@ -110,13 +133,28 @@ async def _wait(tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
 def read_sessions(url: str, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Each task's session log, straight from Redis (context_svc/sessions.py: `am:sess:{s}:log`)."""
     keys = Keys()
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = sync_client(url, socket_timeout=10)
     try:
         found = {}
         for task_id in task_ids:
-            raw: list[bytes] = client.lrange(keys.session(task_id, "log"), 0, -1)  # type: ignore[assignment]
+            raw: list[bytes] = client.lrange(keys.session(task_id, "log"), 0, -1)
             found[task_id] = [json.loads(item) for item in raw]
         return found
+    finally:
+        client.close()
+
+
+def read_owners(url: str, task_ids: list[str]) -> Counter[str]:
+    """How many of the tasks each dispatcher replica ran last (the task hash's `owner`, its consumer
+    name: `<host>-<pid>`)."""
+    keys = Keys()
+    client = sync_client(url, socket_timeout=10)
+    try:
+        owners: Counter[str] = Counter()
+        for task_id in task_ids:
+            owner = client.hget(keys.task(task_id), "owner")
+            owners[owner.decode() if owner else "(none)"] += 1
+        return owners
     finally:
         client.close()
 
@@ -142,6 +180,10 @@ async def run_chaos(
     *,
     dispatchers: int = 1,
     tools: int = 1,
+    contexts: int = 1,
+    providers: int = 1,
+    cluster: bool = False,
+    rolling: bool = False,
     timings: Timings | None = None,
     slow_max_s: float = 2.0,
     gap_s: tuple[float, float] = (0.1, 1.0),
@@ -155,7 +197,9 @@ async def run_chaos(
     """Runs the chaos rounds and checks the invariants (see the module docstring).
 
     `kills`: kill -9 per round; `pauses`: SIGSTOP per round (default kills // 3); `dispatchers`,
-    `tools`: replicas (1 or 2); `slow_max_s`: the upstreams answer after a random 0..slow_max_s;
+    `tools`, `contexts`, `providers`: replicas (1 or 2); `cluster`: a Redis Cluster; `rolling`: instead
+    of `kills` and `pauses`, one kill -9 of one replica of each service (and of a Redis primary on a
+    cluster) per round; `slow_max_s`: the upstreams answer after a random 0..slow_max_s;
     `gap_s`: the random pause between two scheduled starts or disruptions.
     """
     pauses = kills // 3 if pauses is None else pauses
@@ -163,12 +207,15 @@ async def run_chaos(
     say = progress or (lambda line: None)
     own_dir = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix=f"agentmesh-chaos-{seed}-")) if workdir is None else workdir
+    if rolling:
+        kills, pauses = 0, 0
     report = ChaosReport(
         seed, rounds, tasks_per_round, kills, pauses, dispatchers, tools, sorted(optional_keys()), workdir=str(workdir)
     )
+    report.contexts, report.providers, report.cluster, report.rolling = contexts, providers, cluster, rolling
     started = time.monotonic()
     upstreams = Upstreams(seed, slow_max_s).serve()
-    mesh = ChaosMesh(workdir, upstreams.url, timings or Timings(), dispatchers, tools)
+    mesh = ChaosMesh(workdir, upstreams.url, timings or Timings(), dispatchers, tools, contexts, providers, cluster)
     client: Client | None = None
     runs: list[TaskRun] = []
     drivers: list[asyncio.Task[None]] = []
@@ -181,12 +228,19 @@ async def run_chaos(
         for round_ in range(1, rounds + 1):
             schedule = ["task"] * tasks_per_round + ["kill"] * kills + ["pause"] * pauses
             rng.shuffle(schedule)
+            rolling_targets = chaos.rolling_targets() if rolling else []
+            if rolling:  # one each, spread evenly over the round's task starts (after the first tenth)
+                step = max(1, tasks_per_round // (len(rolling_targets) + 1))
+                for i in reversed(range(len(rolling_targets))):
+                    schedule.insert(min(len(schedule), (i + 1) * step), "rolling")
             if "task" in schedule:
                 schedule.insert(0, schedule.pop(schedule.index("task")))  # something to disrupt
             mine: list[asyncio.Task[None]] = []
             for item in schedule:
                 await asyncio.sleep(rng.uniform(*gap_s))
-                if item == "task":
+                if item == "rolling":
+                    await chaos.kill(round_, rolling_targets.pop(0))
+                elif item == "task":
                     plan = make_plan(rng)
                     task_id = f"chaos-{seed}-{round_}-{len(runs) + 1}"
                     run = TaskRun(task_id, f"chaos task {task_id}: record the effects, {plan_text(plan)}", plan)
@@ -234,7 +288,13 @@ async def _check(
             return await collect(client, run)
 
     finals = list(await asyncio.gather(*(one(r) for r in runs)))
-    sessions = await asyncio.to_thread(read_sessions, mesh.redis.url, [r.task_id for r in runs])
+    sessions = await asyncio.to_thread(read_sessions, mesh.redis_url, [r.task_id for r in runs])
+    owners = await asyncio.to_thread(read_owners, mesh.redis_url, [r.task_id for r in runs])
+    # A consumer is named <host>-<pid>-<random> (dispatcher_svc/service.py): shown as its replica.
+    labels = {str(p.pid): label.split(".", 1)[0] for label, p in mesh.mesh.processes.items()}
+    for owner, count in owners.items():
+        parts = owner.rsplit("-", 2)
+        report.owners[labels.get(parts[1], owner) if len(parts) == 3 else owner] += count
     for final in finals:
         final.session = sessions.get(final.task_id, [])
         report.statuses[status_name(final.status) if final.task is not None else "NOT FOUND"] += 1

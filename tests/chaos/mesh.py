@@ -2,9 +2,12 @@
 
 The services run through `tests.e2e.dispatcher.conftest.Mesh` (one process per replica, each on
 its own port, waited for until SERVING); Redis through `DurableRedis` (AOF on, fsync always, the
-same port and data dir across restarts). With two tool_svc replicas the dispatchers dial both
-(`services.tool.target: ipv4:127.0.0.1:<p1>,127.0.0.1:<p2>` with `client.load_balancing:
-round_robin`); with two dispatchers each runs on its own port and the harness talks to either.
+same port and data dir across restarts), or with `cluster` a local Redis Cluster of 3 primaries and
+3 replicas (tests/rediscluster.py, every node with the same AOF settings; the services with
+`redis.cluster_wait_replicas: 1`), whose nodes are killed one at a time (label `redis:<port>`).
+A service with two replicas is dialled at both (`services.<svc>.target: ipv4:127.0.0.1:<p1>,
+127.0.0.1:<p2>` with `client.load_balancing: round_robin`); two dispatchers each run on their own
+port and the harness talks to either.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from tests.chaos.redis_server import DurableRedis
 from tests.chaos.upstreams import PATHS
 from tests.e2e.conftest import AUTH_KEY, REPO, free_port
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Mesh
+from tests.rediscluster import LocalRedisCluster
+
+DURABLE_REDIS = ("--appendonly", "yes", "--appendfsync", "always")
 
 AGENT_ID = "chaos"
 PERMISSION = "*:chaos.effects:write"
@@ -89,7 +95,7 @@ def optional_keys() -> set[str]:
     return found
 
 
-def chaos_config(upstream_url: str, timings: Timings, *, round_robin: bool) -> dict[str, Any]:
+def chaos_config(upstream_url: str, timings: Timings, *, round_robin: bool, cluster: bool = False) -> dict[str, Any]:
     options = optional_keys()
     tools: dict[str, Any] = {
         "builtins": ["read_payload"],
@@ -104,6 +110,8 @@ def chaos_config(upstream_url: str, timings: Timings, *, round_robin: bool) -> d
         tools["idempotency_heartbeat_s"] = timings.idempotency_heartbeat_s
     return {
         "environment": "dev",
+        # On a cluster every acknowledged write is on a replica too (a primary's kill loses none of them).
+        **({"redis": {"cluster_wait_replicas": 1}} if cluster else {}),
         "server": {"drain_delay_s": 0, "grace_period_s": 1, "readiness_interval_s": 0.5},
         "client": {"load_balancing": "round_robin" if round_robin else "pick_first"},
         "telemetry": {"log_level": "INFO"},
@@ -156,33 +164,48 @@ class Replica:
 
 @dataclass
 class ChaosMesh:
-    """Redis plus one or two replicas of each service; kill, pause and restart any of them."""
+    """Redis (or a Redis Cluster) plus one or two replicas of each service; kill, pause and restart
+    any of them."""
 
     workdir: Path
     upstream_url: str
     timings: Timings = Timings()
     dispatchers: int = 1
     tools: int = 1
+    contexts: int = 1
+    providers: int = 1
+    cluster: bool = False
     replicas: dict[str, Replica] = field(default_factory=dict)
     redis: DurableRedis = field(init=False)
+    redis_cluster: LocalRedisCluster | None = field(init=False, default=None)
     mesh: Mesh = field(init=False)
     config_file: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.redis = DurableRedis(self.workdir / "redis", free_port())
-        counts = {"dispatcher": self.dispatchers, "tool": self.tools, "context": 1, "provider": 1}
+        if self.cluster:
+            self.redis_cluster = LocalRedisCluster(extra_args=DURABLE_REDIS)
+        counts = {
+            "dispatcher": self.dispatchers,
+            "tool": self.tools,
+            "context": self.contexts,
+            "provider": self.providers,
+        }
         for service in SERVICE_ORDER:
             for i in range(1, counts[service] + 1):
                 label = service if counts[service] == 1 else f"{service}-{i}"
                 self.replicas[label] = Replica(service, label, free_port())
         ports = {s: self.replicas[s if s in self.replicas else f"{s}-1"].port for s in SERVICE_ORDER}
         services: dict[str, dict[str, Any]] = {s: {"host": "127.0.0.1", "port": p} for s, p in ports.items()}
-        tool_ports = [r.port for r in self.replicas.values() if r.service == "tool"]
-        if len(tool_ports) > 1:
-            services["tool"]["target"] = "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in tool_ports)
+        round_robin = False
+        for service in ("tool", "context", "provider"):
+            replica_ports = [r.port for r in self.replicas.values() if r.service == service]
+            if len(replica_ports) > 1:
+                services[service]["target"] = "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in replica_ports)
+                round_robin = True
         self.config_file = self.workdir / "agentmesh-chaos.yaml"
-        config = chaos_config(self.upstream_url, self.timings, round_robin=len(tool_ports) > 1)
+        config = chaos_config(self.upstream_url, self.timings, round_robin=round_robin, cluster=self.cluster)
         self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         # Fail here, naming the key, rather than in four service logs.
         load_settings(self.config_file, overrides={"auth": {"key": AUTH_KEY}})
@@ -191,7 +214,7 @@ class ChaosMesh:
             {
                 "AGENTMESH_AUTH_KEY": AUTH_KEY,
                 "AGENTMESH_CONFIG": str(self.config_file),
-                "AGENTMESH_REDIS_URL": self.redis.url,
+                "AGENTMESH_REDIS_URL": "" if self.cluster else self.redis.url,  # the cluster's: start_all
                 "AGENTMESH_SERVICES": json.dumps(services),
                 "AGENTMESH_TELEMETRY_SPAN_FILE": str(self.workdir / "spans.jsonl"),
                 "AGENTMESH_SUPERVISOR_PID": str(os.getpid()),  # the services die with the harness
@@ -232,7 +255,24 @@ class ChaosMesh:
         replica = self.replicas[label]
         return self.mesh.processes[f"{label}.{replica.generation}"]
 
+    @property
+    def redis_url(self) -> str:
+        return self.redis_cluster.url if self.redis_cluster is not None else self.redis.url
+
+    def redis_labels(self) -> list[str]:
+        """`redis`, or one `redis:<port>` per node of the cluster."""
+        if self.redis_cluster is None:
+            return ["redis"]
+        return [f"redis:{port}" for port in self.redis_cluster.ports]
+
+    def _node(self, label: str) -> int:
+        return int(label.split(":", 1)[1])
+
     def kill9(self, label: str) -> None:
+        if label.startswith("redis:"):
+            assert self.redis_cluster is not None
+            self.redis_cluster.kill9(self._node(label))
+            return
         if label == "redis":
             self.redis.kill9()
             return
@@ -243,7 +283,12 @@ class ChaosMesh:
 
     def pause(self, label: str, sig: int) -> None:
         """SIGSTOP or SIGCONT."""
-        if label == "redis":
+        if label.startswith("redis:"):
+            assert self.redis_cluster is not None
+            node = self.redis_cluster.node(self._node(label))
+            if node.running():
+                os.kill(node.pid, sig)
+        elif label == "redis":
             self.redis.signal(sig)
         else:
             process = self.process(label)
@@ -251,17 +296,27 @@ class ChaosMesh:
                 os.kill(process.pid, sig)
 
     def restart(self, label: str) -> None:
-        if label == "redis":
+        if label.startswith("redis:"):
+            assert self.redis_cluster is not None
+            self.redis_cluster.restart(self._node(label))
+        elif label == "redis":
             self.redis.start()
         else:
             self.start(label)
 
     def start_all(self) -> None:
-        self.redis.start()
+        if self.redis_cluster is not None:
+            self.redis_cluster.start()
+            self.mesh.env["AGENTMESH_REDIS_URL"] = self.redis_cluster.url
+        else:
+            self.redis.start()
         for label in self.replicas:
             self.start(label)
 
     def running(self, label: str) -> bool:
+        if label.startswith("redis:"):
+            assert self.redis_cluster is not None
+            return self.redis_cluster.node(self._node(label)).running()
         return self.redis.running() if label == "redis" else self.process(label).poll() is None
 
     def ready(self) -> dict[str, str]:
@@ -274,11 +329,12 @@ class ChaosMesh:
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
-            for label in ["redis", *self.replicas]:
+            for label in [*self.redis_labels(), *self.replicas]:
                 if not self.running(label):
                     self.restart(label)
             states = self.ready()
-            if all(s == "SERVING" for s in states.values()):
+            cluster_ok = self.redis_cluster is None or self.redis_cluster.healthy()
+            if cluster_ok and all(s == "SERVING" for s in states.values()):
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the mesh is not ready within {timeout_s}s: {states}")
@@ -295,3 +351,7 @@ class ChaosMesh:
                 os.kill(process.pid, signal.SIGCONT)
         self.mesh.stop_all()
         self.redis.stop()
+        if self.redis_cluster is not None:
+            for port in self.redis_cluster.ports:  # a SIGSTOPped node cannot exit
+                self.pause(f"redis:{port}", signal.SIGCONT)
+            self.redis_cluster.stop()

@@ -54,6 +54,14 @@ class ChaosReport:
     tool_replicas: int = 1
     config_keys: list[str] = field(default_factory=list)
     """The issue-18 configuration keys the run could set (the config model accepts them)."""
+    contexts: int = 1
+    providers: int = 1
+    cluster: bool = False
+    """Redis was a Redis Cluster (3 primaries, 3 replicas)."""
+    rolling: bool = False
+    """One replica of each service killed and restarted per round, instead of random disruptions."""
+    owners: Counter[str] = field(default_factory=Counter)
+    """Tasks per dispatcher replica that ran them last (the task's `owner`)."""
     wall_s: float = 0.0
     workdir: str = ""
     actions: list[Action] = field(default_factory=list)
@@ -89,8 +97,10 @@ class ChaosReport:
         lines = [
             f"chaos seed {self.seed}: {self.rounds} round(s) x {self.tasks_per_round} tasks, "
             f"{self.kills_per_round} kill -9 + {self.pauses_per_round} SIGSTOP per round, {self.wall_s:.0f} s wall",
-            f"mesh: {self.dispatchers} dispatcher(s), {self.tool_replicas} tool_svc replica(s); issue-18 config keys "
-            f"in use: {', '.join(self.config_keys) or 'none (not in the config model yet)'}",
+            f"mesh: {self.dispatchers} dispatcher(s), {self.tool_replicas} tool_svc, {self.contexts} context_svc, "
+            f"{self.providers} provider_svc replica(s); Redis {'Cluster (3+3)' if self.cluster else 'standalone'}"
+            f"{'; rolling: one replica of each restarted per round' if self.rolling else ''}",
+            f"issue-18 config keys in use: {', '.join(self.config_keys) or 'none (not in the config model yet)'}",
             f"workdir (logs, redis AOF): {self.workdir}",
             "",
             f"{'target':<12}{'kill -9':>9}{'SIGSTOP':>9}",
@@ -114,6 +124,7 @@ class ChaosReport:
             f"ordinary approvals approved: {self.approvals}",
             f"resumes of FAILED tasks: {sum(self.resumes.values())} ({_counts(self.resumes)})",
             f"tasks: {self.tasks} ({_counts(self.statuses)}); answers: {_counts(self.answers)}",
+            f"tasks per dispatcher (last owner): {_counts(self.owners)}",
             f"upstream requests: {_counts(self.requests)}",
             "",
             f"{'invariant':<48}{'violations':>10}",

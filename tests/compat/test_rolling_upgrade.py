@@ -43,14 +43,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import redis.asyncio
 
 from agentmesh.audit import AuditLog
 from agentmesh.chat import ToolCall
+from agentmesh.clusterclient import BoundedCluster
 from agentmesh.config import ContextSettings, DispatcherSettings, RedisSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, PermissionDeniedError
 from agentmesh.payloads import is_json_media_type
-from agentmesh.store import Store
+from agentmesh.store import RedisClient, Store
 from context_svc.engine import ContextEngine
 from context_svc.known import known_facts
 from context_svc.model import Caller as ContextCaller
@@ -124,7 +124,7 @@ def decode(value: Any) -> bytes:
     return base64.b64decode(value["base64"])
 
 
-async def restore(r: redis.asyncio.Redis, keys: Mapping[str, Any]) -> None:
+async def restore(r: RedisClient, keys: Mapping[str, Any]) -> None:
     """Writes every dumped key with its type, value and TTL."""
     pipe = r.pipeline(transaction=False)
     for key, item in keys.items():
@@ -156,7 +156,9 @@ async def restore(r: redis.asyncio.Redis, keys: Mapping[str, Any]) -> None:
     for key, item in keys.items():
         stored_type: Any = await r.type(key)
         assert stored_type.decode() == item["type"], key
-    assert await r.dbsize() == len(keys)
+    # On a cluster DBSIZE answers for one node unless asked for every primary (their sum).
+    everywhere: dict[str, Any] = {"target_nodes": "primaries"} if isinstance(r, BoundedCluster) else {}
+    assert await r.dbsize(**everywhere) == len(keys)
 
 
 @pytest.fixture(params=FIXTURE_FILES, ids=lambda p: p.stem)

@@ -1,4 +1,4 @@
-"""The Store's Redis pool is bounded and blocking (issue 19; agentmesh/store.py)."""
+"""The Store's Redis pool is bounded and blocking (issue 19; agentmesh/store.py), on a Cluster too (issue 28)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agentmesh.store import Store
 async def test_a_busy_pool_waits_then_fails_typed_unavailable(redis_url: str) -> None:
     settings = RedisSettings(url=redis_url, max_connections=2, pool_timeout_s=0.2)
     async with await Store.connect(settings, "dev") as store:
-        assert store.redis.connection_pool.max_connections == 2
+        assert store.connection_limit == 2  # on a Cluster: commands in flight (agentmesh/clusterclient.py)
 
         async def hold(key: str) -> object:
             # BLPOP keeps its connection until the timeout: the pool is full meanwhile.

@@ -15,6 +15,7 @@ import pytest
 
 from agentmesh.cli.supervisor import health_status
 from agentmesh.localredis import LocalRedis
+from tests.rediscluster import cluster_mode, empty
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH_KEY = "e2e-test-key-" + "z" * 32
@@ -106,8 +107,14 @@ def process_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def e2e_redis() -> Iterator[LocalRedis]:
-    """A dedicated redis-server for one multi-process test."""
+def e2e_redis(request: pytest.FixtureRequest) -> Iterator[LocalRedis]:
+    """A dedicated redis-server for one multi-process test; with `--redis=cluster`, the session's
+    Redis Cluster, emptied (its nodes are not to be killed)."""
+    if cluster_mode(request.config):
+        cluster = request.getfixturevalue("redis_cluster")
+        empty(cluster)
+        yield cluster
+        return
     with LocalRedis() as server:
         yield server
 

@@ -7,10 +7,12 @@ import shutil
 from collections.abc import Callable
 
 import pytest
+import redis.asyncio
 import redis.exceptions as rexc
 from redis.crc import key_slot
 
 from agentmesh import localredis as localredis_mod
+from agentmesh.clusterclient import BoundedCluster, parse_cluster_url
 from agentmesh.config import RedisSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.localredis import RedisServerNotFoundError, find_redis_server
@@ -196,5 +198,42 @@ def test_clients_parse_replies_with_hiredis() -> None:
     # The pinned hiredis makes redis-py parse in C; without it every reply is parsed in Python,
     # a large share of the dispatcher's CPU per step (bench_step).
     client = Store.client_for("redis://127.0.0.1:1/0", RedisSettings())
+    assert isinstance(client, redis.asyncio.Redis)
     connection = client.connection_pool.make_connection()  # type: ignore[no-untyped-call]  # not connected
     assert type(connection._parser).__name__ == "_AsyncHiredisParser"
+
+
+@pytest.mark.parametrize(
+    ("url", "first", "others"),
+    [
+        ("redis+cluster://a:7000,b:7001/0", "redis://a:7000/0", (("b", 7001),)),
+        (
+            "rediss+cluster://:pw@a:7000,[::1]:7001/?ssl_cert_reqs=none",
+            "rediss://:pw@a:7000/?ssl_cert_reqs=none",
+            (("::1", 7001),),
+        ),
+        ("redis+cluster://user:pw@a,b:7001", "redis://user:pw@a:6379/", (("b", 7001),)),
+        ("redis://a:7000/0", "redis://a:7000/0", ()),
+        ("redis+cluster://[::1]:7000", "redis://[::1]:7000/", ()),
+    ],
+)
+def test_cluster_urls_name_seed_nodes(url: str, first: str, others: tuple[tuple[str, int], ...]) -> None:
+    target = parse_cluster_url(url)
+    assert (target.first_url, target.other_seeds) == (first, others)
+
+
+@pytest.mark.parametrize("url", ["redis+cluster:///0", "redis+cluster://a:x/0", "redis+cluster://a:0", "a:7000"])
+def test_bad_cluster_urls_are_value_errors(url: str) -> None:
+    with pytest.raises(ValueError):
+        parse_cluster_url(url)
+
+
+def test_cluster_urls_are_redacted_and_choose_the_cluster_client() -> None:
+    url = "redis+cluster://:hunter2@a:7000,b:7001/0"
+    assert "hunter2" not in redact_url(url)
+    assert isinstance(Store.client_for(url, RedisSettings()), BoundedCluster)
+    assert isinstance(Store.client_for("redis://a:7000/0", RedisSettings(cluster=True)), BoundedCluster)
+    assert not isinstance(Store.client_for("redis://a:7000/0", RedisSettings()), BoundedCluster)
+    with pytest.raises(StoreMisconfiguredError) as caught:
+        Store.client_for("redis+cluster://:hunter2@a:notaport/0", RedisSettings())
+    assert "hunter2" not in caught.value.message

@@ -35,7 +35,7 @@ async def test_200_concurrent_tasks_share_20_redis_connections(
     assert mesh.dispatcher.settings.redis.max_connections == POOL
     store = mesh.dispatcher.host.store
     assert isinstance(store, Store)
-    assert store.redis.connection_pool.max_connections == POOL
+    assert store.connection_limit == POOL
 
     results = await asyncio.gather(*(run(mesh, f"add {i}") for i in range(TASKS)))
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from agentmesh.v1 import common_pb2
 from tests.contract.tool.conftest import Client
 from tests.contract.tool.fakes import LocalHttpServer
+from tests.rediscluster import sync_client
 from tool_svc.server import SPEC
 
 AWS_ID = "AKIAZ7QW3ER5TY8UI2OP"
@@ -113,7 +113,7 @@ async def svc(start_service: Callable[..., Awaitable[Any]], secret_upstream: Sec
 
 def _redis_dump(url: str) -> str:
     """Every key and value in Redis, as text."""
-    client = redis.Redis.from_url(url, socket_timeout=5)
+    client = sync_client(url, socket_timeout=5)
     parts: list[str] = []
     try:
         for key in client.scan_iter(count=1000):

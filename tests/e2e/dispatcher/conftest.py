@@ -148,11 +148,15 @@ class Mesh:
 
 @pytest.fixture
 async def mesh_env(
-    process_env: dict[str, str], tmp_path: Path, ops_api: OpsApi, collector: tuple[Collector, int]
+    process_env: dict[str, str],
+    tmp_path: Path,
+    ops_api: OpsApi,
+    collector: tuple[Collector, int],
+    e2e_redis: LocalRedis,
 ) -> AsyncIterator[Mesh]:
     """Environment for the services with the demo overlay: a dedicated Redis, free gRPC and HTTP ports,
     the demo log, the ops API, OTLP."""
-    redis = LocalRedis().start()
+    redis = e2e_redis
     every = free_ports([*SERVICE_ORDER, *(f"{name}-http" for name in SERVICE_ORDER)])
     ports = {name: every[name] for name in SERVICE_ORDER}
     http_ports = {name: every[f"{name}-http"] for name in SERVICE_ORDER}
@@ -178,7 +182,6 @@ async def mesh_env(
         yield mesh
     finally:
         await asyncio.to_thread(mesh.stop_all)
-        redis.stop()
 
 
 def kill9(process: subprocess.Popen[bytes]) -> None:
