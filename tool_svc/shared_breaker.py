@@ -169,6 +169,14 @@ class SharedBreakers:
             return None
         return copy
 
+    def census(self) -> list[tuple[str, str, int]]:
+        """(tool, state, number of breakers) as this replica last learnt them from Redis (the metrics'
+        `agentmesh.tool.breakers`; every replica reports its copies, which agree within `sync_s`)."""
+        counts: dict[tuple[str, str], int] = {}
+        for (_, tool), copy in list(self._copies.items()):  # list(): a copy, safe off the event loop
+            counts[(tool, copy.state)] = counts.get((tool, copy.state), 0) + 1
+        return [(tool, state, count) for (tool, state), count in sorted(counts.items())]
+
     def state(self, instance: str, tool: str) -> State:
         """This replica's copy of the breaker's state (closed when it has none)."""
         copy = self._copies.get((instance, tool))
