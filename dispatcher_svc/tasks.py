@@ -7,11 +7,9 @@ that wakes up after another replica took over has its next write refused and sto
 script appends the write's events to the task's stream with contiguous sequences (stream ids
 `0-<seq>`), so state and event log can never disagree, and no event is written twice.
 
-Keys: `am:task:{<id>}` (hash), `am:task:{<id>}:events` (stream) and `am:task:{<id>}:prompts` (hash:
-each step's provider request, `dispatcher_svc.prompts`) share a hash tag, so the script is valid on
-Redis Cluster, and it gives the three one TTL; `am:tasks` is separate and only ever touched by single
-commands or its own script, and so is `am:tasks:waiting`, the parked tasks scored by their approval's expiry (the
-dispatcher's expiry sweeper reads it).
+Keys: `am:task:{<id>}` (hash), `:events` (stream) and `:prompts` (each step's provider request,
+`dispatcher_svc.prompts`) share a hash tag (one slot, one TTL); `am:tasks` and `am:tasks:waiting`
+(parked tasks by approval expiry, for the sweeper) are touched by single commands or their own scripts.
 """
 
 from __future__ import annotations
@@ -355,19 +353,16 @@ class TaskStore:
     ) -> None:
         self.store = store
         self.settings = settings
-        self.metrics = metrics or Metrics()
-        """Counts every status a commit of this store enters (`agentmesh.tasks`)."""
-        self.feed = feed if feed is not None else LocalFeed()
-        """Where this process's committed events are also published (to its own watchers)."""
+        self.metrics = metrics or Metrics()  # every status a commit enters (`agentmesh.tasks`)
+        self.feed = feed if feed is not None else LocalFeed()  # also gets this process's committed events
         self._commit = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA, durable=True)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
         self.waiting_key = f"{store.keys.prefix}:tasks:waiting"
-        """Sorted set of parked tasks ("<task id> <approval id>") scored by their approval's expiry (ms).
-
-        An index for the expiry sweeper, kept a superset of the parked tasks: a member is added before
-        the task is parked and removed only after the task left WAITING_APPROVAL, so a crash in between
-        leaves a stale member (dropped by the sweeper), never a parked task it cannot find."""
+        """Sorted set of parked tasks ("<task id> <approval id>") scored by their approval's expiry (ms):
+        the expiry sweeper's index, a superset of the parked tasks (a member is added before the task is
+        parked and removed only after it left WAITING_APPROVAL: a crash leaves a stale member, which the
+        sweeper drops, never a parked task it cannot find)."""
 
     def _keys(self, task_id: str) -> list[str]:
         return [self.store.keys.task(task_id), self.store.keys.task_events(task_id)]
@@ -454,9 +449,8 @@ class TaskStore:
         queue_args = [task_id, queue.group if take else "", queue.consumer]
         async with self.store.guard("create task"):
             if self.store.cluster is not None or self.store.settings.cluster_wait_replicas:
-                # On a Cluster the task and the queue live on different primaries, and a pipeline
-                # sends to both at once: the entry could be read before the task exists. Durable
-                # writes each wait for their replicas too. So the task first, then its entry.
+                # Cluster: task and queue on different primaries (a pipeline could expose the entry
+                # first); durable writes wait for replicas. So the task first, then its entry.
                 commit_reply = await self._commit(keys=keys, args=args)
                 queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
                 return Created(created=int(commit_reply[0]) == _OK, taken=taken_entries(queue_reply))
