@@ -1,11 +1,10 @@
 """Task state in Redis: one hash per task and its event stream (records, fenced commits, leases).
 
-The `am:tasks` work queue is `dispatcher_svc.queue`; the Lua scripts are `dispatcher_svc.task_scripts`.
-Every write to a task is one Lua script (`COMMIT_LUA`) that checks the writer's fencing number
-first: acquiring a task increments `fence`, so a stale owner (paused, partitioned, or simply slow)
-that wakes up after another replica took over has its next write refused and stops. The same
-script appends the write's events to the task's stream with contiguous sequences (stream ids
-`0-<seq>`), so state and event log can never disagree, and no event is written twice.
+The work queue is `dispatcher_svc.queue`, the Lua scripts `dispatcher_svc.task_scripts`. Every
+write to a task is one Lua script (`COMMIT_LUA`) that checks the writer's fencing number first:
+acquiring a task increments `fence`, so a stale owner (paused, partitioned, slow) that wakes up after
+another replica took over has its next write refused and stops. The same script appends the write's
+events to the stream with contiguous sequences (ids `0-<seq>`): state and log never disagree.
 
 Keys: `am:task:{<id>}` (hash), `:events` (stream) and `:prompts` (each step's provider request,
 `dispatcher_svc.prompts`) share a hash tag (one slot, one TTL); `am:tasks` and `am:tasks:waiting`
