@@ -142,14 +142,14 @@ class Stack:
         assert store is not None
         return store
 
-    async def run(self, goal: str, task_id: str = "") -> list[dispatcher_pb2.TaskEvent]:
-        """Runs a task of `smoke` through RunTask; its events."""
+    async def run(self, goal: str, task_id: str = "", session_id: str = "") -> list[dispatcher_pb2.TaskEvent]:
+        """Runs a task of `smoke` through RunTask (continuing `session_id` when given); its events."""
         assert self.channel is not None
         token = Authenticator(self.hosts["dispatcher"][0].settings.auth, "dev").mint(
             subject="operator", roles=("operator",)
         )
         stub = dispatcher_pb2_grpc.DispatcherServiceStub(self.channel)  # type: ignore[no-untyped-call]
-        start = dispatcher_pb2.StartTaskRequest(agent_id=AGENT, goal=goal, task_id=task_id)
+        start = dispatcher_pb2.StartTaskRequest(agent_id=AGENT, goal=goal, task_id=task_id, session_id=session_id)
         call = stub.RunTask(
             dispatcher_pb2.RunTaskRequest(start=start), metadata=((IDENTITY_HEADER, token),), timeout=60
         )

@@ -120,6 +120,9 @@ async def test_a_task_and_every_lua_script_run_on_the_cluster_each_in_one_slot(
         assert events[-1].status == D.TASK_STATUS_SUCCEEDED, events[-1]
         assert any(e.message.startswith("ANSWER:") and "42" in e.message for e in events), events
         assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+        # A second turn on the same session (issue 24): context_svc's attach script on the cluster.
+        turn = [e for e in await stack.run("compute 2*3 please", session_id="t-cluster") if e.sequence]
+        assert turn[-1].status == D.TASK_STATUS_SUCCEEDED, turn[-1]
         await the_other_scripts(stack.store("dispatcher"))
     # (the provider's usage ledger flushed at shutdown: usage_record ran too)
 
