@@ -44,9 +44,12 @@ from agentmesh.configfiles import (
     DEFAULT_CONFIG_FILE,
     ConfigError,
     ConfigFiles,
+    FoundConfig,
+    PACKAGED_CONFIG,
     config_path,
     config_paths,
     deep_merge,
+    find_config,
     interpolate,
     overlay,
     read_yaml,
@@ -57,10 +60,15 @@ __all__ = [
     "DEFAULT_CONFIG_FILE",
     "ConfigError",
     "ConfigFiles",
+    "FoundConfig",
+    "NO_AUTH_KEY",
+    "PACKAGED_CONFIG",
+    "NoAuthKeyError",
     "Settings",
     "config_path",
     "config_paths",
     "deep_merge",
+    "find_config",
     "interpolate",
     "load_settings",
     "overlay",
@@ -70,6 +78,12 @@ MiB = 1024 * 1024
 DEV_AUTH_KEY = "agentmesh-dev-only-insecure-key"
 """The key the example agentmesh.yaml falls back to; refused outside environment dev."""
 MIN_AUTH_KEY_BYTES = 32
+NO_AUTH_KEY = "no auth key: set AGENTMESH_AUTH_KEY or --config"
+"""The whole message when auth is enabled and there is no key (or only the development key outside dev)."""
+
+
+class NoAuthKeyError(ConfigError):
+    """Auth is enabled and no usable key is configured; the message is exactly `NO_AUTH_KEY`."""
 
 
 class _Section(BaseModel):
@@ -1042,9 +1056,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"auth.mode: disabled is allowed in environment dev only, not {self.environment}")
             return self
         key = auth.key.get_secret_value() if auth.key else ""
-        if not key:
-            raise ValueError("auth.key: required when auth.mode is enabled (set AGENTMESH_AUTH_KEY)")
-        if self.environment != "dev" and (key == DEV_AUTH_KEY or len(key.encode()) < MIN_AUTH_KEY_BYTES):
+        if not key or (self.environment != "dev" and key == DEV_AUTH_KEY):
+            raise ValueError(NO_AUTH_KEY)
+        if self.environment != "dev" and len(key.encode()) < MIN_AUTH_KEY_BYTES:
             raise ValueError(
                 f"auth.key: environment {self.environment} needs a private key of at least "
                 f"{MIN_AUTH_KEY_BYTES} bytes, not the development default"
@@ -1085,6 +1099,8 @@ def load_settings(
     try:
         return Settings(**data)
     except ValidationError as exc:
+        if any(str(error["msg"]).endswith(NO_AUTH_KEY) for error in exc.errors()):
+            raise NoAuthKeyError(NO_AUTH_KEY) from exc
         raise ConfigError(_format_validation_error(exc, where)) from exc
     except SettingsError as exc:
         # Raised for an AGENTMESH_* variable whose JSON does not parse.

@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -18,9 +18,12 @@ __all__ = [
     "DEFAULT_CONFIG_FILE",
     "ConfigError",
     "ConfigFiles",
+    "FoundConfig",
+    "PACKAGED_CONFIG",
     "config_path",
     "config_paths",
     "deep_merge",
+    "find_config",
     "interpolate",
     "overlay",
     "read_yaml",
@@ -28,6 +31,10 @@ __all__ = [
 
 CONFIG_ENV_VAR = "AGENTMESH_CONFIG"
 DEFAULT_CONFIG_FILE = "agentmesh.yaml"
+PACKAGED_CONFIG = Path(__file__).resolve().parent / "defaults" / "agentmesh.yaml"
+"""The production-safe configuration shipped inside the package: a verbatim copy of the repository's
+agentmesh.yaml (`python -m agentmesh.deployfiles` writes it; a test fails when it is stale). The CLI
+falls back to it anywhere outside a directory with an agentmesh.yaml."""
 
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -72,6 +79,41 @@ def config_paths(explicit: ConfigFiles | None = None) -> list[Path]:
         return [Path(item) for item in from_env.split(os.pathsep) if item]
     default = Path(DEFAULT_CONFIG_FILE)
     return [default] if default.exists() else []
+
+
+class FoundConfig(NamedTuple):
+    """The configuration files a command uses, and how they were found (for messages)."""
+
+    files: list[Path]
+    source: str
+    """"--config", "$AGENTMESH_CONFIG", "./agentmesh.yaml" or "packaged default"."""
+
+    def describe(self) -> str:
+        """The files and where they came from, e.g. `/x/agentmesh.yaml (from $AGENTMESH_CONFIG)`."""
+        return f"{' + '.join(str(file) for file in self.files)} (from {self.source})"
+
+
+def find_config(
+    explicit: ConfigFiles | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> FoundConfig:
+    """The CLI's configuration, first found of: `--config` (`explicit`), $AGENTMESH_CONFIG, ./agentmesh.yaml
+    in `cwd`, then the packaged production-safe default (`PACKAGED_CONFIG`), so the command works from
+    any directory. Files are returned absolute, so services started elsewhere read the same ones."""
+    env = os.environ if env is None else env
+    cwd = Path.cwd() if cwd is None else cwd
+    if explicit is not None:
+        items = [explicit] if isinstance(explicit, str | os.PathLike) else list(explicit)
+        return FoundConfig([cwd / Path(item) for item in items], "--config")
+    from_env = env.get(CONFIG_ENV_VAR)
+    if from_env:
+        return FoundConfig([cwd / item for item in from_env.split(os.pathsep) if item], f"${CONFIG_ENV_VAR}")
+    local = cwd / DEFAULT_CONFIG_FILE
+    if local.is_file():
+        return FoundConfig([local], f"./{DEFAULT_CONFIG_FILE}")
+    return FoundConfig([PACKAGED_CONFIG], "packaged default")
 
 
 def config_path(explicit: ConfigFiles | None = None) -> Path | None:

@@ -1,8 +1,9 @@
 """The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `context`, `trace`, `mcp serve`, ...
 
-Every sub-command reads the same configuration as the services (`--config`, more than once for
-overlays, else $AGENTMESH_CONFIG, else ./agentmesh.yaml), and exits 2 with the file and key on a bad
-one. `up --demo` and `demo` add the demo overlay, agentmesh.demo.yaml (`demo_config`).
+Every sub-command reads the configuration `find_config` finds (`--config`, more than once for overlays,
+else $AGENTMESH_CONFIG, else ./agentmesh.yaml, else the packaged production-safe default), and exits 2
+naming the file and key on a bad one (exactly `NO_AUTH_KEY` when there is no auth key outside dev);
+`up` hands the same files to every service it starts. `up --demo` and `demo` add the demo overlay, agentmesh.demo.yaml (`demo_config`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status, health_target
-from agentmesh.config import ConfigError, Settings, config_paths, load_settings
+from agentmesh.config import NO_AUTH_KEY, ConfigError, NoAuthKeyError, Settings, find_config, load_settings
 from agentmesh.identity import token_command
 
 DEMO_CONFIG_FILE = "agentmesh.demo.yaml"
@@ -278,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=None,
-        help="agentmesh.yaml to use; again for an overlay on top (default: $AGENTMESH_CONFIG, ./agentmesh.yaml)",
+        help="agentmesh.yaml to use; again for an overlay on top "
+        "(default: $AGENTMESH_CONFIG, else ./agentmesh.yaml, else the packaged production-safe default)",
     )
     _add_tls_arguments(parser, None)
     # The TLS flags work after the sub-command too (`agentmesh probe ADDR --ca ca.pem`).
@@ -422,11 +424,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentmesh` console script."""
     args = build_parser().parse_args(argv)
-    configs = config_paths(args.config)
+    found = find_config(args.config)
+    configs = found.files
     try:
         settings = load_settings(configs, overrides=_tls_overrides(args))
+    except NoAuthKeyError:
+        print(NO_AUTH_KEY, file=sys.stderr)
+        return 2
     except ConfigError as exc:
-        print(f"agentmesh: {exc}", file=sys.stderr)
+        message = str(exc)
+        print(f"agentmesh: {message}", file=sys.stderr)
+        if not all(str(file) in message for file in configs):
+            print(f"  configuration: {found.describe()}", file=sys.stderr)
         return 2
     code: int = args.func(settings, configs, args)
     return code
