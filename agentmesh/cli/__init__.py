@@ -165,7 +165,13 @@ def cmd_probe(settings: Settings, configs: list[Path], args: argparse.Namespace)
 def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Starts a task and streams its events; 0 when it SUCCEEDED."""
     from agentmesh.cli.run_view import run_command
+    from agentmesh.cli.supervisor import wait_serving
 
+    def waiting(target: str) -> None:
+        print(f"waiting up to {args.wait:g}s for dispatcher_svc at {target} ...", file=sys.stderr, flush=True)
+
+    if args.wait > 0:
+        wait_serving(settings, "dispatcher", args.wait, waiting)
     approve = "yes" if args.approve else "no" if args.deny else "ask"
     return run_command(
         settings,
@@ -370,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a second operator's token to resolve approvals with (the task's creator may not; "
         "in environment dev one is minted for <user>-approver without it)",
+    )
+    run.add_argument(
+        "--wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wait this long for the dispatcher to be SERVING first, e.g. right after `agentmesh up &` (0: not)",
     )
     run.set_defaults(func=cmd_run)
 

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +51,32 @@ def health_status(target: str, timeout_s: float = 2.0, service: str = "") -> str
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
 
 
+READINESS_NAMES: dict[str, str] = {
+    "dispatcher": "agentmesh.v1.DispatcherService",
+    "context": "agentmesh.v1.ContextService",
+    "tool": "agentmesh.v1.ToolService",
+    "provider": "agentmesh.v1.ProviderService",
+}
+"""The health service name of each service's readiness (SERVING once it can reach Redis)."""
+
+
+def wait_serving(settings: Settings, name: str, timeout_s: float, on_wait: Callable[[str], None]) -> bool:
+    """Waits up to `timeout_s` until a service's readiness is SERVING (e.g. while `agentmesh up` starts);
+    calls `on_wait(target)` once if it has to wait. True when it is SERVING."""
+    target = health_target(settings, name)
+    deadline = time.monotonic() + timeout_s
+    waited = False
+    while True:
+        if health_status(target, timeout_s=1.0, service=READINESS_NAMES[name]) == "SERVING":
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        if not waited:
+            on_wait(target)
+            waited = True
+        time.sleep(0.2)
+
+
 @dataclass
 class Supervisor:
     """Starts, watches and stops the services of one `agentmesh up`."""
@@ -86,18 +112,24 @@ class Supervisor:
             self.redis.start()
             log.info("started local redis-server on %s", self.redis.url)
         env = self.child_env()
-        for name in self.services:
-            self.children[name] = subprocess.Popen(
-                [sys.executable, "-m", f"{name}_svc"],
-                env=env,
-                start_new_session=True,
-            )
-        self.wait_ready(ready_timeout_s)
+        deadline = time.monotonic() + ready_timeout_s
+        # The dispatcher last, once what it calls is SERVING: a task started as soon as the dispatcher
+        # answers (`agentmesh up &` then `agentmesh run`) finds every service up.
+        first = [name for name in self.services if name != "dispatcher"]
+        for group in (first, [name for name in self.services if name == "dispatcher"]):
+            for name in group:
+                self.children[name] = subprocess.Popen(
+                    [sys.executable, "-m", f"{name}_svc"],
+                    env=env,
+                    start_new_session=True,
+                )
+            self.wait_ready(max(0.1, deadline - time.monotonic()), group, total_s=ready_timeout_s)
 
-    def wait_ready(self, timeout_s: float) -> None:
-        """Waits until every service answers SERVING; raises if one exits or time runs out."""
+    def wait_ready(self, timeout_s: float, names: Sequence[str] | None = None, *, total_s: float = 0.0) -> None:
+        """Waits until every service (or those `names`) answers SERVING; raises if one exits or time runs out."""
         deadline = time.monotonic() + timeout_s
-        pending = set(self.services)
+        timeout_s = total_s or timeout_s
+        pending = set(self.services if names is None else names)
         while pending:
             for name in sorted(pending):
                 code = self.children[name].poll()
