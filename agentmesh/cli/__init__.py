@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     settle.set_defaults(func=cmd_settle)
 
     trace = sub.add_parser("trace", help="draw a request's trace as a terminal waterfall")
-    trace.add_argument("request_id", help="the request id (printed by `agentmesh run`)")
+    trace.add_argument("request_id", help="the request id (printed by `agentmesh run`), or a task id")
     trace.add_argument("--span-file", type=Path, default=None, help="JSONL span file (default: telemetry.span_file)")
     trace.add_argument("--width", type=int, default=40, help="width of the time bars")
     trace.set_defaults(func=cmd_trace)

@@ -1,4 +1,4 @@
-"""`agentmesh trace <request_id>`: a request's spans as a terminal waterfall.
+"""`agentmesh trace <request_id>`: a request's spans as a terminal waterfall (or a task's, by its id).
 
 Reads the JSONL span file every service appends to when no OTLP endpoint is set (one JSON object
 per line: trace_id, span_id, parent_span_id, name, kind, service, start/end_time_unix_nano,
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentmesh.semconv import ATTR_REQUEST_ID
+from agentmesh.semconv import ATTR_REQUEST_ID, ATTR_TASK_ID
 from agentmesh.telemetry import otlp_endpoint
 
 JAEGER_UI_PORT = 16686
@@ -79,13 +79,20 @@ def read_spans(path: Path) -> Iterator[Span]:
 
 
 def spans_of_request(spans: Iterable[Span], request_id: str) -> dict[str, list[Span]]:
-    """The spans of every trace that has a span of `request_id`, by trace id (first seen first)."""
+    """The spans of every trace that has a span of `request_id`, by trace id (first seen first). With no
+    span of that request id, `request_id` may be a task id: the traces of the task's request ids."""
     by_trace: dict[str, list[Span]] = defaultdict(list)
     wanted: list[str] = []
+    of_task: list[str] = []
     for span in spans:
         by_trace[span.trace_id].append(span)
         if span.attributes.get(ATTR_REQUEST_ID) == request_id and span.trace_id not in wanted:
             wanted.append(span.trace_id)
+        if span.attributes.get(ATTR_TASK_ID) == request_id and span.trace_id not in of_task:
+            of_task.append(span.trace_id)
+    if not wanted and of_task:
+        requests = {s.attributes.get(ATTR_REQUEST_ID) for t in of_task for s in by_trace[t]} - {None}
+        wanted = [t for t, group in by_trace.items() if any(s.attributes.get(ATTR_REQUEST_ID) in requests for s in group)]
     ordered = sorted(wanted, key=lambda t: min(s.start for s in by_trace[t]))
     return {trace: by_trace[trace] for trace in ordered}
 

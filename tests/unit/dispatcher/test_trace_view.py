@@ -83,3 +83,22 @@ def test_otlp_points_to_jaeger(span_file: Path, monkeypatch: pytest.MonkeyPatch)
     assert trace_command(span_file.with_name("missing.jsonl"), "req-9", out=out) == 0
     assert "http://jaeger:16686/search?service=dispatcher_svc&tags=" in out.getvalue()
     assert "%22agentmesh.request_id%22%3A%22req-9%22" in jaeger_hint("jaeger:4317", "req-9")
+
+
+def test_a_task_id_finds_the_traces_of_its_request(tmp_path: Path) -> None:
+    """`agentmesh trace <task id>`: with no span of that request id, the task's request is drawn."""
+    rid = {"agentmesh.request_id": "req-9"}
+    lines = [
+        span("t9", "a", None, "agentmesh run", "agentmesh-cli", 0, 100, **rid),
+        span("t9", "b", "a", "invoke_agent assistant", "dispatcher_svc", 5, 90, **rid, **{"agentmesh.task_id": "calc-1"}),
+        span("t8", "z", None, "/other", "tool_svc", 0, 5, **{"agentmesh.request_id": "req-8"}),
+    ]
+    assert list(spans_of_request([], "calc-1")) == []
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(json.dumps(s) for s in lines) + "\n", encoding="utf-8")
+    assert list(spans_of_request(read_spans(path), "calc-1")) == ["t9"]
+    assert list(spans_of_request(read_spans(path), "req-9")) == ["t9"]
+    out, err = io.StringIO(), io.StringIO()
+    assert trace_command(path, "calc-1", out=out, err=err) == 0
+    assert "invoke_agent assistant" in out.getvalue()
+    assert trace_command(path, "calc-2", out=out, err=err) == 1
