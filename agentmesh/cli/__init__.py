@@ -256,6 +256,11 @@ def cmd_usage(settings: Settings, configs: list[Path], args: argparse.Namespace)
 def cmd_audit(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Prints the audit stream: who started, cancelled, approved, settled, registered or was refused."""
     from agentmesh.cli.audit_view import audit_command
+    from agentmesh.cli.supervisor import local_redis_url
+
+    if settings.redis.url is None and (url := local_redis_url(settings)):
+        # No Redis configured: the one a running `agentmesh up` of this configuration started.
+        settings = settings.model_copy(update={"redis": settings.redis.model_copy(update={"url": url})})
 
     return audit_command(
         settings, since=args.since, subject=args.subject, action=args.action, limit=args.limit, as_json=args.json

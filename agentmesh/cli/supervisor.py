@@ -7,11 +7,14 @@ within its grace period) before SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +80,27 @@ def wait_serving(settings: Settings, name: str, timeout_s: float, on_wait: Calla
         time.sleep(0.2)
 
 
+def up_state_file(settings: Settings) -> Path:
+    """Where `agentmesh up` records the local Redis it started, for commands that read Redis themselves
+    (`agentmesh audit`): one file per user and dispatcher port, in the temporary directory."""
+    port = settings.services.endpoint("dispatcher").port
+    return Path(tempfile.gettempdir()) / f"agentmesh-{os.getuid()}-up-{port}.json"
+
+
+def local_redis_url(settings: Settings) -> str | None:
+    """The URL of the Redis a running `agentmesh up` of this configuration started, else None."""
+    path = up_state_file(settings)
+    try:
+        if path.stat().st_uid != os.getuid():
+            return None
+        state = json.loads(path.read_text(encoding="utf-8"))
+        os.kill(int(state["pid"]), 0)
+        url = state["redis_url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if isinstance(url, str) else None
+
+
 @dataclass
 class Supervisor:
     """Starts, watches and stops the services of one `agentmesh up`."""
@@ -111,6 +135,9 @@ class Supervisor:
             self.redis = LocalRedis(own_process_group=True)
             self.redis.start()
             log.info("started local redis-server on %s", self.redis.url)
+            with contextlib.suppress(OSError):
+                state = {"pid": os.getpid(), "redis_url": self.redis.url}
+                up_state_file(self.settings).write_text(json.dumps(state), encoding="utf-8")
         env = self.child_env()
         deadline = time.monotonic() + ready_timeout_s
         # The dispatcher last, once what it calls is SERVING: a task started as soon as the dispatcher
@@ -167,6 +194,8 @@ class Supervisor:
                 child.kill()
                 codes[name] = child.wait()
         if self.redis is not None:
+            with contextlib.suppress(OSError):
+                up_state_file(self.settings).unlink()
             self.redis.stop()
             self.redis = None
         return codes
