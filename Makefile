@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -99,6 +99,13 @@ CLUSTER_TESTS := tests/contract/context tests/contract/dispatcher \
   tests/e2e/context tests/e2e/tool tests/chaos/test_chaos_replicas.py
 test-cluster: venv
 	$(BIN)/pytest -q --redis=cluster $(CLUSTER_TESTS) $(PYTEST_ARGS)
+
+# The README from a fresh clone (tests/readme, issue 27): `git clone` of HEAD (commit first: uncommitted
+# changes are not in the clone) into a temporary directory, the README's install step for real (PyPI,
+# npm), `agentmesh up &` and the first `agentmesh run` (SUCCEEDED), then every other shell block in
+# order, each exiting 0. `make test` runs the same session in this checkout.
+test-readme: venv
+	README_TEST_CLONE=1 $(BIN)/pytest -q tests/readme/test_readme.py -k fresh_clone $(PYTEST_ARGS)
 
 # Two replicas of every service (round-robin between them) on a Redis Cluster: 200 tasks whose side
 # effects the upstreams count, while one replica of each service and one Redis primary are killed with

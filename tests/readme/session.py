@@ -8,7 +8,8 @@ its block. What differs from a reader's terminal, so that the test never collide
 - the services' ports: the test picks a free range and sets `AGENTMESH_SERVICES_<SVC>` (JSON) in the
   session's environment, and rewrites the well-known default ports in the blocks' text to the test's
   (`PORT_DEFAULTS`: gRPC 50051-50054, HTTP 50061-50064, plaintext health 51051-51054, `mcp serve`'s
-  8765), so `curl localhost:50061/...` reaches the test's dispatcher; the README itself is never edited;
+  8765) where they are ports (after `host:` or `--port`), so `curl localhost:50061/...` reaches the
+  test's dispatcher; the README itself is never edited;
 - `grpcurl` is tests/readme/grpcurl.py (gRPC server reflection in Python), first on PATH;
 - the span file is the test's (`AGENTMESH_TELEMETRY_SPAN_FILE`), no `AGENTMESH_*` variable of the
   caller's environment leaks in, and stdin is /dev/null.
@@ -43,7 +44,8 @@ PORT_DEFAULTS: dict[int, int] = {
     8765: 30,  # agentmesh mcp serve --transport http
 }
 """Default port -> offset in the test's range."""
-_PORT = re.compile(r"(?<![\d.])(" + "|".join(str(port) for port in PORT_DEFAULTS) + r")(?!\d)")
+_PORT = re.compile(r"(?:(?<=:)|(?<=--port )|(?<=--port=))(" + "|".join(str(p) for p in PORT_DEFAULTS) + r")(?!\d)")
+"""A default port where it is a port: after `host:` or `--port`."""
 START, OK = "@@readme-block-start", "@@readme-block-ok"
 
 

@@ -123,6 +123,8 @@ def test_ports_are_rewritten_only_where_they_are_ports() -> None:
     assert rewrite_ports(text, 30000) == (
         "curl -s localhost:30010/metrics; agentmesh probe 127.0.0.1:30002; x=150051 v1.50051 --port 30030"
     )
+    same = 'agentmesh run assistant "And 4321 * 8765?" x:150061 y:500510 --port=50051'
+    assert rewrite_ports(same, 30000) == same.replace("--port=50051", "--port=30000")
 
 
 def test_the_script_marks_every_block_and_the_output_splits_back() -> None:
