@@ -16,10 +16,10 @@ import yaml
 __all__ = [
     "CONFIG_ENV_VAR",
     "DEFAULT_CONFIG_FILE",
+    "PACKAGED_CONFIG",
     "ConfigError",
     "ConfigFiles",
     "FoundConfig",
-    "PACKAGED_CONFIG",
     "config_path",
     "config_paths",
     "deep_merge",

@@ -32,8 +32,8 @@ from packaging.utils import canonicalize_name
 __all__ = [
     "CONFIG_COPY_PATH",
     "CONFIG_PATH",
-    "PACKAGED_CONFIG_PATH",
     "CONSTRAINTS_PATH",
+    "PACKAGED_CONFIG_PATH",
     "direct_pins",
     "direct_requirements",
     "main",

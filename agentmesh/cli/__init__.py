@@ -3,7 +3,8 @@
 Every sub-command reads the configuration `find_config` finds (`--config`, more than once for overlays,
 else $AGENTMESH_CONFIG, else ./agentmesh.yaml, else the packaged production-safe default), and exits 2
 naming the file and key on a bad one (exactly `NO_AUTH_KEY` when there is no auth key outside dev);
-`up` hands the same files to every service it starts. `up --demo` and `demo` add the demo overlay, agentmesh.demo.yaml (`demo_config`).
+`up` hands the same files to every service it starts. `up --demo` and `demo` add the demo overlay,
+agentmesh.demo.yaml (`demo_config`).
 """
 
 from __future__ import annotations

@@ -92,7 +92,11 @@ def spans_of_request(spans: Iterable[Span], request_id: str) -> dict[str, list[S
             of_task.append(span.trace_id)
     if not wanted and of_task:
         requests = {s.attributes.get(ATTR_REQUEST_ID) for t in of_task for s in by_trace[t]} - {None}
-        wanted = [t for t, group in by_trace.items() if any(s.attributes.get(ATTR_REQUEST_ID) in requests for s in group)]
+        wanted = [
+            trace
+            for trace, group in by_trace.items()
+            if any(s.attributes.get(ATTR_REQUEST_ID) in requests for s in group)
+        ]
     ordered = sorted(wanted, key=lambda t: min(s.start for s in by_trace[t]))
     return {trace: by_trace[trace] for trace in ordered}
 

@@ -15,7 +15,7 @@ TLS (no -plaintext) is not supported: the README's calls are plaintext.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +166,7 @@ def _call(channel: grpc.Channel, pool: descriptor_pool.DescriptorPool, args: Arg
     }
     serialize = request_class.SerializeToString
     deserialize = reply_class.FromString
+    replies: Iterable[Any]
     if method.server_streaming:
         replies = channel.unary_stream(path, request_serializer=serialize, response_deserializer=deserialize)(
             request, **options

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import tempfile
+import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
-import agentmesh.cli as cli
+from agentmesh import cli
 from agentmesh.cli import supervisor as sup
 from agentmesh.cli.demo_ops import LOGS_DIR_ENV, OPS_URL_ENV
 from agentmesh.config import Settings, load_settings
@@ -38,7 +41,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 class FakeSupervisor:
     """Stands in for Supervisor in `cmd_up`: records what it was given, checks the demo's helpers."""
 
-    seen: dict[str, Any] = {}
+    seen: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, settings: Settings, config_files: Sequence[Path] = (), extra_env: Any = None) -> None:
         FakeSupervisor.seen = {"settings": settings, "configs": list(config_files), "env": dict(extra_env or {})}
@@ -114,7 +117,7 @@ def test_the_dispatcher_starts_once_the_others_serve(monkeypatch: pytest.MonkeyP
                 return "SERVING"
         return "UNREACHABLE"
 
-    monkeypatch.setattr(sup.subprocess, "Popen", popen)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(sup, "health_status", health)
     sup.Supervisor(settings).start(ready_timeout_s=5)
     assert [name for name, _ in log] == ["context", "tool", "provider", "dispatcher"]
@@ -130,7 +133,7 @@ def test_wait_serving_waits_then_answers(monkeypatch: pytest.MonkeyPatch, settin
         return next(answers)
 
     monkeypatch.setattr(sup, "health_status", health)
-    monkeypatch.setattr(sup.time, "sleep", lambda s: None)
+    monkeypatch.setattr(time, "sleep", lambda s: None)
     waits: list[str] = []
     assert sup.wait_serving(settings, "dispatcher", 30, waits.append)
     assert waits == ["127.0.0.1:59871"] and set(asked) == {"agentmesh.v1.DispatcherService"}
@@ -139,10 +142,15 @@ def test_wait_serving_waits_then_answers(monkeypatch: pytest.MonkeyPatch, settin
 
 
 def test_run_waits_for_the_dispatcher_unless_told_not_to(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
-    import agentmesh.cli.run_view as run_view
+    from agentmesh.cli import run_view
 
     waited: list[float] = []
-    monkeypatch.setattr(sup, "wait_serving", lambda s, name, timeout_s, on_wait: waited.append(timeout_s) or True)
+
+    def wait(settings: Settings, name: str, timeout_s: float, on_wait: Any) -> bool:
+        waited.append(timeout_s)
+        return True
+
+    monkeypatch.setattr(sup, "wait_serving", wait)
     monkeypatch.setattr(run_view, "run_command", lambda *a, **k: 0)
     assert cli.main(["run", "assistant", "hi"]) == 0
     assert cli.main(["run", "assistant", "hi", "--wait", "5"]) == 0
@@ -151,7 +159,7 @@ def test_run_waits_for_the_dispatcher_unless_told_not_to(monkeypatch: pytest.Mon
 
 
 def test_audit_finds_the_redis_of_a_running_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(sup.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
     for name in list(os.environ):
         if name.startswith("AGENTMESH_"):
             monkeypatch.delenv(name)

@@ -128,9 +128,9 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_auth_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match="^no auth key: set AGENTMESH_AUTH_KEY or --config$"):
+    with pytest.raises(ConfigError, match=r"^no auth key: set AGENTMESH_AUTH_KEY or \-\-config$"):
         load_settings()
-    with pytest.raises(ConfigError, match="^no auth key: set AGENTMESH_AUTH_KEY or --config$"):
+    with pytest.raises(ConfigError, match=r"^no auth key: set AGENTMESH_AUTH_KEY or \-\-config$"):
         load_settings(overrides={"environment": "prod", "auth": {"key": DEV_AUTH_KEY}})
     with pytest.raises(ConfigError, match="at least 32 bytes"):
         load_settings(overrides={"environment": "prod", "auth": {"key": "short-key"}})

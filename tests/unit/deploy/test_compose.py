@@ -268,7 +268,7 @@ def test_production_needs_a_private_key(ours: dict[str, dict[str, Any]], contain
     prod = compose_environment(service, {"AGENTMESH_ENVIRONMENT": "prod", "AGENTMESH_AUTH_KEY": PROD_KEY})
     assert container_settings(prod, config).environment == "prod"
     without_key = compose_environment(service, {"AGENTMESH_ENVIRONMENT": "prod"})
-    with pytest.raises(ConfigError, match="^no auth key: set AGENTMESH_AUTH_KEY or --config$"):
+    with pytest.raises(ConfigError, match=r"^no auth key: set AGENTMESH_AUTH_KEY or \-\-config$"):
         container_settings(without_key, config)
 
 

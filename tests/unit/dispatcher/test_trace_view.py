@@ -90,15 +90,15 @@ def test_a_task_id_finds_the_traces_of_its_request(tmp_path: Path) -> None:
     rid = {"agentmesh.request_id": "req-9"}
     lines = [
         span("t9", "a", None, "agentmesh run", "agentmesh-cli", 0, 100, **rid),
-        span("t9", "b", "a", "invoke_agent assistant", "dispatcher_svc", 5, 90, **rid, **{"agentmesh.task_id": "calc-1"}),
+        span("t9", "b", "a", "invoke_agent assistant", "dispatcher_svc", 5, 90, **rid, **{"agentmesh.task_id": "c-1"}),
         span("t8", "z", None, "/other", "tool_svc", 0, 5, **{"agentmesh.request_id": "req-8"}),
     ]
-    assert list(spans_of_request([], "calc-1")) == []
+    assert list(spans_of_request([], "c-1")) == []
     path = tmp_path / "spans.jsonl"
     path.write_text("\n".join(json.dumps(s) for s in lines) + "\n", encoding="utf-8")
-    assert list(spans_of_request(read_spans(path), "calc-1")) == ["t9"]
+    assert list(spans_of_request(read_spans(path), "c-1")) == ["t9"]
     assert list(spans_of_request(read_spans(path), "req-9")) == ["t9"]
     out, err = io.StringIO(), io.StringIO()
-    assert trace_command(path, "calc-1", out=out, err=err) == 0
+    assert trace_command(path, "c-1", out=out, err=err) == 0
     assert "invoke_agent assistant" in out.getvalue()
-    assert trace_command(path, "calc-2", out=out, err=err) == 1
+    assert trace_command(path, "c-2", out=out, err=err) == 1
