@@ -64,14 +64,16 @@ READINESS_NAMES: dict[str, str] = {
 
 
 def wait_serving(settings: Settings, name: str, timeout_s: float, on_wait: Callable[[str], None]) -> bool:
-    """Waits up to `timeout_s` until a service's readiness is SERVING (e.g. while `agentmesh up` starts);
-    calls `on_wait(target)` once if it has to wait. True when it is SERVING."""
+    """Waits up to `timeout_s` while a service is unreachable or NOT_SERVING (e.g. while `agentmesh up`
+    starts); calls `on_wait(target)` once if it has to wait. True when it is SERVING. Any other answer
+    (a proxy without health, say) ends the wait at once: the caller's own call will tell."""
     target = health_target(settings, name)
     deadline = time.monotonic() + timeout_s
     waited = False
     while True:
-        if health_status(target, timeout_s=1.0, service=READINESS_NAMES[name]) == "SERVING":
-            return True
+        status = health_status(target, timeout_s=1.0, service=READINESS_NAMES[name])
+        if status not in ("UNREACHABLE", "NOT_SERVING", "SERVICE_UNKNOWN"):
+            return status == "SERVING"
         if time.monotonic() >= deadline:
             return False
         if not waited:

@@ -139,6 +139,11 @@ def test_wait_serving_waits_then_answers(monkeypatch: pytest.MonkeyPatch, settin
     assert waits == ["127.0.0.1:59871"] and set(asked) == {"agentmesh.v1.DispatcherService"}
     monkeypatch.setattr(sup, "health_status", lambda *a, **k: "UNREACHABLE")
     assert not sup.wait_serving(settings, "dispatcher", 0, waits.append)
+    # A target without our health service (a proxy, say) is not waited for.
+    monkeypatch.setattr(sup, "health_status", lambda *a, **k: "UNIMPLEMENTED")
+    waits.clear()
+    assert not sup.wait_serving(settings, "dispatcher", 30, waits.append)
+    assert waits == []
 
 
 def test_run_waits_for_the_dispatcher_unless_told_not_to(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> None:
