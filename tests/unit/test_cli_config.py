@@ -196,3 +196,13 @@ def test_an_error_from_the_environment_names_the_files_too(outside: Path) -> Non
     assert result.returncode == 2
     assert "AGENTMESH_SERVER_MAX_CONCURRENT_RPCS" in result.stderr
     assert str(PACKAGED_CONFIG) in result.stderr
+
+
+def test_the_packaged_default_is_package_data() -> None:
+    """A non-editable install (the image's `pip install .`) ships the file: pyproject's package-data names it."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = data["tool"]["setuptools"]["package-data"]["agentmesh"]
+    package = ROOT / "agentmesh"
+    assert any(PACKAGED_CONFIG in package.glob(pattern) for pattern in patterns)
