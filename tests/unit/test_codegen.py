@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from agentmesh.codegen import CLIENT_STUBS, ROOT, client_stub_names, generate, generate_client, proto_files
@@ -47,7 +48,7 @@ def test_the_client_stubs_import_only_their_own_package() -> None:
         if path.suffix in (".py", ".pyi"):
             text = path.read_text(encoding="utf-8")
             assert "from agentmesh.v1 import" not in text, path.name
-            assert "'agentmesh.v1." not in text, path.name
+            assert not re.search(r"'agentmesh\.v1\.\w+_pb2'", text), path.name
 
 
 def test_the_client_and_server_stubs_share_one_descriptor_pool() -> None:
