@@ -55,6 +55,9 @@ class CuttingProxy:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self._closed = True
+        # shutdown wakes the thread blocked in accept() (close alone does not, on Linux).
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for sock in self._sockets:
             sock.close()
