@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -21,6 +21,7 @@ from agentmesh.errors import (
 )
 from agentmesh.rpc.status import to_detail, to_rpc_status
 from agentmesh_client import Client, StatusChanged, TaskStatus, errors
+from agentmesh_client._v1 import common_pb2
 from agentmesh_client._v1 import dispatcher_pb2 as D
 from agentmesh_client.events import ApprovalRequired, Incident, ToolResult, UnknownEvent, to_event
 
@@ -96,7 +97,7 @@ def test_an_error_info_alone_names_the_reason_and_class() -> None:
     assert (typed.reason, typed.error_class, typed.detail, typed.message) == ("NOT_FOUND", "ENGINEERING", None, "gone")
 
 
-def event(seq: int, kind: int = D.TASK_EVENT_KIND_STEP_STARTED, status: int = D.TASK_STATUS_RUNNING) -> Any:
+def event(seq: int, kind: Any = D.TASK_EVENT_KIND_STEP_STARTED, status: Any = D.TASK_STATUS_RUNNING) -> Any:
     return D.TaskEvent(task_id="t-1", sequence=seq, kind=kind, status=status, step=1, message=f"event {seq}")
 
 
@@ -230,7 +231,7 @@ def test_every_event_kind_has_its_typed_form() -> None:
     approval = D.TaskEvent(sequence=3, kind=D.TASK_EVENT_KIND_APPROVAL_REQUIRED, status=D.TASK_STATUS_WAITING_APPROVAL)
     approval.pending_approval.approval_id = "ap-1"
     approval.pending_approval.plan.name = "refund"
-    approval.pending_approval.kind = 3
+    approval.pending_approval.kind = common_pb2.APPROVAL_KIND_SETTLEMENT
     typed = to_event(approval)
     assert isinstance(typed, ApprovalRequired)
     assert (typed.approval_id, typed.tool, typed.kind, typed.status) == (
@@ -240,19 +241,20 @@ def test_every_event_kind_has_its_typed_form() -> None:
         TaskStatus.WAITING_APPROVAL,
     )
     incident = D.TaskEvent(sequence=4, kind=D.TASK_EVENT_KIND_INCIDENT)
-    incident.error.CopyFrom(to_detail(AgentmeshError(ErrorCode.LOOP_DETECTED, "looping")))
+    incident.error.ParseFromString(to_detail(AgentmeshError(ErrorCode.LOOP_DETECTED, "looping")).SerializeToString())
     typed_incident = to_event(incident)
     assert isinstance(typed_incident, Incident) and typed_incident.error is not None
     assert (typed_incident.error.code, typed_incident.error.error_class) == ("LOOP_DETECTED", "FATAL")
     failed = D.TaskEvent(sequence=5, kind=D.TASK_EVENT_KIND_TOOL_RESULT)
-    failed.tool_result.error.CopyFrom(to_detail(InvalidRequestError("x", "bad", violations=[Violation(path="$.x")])))
+    bad = InvalidRequestError("x", "bad", violations=[Violation(path="$.x")])
+    failed.tool_result.error.ParseFromString(to_detail(bad).SerializeToString())
     result = to_event(failed)
     assert isinstance(result, ToolResult) and result.output is None and result.error is not None
-    newer = to_event(D.TaskEvent(sequence=6, kind=99))  # a kind newer than this client
+    newer = to_event(D.TaskEvent(sequence=6, kind=cast(Any, 99)))  # a kind newer than this client
     assert isinstance(newer, UnknownEvent) and newer.kind == 99
     named = {
         D.TaskEventKind.Name(k)
         for k in D.TaskEventKind.values()
-        if not isinstance(to_event(D.TaskEvent(kind=k)), UnknownEvent)
+        if not isinstance(to_event(D.TaskEvent(kind=cast(Any, k))), UnknownEvent)
     }
     assert named == set(D.TaskEventKind.keys()) - {"TASK_EVENT_KIND_UNSPECIFIED", "TASK_EVENT_KIND_HEARTBEAT"}
