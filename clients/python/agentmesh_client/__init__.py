@@ -8,6 +8,7 @@ with Client("127.0.0.1:50051", token=token) as client:
 """
 
 from agentmesh_client import errors, events
+from agentmesh_client.aio import AsyncClient, AsyncRun
 from agentmesh_client.client import Client, Run
 from agentmesh_client.errors import AgentmeshError
 from agentmesh_client.events import (
@@ -40,6 +41,8 @@ __all__ = [
     "Answer",
     "ApprovalRequired",
     "ApprovalResolved",
+    "AsyncClient",
+    "AsyncRun",
     "Client",
     "ContextBuilt",
     "Correction",

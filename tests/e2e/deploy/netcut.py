@@ -60,6 +60,7 @@ class CuttingProxy:
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for sock in self._sockets:
+            _hang_up(sock)  # wakes a thread blocked in recv() on it, as close alone does not
             sock.close()
         for thread in self._threads:
             thread.join(timeout=5)
