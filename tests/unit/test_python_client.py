@@ -225,6 +225,14 @@ def test_bad_arguments_are_refused_before_any_call() -> None:
         Client("127.0.0.1:1", timeout=0)
     with pytest.raises(ValueError):
         Client("127.0.0.1:1", metadata=[("authorization", "Bearer x")])
+    with pytest.raises(ValueError):
+        Client("127.0.0.1:1", backoff=(2.0, 1.0))
+    with Client("127.0.0.1:1") as client:
+        for bad in ("", "has space", "x" * 129, "-leading", "ünï"):
+            with pytest.raises(ValueError, match="request_id"):
+                client.run("smoke", "goal", request_id=bad)
+            with pytest.raises(ValueError, match="request_id"):
+                client.get_task("t-1", request_id=bad)
 
 
 def test_every_event_kind_has_its_typed_form() -> None:

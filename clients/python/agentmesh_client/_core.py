@@ -4,6 +4,7 @@ run that resumes its stream (which events to yield, which call to open next, whe
 from __future__ import annotations
 
 import random
+import re
 import time
 import uuid
 from collections.abc import Sequence
@@ -22,8 +23,21 @@ AUTHORIZATION_HEADER = "authorization"
 RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
 
 
+# The request ids the services keep (others they replace, so logs could not be searched by ours).
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex
+
+
+def request_id_or_new(request_id: str | None) -> str:
+    """`request_id` when given (ValueError unless the services would keep it), else a fresh one."""
+    if request_id is None:
+        return new_request_id()
+    if not _REQUEST_ID.fullmatch(request_id):
+        raise ValueError(f"request_id must match {_REQUEST_ID.pattern}, got {request_id!r}")
+    return request_id
 
 
 def new_task_id() -> str:

@@ -15,7 +15,7 @@ import grpc
 import grpc.aio
 
 from agentmesh_client import errors
-from agentmesh_client._core import D, Options, RunState, credentials, new_request_id, start_request
+from agentmesh_client._core import D, Options, RunState, credentials, request_id_or_new, start_request
 from agentmesh_client._v1 import dispatcher_pb2_grpc
 from agentmesh_client.events import Agent, Event, Task
 
@@ -116,7 +116,7 @@ class AsyncClient:
         await self._channel.close(None)
 
     async def _unary(self, method: Any, request: Any, request_id: str | None) -> Any:
-        rid = request_id or new_request_id()
+        rid = request_id_or_new(request_id)
         try:
             return await method(request, metadata=self._options.metadata(rid), timeout=self._options.timeout)
         except grpc.RpcError as exc:
@@ -144,7 +144,7 @@ class AsyncClient:
             start=start,
             after_sequence=0,
             timeout=self._options.run_timeout if timeout is None else timeout,
-            request_id=request_id or new_request_id(),
+            request_id=request_id_or_new(request_id),
         )
 
     def watch(
@@ -157,7 +157,7 @@ class AsyncClient:
             start=None,
             after_sequence=after_sequence,
             timeout=self._options.run_timeout if timeout is None else timeout,
-            request_id=request_id or new_request_id(),
+            request_id=request_id_or_new(request_id),
         )
 
     async def get_task(self, task_id: str, *, request_id: str | None = None) -> Task:
