@@ -7,6 +7,10 @@ compares, so committed stubs can never disagree with the contracts.
 buf.gen.yaml (`make gen`): buf has no grpc_python built-in, and buf's descriptors name every field's
 json_name, which protoc records only when a .proto sets it. The plugin clears the implied ones, so
 `buf generate` writes the very bytes `make protos` does (tests/unit/test_buf_generate.py).
+
+`python -m agentmesh.codegen --client` writes the Python client's copy (clients/python/agentmesh_client/
+_v1, also by `make protos`): the same generation, imports and module names moved to the client's
+package (tests/unit/test_codegen.py holds it to the protos too).
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ class Client:
     or `grpc.ChannelCredentials`. `timeout`: the deadline of each unary call, seconds. `run_timeout`:
     the deadline of a whole `run`/`watch` (None: none). `metadata`: extra pairs sent with every call.
     `reconnects`: how many times in a row a broken stream is resumed before the error is raised;
-    `backoff`: (first, cap) seconds between them, jittered. `options`: grpc channel options.
+    `backoff`: (first, cap) seconds between them, jittered. `options`: grpc channel options. `sleep`:
+    how to wait between reconnects (tests pass their own).
     """
 
     def __init__(
