@@ -266,3 +266,47 @@ def test_every_event_kind_has_its_typed_form() -> None:
         if not isinstance(to_event(D.TaskEvent(kind=cast(Any, k))), UnknownEvent)
     }
     assert named == set(D.TaskEventKind.keys()) - {"TASK_EVENT_KIND_UNSPECIFIED", "TASK_EVENT_KIND_HEARTBEAT"}
+
+
+@dataclass
+class UnaryStub:
+    """GetTask/CancelTask/ListAgents/ResolveApproval: records each call, answers or raises."""
+
+    calls: list[tuple[str, Any, dict[str, str], float | None]] = field(default_factory=list)
+    error: grpc.RpcError | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        def method(request: Any, *, metadata: Any, timeout: float | None) -> Any:
+            self.calls.append((name, request, dict(metadata), timeout))
+            if self.error is not None:
+                raise self.error
+            if name == "ListAgents":
+                return D.ListAgentsResponse(agents=[D.Agent(agent_id="a", tools=["t"])])
+            return D.GetTaskResponse(task=D.Task(task_id=request.task_id, status=D.TASK_STATUS_CANCELLED))
+
+        return method
+
+
+def test_every_unary_call_sends_the_token_a_request_id_and_the_deadline() -> None:
+    stub = UnaryStub()
+    with Client("127.0.0.1:1", token="tok", timeout=7.5, metadata=[("x-tenant", "acme")]) as client:
+        client._stub = stub  # type: ignore[assignment]
+        assert client.get_task("t-1").status is TaskStatus.CANCELLED
+        assert client.cancel("t-1", "stop", request_id="mine-1").task_id == "t-1"
+        assert client.resolve_approval("t-1", "ap-1", approve=False, arguments_sha256="ab").task_id == "t-1"
+        assert [a.tools for a in client.list_agents()] == [("t",)]
+    rids = [metadata.pop("x-request-id") for _, _, metadata, _ in stub.calls]
+    assert rids[1] == "mine-1" and len(set(rids)) == 4  # a fresh one per call unless given
+    assert all(m == {"authorization": "Bearer tok", "x-tenant": "acme"} for _, _, m, _ in stub.calls)
+    assert {timeout for *_, timeout in stub.calls} == {7.5}
+    assert stub.calls[2][1].approve is False and stub.calls[2][1].arguments_sha256 == "ab"
+
+
+def test_a_unary_failure_is_typed_and_names_its_request_id() -> None:
+    stub = UnaryStub(error=raised_by_server(NotFoundError("task t-1 not found")))
+    with Client("127.0.0.1:1") as client:
+        client._stub = stub  # type: ignore[assignment]
+        with pytest.raises(errors.NotFound) as caught:
+            client.get_task("t-1", request_id="r-1")
+    assert caught.value.request_id == "r-1" and "r-1" in str(caught.value)
+    assert "authorization" not in stub.calls[0][2]  # no token, no header
