@@ -63,13 +63,17 @@ async def test_a_task_runs_to_succeeded_with_typed_events(stack: Stack) -> None:
     assert [a.agent_id for a in agents] == [AGENT] and agents[0].tools == ("calculator",)
 
 
-async def test_a_stream_cut_mid_task_resumes_with_no_gap_or_repeat(stack: Stack) -> None:
+@pytest.mark.parametrize("before_response", [False, True], ids=["after-first-event", "before-any-response"])
+async def test_a_stream_cut_mid_task_resumes_with_no_gap_or_repeat(stack: Stack, before_response: bool) -> None:
     """The first connection is cut (client FIN, server RST) right after the first event reached the
-    client: the client resumes with WatchTask(after_sequence) and yields every event exactly once."""
+    client: the client resumes with WatchTask(after_sequence) and yields every event exactly once. Cut
+    before any response (the task may have started, the client cannot know), the client sends RunTask
+    again with the same task_id: one task, its events once."""
 
     def through_proxy() -> tuple[CuttingProxy, list[Any], Any]:
         # Closing the proxy joins its threads: off the event loop, which serves the other ends.
-        with CuttingProxy(target(stack)) as proxy, Client(proxy.target, token=token(stack), timeout=20) as client:
+        proxy = CuttingProxy(target(stack), before_response=before_response)
+        with proxy, Client(proxy.target, token=token(stack), timeout=20) as client:
             return proxy, *collect(client, "compute 2+3")
 
     proxy, events, run = await asyncio.to_thread(through_proxy)
