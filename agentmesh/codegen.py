@@ -7,10 +7,15 @@ compares, so committed stubs can never disagree with the contracts.
 buf.gen.yaml (`make gen`): buf has no grpc_python built-in, and buf's descriptors name every field's
 json_name, which protoc records only when a .proto sets it. The plugin clears the implied ones, so
 `buf generate` writes the very bytes `make protos` does (tests/unit/test_buf_generate.py).
+
+`python -m agentmesh.codegen --client` writes the Python client's copy (clients/python/agentmesh_client/
+_v1, also by `make protos`): the same generation, imports and module names moved to the client's
+package (tests/unit/test_codegen.py holds it to the protos too).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from importlib import resources
@@ -53,6 +58,43 @@ def generate(out_root: Path) -> list[Path]:
         raise RuntimeError(f"protoc failed with exit code {code}")
     generated = out_root / "agentmesh" / "v1"
     return sorted(p for p in generated.iterdir() if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")))
+
+
+# The Python client (clients/python, the `agentmesh-client` distribution) carries its own copy of the
+# stubs it needs under its own import path, so it never imports agentmesh. The files it registers in
+# protobuf's descriptor pool keep their names (agentmesh/v1/*.proto) and bytes: a process importing
+# both copies holds one set of descriptors.
+CLIENT_STUBS = ROOT / "clients" / "python" / "agentmesh_client" / "_v1"
+CLIENT_PACKAGE = "agentmesh_client._v1"
+CLIENT_PROTOS = ("common", "dispatcher")
+_CLIENT_IMPORT = re.compile(r"^from agentmesh\.v1 import ", re.MULTILINE)
+_CLIENT_MODULE = re.compile(r"^(_builder\.BuildTopDescriptorsAndMessages\(DESCRIPTOR, )'agentmesh\.v1\.", re.MULTILINE)
+
+
+def client_stub_names() -> list[str]:
+    """The stub files of the Python client: the messages of its protos and the dispatcher's service."""
+    names = [f"{stem}_pb2{suffix}" for stem in CLIENT_PROTOS for suffix in (".py", ".pyi")]
+    return sorted([*names, "dispatcher_pb2_grpc.py"])
+
+
+def client_source(text: str) -> str:
+    """A generated module of agentmesh/v1 as the client's copy: imports and module names moved to
+    agentmesh_client._v1 (the embedded descriptors are untouched)."""
+    text = _CLIENT_IMPORT.sub(f"from {CLIENT_PACKAGE} import ", text)
+    return _CLIENT_MODULE.sub(rf"\1'{CLIENT_PACKAGE}.", text)
+
+
+def generate_client(out_dir: Path) -> list[Path]:
+    """Writes the client's stubs (client_stub_names) into out_dir; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="agentmesh-client-codegen-") as tmp:
+        by_name = {path.name: path for path in generate(Path(tmp))}
+        written = []
+        for name in client_stub_names():
+            target = out_dir / name
+            target.write_text(client_source(by_name[name].read_text(encoding="utf-8")), encoding="utf-8")
+            written.append(target)
+    return written
 
 
 def implied_json_name(field_name: str) -> str:
@@ -120,10 +162,18 @@ def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGener
 def main(argv: list[str]) -> int:
     """`python -m agentmesh.codegen [out_dir]`: out_dir defaults to agentmesh/v1 in this tree.
 
+    `python -m agentmesh.codegen --client [out_dir]`: the Python client's stubs, out_dir defaulting to
+    clients/python/agentmesh_client/_v1.
+
     `python -m agentmesh.codegen --plugin`: a protoc plugin (CodeGeneratorRequest on stdin)."""
     if argv == ["--plugin"]:
         request = plugin_pb2.CodeGeneratorRequest.FromString(sys.stdin.buffer.read())
         sys.stdout.buffer.write(run_plugin(request).SerializeToString())
+        return 0
+    if argv[:1] == ["--client"]:
+        out_dir = Path(argv[1]).resolve() if len(argv) > 1 else CLIENT_STUBS
+        for path in generate_client(out_dir):
+            print(path)
         return 0
     target = Path(argv[0]).resolve() if argv else ROOT / "agentmesh" / "v1"
     # protoc writes <root>/agentmesh/v1/...; the target names the v1 folder itself.

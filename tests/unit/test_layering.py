@@ -111,3 +111,29 @@ def test_lint_fails_on_each_layering_violation(
     verdicts = [v for v in ("KEPT", "BROKEN") if report.find(v, start) >= 0]
     first = min(verdicts, key=lambda v: report.find(v, start))
     assert first == "BROKEN", report[-3000:]
+
+
+CLIENT = ROOT / "clients" / "python"
+
+
+def test_the_python_client_never_imports_agentmesh() -> None:
+    """agentmesh_client (clients/python) is installed without agentmesh: in a fresh interpreter that sees
+    only the client, every module of it imports, and nothing of agentmesh or the services loads."""
+    modules = sorted(
+        ".".join(path.relative_to(CLIENT).with_suffix("").parts).removesuffix(".__init__")
+        for path in (CLIENT / "agentmesh_client").rglob("*.py")
+    )
+    assert "agentmesh_client.client" in modules and "agentmesh_client._v1.dispatcher_pb2_grpc" in modules
+    banned = ("agentmesh", "context_svc", "tool_svc", "provider_svc", "dispatcher_svc", "grpc_status")
+    script = (
+        "import importlib, json, sys\n"
+        f"sys.path[:0] = [{str(CLIENT)!r}]\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"loaded = sorted(m for m in sys.modules if m.split('.')[0] in {banned!r})\n"
+        "print(json.dumps(loaded))\n"
+    )
+    # -I: neither the checkout (the working directory) nor PYTHONPATH is on the path.
+    proc = subprocess.run([sys.executable, "-I", "-c", script], cwd=CLIENT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == []

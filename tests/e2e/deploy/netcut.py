@@ -55,8 +55,12 @@ class CuttingProxy:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self._closed = True
+        # shutdown wakes the thread blocked in accept() (close alone does not, on Linux).
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for sock in self._sockets:
+            _hang_up(sock)  # wakes a thread blocked in recv() on it, as close alone does not
             sock.close()
         for thread in self._threads:
             thread.join(timeout=5)

@@ -1,0 +1,294 @@
+import datetime
+
+from agentmesh_client._v1 import common_pb2 as _common_pb2
+from google.api import field_behavior_pb2 as _field_behavior_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATUS_UNSPECIFIED: _ClassVar[TaskStatus]
+    TASK_STATUS_PENDING: _ClassVar[TaskStatus]
+    TASK_STATUS_RUNNING: _ClassVar[TaskStatus]
+    TASK_STATUS_WAITING_APPROVAL: _ClassVar[TaskStatus]
+    TASK_STATUS_SUCCEEDED: _ClassVar[TaskStatus]
+    TASK_STATUS_FAILED: _ClassVar[TaskStatus]
+    TASK_STATUS_ABORTED: _ClassVar[TaskStatus]
+    TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
+
+class TaskEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_EVENT_KIND_UNSPECIFIED: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_HEARTBEAT: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_STATUS: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_STEP_STARTED: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_MODEL_REPLY: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_TOOL_CALL: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_TOOL_RESULT: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_CORRECTION: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_FALLBACK: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_APPROVAL_REQUIRED: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_APPROVAL_RESOLVED: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_INCIDENT: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_ANSWER: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_CONTEXT: _ClassVar[TaskEventKind]
+TASK_STATUS_UNSPECIFIED: TaskStatus
+TASK_STATUS_PENDING: TaskStatus
+TASK_STATUS_RUNNING: TaskStatus
+TASK_STATUS_WAITING_APPROVAL: TaskStatus
+TASK_STATUS_SUCCEEDED: TaskStatus
+TASK_STATUS_FAILED: TaskStatus
+TASK_STATUS_ABORTED: TaskStatus
+TASK_STATUS_CANCELLED: TaskStatus
+TASK_EVENT_KIND_UNSPECIFIED: TaskEventKind
+TASK_EVENT_KIND_HEARTBEAT: TaskEventKind
+TASK_EVENT_KIND_STATUS: TaskEventKind
+TASK_EVENT_KIND_STEP_STARTED: TaskEventKind
+TASK_EVENT_KIND_MODEL_REPLY: TaskEventKind
+TASK_EVENT_KIND_TOOL_CALL: TaskEventKind
+TASK_EVENT_KIND_TOOL_RESULT: TaskEventKind
+TASK_EVENT_KIND_CORRECTION: TaskEventKind
+TASK_EVENT_KIND_FALLBACK: TaskEventKind
+TASK_EVENT_KIND_APPROVAL_REQUIRED: TaskEventKind
+TASK_EVENT_KIND_APPROVAL_RESOLVED: TaskEventKind
+TASK_EVENT_KIND_INCIDENT: TaskEventKind
+TASK_EVENT_KIND_ANSWER: TaskEventKind
+TASK_EVENT_KIND_CONTEXT: TaskEventKind
+
+class Agent(_message.Message):
+    __slots__ = ("agent_id", "description", "model", "tools", "capabilities", "token_budget", "max_steps")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    description: str
+    model: str
+    tools: _containers.RepeatedScalarFieldContainer[str]
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    token_budget: int
+    max_steps: int
+    def __init__(self, agent_id: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ...) -> None: ...
+
+class Task(_message.Message):
+    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time", "created_by")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    agent_id: str
+    goal: str
+    status: TaskStatus
+    step: int
+    usage: _common_pb2.TokenUsage
+    answer: str
+    error: _common_pb2.ErrorDetail
+    session_id: str
+    request_id: str
+    pending_approval: _common_pb2.PendingApproval
+    last_sequence: int
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    created_by: str
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
+
+class StartTaskRequest(_message.Message):
+    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    goal: str
+    token_budget: int
+    max_steps: int
+    task_id: str
+    session_id: str
+    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class StartTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class RunTaskRequest(_message.Message):
+    __slots__ = ("start",)
+    START_FIELD_NUMBER: _ClassVar[int]
+    start: StartTaskRequest
+    def __init__(self, start: _Optional[_Union[StartTaskRequest, _Mapping]] = ...) -> None: ...
+
+class TaskEvent(_message.Message):
+    __slots__ = ("task_id", "sequence", "kind", "time", "status", "step", "message", "tool_call", "tool_result", "error", "pending_approval", "usage", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
+    TOOL_RESULT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    sequence: int
+    kind: TaskEventKind
+    time: _timestamp_pb2.Timestamp
+    status: TaskStatus
+    step: int
+    message: str
+    tool_call: _common_pb2.ToolCall
+    tool_result: _common_pb2.ToolResult
+    error: _common_pb2.ErrorDetail
+    pending_approval: _common_pb2.PendingApproval
+    usage: _common_pb2.TokenUsage
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, task_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[TaskEventKind, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., message: _Optional[str] = ..., tool_call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RunTaskResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: TaskEvent
+    def __init__(self, event: _Optional[_Union[TaskEvent, _Mapping]] = ...) -> None: ...
+
+class WatchTaskResponse(_message.Message):
+    __slots__ = ("event",)
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    event: TaskEvent
+    def __init__(self, event: _Optional[_Union[TaskEvent, _Mapping]] = ...) -> None: ...
+
+class GetTaskRequest(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class GetTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class WatchTaskRequest(_message.Message):
+    __slots__ = ("task_id", "after_sequence")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    after_sequence: int
+    def __init__(self, task_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class CancelTaskRequest(_message.Message):
+    __slots__ = ("task_id", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelTaskResponse(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class DispatcherServiceResolveApprovalRequest(_message.Message):
+    __slots__ = ("task_id", "approval_id", "approve", "reason", "arguments_sha256", "settlement")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    approval_id: str
+    approve: bool
+    reason: str
+    arguments_sha256: str
+    settlement: _common_pb2.SettlementOutcome
+    def __init__(self, task_id: _Optional[str] = ..., approval_id: _Optional[str] = ..., approve: _Optional[bool] = ..., reason: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., settlement: _Optional[_Union[_common_pb2.SettlementOutcome, str]] = ...) -> None: ...
+
+class DispatcherServiceResolveApprovalResponse(_message.Message):
+    __slots__ = ("approval", "task")
+    APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    approval: _common_pb2.Approval
+    task: Task
+    def __init__(self, approval: _Optional[_Union[_common_pb2.Approval, _Mapping]] = ..., task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
+
+class ListAgentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListAgentsResponse(_message.Message):
+    __slots__ = ("agents",)
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[Agent]
+    def __init__(self, agents: _Optional[_Iterable[_Union[Agent, _Mapping]]] = ...) -> None: ...
+
+class GetStepPromptRequest(_message.Message):
+    __slots__ = ("task_id", "step")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    step: int
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class StepPrompt(_message.Message):
+    __slots__ = ("task_id", "step", "session_id", "model", "format", "request_json", "redacted", "create_time")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    step: int
+    session_id: str
+    model: str
+    format: str
+    request_json: str
+    redacted: bool
+    create_time: _timestamp_pb2.Timestamp
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., session_id: _Optional[str] = ..., model: _Optional[str] = ..., format: _Optional[str] = ..., request_json: _Optional[str] = ..., redacted: _Optional[bool] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetStepPromptResponse(_message.Message):
+    __slots__ = ("prompt",)
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    prompt: StepPrompt
+    def __init__(self, prompt: _Optional[_Union[StepPrompt, _Mapping]] = ...) -> None: ...
