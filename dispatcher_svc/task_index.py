@@ -104,7 +104,8 @@ class TaskIndex:
     async def prune(self, limit: int = PRUNE_BATCH) -> int:
         """Removes up to `limit` of the oldest entries whose task hash is gone; returns how many."""
         async with self.store.guard("prune task index"):
-            ids = [_text(raw) for raw in await self.store.redis.zrange(self.key, 0, limit - 1)]
+            raw: Any = await self.store.redis.zrange(self.key, 0, limit - 1)
+            ids = [_text(member) for member in raw]
             if not ids:
                 return 0
             pipe = self.store.redis.pipeline(transaction=False)
@@ -161,7 +162,7 @@ class TaskIndex:
             if task_id:
                 members[_text(task_id)] = int(create_ms or 0)
         if members:
-            await self.store.redis.zadd(self.key, members, nx=True)  # type: ignore[arg-type]
+            await self.store.redis.zadd(self.key, members, nx=True)
         return len(members)
 
 

@@ -454,13 +454,13 @@ class TaskStore:
             if self.store.cluster is not None or self.store.settings.cluster_wait_replicas:
                 # Cluster: task and queue on different primaries (a pipeline could expose the entry
                 # first); durable writes wait for replicas. So the task first, then its entry.
-                await self.store.redis.zadd(self.index_key, listed, nx=True)  # type: ignore[arg-type]
+                await self.store.redis.zadd(self.index_key, listed, nx=True)
                 commit_reply = await self._commit(keys=keys, args=args)
                 queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
                 return Created(created=int(commit_reply[0]) == _OK, taken=taken_entries(queue_reply))
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
-            pipe.zadd(self.index_key, listed, nx=True)  # type: ignore[arg-type]
+            pipe.zadd(self.index_key, listed, nx=True)
             pipe.evalsha(self._commit.sha, len(keys), *keys, *args)
             pipe.evalsha(queue.enqueue_script.sha, 1, queue.key, *queue_args)
             index_reply, commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
