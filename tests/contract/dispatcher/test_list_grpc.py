@@ -24,9 +24,7 @@ def stub(mesh: Mesh) -> dispatcher_pb2_grpc.DispatcherServiceStub:
 
 
 def agent_md(mesh: Mesh, agent_id: str) -> Any:
-    return mesh.dispatcher.metadata(
-        ("agent",), subject=agent_id, agent_id=agent_id, permissions=["dev:agent.ops:run"]
-    )
+    return mesh.dispatcher.metadata(("agent",), subject=agent_id, agent_id=agent_id, permissions=["dev:agent.ops:run"])
 
 
 async def start(mesh: Mesh, n: int, md: Any, prefix: str) -> list[str]:
@@ -70,10 +68,12 @@ async def test_paging_through_250_tasks_while_50_more_are_created_has_no_duplica
     request = D.ListTasksRequest(page_size=9)
     seen: list[str] = []
     keys: list[tuple[int, str]] = []
-    later = asyncio.create_task(start(mesh, 50, md, "new"))
-    pages = 0
+    pages = created = 0
     while True:
-        reply = await s.ListTasks(request, metadata=md)
+        # Two tasks are created while each of the first 25 pages is read.
+        more = start(mesh, 2, md, f"new{pages:02d}") if created < 50 else asyncio.sleep(0)
+        reply, _ = await asyncio.gather(s.ListTasks(request, metadata=md), more)
+        created += 2
         pages += 1
         seen += [t.task_id for t in reply.tasks]
         keys += [(t.create_time.ToMilliseconds(), t.task_id) for t in reply.tasks]
@@ -81,8 +81,6 @@ async def test_paging_through_250_tasks_while_50_more_are_created_has_no_duplica
         if not reply.next_page_token:
             break
         request.page_token = reply.next_page_token
-        await asyncio.sleep(0)  # let the creations interleave with the pages
-    await later
     assert len(seen) == len(set(seen)), "a task was listed twice"
     assert set(first) <= set(seen), f"missing: {sorted(set(first) - set(seen))[:5]}"
     assert pages >= 250 // 9
@@ -121,9 +119,7 @@ async def test_bad_page_tokens_and_sizes_are_invalid_argument(make_mesh: MakeMes
     body, _, mac = token.partition(".")
     flipped = body[:-2] + ("A" if body[-2] != "A" else "B") + body[-1]
     await invalid(s.ListTasks(D.ListTasksRequest(page_token=f"{flipped}.{mac}"), metadata=md), "page_token.signature")
-    await invalid(
-        s.ListTasks(D.ListTasksRequest(page_token=token, agent_id="ops"), metadata=md), "page_token.filter"
-    )
+    await invalid(s.ListTasks(D.ListTasksRequest(page_token=token, agent_id="ops"), metadata=md), "page_token.filter")
     expired = PageTokens(TEST_AUTH_KEY, "tasks", ttl_s=-60).issue(PageCursor(1, "x"), TaskFilter().digest())
     await invalid(s.ListTasks(D.ListTasksRequest(page_token=expired), metadata=md), "page_token.expired")
     # A token of ListTasks is not one of ListApprovals.
