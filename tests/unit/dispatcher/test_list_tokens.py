@@ -28,6 +28,10 @@ def reason(token: str, filters: str = FILTERS, tokens: PageTokens | None = None,
     return err.metadata["reason"]
 
 
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
 def test_a_token_round_trips_its_cursor() -> None:
     tokens = PageTokens(KEY, "tasks")
     token = tokens.issue(PageCursor(1_700_000_000_123, "t-ü/x y"), FILTERS)
@@ -79,7 +83,7 @@ def test_garbage_is_malformed_or_unsigned(token: str) -> None:
 def test_a_signed_body_that_is_not_a_token_is_malformed() -> None:
     tokens = PageTokens(KEY, "tasks")
     for body in (b"[]", b"{}", b'{"k":"tasks","m":"5","i":"a","f":"x","e":1}', b"\xff\xfe", b"null"):
-        token = f"{base64.urlsafe_b64encode(body).decode().rstrip('=')}.{base64.urlsafe_b64encode(tokens._sign(body)).decode().rstrip('=')}"
+        token = f"{b64(body)}.{b64(tokens._sign(body))}"
         assert reason(token, tokens=tokens) == "page_token.malformed"
 
 
