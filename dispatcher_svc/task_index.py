@@ -30,6 +30,8 @@ PRUNE_INTERVAL_S = 60.0
 """`maybe_prune` prunes at most this often per replica."""
 PRUNE_BATCH = 1000
 """Entries looked at per prune, oldest first (expired tasks are the oldest)."""
+PRUNE_MIN_AGE_MS = 300_000
+"""Entries younger than this are never pruned (their task may be being created)."""
 BACKFILL_LOCK_S = 300
 
 PAGE_LUA = """
@@ -102,9 +104,12 @@ class TaskIndex:
         return [IndexEntry(int(float(_text(reply[i + 1]))), _text(reply[i])) for i in range(0, len(reply), 2)]
 
     async def prune(self, limit: int = PRUNE_BATCH) -> int:
-        """Removes up to `limit` of the oldest entries whose task hash is gone; returns how many."""
+        """Removes up to `limit` of the oldest entries whose task hash is gone (entries older than
+        PRUNE_MIN_AGE_MS only); returns how many."""
         async with self.store.guard("prune task index"):
-            raw: Any = await self.store.redis.zrange(self.key, 0, limit - 1)
+            # Young entries are left alone: on a Cluster the ZADD precedes its task hash by a round trip.
+            young = int(time.time() * 1000) - PRUNE_MIN_AGE_MS
+            raw: Any = await self.store.redis.zrangebyscore(self.key, "-inf", f"({young}", start=0, num=limit)
             ids = [_text(member) for member in raw]
             if not ids:
                 return 0
