@@ -48,6 +48,11 @@ MAX_EXAMINED = 1000
 MAX_WAITING = 10_000
 """Parked tasks ListApprovals reads at most."""
 APPROVAL_KINDS = ("", "approval", "settlement")
+VIEW_FIELDS = (
+    *("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id"),
+    *("pending", "last_sequence", "create_ms", "update_ms", "creator", "creator_agent"),
+)
+"""The hash fields a listed task needs (not the loop's cursor, which can be large)."""
 
 
 def page_size_of(value: int) -> int:
@@ -137,9 +142,13 @@ class Listing:
         async with store.guard("list tasks"):
             pipe = store.redis.pipeline(transaction=False)
             for task_id in task_ids:
-                pipe.hgetall(store.keys.task(task_id))
+                pipe.hmget(store.keys.task(task_id), list(VIEW_FIELDS))
             rows: list[Any] = await pipe.execute()
-        return [TaskRecord.from_hash(row) if row else None for row in rows]
+        records: list[TaskRecord | None] = []
+        for row in rows:
+            fields = {name.encode(): value for name, value in zip(VIEW_FIELDS, row, strict=True) if value is not None}
+            records.append(TaskRecord.from_hash(fields) if b"status" in fields else None)
+        return records
 
     async def list_tasks(
         self, filters: TaskFilter, page_size: int, page_token: str, *, caller: Identity
