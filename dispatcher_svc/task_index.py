@@ -39,6 +39,14 @@ PAGE_LUA = """
 -- ARGV: max score (inclusive), min score (inclusive), cursor ms ('' for none), cursor id, count.
 -- Returns up to `count` {id, score, ...} newest first, strictly after the cursor (ms, id) in that
 -- order: entries with the cursor's score are skipped while their id is >= the cursor id.
+-- Ids are compared byte by byte, as the zset orders them (Lua's `<` follows the server's locale).
+local function below(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
 local maxs, mins = ARGV[1], ARGV[2]
 local cms, cid, count = ARGV[3], ARGV[4], tonumber(ARGV[5])
 if cms ~= '' then
@@ -50,7 +58,7 @@ while #out < 2 * count do
   if #batch == 0 then break end
   for i = 1, #batch, 2 do
     local id, score = batch[i], batch[i + 1]
-    if not (cms ~= '' and tonumber(score) == tonumber(cms) and id >= cid) then
+    if not (cms ~= '' and tonumber(score) == tonumber(cms) and not below(id, cid)) then
       if #out < 2 * count then
         out[#out + 1] = id
         out[#out + 1] = score

@@ -86,3 +86,17 @@ async def test_the_backfill_runs_once_and_not_while_another_replica_holds_the_lo
     assert not await store.redis.exists(index.lock_key)
     await store.redis.delete(index.key)
     assert await index.backfill() == -1  # done once for this Redis: the marker says so
+
+
+async def test_ties_on_the_create_time_page_in_the_zset_order_of_their_ids(store: Store) -> None:
+    index = TaskIndex(store)
+    ids = ["a", "B", "b", "a.b", "a-b", "A:1", "z", "Z9", "0", "a0", "ab", "a_b"]
+    await store.redis.zadd(index.key, dict.fromkeys(ids, 7))
+    want = sorted(ids, key=str.encode, reverse=True)
+    assert [e.task_id for e in await index.page(100)] == want
+    paged: list[str] = []
+    after: IndexEntry | None = None
+    while batch := await index.page(1, after=after):
+        paged.append(batch[0].task_id)
+        after = batch[0]
+    assert paged == want
