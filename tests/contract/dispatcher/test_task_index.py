@@ -100,3 +100,14 @@ async def test_ties_on_the_create_time_page_in_the_zset_order_of_their_ids(store
         paged.append(batch[0].task_id)
         after = batch[0]
     assert paged == want
+
+
+async def test_the_approval_sweeper_prunes_the_index(store: Store) -> None:
+    _, index, listing, _ = tools(store)
+    await index.add("gone", 5)
+
+    async def sweep() -> int:
+        return 3
+
+    assert await listing.sweeping(sweep)() == 3  # the sweeper's own count
+    assert await index.page(10) == []
