@@ -178,6 +178,10 @@ class Keys:
     def tasks_stream(self) -> str:
         return f"{self.prefix}:tasks"
 
+    def tasks_index(self) -> str:
+        """Every task id scored by its create time (ms): ListTasks' index (dispatcher_svc/task_index.py)."""
+        return f"{self.prefix}:tasks:index"
+
     def session(self, session_id: str, part: str) -> str:
         return f"{self.prefix}:sess:{{{_check_id('session_id', session_id)}}}:{_check_id('part', part)}"
 

@@ -40,11 +40,12 @@ from agentmesh.semconv import (
 )
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.calls import PortFailure, idempotency_key
+from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import Phase
 from dispatcher_svc.ports import Ports
 from dispatcher_svc.run_state import RunResult, Stop
 from dispatcher_svc.steps import Steps
-from dispatcher_svc.tasks import Lease, StaleOwnerError, TaskRecord, TaskStore
+from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, TaskStore
 
 __all__ = ["AgentLoop", "Hook", "RunResult", "TokenMinter", "idempotency_key"]
 

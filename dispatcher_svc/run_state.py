@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 from agentmesh.chat import Usage
 from agentmesh.errors import AgentmeshError
 from dispatcher_svc.agents import AgentConfig
+from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import TaskStatus
 from dispatcher_svc.ports import ToolInfo
-from dispatcher_svc.tasks import Cursor, Lease, TaskRecord
+from dispatcher_svc.tasks import Cursor, TaskRecord
 
 if TYPE_CHECKING:
     from dispatcher_svc.loop import AgentLoop

@@ -19,7 +19,8 @@ from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc import testhooks
 from dispatcher_svc.adapters import SETTLEMENT_PB, grpc_ports, pending_pb, tool_result_pb
 from dispatcher_svc.agents import AgentConfig
-from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent
+from dispatcher_svc.listing import ApprovalFilter, TaskApproval, TaskFilter
+from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent, TaskStatus
 from dispatcher_svc.prompts import StepPrompt
 from dispatcher_svc.service import Dispatcher, StartRequest
 
@@ -142,6 +143,47 @@ def settlement_from_pb(value: int) -> str:
     raise InvalidRequestError("settlement", f"unknown SettlementOutcome {value}")
 
 
+def task_filter(pb: dispatcher_pb2.ListTasksRequest) -> TaskFilter:
+    if pb.status not in TaskStatus._value2member_map_:
+        raise InvalidRequestError("status", f"unknown TaskStatus {pb.status}")
+    return TaskFilter(
+        agent_id=pb.agent_id,
+        status=TaskStatus(pb.status),
+        created_by=pb.created_by,
+        root_task_id=pb.root_task_id,
+        created_after_ms=codec.millis(pb.created_after, "created_after") if pb.HasField("created_after") else None,
+        created_before_ms=codec.millis(pb.created_before, "created_before") if pb.HasField("created_before") else None,
+    )
+
+
+_APPROVAL_KIND = {
+    dispatcher_pb2.TASK_APPROVAL_KIND_UNSPECIFIED: "",
+    dispatcher_pb2.TASK_APPROVAL_KIND_APPROVAL: "approval",
+    dispatcher_pb2.TASK_APPROVAL_KIND_SETTLEMENT: "settlement",
+}
+_APPROVAL_KIND_PB = {name: number for number, name in _APPROVAL_KIND.items()}
+
+
+def approval_filter(pb: dispatcher_pb2.ListApprovalsRequest) -> ApprovalFilter:
+    if pb.kind not in _APPROVAL_KIND:
+        raise InvalidRequestError("kind", f"unknown TaskApprovalKind {pb.kind}")
+    return ApprovalFilter(agent_id=pb.agent_id, kind=_APPROVAL_KIND[pb.kind])
+
+
+def task_approval_pb(waiting: TaskApproval) -> dispatcher_pb2.TaskApproval:
+    pb = dispatcher_pb2.TaskApproval(
+        task_id=waiting.task_id,
+        agent_id=waiting.agent_id,
+        kind=_APPROVAL_KIND_PB[waiting.kind],
+        pending_approval=pending_pb(waiting.pending),
+        created_by=waiting.created_by,
+        goal=waiting.goal,
+    )
+    if waiting.wait_time_ms:
+        pb.wait_time.CopyFrom(codec.timestamp_ms(waiting.wait_time_ms))
+    return pb
+
+
 def _traceparent() -> str:
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
@@ -220,6 +262,24 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
     ) -> dispatcher_pb2.ListAgentsResponse:
         agents = self.dispatcher.list_agents(caller=require_identity())
         return dispatcher_pb2.ListAgentsResponse(agents=[agent_pb(agent) for agent in agents])
+
+    async def ListTasks(
+        self, request: dispatcher_pb2.ListTasksRequest, context: Context
+    ) -> dispatcher_pb2.ListTasksResponse:
+        tasks, token = await self.dispatcher.listing.list_tasks(
+            task_filter(request), request.page_size, request.page_token, caller=require_identity()
+        )
+        return dispatcher_pb2.ListTasksResponse(tasks=[task_pb(task) for task in tasks], next_page_token=token)
+
+    async def ListApprovals(
+        self, request: dispatcher_pb2.ListApprovalsRequest, context: Context
+    ) -> dispatcher_pb2.ListApprovalsResponse:
+        waiting, token = await self.dispatcher.listing.list_approvals(
+            approval_filter(request), request.page_size, request.page_token, caller=require_identity()
+        )
+        return dispatcher_pb2.ListApprovalsResponse(
+            approvals=[task_approval_pb(w) for w in waiting], next_page_token=token
+        )
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:

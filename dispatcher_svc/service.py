@@ -52,12 +52,14 @@ from dispatcher_svc.access import (
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import EventLog, now_ms
+from dispatcher_svc.listing import Listing
 from dispatcher_svc.loop import AgentLoop, Hook
 from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
+from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import (
     StaleOwnerError,
     TaskRecord,
@@ -139,12 +141,14 @@ class Dispatcher:
             task_ttl_s=ds.task_ttl_s,
             mint_token=self.mint_task_token,
         )
+        key = settings.auth.key.get_secret_value() if settings.auth.key is not None else None
+        self.listing = Listing(self.tasks, TaskIndex(store), key)  # ListTasks, ListApprovals
         self.worker = Worker(
             tasks=self.tasks,
             queue=self.queue,
             loop=self.loop,
             settings=ds,
-            sweep=self.settler.sweep,
+            sweep=self.listing.sweeping(self.settler.sweep),  # which also prunes the task index
             metrics=self.metrics,
         )
         self.conversations = Conversations(
@@ -161,6 +165,7 @@ class Dispatcher:
 
     async def start(self) -> None:
         await self.tasks.load_scripts()
+        await self.listing.backfill()
         await self.worker.start()
 
     async def stop(self) -> None:

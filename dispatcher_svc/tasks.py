@@ -7,8 +7,9 @@ another replica took over has its next write refused and stops. The same script 
 events to the stream with contiguous sequences (ids `0-<seq>`): state and log never disagree.
 
 Keys: `am:task:{<id>}` (hash), `:events` (stream) and `:prompts` (each step's provider request,
-`dispatcher_svc.prompts`) share a hash tag (one slot, one TTL); `am:tasks` and `am:tasks:waiting`
-(parked tasks by approval expiry, for the sweeper) are touched by single commands or their own scripts.
+`dispatcher_svc.prompts`) share a hash tag (one slot, one TTL); `am:tasks`, `am:tasks:waiting`
+(parked tasks by approval expiry, for the sweeper) and `am:tasks:index` (every task by create time,
+for ListTasks: `dispatcher_svc.task_index`) are touched by single commands or their own scripts.
 """
 
 from __future__ import annotations
@@ -357,6 +358,8 @@ class TaskStore:
         self._commit = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA, durable=True)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
+        self.index_key = store.keys.tasks_index()
+        """Every task id by create time (ms), written before the task: ListTasks' index (task_index.py)."""
         self.waiting_key = f"{store.keys.prefix}:tasks:waiting"
         """Sorted set of parked tasks ("<task id> <approval id>") scored by their approval's expiry (ms):
         the expiry sweeper's index, a superset of the parked tasks (a member is added before the task is
@@ -446,18 +449,23 @@ class TaskStore:
         args.append(event_to_json(event))
         keys = self._commit_keys(task_id)
         queue_args = [task_id, queue.group if take else "", queue.consumer]
+        listed = {task_id: int(fields.get("create_ms") or 0)}  # ListTasks' index (task_index.py), first
         async with self.store.guard("create task"):
             if self.store.cluster is not None or self.store.settings.cluster_wait_replicas:
                 # Cluster: task and queue on different primaries (a pipeline could expose the entry
                 # first); durable writes wait for replicas. So the task first, then its entry.
+                await self.store.redis.zadd(self.index_key, listed, nx=True)
                 commit_reply = await self._commit(keys=keys, args=args)
                 queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
                 return Created(created=int(commit_reply[0]) == _OK, taken=taken_entries(queue_reply))
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
+            pipe.zadd(self.index_key, listed, nx=True)
             pipe.evalsha(self._commit.sha, len(keys), *keys, *args)
             pipe.evalsha(queue.enqueue_script.sha, 1, queue.key, *queue_args)
-            commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
+            index_reply, commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
+            if isinstance(index_reply, Exception):
+                raise index_reply
             if isinstance(commit_reply, rexc.NoScriptError) or isinstance(queue_reply, rexc.NoScriptError):
                 # Redis restarted or was flushed since the scripts were loaded. If the entry went out
                 # before the task existed, another replica's run of it finds nothing: so create the
@@ -570,31 +578,3 @@ class TaskStore:
 
 def _waiting_member(task_id: str, approval_id: str) -> str:
     return f"{task_id} {approval_id}"  # task ids never hold a space
-
-
-class Lease:
-    """An owner's claim on a task, checked before every downstream call of its run.
-
-    Another replica can take the task only once `lease_until` (Redis time) has passed, which is at
-    least `claim_idle_s` after the last fenced renewal. A run therefore calls out only while its
-    last confirmation is younger than half that (local monotonic time, measured from when the
-    renewal was sent); otherwise it renews first, and a stale owner (paused, partitioned) learns it
-    lost the task from the refused renewal before it can write anything downstream.
-    """
-
-    def __init__(self, tasks: TaskStore, task_id: str, fence: int, claim_idle_s: float, confirmed_at: float) -> None:
-        self.tasks = tasks
-        self.task_id = task_id
-        self.fence = fence
-        self.claim_idle_s = claim_idle_s
-        self.confirmed_at = confirmed_at
-
-    async def renew(self) -> None:
-        """Extends the lease if the fence is still ours; StaleOwnerError otherwise."""
-        sent = time.monotonic()
-        await self.tasks.commit(self.task_id, fence=self.fence, lease_ms=int(self.claim_idle_s * 1000))
-        self.confirmed_at = sent
-
-    async def ensure(self) -> None:
-        if time.monotonic() - self.confirmed_at > self.claim_idle_s / 2:
-            await self.renew()

@@ -1,4 +1,4 @@
-"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `context`, `trace`, `mcp serve`, ...
+"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `tasks`, `approvals`, `trace`, ...
 
 Every sub-command reads the configuration `find_config` finds (`--config`, more than once for overlays,
 else $AGENTMESH_CONFIG, else ./agentmesh.yaml, else the packaged production-safe default), and exits 2
@@ -419,6 +419,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--limit", type=int, default=1000, help="at most this many entries (oldest first)")
     audit.add_argument("--json", action="store_true", help="one JSON object per line")
     audit.set_defaults(func=cmd_audit)
+
+    from agentmesh.cli.list_view import add_parsers as list_parsers
+
+    list_parsers(sub)  # `tasks`, `approvals`
 
     mcp = sub.add_parser("mcp", help="Model Context Protocol: serve agentmesh's tools to MCP clients")
     mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)

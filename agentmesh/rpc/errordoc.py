@@ -94,7 +94,12 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.CONTENT_FILTERED: (
             "The provider's filter blocked the request or reply: rephrase; do not retry unchanged."
         ),
-        ErrorCode.INVALID_REQUEST: "Fix the request field named in BadRequest; the same request fails again.",
+        ErrorCode.INVALID_REQUEST: (
+            "Fix the request field named in BadRequest; the same request fails again. A bad `page_token` of "
+            "ListTasks / ListApprovals says why in ErrorInfo metadata `reason`: `page_token.malformed`, "
+            "`page_token.signature` (tampered with), `page_token.filter` (send the first page's filters with it) "
+            "or `page_token.expired` (after an hour): list again from the first page."
+        ),
         ErrorCode.INTERNAL: "A bug in agentmesh: report it with the request id; retrying unchanged rarely helps.",
         ErrorCode.NOT_FOUND: "The task, session, approval or payload does not exist (or expired): check the id.",
         ErrorCode.UNAVAILABLE: (

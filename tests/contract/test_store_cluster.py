@@ -28,6 +28,7 @@ from context_svc.model import Summary
 from context_svc.sessions import SessionStore
 from dispatcher_svc.model import EventKind, TaskEvent
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore
 from tests.contract.stack import Stack
 from tests.rediscluster import LocalRedisCluster
@@ -82,6 +83,7 @@ async def the_other_scripts(store: Store) -> None:
     assert await sessions.seen(session, "c:none") is None
     tasks = TaskStore(store, DispatcherSettings())
     assert await tasks.due_approvals(10, 1000) == []
+    assert "t-cluster" in [e.task_id for e in await TaskIndex(store).page(10, min_ms=0)]  # ListTasks' page
     queue = TaskQueue(store, "dispatchers", "c1")
     await queue.ensure_group()
     assert await queue.touch("0-1") is False
