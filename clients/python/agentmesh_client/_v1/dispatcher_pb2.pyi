@@ -39,6 +39,12 @@ class TaskEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_EVENT_KIND_INCIDENT: _ClassVar[TaskEventKind]
     TASK_EVENT_KIND_ANSWER: _ClassVar[TaskEventKind]
     TASK_EVENT_KIND_CONTEXT: _ClassVar[TaskEventKind]
+
+class TaskApprovalKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_APPROVAL_KIND_UNSPECIFIED: _ClassVar[TaskApprovalKind]
+    TASK_APPROVAL_KIND_APPROVAL: _ClassVar[TaskApprovalKind]
+    TASK_APPROVAL_KIND_SETTLEMENT: _ClassVar[TaskApprovalKind]
 TASK_STATUS_UNSPECIFIED: TaskStatus
 TASK_STATUS_PENDING: TaskStatus
 TASK_STATUS_RUNNING: TaskStatus
@@ -61,6 +67,9 @@ TASK_EVENT_KIND_APPROVAL_RESOLVED: TaskEventKind
 TASK_EVENT_KIND_INCIDENT: TaskEventKind
 TASK_EVENT_KIND_ANSWER: TaskEventKind
 TASK_EVENT_KIND_CONTEXT: TaskEventKind
+TASK_APPROVAL_KIND_UNSPECIFIED: TaskApprovalKind
+TASK_APPROVAL_KIND_APPROVAL: TaskApprovalKind
+TASK_APPROVAL_KIND_SETTLEMENT: TaskApprovalKind
 
 class Agent(_message.Message):
     __slots__ = ("agent_id", "description", "model", "tools", "capabilities", "token_budget", "max_steps")
@@ -292,3 +301,69 @@ class GetStepPromptResponse(_message.Message):
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     prompt: StepPrompt
     def __init__(self, prompt: _Optional[_Union[StepPrompt, _Mapping]] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("agent_id", "status", "created_by", "root_task_id", "created_after", "created_before", "page_size", "page_token")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    ROOT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AFTER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    status: TaskStatus
+    created_by: str
+    root_task_id: str
+    created_after: _timestamp_pb2.Timestamp
+    created_before: _timestamp_pb2.Timestamp
+    page_size: int
+    page_token: str
+    def __init__(self, agent_id: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., created_by: _Optional[str] = ..., root_task_id: _Optional[str] = ..., created_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("tasks", "next_page_token")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[Task]
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class TaskApproval(_message.Message):
+    __slots__ = ("task_id", "agent_id", "kind", "pending_approval", "wait_time", "created_by", "goal")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
+    WAIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    agent_id: str
+    kind: TaskApprovalKind
+    pending_approval: _common_pb2.PendingApproval
+    wait_time: _timestamp_pb2.Timestamp
+    created_by: str
+    goal: str
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., kind: _Optional[_Union[TaskApprovalKind, str]] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., wait_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ..., goal: _Optional[str] = ...) -> None: ...
+
+class ListApprovalsRequest(_message.Message):
+    __slots__ = ("agent_id", "kind", "page_size", "page_token")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    kind: TaskApprovalKind
+    page_size: int
+    page_token: str
+    def __init__(self, agent_id: _Optional[str] = ..., kind: _Optional[_Union[TaskApprovalKind, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListApprovalsResponse(_message.Message):
+    __slots__ = ("approvals", "next_page_token")
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    approvals: _containers.RepeatedCompositeFieldContainer[TaskApproval]
+    next_page_token: str
+    def __init__(self, approvals: _Optional[_Iterable[_Union[TaskApproval, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -75,6 +75,16 @@ class DispatcherServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptResponse.FromString,
                 _registered_method=True)
+        self.ListTasks = channel.unary_unary(
+                '/agentmesh.v1.DispatcherService/ListTasks',
+                request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListTasksResponse.FromString,
+                _registered_method=True)
+        self.ListApprovals = channel.unary_unary(
+                '/agentmesh.v1.DispatcherService/ListApprovals',
+                request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsResponse.FromString,
+                _registered_method=True)
 
 
 class DispatcherServiceServicer:
@@ -142,6 +152,23 @@ class DispatcherServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTasks(self, request, context):
+        """Lists tasks, newest first, with filters and AIP-158 paging: an operator's token sees every task,
+        any other token only the tasks it started (the rule of GetTask). A bad, tampered or expired page
+        token, or one used with other filters, is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApprovals(self, request, context):
+        """Lists the tasks waiting for a human (pending approvals and settlements), oldest first, with the
+        visibility rule of ListTasks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatcherServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -184,6 +211,16 @@ def add_DispatcherServiceServicer_to_server(servicer, server):
                     servicer.GetStepPrompt,
                     request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptResponse.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListTasksRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'ListApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApprovals,
+                    request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -403,6 +440,60 @@ class DispatcherService:
             '/agentmesh.v1.DispatcherService/GetStepPrompt',
             agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptRequest.SerializeToString,
             agentmesh_dot_v1_dot_dispatcher__pb2.GetStepPromptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.DispatcherService/ListTasks',
+            agentmesh_dot_v1_dot_dispatcher__pb2.ListTasksRequest.SerializeToString,
+            agentmesh_dot_v1_dot_dispatcher__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.DispatcherService/ListApprovals',
+            agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsRequest.SerializeToString,
+            agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsResponse.FromString,
             options,
             channel_credentials,
             insecure,
