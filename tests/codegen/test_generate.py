@@ -88,7 +88,7 @@ def test_buf_generates_the_committed_python_stubs(fresh_clients: FreshTree) -> N
     committed = {
         f"agentmesh/v1/{p.name}": p.read_bytes()
         for p in (ROOT / "agentmesh" / "v1").iterdir()
-        if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi"))
+        if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_connect.py"))
     }
     assert sorted(fresh) == sorted(committed)
     stale = [path for path in fresh if fresh[path] != committed[path]]
