@@ -112,7 +112,7 @@ def as_parsed_from_source(file: descriptor_pb2.FileDescriptorProto) -> descripto
 
 
 def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGeneratorResponse:
-    """The protoc-plugin form of `generate`: *_pb2.py, *_pb2.pyi, *_pb2_grpc.py and *_connect.py of the files to generate."""
+    """The protoc-plugin form of `generate`: every generated file (`GENERATED_SUFFIXES`) of the files to generate."""
     response = plugin_pb2.CodeGeneratorResponse(
         supported_features=plugin_pb2.CodeGeneratorResponse.FEATURE_PROTO3_OPTIONAL
     )

@@ -354,7 +354,8 @@ def error_json(error: ConnectError) -> bytes:
     body: dict[str, Any] = {"code": error.code.value, "message": error.message}
     if error.details:
         body["details"] = [
-            {"type": d.type_name, "value": base64.b64encode(d.message_bytes).decode().rstrip("=")} for d in error.details
+            {"type": d.type_name, "value": base64.b64encode(d.message_bytes).decode().rstrip("=")}
+            for d in error.details
         ]
     return json.dumps(body, ensure_ascii=False).encode()
 

@@ -185,7 +185,7 @@ class ServiceHost:
     ) -> None:
         """Registers a servicer (`add_XServicer_to_server`) under its full proto service name."""
         add_to_server(servicer, self.server)
-        add_to_server(servicer, self.methods)  # the same handlers, for the HTTP listener's Connect edge
+        add_to_server(servicer, self.methods)  # type: ignore[arg-type]  # the same handlers, for the HTTP listener's Connect edge
         self._service_names.append(full_service_name)
 
     async def start(self, address: str | None = None, http_address: str | None = None) -> int:

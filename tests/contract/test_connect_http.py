@@ -154,7 +154,9 @@ async def test_run_task_over_grpc_web_ends_with_its_status_in_the_trailer_frame(
     data = request.SerializeToString()
     headers = {**bearer(stack), "content-type": "application/grpc-web+proto", "x-grpc-web": "1"}
     async with httpx.AsyncClient(base_url=base_url(stack), timeout=60) as http:
-        reply = await http.post(f"{DISPATCHER}/RunTask", content=struct.pack(">BI", 0, len(data)) + data, headers=headers)
+        reply = await http.post(
+            f"{DISPATCHER}/RunTask", content=struct.pack(">BI", 0, len(data)) + data, headers=headers
+        )
     assert reply.status_code == 200 and reply.headers["content-type"] == "application/grpc-web+proto"
     *messages, (flags, trailer) = frames(reply.content)
     assert flags == 0x80 and b"grpc-status: 0" in trailer.lower().replace(b"grpc-status:0", b"grpc-status: 0")
@@ -165,7 +167,9 @@ async def test_run_task_over_grpc_web_ends_with_its_status_in_the_trailer_frame(
 async def test_no_token_and_a_bad_token_are_unauthenticated_before_the_body_is_read(stack: Stack) -> None:
     async with httpx.AsyncClient(base_url=base_url(stack)) as http:
         # Not even valid JSON: authentication comes first.
-        none = await http.post(f"{DISPATCHER}/StartTask", content=b"{not json", headers={"content-type": "application/json"})
+        none = await http.post(
+            f"{DISPATCHER}/StartTask", content=b"{not json", headers={"content-type": "application/json"}
+        )
         bad = await http.post(
             f"{DISPATCHER}/GetTask", json={"taskId": "t"}, headers={"authorization": "Bearer not-a-token"}
         )
@@ -210,7 +214,9 @@ async def test_connect_timeout_ms_is_the_calls_deadline(stack: Stack) -> None:
     headers = {**bearer(stack), "content-type": "application/connect+json", "connect-timeout-ms": "1"}
     async with httpx.AsyncClient(base_url=base_url(stack), timeout=60) as http:
         reply = await http.post(
-            f"{DISPATCHER}/RunTask", content=envelope({"start": {"agentId": AGENT, "goal": "compute 9*9"}}), headers=headers
+            f"{DISPATCHER}/RunTask",
+            content=envelope({"start": {"agentId": AGENT, "goal": "compute 9*9"}}),
+            headers=headers,
         )
         unary = await http.post(
             f"{DISPATCHER}/ListAgents", json={}, headers={**bearer(stack), "connect-timeout-ms": "not-a-number"}
@@ -270,7 +276,10 @@ async def test_the_other_services_serve_their_read_only_rpcs_only(stack: Stack) 
 
 @pytest.mark.parametrize("stack", [{"server": {"cors_allowed_origins": ["http://console.test"]}}], indirect=True)
 async def test_cors_admits_the_configured_origins_only(stack: Stack) -> None:
-    preflight = {"access-control-request-method": "POST", "access-control-request-headers": "authorization,content-type"}
+    preflight = {
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization,content-type",
+    }
     async with httpx.AsyncClient(base_url=base_url(stack)) as http:
         allowed = await http.options(f"{DISPATCHER}/RunTask", headers={"origin": "http://console.test", **preflight})
         refused = await http.options(f"{DISPATCHER}/RunTask", headers={"origin": "http://evil.test", **preflight})
