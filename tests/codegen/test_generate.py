@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from agentmesh.codegen import GENERATED_SUFFIXES
 from agentmesh.v1 import common_pb2, context_pb2, dispatcher_pb2, provider_pb2, tool_pb2
 from tests.codegen import BUILD_CLIENTS, INSTALL_TOOLCHAINS, ROOT, FreshTree, buf_generate, tree_files
 
@@ -88,7 +89,7 @@ def test_buf_generates_the_committed_python_stubs(fresh_clients: FreshTree) -> N
     committed = {
         f"agentmesh/v1/{p.name}": p.read_bytes()
         for p in (ROOT / "agentmesh" / "v1").iterdir()
-        if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_connect.py"))
+        if p.name.endswith(GENERATED_SUFFIXES)
     }
     assert sorted(fresh) == sorted(committed)
     stale = [path for path in fresh if fresh[path] != committed[path]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentmesh.codegen import ROOT, generate, proto_files
+from agentmesh.codegen import GENERATED_SUFFIXES, ROOT, generate, proto_files
 
 COMMITTED = ROOT / "agentmesh" / "v1"
 
@@ -14,7 +14,7 @@ def test_generated_stubs_have_not_drifted(tmp_path: Path) -> None:
     committed = {
         path.name: path.read_bytes()
         for path in COMMITTED.iterdir()
-        if path.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi"))
+        if path.name.endswith(GENERATED_SUFFIXES)
     }
     assert sorted(fresh) == sorted(committed), "stub files differ: run `make protos` and commit"
     stale = [name for name in fresh if fresh[name] != committed[name]]
