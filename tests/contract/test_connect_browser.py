@@ -49,12 +49,8 @@ def build_page(out: Path) -> None:
     work = out.parent / "page-src"
     work.mkdir()
     shutil.copy(PAGE / "runtask.ts", work / "runtask.ts")
-    template = {
-        "version": "v2",
-        "plugins": [
-            {"local": str(NODE_BIN / "protoc-gen-es"), "out": str(work / "gen"), "opt": "target=ts", "include_imports": True}
-        ],
-    }  # fmt: skip
+    plugin = {"local": str(NODE_BIN / "protoc-gen-es"), "out": str(work / "gen"), "opt": "target=ts"}
+    template = {"version": "v2", "plugins": [{**plugin, "include_imports": True}]}
     subprocess.run(
         [str(NODE_BIN / "buf"), "generate", "--template", json.dumps(template), "--path", "protos/agentmesh/v1"],
         cwd=ROOT, check=True, capture_output=True, timeout=120,
