@@ -11,8 +11,9 @@ import asyncio
 import base64
 import json
 import shutil
+import ssl
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
+from tests.certs import make_ca, write_leaf
+from tests.conftest import RunningService
 from tests.contract.stack import AGENT, Stack
+from tool_svc.server import SPEC as TOOL_SPEC
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -286,3 +290,43 @@ async def test_cors_admits_the_configured_origins_only(stack: Stack) -> None:
     assert allowed.status_code == 200
     assert allowed.headers["access-control-allow-origin"] == "http://console.test"
     assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+
+
+async def test_every_http_call_leaves_the_shared_concurrency_count_even_a_dropped_stream(stack: Stack) -> None:
+    limiter = stack.hosts["dispatcher"][0].limiter
+    headers = {**bearer(stack), "content-type": "application/connect+json"}
+    body = envelope({"start": {"agentId": AGENT, "goal": "compute 8*8"}})
+    async with httpx.AsyncClient(base_url=base_url(stack), timeout=60) as http:
+        async with http.stream("POST", f"{DISPATCHER}/RunTask", content=body, headers=headers) as reply:
+            async for _ in reply.aiter_raw():
+                assert limiter.in_flight == 1
+                break  # the client goes away mid-stream
+        await http.post(f"{DISPATCHER}/GetTask", json={"taskId": "t-none"}, headers=bearer(stack))
+        await http.post(f"{DISPATCHER}/GetTask", json={"taskId": "t"})  # refused: no token
+    for _ in range(200):
+        if limiter.in_flight == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert limiter.in_flight == 0
+
+
+async def test_with_tls_the_http_listener_is_https_and_wants_a_client_certificate(
+    start_service: Callable[..., Awaitable[RunningService]], tmp_path: Path
+) -> None:
+    ca = make_ca()
+    server, client = write_leaf(ca, "tool-svc", tmp_path / "server"), write_leaf(ca, "cli", tmp_path / "client")
+    svc = await start_service(TOOL_SPEC, {"tls": server}, http=True)
+    url = f"https://localhost:{svc.host.http_port}/agentmesh.v1.ToolService/ListTools"
+    headers = {"authorization": f"Bearer {svc.token(('operator',))}"}
+    with_cert = ssl.create_default_context(cafile=client["ca_file"])
+    with_cert.load_cert_chain(client["cert_file"], client["key_file"])
+    async with httpx.AsyncClient(verify=with_cert) as http:
+        ok = await http.post(url, json={}, headers=headers)
+    assert ok.status_code == 200 and ok.json()["tools"]
+    without = ssl.create_default_context(cafile=client["ca_file"])
+    async with httpx.AsyncClient(verify=without) as http:
+        with pytest.raises(httpx.TransportError):
+            await http.post(url, json={}, headers=headers)
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(httpx.TransportError):
+            await http.post(url.replace("https:", "http:"), json={}, headers=headers)
