@@ -11,11 +11,7 @@ COMMITTED = ROOT / "agentmesh" / "v1"
 
 def test_generated_stubs_have_not_drifted(tmp_path: Path) -> None:
     fresh = {path.name: path.read_bytes() for path in generate(tmp_path)}
-    committed = {
-        path.name: path.read_bytes()
-        for path in COMMITTED.iterdir()
-        if path.name.endswith(GENERATED_SUFFIXES)
-    }
+    committed = {path.name: path.read_bytes() for path in COMMITTED.iterdir() if path.name.endswith(GENERATED_SUFFIXES)}
     assert sorted(fresh) == sorted(committed), "stub files differ: run `make protos` and commit"
     stale = [name for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"stale generated stubs {stale}: run `make protos` and commit the result"
