@@ -43,7 +43,6 @@ from connectrpc.request import RequestContext
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import ServiceDescriptor
 from google.rpc import status_pb2  # type: ignore[import-untyped]
-from opentelemetry import trace
 from protobuf.wkt import Any as WireAny
 
 from agentmesh import callctx
@@ -132,6 +131,9 @@ class HttpServicerContext:
     metadata from the HTTP headers, the deadline from the protocol's timeout header, the peer, and
     abort/code/details. (The servicers themselves touch no context.)"""
 
+    rpc_system = "connect_rpc"
+    """The span's and the RPC metrics' `rpc.system` (agentmesh.rpc.telemetry)."""
+
     def __init__(self, ctx: RequestContext[Any, Any], method: str) -> None:
         self.ctx = ctx
         self.method = method
@@ -204,7 +206,6 @@ class ConnectEdge:
             rid = callctx.current_request_id()
             if rid:
                 ctx.response_headers["x-request-id"] = rid
-        trace.get_current_span().set_attribute("rpc.system", "connect_rpc")
         return call
 
     async def on_end(self, call: HttpServicerContext, ctx: RequestContext[Any, Any], error: Exception | None) -> None:

@@ -110,6 +110,9 @@ async def test_curl_json_starts_a_task_and_gets_it(stack: Stack) -> None:
         query = {"encoding": "json", "message": json.dumps({"taskId": task["taskId"]})}
         by_get = await http.get(f"{DISPATCHER}/GetTask", params=query)
         assert by_get.status_code == 200 and by_get.json()["task"]["taskId"] == task["taskId"]
+        # Counted in the RPC metrics as Connect calls, on the same listener's /metrics.
+        scrape = (await http.get("/metrics")).text
+    assert 'rpc_method="StartTask"' in scrape and 'rpc_system="connect_rpc"' in scrape
 
 
 async def test_an_unknown_agent_is_connect_error_json_with_the_grpc_error_detail(stack: Stack) -> None:
