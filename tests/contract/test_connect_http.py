@@ -194,6 +194,19 @@ async def test_no_token_and_a_bad_token_are_unauthenticated_before_the_body_is_r
     assert flags == 0x02 and json.loads(end)["error"]["code"] == "unauthenticated"
 
 
+async def test_a_missing_role_is_permission_denied_as_on_grpc(stack: Stack) -> None:
+    agent = token(stack, roles=("agent",), subject="some-agent")
+    async with httpx.AsyncClient(base_url=base_url(stack)) as http:
+        reply = await http.post(
+            f"{DISPATCHER}/ResolveApproval",
+            json={"taskId": "t-1", "approvalId": "a-1"},
+            headers={"authorization": f"Bearer {agent}"},
+        )
+    assert reply.status_code == 403 and reply.json()["code"] == "permission_denied", reply.text
+    detail = error_detail(reply.json())
+    assert detail.code == common_pb2.ERROR_CODE_PERMISSION_DENIED and detail.missing_permission
+
+
 async def test_a_traceparent_sent_over_http_continues_in_the_services_spans(stack: Stack, tmp_path: Path) -> None:
     headers = {**bearer(stack), "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "x-request-id": "req-http-1"}
     async with httpx.AsyncClient(base_url=base_url(stack), headers=headers) as http:
@@ -266,6 +279,8 @@ async def test_bad_requests_are_typed_errors_never_a_500(stack: Stack) -> None:
         grpc_proper = await http.post(url, content=b"\0\0\0\0\0", headers={"content-type": "application/grpc"})
         oversized = await http.post(url, json={"agentId": AGENT, "goal": "x" * 10_000})
         unknown = await http.post(f"{DISPATCHER}/NoSuchMethod", json={})
+        # A Connect GET is for NO_SIDE_EFFECTS RPCs only.
+        get_start = await http.get(url, params={"encoding": "json", "message": json.dumps({"agentId": AGENT})})
     for reply in (malformed, wrong_field_type, missing):
         assert reply.status_code == 400 and reply.json()["code"] == "invalid_argument", reply.text
         assert error_detail(reply.json()).code == common_pb2.ERROR_CODE_INVALID_REQUEST
@@ -277,6 +292,7 @@ async def test_bad_requests_are_typed_errors_never_a_500(stack: Stack) -> None:
     assert oversized.status_code == 429 and oversized.json()["code"] == "resource_exhausted"
     assert error_detail(oversized.json()).code == common_pb2.ERROR_CODE_PAYLOAD_TOO_LARGE
     assert unknown.status_code == 404
+    assert get_start.status_code == 405, get_start.text
 
 
 async def test_the_other_services_serve_their_read_only_rpcs_only(stack: Stack) -> None:
