@@ -154,6 +154,14 @@ async def test_run_task_streams_enveloped_connect_json_to_the_end(stack: Stack) 
     events = [json.loads(data)["event"] for flags, data in messages if flags == 0]
     assert events[-1]["status"] == "TASK_STATUS_SUCCEEDED"
     assert any("5" in json.dumps(e) for e in events), events[-1]
+    # WatchTask replays the ended task's events over the same protocol, then ends the stream.
+    watch = envelope({"taskId": events[-1]["taskId"]})
+    async with httpx.AsyncClient(base_url=base_url(stack), timeout=60) as http:
+        watched = await http.post(f"{DISPATCHER}/WatchTask", content=watch, headers=headers)
+    *replayed, (flags, end) = frames(watched.content)
+    assert flags == 0x02 and json.loads(end) == {}
+    sequences = [json.loads(data)["event"].get("sequence") for _, data in replayed]
+    assert [n for n in sequences if n] == [e["sequence"] for e in events if e.get("sequence")]  # no heartbeats
 
 
 async def test_run_task_over_grpc_web_ends_with_its_status_in_the_trailer_frame(stack: Stack) -> None:
