@@ -20,11 +20,13 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from connectrpc.errors import ConnectError
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
+from agentmesh.v1.dispatcher_connect import DispatcherServiceClient
 from tests.certs import make_ca, write_leaf
 from tests.conftest import RunningService
 from tests.contract.stack import AGENT, Stack
@@ -363,3 +365,15 @@ async def test_with_tls_the_http_listener_is_https_and_wants_a_client_certificat
     async with httpx.AsyncClient() as http:
         with pytest.raises(httpx.TransportError):
             await http.post(url.replace("https:", "http:"), json={}, headers=headers)
+
+
+async def test_the_generated_python_connect_client_reads_the_same_errors(stack: Stack) -> None:
+    client = DispatcherServiceClient(base_url(stack))
+    headers = {"authorization": f"Bearer {token(stack)}"}
+    agents = await client.list_agents(dispatcher_pb2.ListAgentsRequest(), headers=headers)
+    assert AGENT in {agent.agent_id for agent in agents.agents}
+    with pytest.raises(ConnectError) as caught:
+        await client.start_task(dispatcher_pb2.StartTaskRequest(agent_id="nope", goal="x"), headers=headers)
+    details = {d.type_name: d for d in caught.value.details}
+    detail = common_pb2.ErrorDetail.FromString(details["agentmesh.v1.ErrorDetail"].message_bytes)
+    assert caught.value.code.value == "not_found" and detail.code == common_pb2.ERROR_CODE_NOT_FOUND
