@@ -21,6 +21,7 @@ import grpc
 import httpx
 import pytest
 from connectrpc.errors import ConnectError
+from google.rpc import status_pb2  # type: ignore[import-untyped]
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
@@ -70,6 +71,12 @@ def frames(body: bytes) -> list[tuple[int, bytes]]:
         at += 5 + size
     assert at == len(body), "a truncated frame"
     return out
+
+
+def web_trailers(frame: bytes) -> dict[str, str]:
+    """The headers of a gRPC-Web trailer frame ("key: value" lines)."""
+    pairs = (line.split(":", 1) for line in frame.decode().splitlines() if line.strip())
+    return {key.strip().lower(): value.strip() for key, value in pairs}
 
 
 def error_detail(error: dict[str, Any]) -> common_pb2.ErrorDetail:
@@ -176,9 +183,23 @@ async def test_run_task_over_grpc_web_ends_with_its_status_in_the_trailer_frame(
         )
     assert reply.status_code == 200 and reply.headers["content-type"] == "application/grpc-web+proto"
     *messages, (flags, trailer) = frames(reply.content)
-    assert flags == 0x80 and b"grpc-status: 0" in trailer.lower().replace(b"grpc-status:0", b"grpc-status: 0")
+    assert flags == 0x80 and web_trailers(trailer)["grpc-status"] == "0"
     last = dispatcher_pb2.RunTaskResponse.FromString(messages[-1][1])
     assert last.event.status == dispatcher_pb2.TASK_STATUS_SUCCEEDED
+    # An error ends the stream with a trailer frame: grpc-status and the google.rpc.Status with our ErrorDetail.
+    bad = dispatcher_pb2.RunTaskRequest(start=dispatcher_pb2.StartTaskRequest(agent_id="nope", goal="x"))
+    data = bad.SerializeToString()
+    async with httpx.AsyncClient(base_url=base_url(stack), timeout=60) as http:
+        refused = await http.post(
+            f"{DISPATCHER}/RunTask", content=struct.pack(">BI", 0, len(data)) + data, headers=headers
+        )
+    (flags, trailer_frame), = frames(refused.content)  # fmt: skip
+    trailers = web_trailers(trailer_frame)
+    assert flags == 0x80 and trailers["grpc-status"] == str(grpc.StatusCode.NOT_FOUND.value[0]), trailers
+    raw = trailers["grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(base64.b64decode(raw + "=" * (-len(raw) % 4)))
+    packed = [d for d in status.details if d.type_url.endswith("/agentmesh.v1.ErrorDetail")]
+    assert common_pb2.ErrorDetail.FromString(packed[0].value).code == common_pb2.ERROR_CODE_NOT_FOUND
 
 
 async def test_no_token_and_a_bad_token_are_unauthenticated_before_the_body_is_read(stack: Stack) -> None:
