@@ -224,6 +224,9 @@ class ServiceHost:
             except OSError as exc:
                 await self.server.stop(None)
                 raise OSError(f"{self.name}: HTTP listener: {exc}") from None
+            except ConfigError:  # a TLS file the listener cannot use
+                await self.server.stop(None)
+                raise
             self.http = listener
         elif http_bind:
             log.info("%s: no HTTP route to serve (metrics and server.connect are off): no HTTP listener", self.name)

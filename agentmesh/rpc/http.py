@@ -11,8 +11,9 @@ Each service has at most one HTTP listener, on `services.<svc>.host` and `servic
 
 Rules every route here follows, and a route added later (MCP over HTTP) must follow too:
 - TLS is the gRPC port's: with `tls.enabled` the listener serves HTTPS with the same certificate
-  and CA, and requires a client certificate when `tls.require_client_cert` does; without it none in
-  the process (in a mesh the sidecar terminates mTLS for both ports).
+  and CA, requires a client certificate when `tls.require_client_cert` does, and takes replaced files
+  at the next handshake (agentmesh.rpc.tls.http_server_context); without it none in the process (in a
+  mesh the sidecar terminates mTLS for both ports).
 - Authentication is the gRPC edge's: a route that reads or changes data runs the edge's chain
   (agentmesh.rpc.auth: `authorization: Bearer` or `x-agentmesh-identity`) before it reads the body.
   `/metrics` is open, like the gRPC health service: it is scraped by Prometheus, carries no task,
@@ -28,7 +29,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import ssl
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -40,6 +40,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute, Route
 
 from agentmesh.config import TlsSettings
+from agentmesh.rpc.tls import http_server_context
 
 __all__ = ["HttpListener", "connect_route", "cors_middleware", "http_routes", "metrics_route"]
 
@@ -104,17 +105,12 @@ def cors_middleware(allowed_origins: Sequence[str]) -> list[Middleware]:
 
 
 def _tls_options(tls: TlsSettings | None) -> dict[str, Any]:
-    """uvicorn's TLS options for the gRPC port's TLS settings (none when TLS is off)."""
+    """uvicorn's TLS option for the gRPC port's TLS settings (none when TLS is off): a server context
+    that reloads replaced files at the next handshake, as the gRPC port does (agentmesh.rpc.tls)."""
     if tls is None or not tls.enabled:
         return {}
-    if tls.cert_file is None or tls.key_file is None:
-        raise OSError("tls.enabled: the HTTP listener needs tls.cert_file and tls.key_file")
-    return {
-        "ssl_certfile": str(tls.cert_file),
-        "ssl_keyfile": str(tls.key_file),
-        "ssl_ca_certs": str(tls.ca_file) if tls.ca_file else None,
-        "ssl_cert_reqs": ssl.CERT_REQUIRED if tls.require_client_cert else ssl.CERT_OPTIONAL,
-    }
+    context = http_server_context(tls)  # ConfigError naming a bad file, before anything is bound
+    return {"ssl_context_factory": lambda config, default: context}
 
 
 class _EmbeddedServer(uvicorn.Server):

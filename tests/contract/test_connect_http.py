@@ -11,6 +11,7 @@ import asyncio
 import base64
 import json
 import shutil
+import socket
 import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,6 +22,7 @@ import grpc
 import httpx
 import pytest
 from connectrpc.errors import ConnectError
+from cryptography import x509
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 
 from agentmesh.callctx import IDENTITY_HEADER
@@ -28,7 +30,7 @@ from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from agentmesh.v1.dispatcher_connect import DispatcherServiceClient
-from tests.certs import make_ca, write_leaf
+from tests.certs import make_ca, swap_leaf, write_leaf
 from tests.conftest import RunningService
 from tests.contract.stack import AGENT, Stack
 from tool_svc.server import SPEC as TOOL_SPEC
@@ -398,3 +400,29 @@ async def test_the_generated_python_connect_client_reads_the_same_errors(stack: 
     details = {d.type_name: d for d in caught.value.details}
     detail = common_pb2.ErrorDetail.FromString(details["agentmesh.v1.ErrorDetail"].message_bytes)
     assert caught.value.code.value == "not_found" and detail.code == common_pb2.ERROR_CODE_NOT_FOUND
+
+
+def served_serial(port: int, client: dict[str, Any]) -> int:
+    """The serial of the certificate the HTTP listener presents to a new connection (no SNI: an IP)."""
+    context = ssl.create_default_context(cafile=client["ca_file"])
+    context.check_hostname = False
+    context.load_cert_chain(client["cert_file"], client["key_file"])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+async def test_the_https_listener_takes_replaced_certificate_files_without_a_restart(
+    start_service: Callable[..., Awaitable[RunningService]], tmp_path: Path
+) -> None:
+    ca = make_ca()
+    server, client = write_leaf(ca, "tool-svc", tmp_path / "server"), write_leaf(ca, "cli", tmp_path / "client")
+    svc = await start_service(TOOL_SPEC, {"tls": server}, http=True)
+    before = await asyncio.to_thread(served_serial, svc.host.http_port, client)
+    renewed = swap_leaf(ca, "tool-svc", Path(server["cert_file"]), Path(server["key_file"]))
+    after = await asyncio.to_thread(served_serial, svc.host.http_port, client)
+    assert after == renewed != before
