@@ -170,6 +170,7 @@ def test_the_toolchain_installer_lists_and_checks_its_packages() -> None:
         assert name in packages
     for name in ("libprotobuf-java", "libgrpc-java", "protobuf-compiler-grpc-java-plugin", "protoc-gen-go-grpc"):
         assert name in packages
+    assert "chromium" in packages  # the gRPC-Web browser test's (tests/contract/test_connect_browser.py)
     # `make test` ran the installer first: everything is present, and a second run changes nothing.
     check = subprocess.run([str(INSTALL_TOOLCHAINS), "--check"], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stderr
