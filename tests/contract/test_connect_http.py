@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
 import json
+import logging
 import shutil
 import socket
 import ssl
@@ -23,10 +25,13 @@ import httpx
 import pytest
 from connectrpc.errors import ConnectError
 from cryptography import x509
+from google.protobuf import descriptor_pool
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
+from agentmesh.rpc.connect import ConnectServicer, served_methods
+from agentmesh.rpc.ratelog import RateLimitedLog
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from agentmesh.v1.dispatcher_connect import DispatcherServiceClient
@@ -426,3 +431,23 @@ async def test_the_https_listener_takes_replaced_certificate_files_without_a_res
     renewed = swap_leaf(ca, "tool-svc", Path(server["cert_file"]), Path(server["key_file"]))
     after = await asyncio.to_thread(served_serial, svc.host.http_port, client)
     assert after == renewed != before
+
+
+def test_the_served_rpcs_come_from_the_descriptors() -> None:
+    """Every RPC of the contracts has its generated Connect method, matched by name (a new RPC needs no
+    adapter change); the dispatcher serves all of them, the others their NO_SIDE_EFFECTS ones."""
+    pool = descriptor_pool.Default()
+    for stem, name in [("dispatcher", "DispatcherService"), ("tool", "ToolService"), ("context", "ContextService"),
+                       ("provider", "ProviderService")]:  # fmt: skip
+        service = pool.FindServiceByName(f"agentmesh.v1.{name}")
+        protocol = getattr(importlib.import_module(f"agentmesh.v1.{stem}_connect"), name)
+        generated = {attr for attr in vars(protocol) if not attr.startswith("_")}
+        servicer = ConnectServicer(service, {}, RateLimitedLog(logging.getLogger("test")))
+        for attr in generated:
+            assert callable(getattr(servicer, attr)), attr
+        assert len(generated) == len(service.methods)
+    assert served_methods(pool.FindServiceByName("agentmesh.v1.ToolService")) == {
+        "ListTools", "DiscoverTools", "GetApproval"
+    }  # fmt: skip
+    dispatcher = pool.FindServiceByName("agentmesh.v1.DispatcherService")
+    assert served_methods(dispatcher) == {m.name for m in dispatcher.methods}
