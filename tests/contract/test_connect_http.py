@@ -30,6 +30,7 @@ from google.rpc import status_pb2  # type: ignore[import-untyped]
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
+from agentmesh.rpc import http as http_listener
 from agentmesh.rpc.connect import ConnectServicer, served_methods
 from agentmesh.rpc.ratelog import RateLimitedLog
 from agentmesh.rpc.status import from_rpc_error
@@ -451,3 +452,12 @@ def test_the_served_rpcs_come_from_the_descriptors() -> None:
     }  # fmt: skip
     dispatcher = pool.FindServiceByName("agentmesh.v1.DispatcherService")
     assert served_methods(dispatcher) == {m.name for m in dispatcher.methods}
+
+
+def test_the_listeners_socket_says_tcp_so_asyncio_sets_nodelay_on_its_connections() -> None:
+    """A keep-alive call must not wait ~40 ms for the client's delayed ACK (Nagle on the last write)."""
+    sock = http_listener._bind("127.0.0.1:0")
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
