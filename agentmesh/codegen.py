@@ -1,4 +1,8 @@
-"""Generates the Python modules of protos/agentmesh/v1 with grpcio-tools.
+"""Generates the Python modules of protos/agentmesh/v1 with grpcio-tools and protoc-gen-connectrpc.
+
+Per contract: *_pb2.py, *_pb2.pyi, *_pb2_grpc.py (grpcio-tools) and *_connect.py (the Connect
+protocol's ASGI application and client on google.protobuf messages: protoc-gen-connectrpc with
+`protobuf=google,io=async`, served by each service's HTTP listener, agentmesh/rpc/connect.py).
 
 `make protos` writes them into the package; the drift test writes them into a temporary folder and
 compares, so committed stubs can never disagree with the contracts.
@@ -16,6 +20,7 @@ package (tests/unit/test_codegen.py holds it to the protos too).
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import tempfile
 from importlib import resources
@@ -31,6 +36,26 @@ PROTO_PACKAGE = PROTO_ROOT / "agentmesh" / "v1"
 # Vendored imports (google/api/field_behavior.proto): on the include path, not generated (their
 # Python modules come from googleapis-common-protos).
 THIRD_PARTY = PROTO_ROOT / "third_party"
+# protoc-gen-connectrpc's options: google.protobuf messages (the *_pb2 classes), asyncio only.
+CONNECT_OPTIONS = "protobuf=google,io=async"
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_connect.py")
+
+
+def connect_plugin() -> str:
+    """The protoc-gen-connectrpc executable installed beside this Python (pyproject.toml pins it)."""
+    beside = Path(sys.executable).parent / "protoc-gen-connectrpc"
+    found = str(beside) if beside.exists() else shutil.which("protoc-gen-connectrpc")
+    if not found:
+        raise RuntimeError("protoc-gen-connectrpc not found: `make venv` installs it (pyproject.toml)")
+    return found
+
+
+def _connect_args(out: Path) -> list[str]:
+    return [
+        f"--plugin=protoc-gen-connectrpc={connect_plugin()}",
+        f"--connectrpc_out={out}",
+        f"--connectrpc_opt={CONNECT_OPTIONS}",
+    ]
 
 
 def proto_files() -> list[Path]:
@@ -39,7 +64,7 @@ def proto_files() -> list[Path]:
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Writes *_pb2.py, *_pb2_grpc.py and *.pyi for every proto under out_root/agentmesh/v1."""
+    """Writes *_pb2.py, *_pb2_grpc.py, *.pyi and *_connect.py for every proto under out_root/agentmesh/v1."""
     out_root.mkdir(parents=True, exist_ok=True)
     well_known = str(resources.files("grpc_tools") / "_proto")
     files = [str(p.relative_to(PROTO_ROOT)) for p in proto_files()]
@@ -51,13 +76,14 @@ def generate(out_root: Path) -> list[Path]:
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
         f"--grpc_python_out={out_root}",
+        *_connect_args(out_root),
         *files,
     ]
     code = protoc.main(args)
     if code != 0:
         raise RuntimeError(f"protoc failed with exit code {code}")
     generated = out_root / "agentmesh" / "v1"
-    return sorted(p for p in generated.iterdir() if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")))
+    return sorted(p for p in generated.iterdir() if p.name.endswith(GENERATED_SUFFIXES))
 
 
 # The Python client (clients/python, the `agentmesh-client` distribution) carries its own copy of the
@@ -128,7 +154,7 @@ def as_parsed_from_source(file: descriptor_pb2.FileDescriptorProto) -> descripto
 
 
 def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGeneratorResponse:
-    """The protoc-plugin form of `generate`: *_pb2.py, *_pb2.pyi and *_pb2_grpc.py of the files to generate."""
+    """The protoc-plugin form of `generate`: every generated file (`GENERATED_SUFFIXES`) of the files to generate."""
     response = plugin_pb2.CodeGeneratorResponse(
         supported_features=plugin_pb2.CodeGeneratorResponse.FEATURE_PROTO3_OPTIONAL
     )
@@ -148,6 +174,7 @@ def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGener
                 f"--python_out={out}",
                 f"--pyi_out={out}",
                 f"--grpc_python_out={out}",
+                *_connect_args(out),
                 *request.file_to_generate,
             ]
         )

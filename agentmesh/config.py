@@ -244,7 +244,8 @@ class ServiceEndpoint(_Section):
     target: str | None = None
     """gRPC target others dial, e.g. `dns:///tool-svc.agentmesh.svc:50053`; default host:port."""
     http_port: int = Field(0, ge=0, le=65535)
-    """The service's HTTP listener on `host` (agentmesh/rpc/http.py: Prometheus `/metrics` today); 0: none."""
+    """The service's HTTP listener on `host` (agentmesh/rpc/http.py: Prometheus `/metrics`, and the Connect
+    protocol when `server.connect` is on); 0: none."""
 
     @property
     def dial_target(self) -> str:
@@ -300,6 +301,11 @@ class ServerSettings(_Section):
     """Health and reflection are also served in plaintext on this port, for probes: when set, and always
     with TLS on (0 then means the service's port + 1000, e.g. 51053 for tool_svc). One value serves
     every pod of a cluster; on one machine leave it 0 (four services would share it)."""
+    connect: bool = True
+    """Serve the Connect protocol (HTTP/JSON, gRPC-Web) on each service's HTTP listener (`http_port`):
+    every dispatcher RPC, the read-only RPCs of the others, through the same edge (agentmesh/rpc/connect.py)."""
+    cors_allowed_origins: list[str] = []
+    """Browser origins (e.g. `https://console.example.com`) allowed to call the HTTP listener; none by default."""
     readiness_interval_s: float = Field(1.0, gt=0)
     """How often the host PINGs Redis for readiness: while it does not answer (within this but at least
     1 s, at most `redis.socket_timeout_s`) each service's health name is NOT_SERVING; "" (liveness)

@@ -137,11 +137,14 @@ class Metrics:
 
     # --- the RPC edge ------------------------------------------------------------------------------
 
-    def rpc_server_call(self, service: str, method: str, status_code: int, duration_s: float) -> None:
-        """One incoming call of `service`/`method` (from the contracts: a bounded set) answered `status_code`."""
+    def rpc_server_call(
+        self, service: str, method: str, status_code: int, duration_s: float, *, system: str = "grpc"
+    ) -> None:
+        """One incoming call of `service`/`method` (from the contracts: a bounded set) answered `status_code`;
+        `system` is `grpc` on the gRPC port, `connect_rpc` on the HTTP listener."""
         self._rpc_server.record(
             duration_s,
-            {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method, "rpc.grpc.status_code": status_code},
+            {"rpc.system": system, "rpc.service": service, "rpc.method": method, "rpc.grpc.status_code": status_code},
         )
 
     def rpc_client_call(self, service: str, method: str, status_code: int, duration_s: float) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that generate and build the Go and Java stubs (buf.gen.yaml) and the
-# Go example client (examples/clients/go), from the machine's own apt sources. `make test` runs it
+# Installs the Debian packages that generate and build the Go and Java stubs (buf.gen.yaml), the
+# Go example client (examples/clients/go) and the headless browser of the gRPC-Web test, from the machine's own apt sources. `make test` runs it
 # first: a no-op (one dpkg-query) when everything is present, else one `apt-get install`.
 #
 # Go is built in GOPATH mode from the Debian source packages under /usr/share/gocode, so nothing is
@@ -32,6 +32,8 @@ PACKAGES=(
   # javax.annotation.Generated, which grpc-java 1.41's plugin puts on every service class (JDK 11+ lacks it).
   libgeronimo-annotation-1.3-spec-java
   openjdk-17-jdk-headless
+  # The browser of the gRPC-Web test (tests/contract/test_connect_browser.py), driven by playwright-core.
+  chromium
 )
 
 # The packages not installed, one a line (one dpkg-query for all: `make test` runs this every time).

@@ -14,8 +14,9 @@ to domain calls:
 - reflection, so grpcurl and polyglot tools can discover the API;
 - 32 MiB message limits and keepalive from configuration;
 - load shedding: beyond `max_concurrent_rpcs` calls answer RESOURCE_EXHAUSTED + RetryInfo at once;
-- the service's HTTP listener (`services.<svc>.http_port`, agentmesh.rpc.http: `/metrics`), opened
-  after the gRPC server and closed after it, so a drain shows in the metrics;
+- the service's HTTP listener (`services.<svc>.http_port`, agentmesh.rpc.http: `/metrics` and the
+  Connect protocol over the same handlers and edge chain, agentmesh.rpc.connect), opened after the
+  gRPC server and closed after it, so a drain shows in the metrics;
 - SIGTERM/SIGINT: NOT_SERVING first, then in-flight calls get `grace_period_s` to finish.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
@@ -43,7 +45,8 @@ from agentmesh.identity import Authenticator
 from agentmesh.metrics import Metrics
 from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
-from agentmesh.rpc.http import HttpListener, http_routes
+from agentmesh.rpc.connect import ConnectEdge, ContentTypeGuard, MethodTable, connect_application
+from agentmesh.rpc.http import HttpListener, cors_middleware, http_routes
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
 from agentmesh.rpc.telemetry import OTLP, server_interceptors
@@ -55,6 +58,7 @@ log = logging.getLogger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
+_descriptor_pool = descriptor_pool.Default()
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 # Probes must always get through, even when the server sheds load.
 _UNLIMITED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -112,6 +116,10 @@ class ServiceHost:
     health_server: grpc.aio.Server | None = field(init=False, default=None)
     http: HttpListener | None = field(init=False, default=None)
     """The HTTP listener once started (None: `http_port` 0, or nothing to serve)."""
+    chain: ChainedCallInterceptor = field(init=False)
+    """The edge's call interceptors: run by the gRPC server and by the HTTP listener's Connect edge."""
+    methods: MethodTable = field(init=False, default_factory=MethodTable)
+    """The servicers' method handlers, by full method name (what the Connect edge calls)."""
     _service_names: list[str] = field(init=False, default_factory=list)
     _stopping: asyncio.Event | None = field(init=False, default=None)
     ready: bool = field(init=False, default=True)
@@ -125,7 +133,7 @@ class ServiceHost:
         # Calls refused for their role go to the audit stream (docs/architecture.md §9), when there is one.
         refusals = RefusalAudit(AuditLog(self.store, self.settings.audit)) if self.store is not None else None
         self.auth = AuthInterceptor(self.authenticator, self.method_roles, refusals=refusals)
-        chain = ChainedCallInterceptor(
+        chain = self.chain = ChainedCallInterceptor(
             [
                 *server_interceptors(self.telemetry),
                 self.limiter,
@@ -177,6 +185,7 @@ class ServiceHost:
     ) -> None:
         """Registers a servicer (`add_XServicer_to_server`) under its full proto service name."""
         add_to_server(servicer, self.server)
+        add_to_server(servicer, self.methods)  # type: ignore[arg-type]  # the same handlers, for the HTTP listener's Connect edge
         self._service_names.append(full_service_name)
 
     async def start(self, address: str | None = None, http_address: str | None = None) -> int:
@@ -201,17 +210,26 @@ class ServiceHost:
             await self.health_server.start()
         await self.server.start()
         http_bind = http_address or endpoint.http_bind_address
-        routes = http_routes(self.telemetry.meter.registry)
+        routes = http_routes(self.telemetry.meter.registry, self._connect_apps() if http_bind else ())
         if http_bind and routes:
-            listener = HttpListener(self.name, routes, graceful_shutdown_s=self.settings.server.grace_period_s)
+            listener = HttpListener(
+                self.name,
+                routes,
+                graceful_shutdown_s=self.settings.server.grace_period_s,
+                middleware=cors_middleware(self.settings.server.cors_allowed_origins),
+                tls=self.settings.tls,
+            )
             try:
                 await listener.start(http_bind)
             except OSError as exc:
                 await self.server.stop(None)
                 raise OSError(f"{self.name}: HTTP listener: {exc}") from None
+            except ConfigError:  # a TLS file the listener cannot use
+                await self.server.stop(None)
+                raise
             self.http = listener
         elif http_bind:
-            log.info("%s: no HTTP route to serve (telemetry.metrics is off): no HTTP listener", self.name)
+            log.info("%s: no HTTP route to serve (metrics and server.connect are off): no HTTP listener", self.name)
         for service in ["", *self._service_names]:
             await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if self.store is not None and self._readiness is None:
@@ -222,6 +240,22 @@ class ServiceHost:
             extra={"port": self.port},
         )  # fmt: skip
         return self.port
+
+    def _connect_apps(self) -> list[Any]:
+        """The Connect applications of the registered services (none when `server.connect` is off)."""
+        if not self.settings.server.connect:
+            return []
+        edge = ConnectEdge(self.chain)
+        apps = []
+        for name in self._service_names:
+            if not name.startswith("agentmesh.v1."):  # a test's own servicer: no generated Connect code
+                continue
+            service = _descriptor_pool.FindServiceByName(name)
+            app = connect_application(
+                service, self.methods.handlers, edge, read_max_bytes=self.settings.server.max_message_bytes
+            )
+            apps.append(_Guarded(ContentTypeGuard(app, lambda: self.port), app.path))
+        return apps
 
     def _health_insecure_port(self, address: str) -> int:
         assert self.health_server is not None
@@ -320,6 +354,17 @@ class ServiceHost:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+@dataclass(frozen=True)
+class _Guarded:
+    """A guarded Connect application with the `path` its route is mounted at."""
+
+    app: Any
+    path: str
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
 
 
 def _bind(name: str, address: str, add_port: Callable[[], int]) -> int:

@@ -5,14 +5,20 @@ Each service has at most one HTTP listener, on `services.<svc>.host` and `servic
 (uvicorn serving a Starlette app). Routes today:
 - `GET /metrics`: the Prometheus exposition of this service's metrics (agentmesh.metrics), by
   prometheus_client's own ASGI app (text or OpenMetrics by the Accept header, gzip when asked).
+- `POST|GET /agentmesh.v1.<Service>/<Method>`: the Connect protocol (HTTP/JSON, enveloped streams,
+  gRPC-Web) over the same handlers and edge as the gRPC port (agentmesh.rpc.connect), when
+  `server.connect` is on: every RPC of the dispatcher, the read-only ones of the others.
 
-Rules every route here follows, and a route added later (a Connect HTTP/JSON endpoint, MCP over
-HTTP) must follow too:
-- TLS is the gRPC port's: none in the process; in a mesh the sidecar terminates mTLS for both ports.
-- Authentication is the gRPC edge's: a route that reads or changes data verifies the caller's
-  `x-agentmesh-identity` token with the service's `Authenticator` before it reads the body
-  (agentmesh.rpc.auth). `/metrics` is open, like the gRPC health service: it is scraped by
-  Prometheus, carries no task, request, session or call id, and no data of any tenant.
+Rules every route here follows, and a route added later (MCP over HTTP) must follow too:
+- TLS is the gRPC port's: with `tls.enabled` the listener serves HTTPS with the same certificate
+  and CA, requires a client certificate when `tls.require_client_cert` does, and takes replaced files
+  at the next handshake (agentmesh.rpc.tls.http_server_context); without it none in the process (in a
+  mesh the sidecar terminates mTLS for both ports).
+- Authentication is the gRPC edge's: a route that reads or changes data runs the edge's chain
+  (agentmesh.rpc.auth: `authorization: Bearer` or `x-agentmesh-identity`) before it reads the body.
+  `/metrics` is open, like the gRPC health service: it is scraped by Prometheus, carries no task,
+  request, session or call id, and no data of any tenant.
+- Browsers: CORS only for the origins in `server.cors_allowed_origins` (none by default).
 - The listener lives as long as the gRPC server: it stays up through the drain (so the drain shows
   in the metrics) and is closed after the gRPC server stopped.
 """
@@ -23,15 +29,20 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import uvicorn
 from prometheus_client import CollectorRegistry, make_asgi_app
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute, Route
 
-__all__ = ["HttpListener", "http_routes", "metrics_route"]
+from agentmesh.config import TlsSettings
+from agentmesh.rpc.tls import http_server_context
+
+__all__ = ["HttpListener", "connect_route", "cors_middleware", "http_routes", "metrics_route"]
 
 log = logging.getLogger("agentmesh.rpc.http")
 
@@ -55,12 +66,51 @@ def metrics_route(registry: CollectorRegistry) -> Route:
     return Route(METRICS_PATH, _AsgiEndpoint(make_asgi_app(registry)), methods=["GET"], name="metrics")
 
 
-def http_routes(metrics_registry: CollectorRegistry | None) -> list[BaseRoute]:
+def connect_route(app: Any) -> Route:
+    """`/<package.Service>/<Method>`: one generated Connect ASGI application (its `path` is the service's)."""
+    return Route(f"{app.path}/{{method}}", _AsgiEndpoint(app), methods=["GET", "POST"], name=app.path.lstrip("/"))
+
+
+def http_routes(metrics_registry: CollectorRegistry | None, connect_apps: Sequence[Any] = ()) -> list[BaseRoute]:
     """Every route a service's HTTP listener serves (empty: the listener is not opened)."""
     routes: list[BaseRoute] = []
     if metrics_registry is not None:
         routes.append(metrics_route(metrics_registry))
+    routes.extend(connect_route(app) for app in connect_apps)
     return routes
+
+
+# What a browser's Connect-ES or gRPC-Web client sends and must be allowed to read.
+_CORS_REQUEST_HEADERS = [
+    "authorization", "content-type", "connect-protocol-version", "connect-timeout-ms", "grpc-timeout",
+    "x-grpc-web", "x-user-agent", "x-request-id", "x-agentmesh-identity", "traceparent", "tracestate", "baggage",
+]  # fmt: skip
+_CORS_EXPOSED_HEADERS = ["grpc-status", "grpc-message", "grpc-status-details-bin", "x-request-id"]
+
+
+def cors_middleware(allowed_origins: Sequence[str]) -> list[Middleware]:
+    """CORS for `allowed_origins` (exact origins, or "*"); none at all when the list is empty."""
+    if not allowed_origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=list(allowed_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=_CORS_REQUEST_HEADERS,
+            expose_headers=_CORS_EXPOSED_HEADERS,
+            max_age=600,
+        )
+    ]
+
+
+def _tls_options(tls: TlsSettings | None) -> dict[str, Any]:
+    """uvicorn's TLS option for the gRPC port's TLS settings (none when TLS is off): a server context
+    that reloads replaced files at the next handshake, as the gRPC port does (agentmesh.rpc.tls)."""
+    if tls is None or not tls.enabled:
+        return {}
+    context = http_server_context(tls)  # ConfigError naming a bad file, before anything is bound
+    return {"ssl_context_factory": lambda config, default: context}
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -81,7 +131,9 @@ def _bind(address: str) -> socket.socket:
         raise OSError(f"not a host:port address: {address!r}")
     host = host.strip("[]") or "0.0.0.0"
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it a keep-alive response's last small write waits ~40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, int(port_text)))
@@ -94,16 +146,26 @@ def _bind(address: str) -> socket.socket:
 class HttpListener:
     """One service's HTTP listener: `await start(address)`, `await stop()`."""
 
-    def __init__(self, name: str, routes: list[BaseRoute], *, graceful_shutdown_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        routes: list[BaseRoute],
+        *,
+        graceful_shutdown_s: float = 5.0,
+        middleware: Sequence[Middleware] = (),
+        tls: TlsSettings | None = None,
+    ) -> None:
         self.name = name
-        self.app = Starlette(routes=routes)
+        self.app = Starlette(routes=routes, middleware=list(middleware))
         self.graceful_shutdown_s = graceful_shutdown_s
+        self.tls = tls
         self.port = 0
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, address: str) -> int:
         """Binds `address`, serves, and returns the port once the listener accepts connections."""
+        tls_options = _tls_options(self.tls)
         sock = _bind(address)
         self.port = int(sock.getsockname()[1])
         config = uvicorn.Config(
@@ -113,6 +175,7 @@ class HttpListener:
             lifespan="off",
             server_header=False,
             timeout_graceful_shutdown=max(1, round(self.graceful_shutdown_s)),
+            **tls_options,
         )
         server = _EmbeddedServer(config)
         self._server = server

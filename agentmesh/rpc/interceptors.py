@@ -39,7 +39,14 @@ from agentmesh.rpc.fields import missing_required
 from agentmesh.rpc.ratelog import RateLimitedLog
 from agentmesh.rpc.status import GRPC_STATUS, abort
 
-__all__ = ["CallInterceptor", "ChainedCallInterceptor", "EdgeInterceptor", "unexpected_error", "wrap_handler"]
+__all__ = [
+    "CallInterceptor",
+    "ChainedCallInterceptor",
+    "EdgeInterceptor",
+    "admit",
+    "unexpected_error",
+    "wrap_handler",
+]
 
 log = logging.getLogger("agentmesh.rpc")
 
@@ -238,6 +245,14 @@ async def _admit(
         await enter(method, context)
     except BaseException as exc:
         await _boundary(method, context, exc, answered)
+
+
+async def admit(
+    method: str, context: Context, enter: Callable[[str, Context], Awaitable[None]], answered: RateLimitedLog
+) -> None:
+    """`enter` of a chain as the edge runs it, for an edge that calls it apart from the handler (the
+    HTTP listener's Connect edge, agentmesh.rpc.connect): a rejection is answered through the boundary."""
+    await _admit(method, context, enter, answered)
 
 
 async def _mapped(method: str, context: Context, exc: BaseException, answered: RateLimitedLog) -> BaseException:

@@ -172,7 +172,7 @@ class ServerSpanInterceptor(CallInterceptor):
         # An edge call carries no trace headers: nothing to parse, the span is a root.
         parent = propagate.extract(carrier) if carrier else otel_context.Context()
         service, _, name = method.lstrip("/").partition("/")
-        attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+        attributes: dict[str, Any] = {"rpc.system": _system(context), "rpc.service": service, "rpc.method": name}
         attributes.update(_peer_attributes(context.peer() or ""))
         # The RPC conventions name the span `package.Service/Method`, without grpc's leading slash.
         span = self._tracer.start_span(
@@ -191,7 +191,7 @@ class ServerSpanInterceptor(CallInterceptor):
         if self._metrics is not None:
             service, _, name = method.lstrip("/").partition("/")
             elapsed = time.perf_counter() - _server_started_var.get()
-            self._metrics.rpc_server_call(service, name, code.value[0], elapsed)
+            self._metrics.rpc_server_call(service, name, code.value[0], elapsed, system=_system(context))
         span.set_attribute("rpc.grpc.status_code", code.value[0])
         # The edge's boundary answered INTERNAL for it (and recorded it on this span): the caller saw a
         # generic message, the operator reading the trace sees the exception.
@@ -208,6 +208,11 @@ class ServerSpanInterceptor(CallInterceptor):
         if escaped and error is not None:
             span.record_exception(error)
         span.end()
+
+
+def _system(context: Any) -> str:
+    """`rpc.system`: `grpc`, or what the context says it is (`connect_rpc` for the HTTP listener's calls)."""
+    return str(getattr(context, "rpc_system", "grpc"))
 
 
 def _status_code(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> grpc.StatusCode:

@@ -9,7 +9,9 @@ Off by default (`tls.enabled`): in a service mesh the sidecar does mTLS. When on
   `tls.reload_check_s`; when they changed, the next call gets a new channel presenting the new
   certificate, and the old channel closes after its calls finish;
 - health and reflection are also served in plaintext on `server.health_port` (agentmesh.rpc.host),
-  so kubelet's gRPC probes, which cannot present a client certificate, keep working.
+  so kubelet's gRPC probes, which cannot present a client certificate, keep working;
+- the HTTP listener (agentmesh.rpc.http) serves HTTPS with the same files and client-certificate rule
+  (`http_server_context`), reloaded the same way: at each handshake after the files changed.
 
 Certificates are PEM files: `ca_file` (the CA that signs every peer), `cert_file` (this process's
 chain) and `key_file`.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +40,7 @@ __all__ = [
     "TlsFiles",
     "aio_channel",
     "channel_credentials",
+    "http_server_context",
     "server_credentials",
     "sync_channel",
     "tls_channel_options",
@@ -149,6 +153,44 @@ def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials:
     return grpc.dynamic_ssl_server_credentials(
         configuration(material), fetch, require_client_authentication=tls.require_client_cert
     )
+
+
+def _http_context(tls: TlsSettings, material: TlsMaterial) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    assert tls.cert_file is not None and tls.key_file is not None
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    context.load_verify_locations(cadata=material.ca.decode("ascii", "replace"))
+    context.verify_mode = ssl.CERT_REQUIRED if tls.require_client_cert else ssl.CERT_OPTIONAL
+    return context
+
+
+def http_server_context(tls: TlsSettings) -> ssl.SSLContext:
+    """The HTTP listener's server context: the gRPC port's certificate, CA and client-certificate rule,
+    taking new files at the next handshake after they change (a half-written swap is not taken)."""
+    files = TlsFiles(tls)
+    material = files.read()
+    if material.cert is None or material.key is None:
+        raise ConfigError("tls: a server needs tls.cert_file and tls.key_file")
+    outer = _http_context(tls, material)
+    current, seen = outer, files.fingerprint()
+
+    def at_handshake(connection: ssl.SSLObject, server_name: str | None, context: ssl.SSLContext) -> None:
+        nonlocal current, seen
+        fingerprint = files.fingerprint()
+        if fingerprint != seen:
+            try:
+                current = _http_context(tls, files.read())
+                seen = fingerprint
+                log.warning("TLS certificate of the HTTP listener reloaded from %s", tls.cert_file)
+            except (ConfigError, ssl.SSLError, OSError) as exc:
+                log.warning("TLS files changed but are not usable yet: %s", exc)
+        if current is not outer:
+            connection.context = current
+
+    # OpenSSL calls it for every ClientHello, with or without a server name.
+    outer.sni_callback = at_handshake
+    return outer
 
 
 def channel_credentials(material: TlsMaterial) -> grpc.ChannelCredentials:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from agentmesh.codegen import GENERATED_SUFFIXES
 from agentmesh.v1 import common_pb2, context_pb2, dispatcher_pb2, provider_pb2, tool_pb2
 from tests.codegen import BUILD_CLIENTS, INSTALL_TOOLCHAINS, ROOT, FreshTree, buf_generate, tree_files
 
@@ -88,7 +89,7 @@ def test_buf_generates_the_committed_python_stubs(fresh_clients: FreshTree) -> N
     committed = {
         f"agentmesh/v1/{p.name}": p.read_bytes()
         for p in (ROOT / "agentmesh" / "v1").iterdir()
-        if p.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi"))
+        if p.name.endswith(GENERATED_SUFFIXES)
     }
     assert sorted(fresh) == sorted(committed)
     stale = [path for path in fresh if fresh[path] != committed[path]]
@@ -169,6 +170,7 @@ def test_the_toolchain_installer_lists_and_checks_its_packages() -> None:
         assert name in packages
     for name in ("libprotobuf-java", "libgrpc-java", "protobuf-compiler-grpc-java-plugin", "protoc-gen-go-grpc"):
         assert name in packages
+    assert "chromium" in packages  # the gRPC-Web browser test's (tests/contract/test_connect_browser.py)
     # `make test` ran the installer first: everything is present, and a second run changes nothing.
     check = subprocess.run([str(INSTALL_TOOLCHAINS), "--check"], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0, check.stderr

@@ -47,8 +47,12 @@ def policy(req: ScriptedRequest) -> ScriptedReply:
 class Stack:
     """The four services in-process (module docstring)."""
 
-    def __init__(self, redis_url: str, workdir: Path, overrides: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, redis_url: str, workdir: Path, overrides: dict[str, Any] | None = None, *, http: bool = False
+    ) -> None:
         self.redis_url = redis_url
+        self.http = http
+        """Open every service's HTTP listener too (Connect, /metrics) on a free port: `host.http_port`."""
         self.workdir = workdir
         self.overrides = overrides or {}
         self.hosts: dict[str, tuple[ServiceHost, Any]] = {}
@@ -104,7 +108,7 @@ class Stack:
             store=store,
         )
         cleanup = await spec.setup(host)
-        await host.start("127.0.0.1:0")
+        await host.start("127.0.0.1:0", http_address="127.0.0.1:0" if self.http else None)
         self.hosts[spec.name] = (host, cleanup)
         return host
 

@@ -5,18 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentmesh.codegen import CLIENT_STUBS, ROOT, client_stub_names, generate, generate_client, proto_files
+from agentmesh.codegen import CLIENT_STUBS, GENERATED_SUFFIXES, ROOT, client_stub_names, generate, generate_client, proto_files
 
 COMMITTED = ROOT / "agentmesh" / "v1"
 
 
 def test_generated_stubs_have_not_drifted(tmp_path: Path) -> None:
     fresh = {path.name: path.read_bytes() for path in generate(tmp_path)}
-    committed = {
-        path.name: path.read_bytes()
-        for path in COMMITTED.iterdir()
-        if path.name.endswith(("_pb2.py", "_pb2_grpc.py", "_pb2.pyi"))
-    }
+    committed = {path.name: path.read_bytes() for path in COMMITTED.iterdir() if path.name.endswith(GENERATED_SUFFIXES)}
     assert sorted(fresh) == sorted(committed), "stub files differ: run `make protos` and commit"
     stale = [name for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"stale generated stubs {stale}: run `make protos` and commit the result"
