@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .dispatcher_pb2 import CancelTaskRequest, CancelTaskResponse, DispatcherServiceResolveApprovalRequest, DispatcherServiceResolveApprovalResponse, GetStepPromptRequest, GetStepPromptResponse, GetTaskRequest, GetTaskResponse, ListAgentsRequest, ListAgentsResponse, RunTaskRequest, RunTaskResponse, StartTaskRequest, StartTaskResponse, WatchTaskRequest, WatchTaskResponse
+from .dispatcher_pb2 import CancelTaskRequest, CancelTaskResponse, DispatcherServiceResolveApprovalRequest, DispatcherServiceResolveApprovalResponse, GetStepPromptRequest, GetStepPromptResponse, GetTaskRequest, GetTaskResponse, ListAgentsRequest, ListAgentsResponse, ListApprovalsRequest, ListApprovalsResponse, ListTasksRequest, ListTasksResponse, RunTaskRequest, RunTaskResponse, StartTaskRequest, StartTaskResponse, WatchTaskRequest, WatchTaskResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -91,6 +91,21 @@ class DispatcherService(Protocol):
         Reads the provider request one step of a task sent upstream (the exact prompt: messages, tools
         offered, tool choice, sampling, model), secrets masked. For the readers of the task's session: the
         tokens of the tasks attached to it, and operators.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_tasks(self, request: ListTasksRequest, ctx: RequestContext[ListTasksRequest, ListTasksResponse], /) -> ListTasksResponse:
+        """
+        Lists tasks, newest first, with filters and AIP-158 paging: an operator's token sees every task,
+        any other token only the tasks it started (the rule of GetTask). A bad, tampered or expired page
+        token, or one used with other filters, is INVALID_ARGUMENT.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_approvals(self, request: ListApprovalsRequest, ctx: RequestContext[ListApprovalsRequest, ListApprovalsResponse], /) -> ListApprovalsResponse:
+        """
+        Lists the tasks waiting for a human (pending approvals and settlements), oldest first, with the
+        visibility rule of ListTasks.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -195,6 +210,28 @@ class DispatcherServiceASGIApplication(ConnectASGIApplication[DispatcherService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_step_prompt,
+                ),
+                "/agentmesh.v1.DispatcherService/ListTasks": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListTasks",
+                        service_name="agentmesh.v1.DispatcherService",
+                        input=ListTasksRequest,
+                        output=ListTasksResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_tasks,
+                ),
+                "/agentmesh.v1.DispatcherService/ListApprovals": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListApprovals",
+                        service_name="agentmesh.v1.DispatcherService",
+                        input=ListApprovalsRequest,
+                        output=ListApprovalsResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_approvals,
                 ),
             },
             interceptors=interceptors,
@@ -425,6 +462,59 @@ class DispatcherServiceClient(ConnectClient):
                 service_name="agentmesh.v1.DispatcherService",
                 input=GetStepPromptRequest,
                 output=GetStepPromptResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
+        )
+    async def list_tasks(
+        self,
+        request: ListTasksRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> ListTasksResponse:
+        """
+        Lists tasks, newest first, with filters and AIP-158 paging: an operator's token sees every task,
+        any other token only the tasks it started (the rule of GetTask). A bad, tampered or expired page
+        token, or one used with other filters, is INVALID_ARGUMENT.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListTasks",
+                service_name="agentmesh.v1.DispatcherService",
+                input=ListTasksRequest,
+                output=ListTasksResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
+        )
+    async def list_approvals(
+        self,
+        request: ListApprovalsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> ListApprovalsResponse:
+        """
+        Lists the tasks waiting for a human (pending approvals and settlements), oldest first, with the
+        visibility rule of ListTasks.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListApprovals",
+                service_name="agentmesh.v1.DispatcherService",
+                input=ListApprovalsRequest,
+                output=ListApprovalsResponse,
                 idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
                 stream_type=StreamType.UNARY,
             ),
