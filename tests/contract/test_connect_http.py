@@ -490,3 +490,22 @@ async def test_hostile_bodies_get_typed_errors_never_unknown_or_internal(stack: 
             if headers["content-type"].startswith("application/grpc-web"):
                 status = web_trailers(frames(reply.content)[-1][1]) if reply.content else dict(reply.headers)
                 assert status["grpc-status"] not in ("2", "13"), answer
+
+
+async def test_an_unexpected_failure_is_internal_with_the_request_id_never_the_exception_text(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = stack.hosts["dispatcher"][0]
+    servicer = host.methods.handlers[f"{DISPATCHER}/ListAgents"].unary_unary.__self__
+
+    def broken(**_: Any) -> None:
+        raise LookupError("secret internals")
+
+    monkeypatch.setattr(servicer.dispatcher, "list_agents", broken)
+    async with httpx.AsyncClient(base_url=base_url(stack), headers=bearer(stack)) as http:
+        reply = await http.post(f"{DISPATCHER}/ListAgents", json={}, headers={"x-request-id": "req-boom"})
+    assert reply.status_code == 500 and reply.json()["code"] == "internal"
+    assert "req-boom" in reply.json()["message"] and "secret" not in reply.text
+    assert error_detail(reply.json()).code == common_pb2.ERROR_CODE_INTERNAL
+    logged = [r for r in caplog.records if r.exc_info and "req-boom" in r.getMessage()]
+    assert len(logged) == 1 and "secret internals" in str(logged[0].exc_info[1])  # type: ignore[index]
