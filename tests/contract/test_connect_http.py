@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import importlib
 import json
 import logging
@@ -461,3 +462,50 @@ def test_the_listeners_socket_says_tcp_so_asyncio_sets_nodelay_on_its_connection
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+async def test_hostile_bodies_get_typed_errors_never_unknown_or_internal(stack: Stack) -> None:
+    bomb = gzip.compress(b"{" * 5_000_000)  # 5 MB of JSON nesting in a few KB
+    cases: list[tuple[str, bytes, dict[str, str]]] = [
+        ("StartTask", b"\xff\xfe\x00garbage", {"content-type": "application/proto"}),
+        ("StartTask", b"[1, 2, 3]", {"content-type": "application/json"}),
+        ("StartTask", b'{"agentId": "' + b"\xc3\x28" + b'"}', {"content-type": "application/json"}),
+        ("StartTask", b"{" * 10_000, {"content-type": "application/json"}),
+        ("StartTask", bomb, {"content-type": "application/json", "content-encoding": "gzip"}),
+        ("StartTask", b"{}", {"content-type": "application/json", "content-encoding": "br-unknown"}),
+        ("StartTask", b"", {"content-type": "application/json"}),
+        ("RunTask", b"\x00\x00\x00\x10\x00{}", {"content-type": "application/connect+json"}),  # length lies
+        ("RunTask", b"\x00\x7f\xff\xff\xff{}", {"content-type": "application/connect+json"}),  # 2 GiB claimed
+        ("RunTask", b"", {"content-type": "application/connect+json"}),
+        ("RunTask", b"\x00\x00\x00\x00\x05hello", {"content-type": "application/grpc-web+proto"}),
+    ]
+    async with httpx.AsyncClient(base_url=base_url(stack), headers=bearer(stack), timeout=30) as http:
+        for method, body, headers in cases:
+            reply = await http.post(f"{DISPATCHER}/{method}", content=body, headers=headers)
+            answer = f"{method} {body[:20]!r} {headers}: {reply.status_code} {reply.text[:300]}"
+            # (An unknown content-encoding is `unimplemented`, HTTP 501, as the Connect protocol says.)
+            assert reply.status_code < 500 or reply.json()["code"] == "unimplemented", answer
+            text = reply.text + json.dumps(dict(reply.headers))
+            assert '"unknown"' not in text and '"internal"' not in text, answer
+            if headers["content-type"].startswith("application/grpc-web"):
+                status = web_trailers(frames(reply.content)[-1][1]) if reply.content else dict(reply.headers)
+                assert status["grpc-status"] not in ("2", "13"), answer
+
+
+async def test_an_unexpected_failure_is_internal_with_the_request_id_never_the_exception_text(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    host = stack.hosts["dispatcher"][0]
+    servicer = host.methods.handlers[f"{DISPATCHER}/ListAgents"].unary_unary.__self__
+
+    def broken(**_: Any) -> None:
+        raise LookupError("secret internals")
+
+    monkeypatch.setattr(servicer.dispatcher, "list_agents", broken)
+    async with httpx.AsyncClient(base_url=base_url(stack), headers=bearer(stack)) as http:
+        reply = await http.post(f"{DISPATCHER}/ListAgents", json={}, headers={"x-request-id": "req-boom"})
+    assert reply.status_code == 500 and reply.json()["code"] == "internal"
+    assert "req-boom" in reply.json()["message"] and "secret" not in reply.text
+    assert error_detail(reply.json()).code == common_pb2.ERROR_CODE_INTERNAL
+    logged = [r for r in caplog.records if r.exc_info and "req-boom" in r.getMessage()]
+    assert len(logged) == 1 and "secret internals" in str(logged[0].exc_info[1])  # type: ignore[index]
