@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentmesh.codegen import CLIENT_STUBS, GENERATED_SUFFIXES, ROOT, client_stub_names, generate, generate_client, proto_files
+from agentmesh.codegen import (
+    CLIENT_STUBS,
+    GENERATED_SUFFIXES,
+    ROOT,
+    client_stub_names,
+    generate,
+    generate_client,
+    proto_files,
+)
 
 COMMITTED = ROOT / "agentmesh" / "v1"
 
