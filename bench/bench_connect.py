@@ -61,6 +61,20 @@ PROTO_UNARY = "GetTask over Connect proto"
 GRPC_STREAM = "RunTask over gRPC (to last event)"
 JSON_STREAM = "RunTask over connect+json (to last event)"
 DONE = "TASK_STATUS_SUCCEEDED"
+# The stack's scripted model without the provider's default rate limit (60 calls a minute): a bench
+# runs more tasks in a minute than that, and would measure the limiter's waits.
+UNLIMITED = {
+    "providers": {
+        "backends": [
+            {
+                "name": "scripted",
+                "type": "scripted",
+                "rate_limit_per_min": None,
+                "models": [{"name": "smoke", "policy": "tests.contract.stack:policy"}],
+            }
+        ]
+    }
+}
 Call = Callable[[], Awaitable[Any]]
 
 
@@ -185,7 +199,7 @@ async def run(calls: int, rounds: int, tasks: int, plot: Path | None) -> int:
     logging.getLogger().setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmpdir, LocalRedis() as redis:
         async with contextlib.AsyncExitStack() as exits:
-            stack = await exits.enter_async_context(Stack(redis.url, Path(tmpdir), http=True))
+            stack = await exits.enter_async_context(Stack(redis.url, Path(tmpdir), UNLIMITED, http=True))
             bare_server = await exits.enter_async_context(BareEchoServer())
             bare = grpc.aio.insecure_channel(f"127.0.0.1:{bare_server.port}")
             exits.push_async_callback(bare.close, None)
