@@ -33,12 +33,15 @@ import time
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmesh import callctx
 from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import UnauthenticatedError
 from agentmesh.oidc import Fetch, OidcVerifier, VerifiedJwt, looks_like_jwt, token_id
+
+if TYPE_CHECKING:
+    from agentmesh.apikeys import ApiKeyRecord, ApiKeys
 
 __all__ = [
     "KNOWN_ROLES",
@@ -94,6 +97,10 @@ class Identity:
     token_id: str
     creator: str = ""
     """For a task's token: the subject that started the task (the session's owner); "" otherwise."""
+    api_key_id: str = ""
+    """For a call made with an API key (`agentmesh keys`): the key's id, whose quotas apply; "" otherwise."""
+    model_patterns: tuple[str, ...] = ()
+    """For an API key: the models it may call (fnmatch patterns on `<backend>/<model>`); empty: any."""
 
     def has_role(self, role: str) -> bool:
         """Whether the identity holds `role`, directly or by implication (admin implies operator)."""
@@ -351,6 +358,24 @@ def identity_from_jwt(verified: VerifiedJwt, token: str, service_environment: st
     )
 
 
+def identity_from_key(record: ApiKeyRecord) -> Identity:
+    """The Identity an API key stands for: its subject and agent (role agent), its grants, its key id."""
+    return Identity(
+        subject=record.subject,
+        agent_id=record.agent_id,
+        instance="",
+        environment=record.environment,
+        roles=frozenset({"agent"}),
+        permissions=record.permissions,
+        task_id="",
+        issued_at=record.issued_at_s,
+        expires_at=record.expires_at_s,
+        token_id=f"key:{record.key_id}",
+        api_key_id=record.key_id,
+        model_patterns=record.models,
+    )
+
+
 # --- the configured authenticator -----------------------------------------------------------------
 
 
@@ -387,6 +412,10 @@ class Authenticator:
         self._verified_jwts: dict[str, tuple[Identity, str, str]] = {}
         kwargs = {"fetch": jwks_fetch} if jwks_fetch is not None else {}
         self.oidc = OidcVerifier(list(auth.oidc), clock_skew_s=auth.clock_skew_s, **kwargs) if auth.oidc else None
+        self.api_keys: ApiKeys | None = None
+        """The API key store (set by the service host, which has Redis); without it keys are refused."""
+        # Keys verified recently: key -> (identity, monotonic time read). Bounded like the token caches.
+        self._verified_keys: dict[str, tuple[Identity, float]] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
@@ -442,8 +471,39 @@ class Authenticator:
                 f"token for environment {identity.environment!r} used on a service of environment {self.environment!r}"
             )
 
+    async def verify_key(self, key: str, *, now: int | float | None = None) -> Identity:
+        """The Identity an API key (`agentmesh keys`) stands for; TokenError when it does not verify.
+
+        A verified key is trusted for `auth.api_key_cache_s`: a revocation reaches this replica's other
+        RPCs within that, and its model calls at once (provider_svc's reservation reads the record)."""
+        from agentmesh.apikeys import KeyRejected  # the key store needs Redis: loaded when a key is seen
+
+        known = self._verified_keys.get(key)
+        if known is not None and time.monotonic() - known[1] < self.settings.api_key_cache_s:
+            self._check_environment(known[0])
+            return _check_times(known[0], now=now, clock_skew_s=0)
+        if self.api_keys is None:
+            raise TokenError("API keys are not accepted here (the service has no store)")
+        if len(key) > _MAX_TOKEN_CHARS:
+            raise TokenError(f"malformed token: longer than {_MAX_TOKEN_CHARS} characters")
+        try:
+            record = await self.api_keys.verify(key, now=now)
+        except KeyRejected as exc:
+            self._verified_keys.pop(key, None)
+            raise TokenError(exc.reason) from None
+        identity = identity_from_key(record)
+        self._check_environment(identity)
+        if len(self._verified_keys) >= _VERIFIED_CACHE_SIZE:
+            self._verified_keys.clear()
+        self._verified_keys[key] = (identity, time.monotonic())
+        return identity
+
     async def verify_any(self, token: str, *, now: int | float | None = None) -> Identity:
-        """The Identity of one of our HMAC tokens or of a JWT from a configured OIDC issuer."""
+        """The Identity of one of our HMAC tokens, an API key, or a JWT from a configured OIDC issuer."""
+        from agentmesh.apikeys import is_api_key
+
+        if is_api_key(token):
+            return await self.verify_key(token, now=now)
         if not looks_like_jwt(token):
             return self.verify(token, now=now)
         if self.oidc is None:
@@ -471,6 +531,11 @@ class Authenticator:
                 )
             return await self.verify_any(token, now=now)
         if token:
+            from agentmesh.apikeys import is_api_key
+
+            if is_api_key(token):
+                # Even with auth disabled: a key carries budgets, and a bad one must not spend as "dev".
+                return await self.verify_key(token, now=now)
             try:
                 return await self.verify_any(token, now=now)
             except UnauthenticatedError as exc:

@@ -39,6 +39,7 @@ __all__ = [
     "abort",
     "checked_from_detail",
     "code_for_grpc_status",
+    "error_of_status",
     "from_detail",
     "from_rpc_error",
     "rich_details",
@@ -353,6 +354,14 @@ def _parse(trailers: list[tuple[str, Any]]) -> RichDetails:
                 packed.Unpack(message)
                 found[name] = message
     return RichDetails(**found)
+
+
+def error_of_status(status: grpc.Status) -> AgentmeshError:
+    """The AgentmeshError a rich status (`to_status`) carries; the closest code for a bare one."""
+    rich = _parse([(str(k), v) for k, v in status.trailing_metadata or ()])
+    if rich.detail is not None:
+        return from_detail(rich.detail)
+    return AgentmeshError(code_for_grpc_status(status.code, status.details or ""), status.details or "")
 
 
 def rich_details(exc: grpc.RpcError) -> RichDetails:
