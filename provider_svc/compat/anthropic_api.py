@@ -311,7 +311,8 @@ _STATUS: dict[ErrorCode, tuple[int, str]] = {
     ErrorCode.PERMISSION_DENIED: (403, "permission_error"),
     ErrorCode.NOT_FOUND: (404, "not_found_error"),
     ErrorCode.UPSTREAM_NOT_FOUND: (404, "not_found_error"),
-    ErrorCode.PAYLOAD_TOO_LARGE: (413, "request_too_large"),
+    # The API's docs name this `request_too_large`; the SDK's ErrorType (2.10) does not know it.
+    ErrorCode.PAYLOAD_TOO_LARGE: (413, "invalid_request_error"),
     ErrorCode.RATE_LIMITED: (429, "rate_limit_error"),
     ErrorCode.OVERLOADED: (529, "overloaded_error"),
     ErrorCode.UNAVAILABLE: (503, "api_error"),
