@@ -135,13 +135,16 @@ if tpm_limit >= 0 and used + tokens > tpm_limit then
   end
   return {'tpm', s(retry), s(used), s(tpm_limit)}
 end
--- A budget refusal means the budget is reached: the thresholds up to 100 % not yet reported fire now.
+-- A refusal because the spend itself leaves no room for this call (not the calls in flight) means the
+-- budget is used up: its 100 % alert fires now, if it has not (strict admission seldom lets spend reach it).
 local function exhausted(kind, spent, budget, alerts, field)
   local fired = {kind, s(spent), s(reserved), s(budget), s(reserve)}
-  for th in string.gmatch(ARGV[11], '[^,]+') do
-    if tonumber(th) <= 100 and not string.find(',' .. alerts .. ',', ',' .. th .. ',', 1, true) then
-      alerts = alerts .. ',' .. th
-      table.insert(fired, th)
+  if spent + reserve > budget then
+    for th in string.gmatch(ARGV[11], '[^,]+') do
+      if tonumber(th) == 100 and not string.find(',' .. alerts .. ',', ',' .. th .. ',', 1, true) then
+        alerts = alerts .. ',' .. th
+        table.insert(fired, th)
+      end
     end
   end
   if #fired > 5 then
