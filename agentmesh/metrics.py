@@ -63,8 +63,8 @@ METRIC_NAMES: Final = {
     "agentmesh.tool.breakers": "agentmesh_tool_breakers",
     "agentmesh.gen_ai.tokens": "agentmesh_gen_ai_tokens_total",
     "agentmesh.gen_ai.cost": "agentmesh_gen_ai_cost_total",
-    "agentmesh.gen_ai.budget.spent": "agentmesh_gen_ai_budget_spent_usd",
-    "agentmesh.gen_ai.budget.limit": "agentmesh_gen_ai_budget_limit_usd",
+    "agentmesh.gen_ai.budget.spent": "agentmesh_gen_ai_budget_spent",
+    "agentmesh.gen_ai.budget.limit": "agentmesh_gen_ai_budget_limit",
     "agentmesh.gen_ai.budget.alerts": "agentmesh_gen_ai_budget_alerts_total",
     "agentmesh.gen_ai.quota.refusals": "agentmesh_gen_ai_quota_refusals_total",
     "db.client.operation.duration": "db_client_operation_duration_seconds",
@@ -226,13 +226,14 @@ class Metrics:
         self._tokens.add(output_tokens, attributes | {"type": "output"})
         self._cost.add(cost_usd, attributes)
 
-    def budget_alert(self, scope_kind: str, period: str, threshold: int) -> None:
-        """A spend alert fired: `threshold` percent of a `period` (day, month) budget of a `scope_kind`."""
-        self._budget_alerts.add(1, {"scope_kind": scope_kind, "period": period, "threshold": str(threshold)})
+    def budget_alert(self, scope_kind: str, period: str, threshold: int, count: int = 1) -> None:
+        """A spend alert fired: `threshold` percent of a `period` (day, month) budget of a `scope_kind`
+        (`count` 0 creates the series at zero, so a rate over it means something before the first alert)."""
+        self._budget_alerts.add(count, {"scope_kind": scope_kind, "period": period, "threshold": str(threshold)})
 
-    def quota_refused(self, scope_kind: str, limit: str) -> None:
+    def quota_refused(self, scope_kind: str, limit: str, count: int = 1) -> None:
         """A model call refused before the upstream by `limit` of a `scope_kind` (key, agent, tenant)."""
-        self._quota_refusals.add(1, {"scope_kind": scope_kind, "limit": limit})
+        self._quota_refusals.add(count, {"scope_kind": scope_kind, "limit": limit})
 
     def observe_budgets(self, states: BudgetStates) -> None:
         """Reports spend against budget per scope and period whenever metrics are collected. Scopes are

@@ -63,6 +63,7 @@ _NANO = 1_000_000_000
 _WINDOW_MS = 60_000
 _MONTH_KEEP_MS = 40 * 86400 * 1000
 _MAX_OBSERVED = 2000
+_LIMITS = ("rpm", "tpm", "tpm_request", "budget_day", "budget_month", "revoked", "expired")
 
 # Shared by both scripts: Redis TIME in ms, integers written without exponents, and the key record's limits.
 _PRELUDE = """
@@ -350,6 +351,13 @@ class Quotas:
         self._observed: dict[tuple[str, str, str], tuple[float, float]] = {}
         self._alerts: set[asyncio.Task[None]] = set()
         self.metrics.observe_budgets(self._budget_states)
+        # Every series at zero from the start: the dashboard's rates read 0, not "no data", until one fires.
+        for kind in ("key", "agent", "tenant"):
+            for limit in _LIMITS:
+                self.metrics.quota_refused(kind, limit, 0)
+            for period in ("day", "month"):
+                for threshold in sorted(set(settings.alerts.thresholds)):
+                    self.metrics.budget_alert(kind, period, threshold, 0)
 
     # -- scopes -----------------------------------------------------------------------------------
 
