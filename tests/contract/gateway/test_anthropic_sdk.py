@@ -16,7 +16,7 @@ from tests.contract.gateway.conftest import Gateway, gateway_config, upstream
 from tests.contract.provider.fakes import FakeProvider, Reply
 
 MODELS = ["scripted/default", "claude/m1"]
-WEATHER = {
+WEATHER: Any = {
     "name": "get_weather",
     "description": "use when asked about the weather in a city",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
@@ -80,14 +80,14 @@ async def test_tools_round_trip(gw: Gateway, anthropic_fake: FakeProvider, model
     api = await client(gw)
     anthropic_fake.push(Reply(text="", tool_calls=[("get_weather", '{"city": "Paris"}')]), Reply(text="Sunny."))
     messages: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
-    first = await api.messages.create(model=model, max_tokens=256, messages=messages, tools=[WEATHER])  # type: ignore[list-item]
+    first = await api.messages.create(model=model, max_tokens=256, messages=messages, tools=[WEATHER])
     use = next(b for b in first.content if b.type == "tool_use")
-    assert first.stop_reason == "tool_use" and use.name == "get_weather" and use.input["city"]  # type: ignore[union-attr,index]
+    assert first.stop_reason == "tool_use" and use.name == "get_weather" and use.input["city"]
     messages += [
         {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 21 C"}]},  # type: ignore[union-attr]
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 21 C"}]},
     ]
-    second = await api.messages.create(model=model, max_tokens=256, messages=messages, tools=[WEATHER])  # type: ignore[list-item]
+    second = await api.messages.create(model=model, max_tokens=256, messages=messages, tools=[WEATHER])
     assert second.stop_reason == "end_turn" and second.content[0].type == "text"
     if model == "claude/m1":
         sent = anthropic_fake.requests()[-1].json()
@@ -99,12 +99,12 @@ async def test_tools_round_trip(gw: Gateway, anthropic_fake: FakeProvider, model
         model=model,
         max_tokens=256,
         messages=[{"role": "user", "content": "weather in Oslo?"}],
-        tools=[WEATHER],  # type: ignore[list-item]
+        tools=[WEATHER],
         tool_choice={"type": "tool", "name": "get_weather"},
     ) as stream:
         final = await stream.get_final_message()
     streamed = next(b for b in final.content if b.type == "tool_use")
-    assert streamed.name == "get_weather" and streamed.input["city"]  # type: ignore[union-attr,index]
+    assert streamed.name == "get_weather" and streamed.input["city"]
 
 
 @pytest.mark.parametrize("model", MODELS)

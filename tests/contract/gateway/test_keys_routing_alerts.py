@@ -8,7 +8,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 import httpx
@@ -117,7 +117,8 @@ async def test_price_routing_picks_the_cheapest_healthy_tagged_model(
     rows = {(r.task_tag, f"{r.provider}/{r.model}"): r.calls for r in await _usage(gw)}
     assert rows == {("summarize", "fake/m1"): 1, ("summarize", "cheapmodels/small"): 2, ("code", "cheapmodels/big"): 1}
     gw.svc.host.telemetry.force_flush()
-    spans = [json.loads(line) for line in Path(str(gw.svc.settings.telemetry.span_file)).read_text().splitlines()]
+    text = await asyncio.to_thread(Path(str(gw.svc.settings.telemetry.span_file)).read_text)
+    spans = [json.loads(line) for line in text.splitlines()]
     chats = [s for s in spans if s["name"].startswith("chat ")]
     routed = [s["attributes"] for s in chats if s["attributes"].get("agentmesh.route.choice") == "cheapest"]
     assert routed and routed[-1]["agentmesh.route.task_tag"] == "summarize"
@@ -134,7 +135,7 @@ async def test_a_key_restricted_to_some_models_routes_among_those_only(start_gat
 
 
 class _Hook(BaseHTTPRequestHandler):
-    received: list[Any] = []
+    received: ClassVar[list[Any]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["content-length"]))

@@ -17,7 +17,7 @@ from tests.contract.gateway.conftest import Gateway, gateway_config, upstream
 from tests.contract.provider.fakes import FakeProvider, Reply
 
 MODELS = ["scripted/default", "fake/m1"]
-WEATHER = {
+WEATHER: Any = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -104,7 +104,7 @@ async def test_tools_round_trip(gw: Gateway, openai_fake: FakeProvider, model: s
     openai_fake.push(Reply(text="", tool_calls=[("get_weather", '{"city": "Paris"}')]), Reply(text="Sunny, 21 C."))
     messages: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
     first = await api.chat.completions.create(model=model, messages=messages, tools=[WEATHER], tool_choice="auto")
-    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    call: Any = first.choices[0].message.tool_calls[0]  # type: ignore[index]
     assert first.choices[0].finish_reason == "tool_calls"
     assert call.type == "function" and call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["city"]

@@ -45,9 +45,9 @@ async def test_sixty_rpm_admits_sixty_in_a_minute_and_refuses_the_rest_typed(sto
         assert err.metadata["limit"] == "rpm" and err.metadata["scope"] == "agent:rpm60"
     # Settling keeps a request in the window (it went upstream); a released one leaves no trace.
     for r in admitted[:30]:
-        await q.settle(r, cost_usd=0.0, tokens=10)  # type: ignore[arg-type]
+        await q.settle(r, cost_usd=0.0, tokens=10)
     for r in admitted[30:]:
-        await q.release(r)  # type: ignore[arg-type]
+        await q.release(r)
     again = await asyncio.gather(
         *(q.reserve([scope], reserve_usd=0.0, tokens=1) for _ in range(40)), return_exceptions=True
     )
@@ -109,8 +109,8 @@ async def test_a_reservation_a_dead_replica_never_settled_expires(store: Store) 
         await q.reserve([scope], reserve_usd=0.2, tokens=1)
     state = f"{scope.base}:q:res"
     # Ten seconds later (moved back rather than waited for): the reservation no longer counts.
-    members = await store.redis.zrange(state, 0, -1, withscores=True)
-    await store.redis.zadd(state, {m: score - 11_000 for m, score in members})
+    members: Any = await store.redis.zrange(state, 0, -1, withscores=True)
+    await store.redis.zadd(state, {m: float(score) - 11_000 for m, score in members})
     await q.reserve([scope], reserve_usd=0.2, tokens=1)
 
 
