@@ -94,7 +94,7 @@ chaos: venv
 CLUSTER_TESTS := tests/contract/context tests/contract/dispatcher \
   $(addprefix tests/contract/tool/test_,execute.py idempotency.py idempotency_header.py unknown_outcome.py \
     audit.py registry_grpc.py secret_leaks.py security.py shared_breaker.py) \
-  $(addprefix tests/contract/provider/test_,billing.py server.py retry_http.py) \
+  $(addprefix tests/contract/provider/test_,billing.py server.py retry_http.py) tests/contract/gateway \
   tests/contract/test_store_redis.py tests/contract/test_store_pool.py tests/contract/test_store_cluster.py \
   tests/contract/test_readiness.py tests/contract/test_audit_edge.py tests/compat \
   tests/e2e/dispatcher/test_demo_scenario.py tests/e2e/dispatcher/test_crash_safety.py \
