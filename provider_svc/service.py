@@ -205,7 +205,6 @@ class Providers:
         self._http: dict[str, HttpBackend] = {}
         self._semaphores: dict[str, asyncio.Semaphore] = {}
         self._models: dict[str, Model] = {}
-        self._chains: dict[tuple[str, str], Model] = {}
         for backend in settings.backends:
             if backend.rate_limit_per_min and store is None and backend.type != "scripted":
                 log.warning("backend %s: no store, so no rate limit", backend.name)
@@ -339,20 +338,6 @@ class Providers:
             existing = self._compose(resolved)
             self._models[resolved.name] = existing
         return existing
-
-    def chain(self, model: str = "", task_tag: str = "") -> Model:
-        """The model a request gets: routed, with its fallback chain (built once per name and tag)."""
-        key = (model, "" if model else task_tag)
-        cached = self._chains.get(key)
-        if cached is not None:
-            return cached
-        requested = self.router.route(model, task_tag)
-        resolved = self.router.chain(requested)
-        models = [self.model(r.name) for r in resolved]
-        chosen = models[0] if len(models) == 1 else FallbackModel(models)
-        if len(self._chains) < 4096:  # names come from callers: bound the cache
-            self._chains[key] = chosen
-        return chosen
 
     # -- planning --------------------------------------------------------------------------------
 
