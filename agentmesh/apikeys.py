@@ -30,13 +30,16 @@ from typing import Any
 
 from agentmesh.config import QuotaLimits
 from agentmesh.errors import InvalidRequestError, NotFoundError
+from agentmesh.identity import Identity, TokenError
 from agentmesh.store import Store
 
 __all__ = [
     "KEY_PREFIX",
     "ApiKeyRecord",
     "ApiKeys",
+    "KeyAuthenticator",
     "KeyRejected",
+    "identity_from_key",
     "is_api_key",
     "new_key",
     "parse_budget",
@@ -295,6 +298,61 @@ class ApiKeys:
         if record.expires_ms and now_ms >= record.expires_ms:
             raise KeyRejected(f"API key {key_id} expired at {_iso(record.expires_ms)}")
         return record
+
+
+def identity_from_key(record: ApiKeyRecord) -> Identity:
+    """The Identity an API key stands for: its subject and agent (role agent), grants, key id, models."""
+    return Identity(
+        subject=record.subject,
+        agent_id=record.agent_id,
+        instance="",
+        environment=record.environment,
+        roles=frozenset({"agent"}),
+        permissions=record.permissions,
+        task_id="",
+        issued_at=record.issued_at_s,
+        expires_at=record.expires_at_s,
+        token_id=f"key:{record.key_id}",
+        api_key_id=record.key_id,
+        model_patterns=record.models,
+    )
+
+
+_MAX_KEY_CHARS = 256
+_CACHE_ENTRIES = 4096
+
+
+class KeyAuthenticator:
+    """API keys for `Authenticator` (agentmesh/identity.py): a verified key is trusted for `cache_s`, so a
+    revocation reaches a replica's other RPCs within that, and its model calls at once (provider_svc's
+    reservation reads the record in the same script)."""
+
+    def __init__(self, keys: ApiKeys, cache_s: float = 5.0) -> None:
+        self.keys = keys
+        self.cache_s = cache_s
+        self._verified: dict[str, tuple[Identity, float]] = {}
+
+    async def identity(self, key: str, *, now: float | None = None) -> Identity:
+        """The key's Identity; TokenError (the reason only, never the key) when it does not verify."""
+        current = time.time() if now is None else now
+        known = self._verified.get(key)
+        if known is not None and time.monotonic() - known[1] < self.cache_s:
+            if current >= known[0].expires_at:
+                self._verified.pop(key, None)
+                raise TokenError(f"API key {known[0].api_key_id} expired at {_iso(known[0].expires_at * 1000)}")
+            return known[0]
+        if len(key) > _MAX_KEY_CHARS:
+            raise TokenError("malformed API key")
+        try:
+            record = await self.keys.verify(key, now=now)
+        except KeyRejected as exc:
+            self._verified.pop(key, None)
+            raise TokenError(exc.reason) from None
+        identity = identity_from_key(record)
+        if len(self._verified) >= _CACHE_ENTRIES:
+            self._verified.clear()
+        self._verified[key] = (identity, time.monotonic())
+        return identity
 
 
 def _checked_id(key_id: str) -> str:

@@ -41,7 +41,7 @@ from agentmesh.errors import UnauthenticatedError
 from agentmesh.oidc import Fetch, OidcVerifier, VerifiedJwt, looks_like_jwt, token_id
 
 if TYPE_CHECKING:
-    from agentmesh.apikeys import ApiKeyRecord, ApiKeys
+    from agentmesh.apikeys import KeyAuthenticator
 
 __all__ = [
     "KNOWN_ROLES",
@@ -358,24 +358,6 @@ def identity_from_jwt(verified: VerifiedJwt, token: str, service_environment: st
     )
 
 
-def identity_from_key(record: ApiKeyRecord) -> Identity:
-    """The Identity an API key stands for: its subject and agent (role agent), its grants, its key id."""
-    return Identity(
-        subject=record.subject,
-        agent_id=record.agent_id,
-        instance="",
-        environment=record.environment,
-        roles=frozenset({"agent"}),
-        permissions=record.permissions,
-        task_id="",
-        issued_at=record.issued_at_s,
-        expires_at=record.expires_at_s,
-        token_id=f"key:{record.key_id}",
-        api_key_id=record.key_id,
-        model_patterns=record.models,
-    )
-
-
 # --- the configured authenticator -----------------------------------------------------------------
 
 
@@ -412,10 +394,8 @@ class Authenticator:
         self._verified_jwts: dict[str, tuple[Identity, str, str]] = {}
         kwargs = {"fetch": jwks_fetch} if jwks_fetch is not None else {}
         self.oidc = OidcVerifier(list(auth.oidc), clock_skew_s=auth.clock_skew_s, **kwargs) if auth.oidc else None
-        self.api_keys: ApiKeys | None = None
-        """The API key store (set by the service host, which has Redis); without it keys are refused."""
-        # Keys verified recently: key -> (identity, monotonic time read). Bounded like the token caches.
-        self._verified_keys: dict[str, tuple[Identity, float]] = {}
+        self.api_keys: KeyAuthenticator | None = None
+        """API keys (`agentmesh keys`; set by the service host, which has Redis); without it keys are refused."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
@@ -472,30 +452,11 @@ class Authenticator:
             )
 
     async def verify_key(self, key: str, *, now: int | float | None = None) -> Identity:
-        """The Identity an API key (`agentmesh keys`) stands for; TokenError when it does not verify.
-
-        A verified key is trusted for `auth.api_key_cache_s`: a revocation reaches this replica's other
-        RPCs within that, and its model calls at once (provider_svc's reservation reads the record)."""
-        from agentmesh.apikeys import KeyRejected  # the key store needs Redis: loaded when a key is seen
-
-        known = self._verified_keys.get(key)
-        if known is not None and time.monotonic() - known[1] < self.settings.api_key_cache_s:
-            self._check_environment(known[0])
-            return _check_times(known[0], now=now, clock_skew_s=0)
+        """The Identity an API key stands for (agentmesh/apikeys.py); TokenError when it does not verify."""
         if self.api_keys is None:
             raise TokenError("API keys are not accepted here (the service has no store)")
-        if len(key) > _MAX_TOKEN_CHARS:
-            raise TokenError(f"malformed token: longer than {_MAX_TOKEN_CHARS} characters")
-        try:
-            record = await self.api_keys.verify(key, now=now)
-        except KeyRejected as exc:
-            self._verified_keys.pop(key, None)
-            raise TokenError(exc.reason) from None
-        identity = identity_from_key(record)
+        identity = await self.api_keys.identity(key, now=now)
         self._check_environment(identity)
-        if len(self._verified_keys) >= _VERIFIED_CACHE_SIZE:
-            self._verified_keys.clear()
-        self._verified_keys[key] = (identity, time.monotonic())
         return identity
 
     async def verify_any(self, token: str, *, now: int | float | None = None) -> Identity:

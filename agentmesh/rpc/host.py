@@ -38,7 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
-from agentmesh.apikeys import ApiKeys
+from agentmesh.apikeys import ApiKeys, KeyAuthenticator
 from agentmesh.audit import AuditLog
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import AgentmeshError, OverloadedError, UnavailableError
@@ -137,7 +137,8 @@ class ServiceHost:
         # Calls refused for their role go to the audit stream (docs/architecture.md §9), when there is one.
         refusals = RefusalAudit(AuditLog(self.store, self.settings.audit)) if self.store is not None else None
         if self.store is not None and self.authenticator.api_keys is None:
-            self.authenticator.api_keys = ApiKeys(self.store)  # `agentmesh keys` as bearer tokens (§9)
+            # `agentmesh keys` as bearer tokens (§9)
+            self.authenticator.api_keys = KeyAuthenticator(ApiKeys(self.store), self.settings.auth.api_key_cache_s)
         self.auth = AuthInterceptor(self.authenticator, self.method_roles, refusals=refusals)
         chain = self.chain = ChainedCallInterceptor(
             [
