@@ -103,3 +103,23 @@ async def test_two_hundred_concurrent_requests_on_a_one_dollar_key_over_two_repl
     spent = int(fields[b"day_spent"]) / 1e9
     assert 1.0 - one_reserve <= spent <= 1.0, spent
     print(f"then one at a time until refused: spent ${spent:.4f}")
+
+
+async def test_sixty_requests_per_minute_by_default_over_two_replicas(start_gateway: Any) -> None:
+    """A key without limits of its own gets `gateway.key_defaults` (60 rpm): 100 requests at once over two
+    replicas, 60 answered, 40 refused with the API's typed 429 and a Retry-After."""
+    config = {"providers": {"backends": [PRICEY], "default_model": "scripted/default"}}
+    replicas: list[Gateway] = [await start_gateway(config), await start_gateway(config)]
+    key = await replicas[0].key("busy-bot")
+    body = {"model": "scripted/default", "messages": [{"role": "user", "content": "hi"}]}
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    async with httpx.AsyncClient(timeout=60, limits=limits, headers={"authorization": f"Bearer {key}"}) as client:
+        replies = await asyncio.gather(
+            *(client.post(f"{replicas[i % 2].base_url}/v1/chat/completions", json=body) for i in range(100))
+        )
+    assert sorted(r.status_code for r in replies) == [200] * 60 + [429] * 40
+    for r in replies:
+        if r.status_code == 429:
+            assert r.json()["error"]["code"] == "rate_limit_exceeded"
+            assert r.json()["error"]["agentmesh_code"] == "RATE_LIMITED"
+            assert 1 <= int(r.headers["retry-after"]) <= 60
