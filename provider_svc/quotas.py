@@ -382,6 +382,7 @@ class Quotas:
         limits = self.settings.tenants.get(tenant) if tenant else None
         if limits is None or not limits.any():
             return None
+        self.store.keys.usage(tenant, "x")  # configured names pass; the id check of every key all the same
         return Scope("tenant", tenant, limits, f"{self.store.keys.prefix}:quota:{{tenant:{tenant}}}")
 
     def scopes(self, *, key_id: str, agent: str, subject: str) -> list[Scope]:
