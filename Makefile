@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme litellm-venv test-litellm bench-gateway
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -94,7 +94,7 @@ chaos: venv
 CLUSTER_TESTS := tests/contract/context tests/contract/dispatcher \
   $(addprefix tests/contract/tool/test_,execute.py idempotency.py idempotency_header.py unknown_outcome.py \
     audit.py registry_grpc.py secret_leaks.py security.py shared_breaker.py) \
-  $(addprefix tests/contract/provider/test_,billing.py server.py retry_http.py) \
+  $(addprefix tests/contract/provider/test_,billing.py server.py retry_http.py) tests/contract/gateway \
   tests/contract/test_store_redis.py tests/contract/test_store_pool.py tests/contract/test_store_cluster.py \
   tests/contract/test_readiness.py tests/contract/test_audit_edge.py tests/compat \
   tests/e2e/dispatcher/test_demo_scenario.py tests/e2e/dispatcher/test_crash_safety.py \
@@ -115,8 +115,28 @@ test-readme: venv
 chaos-replicas: venv
 	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 1 --tasks 200 --replicas 2 --redis cluster --rolling
 
+# LiteLLM's proxy in a venv of its own (its pins would fight ours), from PyPI at the versions in
+# bench/litellm-requirements.txt: the third-party client of `make test-litellm` and the proxy bench_gateway
+# compares against. Not part of `make venv`: it is large, and only these two targets need it.
+LITELLM_VENV := .venv-litellm
+litellm-venv: $(LITELLM_VENV)/.installed
+
+$(LITELLM_VENV)/.installed: bench/litellm-requirements.txt
+	test -x $(LITELLM_VENV)/bin/python || $(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install --quiet --disable-pip-version-check -r bench/litellm-requirements.txt
+	touch $@
+
+# LiteLLM's proxy pointed at provider_svc's /v1/chat/completions serves a chat and a stream (issue 43);
+# `make test` runs it too when the venv exists (about 10 s), and skips it otherwise.
+test-litellm: venv litellm-venv
+	LITELLM_REQUIRED=1 $(BIN)/pytest -q tests/litellm $(PYTEST_ARGS)
+
+# The compatible endpoint beside LiteLLM's proxy on the same fake upstream (added p50, requests/s at c1 and c32).
+bench-gateway: venv litellm-venv
+	$(PY) -m bench.bench_gateway
+
 up: venv
 	$(BIN)/agentmesh up
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist
+	rm -rf $(VENV) $(LITELLM_VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist

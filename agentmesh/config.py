@@ -217,6 +217,9 @@ class AuthSettings(_Section):
     """Neither the creator of a task nor its agent may resolve the task's approvals or settlements."""
     oidc: list[OidcIssuerSettings] = []
     """Issuers whose JWTs (`authorization: Bearer`) are accepted besides our own HMAC tokens."""
+    api_key_cache_s: float = Field(5.0, ge=0)
+    """How long a replica trusts a verified API key (`agentmesh keys`) before reading it again: a revoked
+    key stops other RPCs within this; model calls check revocation in their reservation, at once."""
 
     @model_validator(mode="after")
     def _issuers_unique(self) -> AuthSettings:
@@ -753,6 +756,9 @@ class ProviderModelSettings(_Section):
     """USD per million prompt tokens."""
     output_price_per_mtok: float = Field(0.0, ge=0)
     """USD per million completion tokens."""
+    tags: list[str] = []
+    """What the model is good enough for (`summarize`, `intent`, ...): a `choose: cheapest` route picks the
+    cheapest healthy model carrying every tag it names."""
     max_tokens: int | None = Field(None, gt=0)
     """Completion limit sent when the request sets none (Anthropic requires one); default: the backend's."""
     policy: str | None = None
@@ -853,6 +859,31 @@ def _default_backends() -> list[ProviderBackendSettings]:
     ]
 
 
+class PriceRouteSettings(_Section):
+    """A task tag routed by price (`routing.<tag>: {choose: cheapest, tags: [...]}`, docs/architecture.md §6):
+    the cheapest model for the request (its estimated input and reserved output at each model's prices)
+    among those that carry every tag in `tags` (or are listed in `models`), are available, healthy (their
+    breaker closed, not rate-limited upstream) and allowed to the caller's API key."""
+
+    choose: Literal["cheapest"]
+    tags: list[str] = []
+    """Tags a candidate must carry (all of them)."""
+    models: list[str] = []
+    """Candidates by name or alias instead of (or besides) tags."""
+
+    @model_validator(mode="after")
+    def _has_candidates(self) -> PriceRouteSettings:
+        if not self.tags and not self.models:
+            raise ValueError("a choose: cheapest route needs tags or models")
+        return self
+
+    def describe(self) -> str:
+        """How ListModels shows the route."""
+        parts = [f"tags [{', '.join(self.tags)}]"] if self.tags else []
+        parts += [f"models [{', '.join(self.models)}]"] if self.models else []
+        return f"cheapest of {' and '.join(parts)}"
+
+
 class ProvidersSettings(_Section):
     """provider_svc (docs/architecture.md §6): backends, model aliases, task-tag routing, fallback chains.
 
@@ -865,8 +896,9 @@ class ProvidersSettings(_Section):
     backends: list[ProviderBackendSettings] = Field(default_factory=_default_backends)
     aliases: dict[str, str] = {}
     """alias -> `<backend>/<model>` (models can also list their own `aliases`)."""
-    routing: dict[str, str] = {}
-    """task tag (`code`, `summarize`, `intent`, ...) -> model or alias."""
+    routing: dict[str, str | PriceRouteSettings] = {}
+    """task tag (`code`, `summarize`, `intent`, ...) -> model or alias, or a price route
+    (`{choose: cheapest, tags: [summarize]}`)."""
     fallbacks: dict[str, list[str]] = {}
     """model or alias -> models tried in order after an ENGINEERING failure of the first."""
     unsupported_params: Literal["drop", "reject"] = "drop"
@@ -911,11 +943,22 @@ class ProvidersSettings(_Section):
         for where, target in [
             ("default_model", self.default_model),
             *((f"aliases.{a}", t) for a, t in self.aliases.items()),
-            *((f"routing.{tag}", t) for tag, t in self.routing.items()),
+            *((f"routing.{tag}", t) for tag, t in self.routing.items() if isinstance(t, str)),
+            *(
+                (f"routing.{tag}.models", m)
+                for tag, t in self.routing.items()
+                if not isinstance(t, str)
+                for m in t.models
+            ),
             *((f"fallbacks.{m}", m) for m in self.fallbacks),
             *((f"fallbacks.{m}", t) for m, chain in self.fallbacks.items() for t in chain),
         ]:
             self._check_target(where, target, seen)
+        for tag, route in self.routing.items():
+            if isinstance(route, str) or not route.tags:
+                continue
+            if not any(set(route.tags) <= set(m.tags) for b in self.backends for m in b.models):
+                raise ValueError(f"routing.{tag}: no model carries every tag of {route.tags}")
         return self
 
     def _check_target(self, where: str, target: str, aliases: Mapping[str, str]) -> None:
@@ -929,6 +972,77 @@ class ProvidersSettings(_Section):
             raise ValueError(f"{where}: {target!r}: backend {backend_name} has no default model")
         if sep and not backend.allow_unlisted_models and backend.model_settings(model) is None:
             raise ValueError(f"{where}: {target!r}: backend {backend_name} lists no model {model!r}")
+
+
+class QuotaLimits(_Section):
+    """Quotas and spend budgets of one scope (an API key, an agent, a tenant); None: no limit.
+
+    Enforced by provider_svc before the upstream call, atomically across replicas (docs/architecture.md §6):
+    requests and tokens per minute (a sliding 60 s window), USD per UTC day and per UTC month."""
+
+    rpm: int | None = Field(None, ge=0)
+    """Requests per minute."""
+    tpm: int | None = Field(None, ge=0)
+    """Tokens (input + output) per minute; a request is counted at its reserve until its reply settles it."""
+    budget_usd_day: float | None = Field(None, ge=0)
+    budget_usd_month: float | None = Field(None, ge=0)
+
+    def any(self) -> bool:
+        """Whether any limit is set."""
+        return any(v is not None for v in (self.rpm, self.tpm, self.budget_usd_day, self.budget_usd_month))
+
+
+class SpendAlertSettings(_Section):
+    """Spend alerts: each threshold (percent of a budget) fires once per scope, budget and period: an audit
+    entry `budget.alert`, the metric `agentmesh_gen_ai_budget_alerts_total` and, when set, a webhook POST."""
+
+    thresholds: list[int] = [50, 80, 100]
+    webhook_url: str = ""
+    """POSTed a JSON alert; must match `tools.http_allowlist` (the list every outgoing request obeys)."""
+    webhook_timeout_s: float = Field(5.0, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _thresholds(self) -> SpendAlertSettings:
+        if any(not 0 < t <= 1000 for t in self.thresholds):
+            raise ValueError("alerts.thresholds: each must be a percent in 1..1000")
+        if self.webhook_url and urlsplit(self.webhook_url).scheme not in ("http", "https"):
+            raise ValueError("alerts.webhook_url: must be an http(s) URL")
+        return self
+
+
+class ModelHealthSettings(_Section):
+    """When a model counts as unhealthy for price routing: its breaker (per replica) opens after
+    `failure_threshold` consecutive upstream failures (unavailable, timeout) for `open_s`; a 429 marks it
+    out of quota until its Retry-After (at least `rate_limited_s`)."""
+
+    failure_threshold: int = Field(3, ge=1)
+    open_s: float = Field(30.0, gt=0)
+    rate_limited_s: float = Field(5.0, ge=0)
+
+
+class GatewaySettings(_Section):
+    """provider_svc as a model gateway (docs/architecture.md §6): the OpenAI- and Anthropic-compatible
+    endpoints, API keys' quotas and budgets, per-agent and per-tenant limits, spend alerts."""
+
+    compat_endpoints: bool = True
+    """`POST /v1/chat/completions`, `GET /v1/models`, `POST /v1/messages` on provider_svc's HTTP listener."""
+    max_request_bytes: int = Field(4 * MiB, ge=1024)
+    """A compatible endpoint's request body beyond this is refused (413) before it is parsed."""
+    reserve_output_tokens: int = Field(4096, gt=0)
+    """Output tokens reserved for a request that sets no max_tokens (when its model configures none)."""
+    reservation_ttl_s: int = Field(900, ge=10)
+    """A reservation a replica never settled (it died) stops counting after this long."""
+    key_defaults: QuotaLimits = QuotaLimits(rpm=60)
+    """Limits of an API key that sets none of its own (seed 001: 60 requests per minute)."""
+    agents: dict[str, QuotaLimits] = {}
+    """Per agent (the billed agent of every model call: tasks, tokens and keys alike)."""
+    agent_defaults: QuotaLimits = QuotaLimits()
+    """Limits of an agent not listed in `agents`."""
+    tenants: dict[str, QuotaLimits] = {}
+    """Per tenant: the caller's subject up to `tenant_separator` (`acme:alice` is tenant `acme`)."""
+    tenant_separator: str = Field(":", min_length=1, max_length=4)
+    alerts: SpendAlertSettings = SpendAlertSettings()
+    health: ModelHealthSettings = ModelHealthSettings()
 
 
 class ContextBudgetOverride(_Section):
@@ -1031,6 +1145,7 @@ class Settings(BaseSettings):
     telemetry: TelemetrySettings = TelemetrySettings()
     context: ContextSettings = ContextSettings()
     providers: ProvidersSettings = ProvidersSettings()
+    gateway: GatewaySettings = GatewaySettings()
     tools: ToolsSettings = ToolsSettings()
     audit: AuditSettings = AuditSettings()
     agents: list[AgentSettings] = []
@@ -1052,6 +1167,19 @@ class Settings(BaseSettings):
                 f"dispatcher.task_ttl_s ({self.dispatcher.task_ttl_s}): a session must outlive its newest task, "
                 "which can be resumed or continued for task_ttl_s after it ended"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _webhook_on_the_allowlist(self) -> Settings:
+        url = self.gateway.alerts.webhook_url
+        if url:
+            from agentmesh.urlallow import Allowlist, safe_url
+
+            if not Allowlist(self.tools.http_allowlist).allows(url):
+                raise ValueError(
+                    f"gateway.alerts.webhook_url {safe_url(url)} is not in tools.http_allowlist: outgoing requests "
+                    "go only where that list allows"
+                )
         return self
 
     @model_validator(mode="after")

@@ -79,6 +79,7 @@ class ErrorCode(enum.IntEnum):
     MAX_STEPS_EXCEEDED = 202
     LOOP_DETECTED = 203
     SANDBOX_VIOLATION = 204
+    BUDGET_EXCEEDED = 205
 
 
 class ErrorClass(enum.IntEnum):
@@ -128,6 +129,7 @@ def _table() -> dict[ErrorCode, ErrorClass]:
         ErrorCode.MAX_STEPS_EXCEEDED: f,
         ErrorCode.LOOP_DETECTED: f,
         ErrorCode.SANDBOX_VIOLATION: f,
+        ErrorCode.BUDGET_EXCEEDED: f,
     }
 
 

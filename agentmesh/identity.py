@@ -33,12 +33,15 @@ import time
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentmesh import callctx
 from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import UnauthenticatedError
 from agentmesh.oidc import Fetch, OidcVerifier, VerifiedJwt, looks_like_jwt, token_id
+
+if TYPE_CHECKING:
+    from agentmesh.apikeys import KeyAuthenticator
 
 __all__ = [
     "KNOWN_ROLES",
@@ -94,6 +97,10 @@ class Identity:
     token_id: str
     creator: str = ""
     """For a task's token: the subject that started the task (the session's owner); "" otherwise."""
+    api_key_id: str = ""
+    """For a call made with an API key (`agentmesh keys`): the key's id, whose quotas apply; "" otherwise."""
+    model_patterns: tuple[str, ...] = ()
+    """For an API key: the models it may call (fnmatch patterns on `<backend>/<model>`); empty: any."""
 
     def has_role(self, role: str) -> bool:
         """Whether the identity holds `role`, directly or by implication (admin implies operator)."""
@@ -387,6 +394,8 @@ class Authenticator:
         self._verified_jwts: dict[str, tuple[Identity, str, str]] = {}
         kwargs = {"fetch": jwks_fetch} if jwks_fetch is not None else {}
         self.oidc = OidcVerifier(list(auth.oidc), clock_skew_s=auth.clock_skew_s, **kwargs) if auth.oidc else None
+        self.api_keys: KeyAuthenticator | None = None
+        """API keys (`agentmesh keys`; set by the service host, which has Redis); without it keys are refused."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
@@ -442,8 +451,20 @@ class Authenticator:
                 f"token for environment {identity.environment!r} used on a service of environment {self.environment!r}"
             )
 
+    async def verify_key(self, key: str, *, now: int | float | None = None) -> Identity:
+        """The Identity an API key stands for (agentmesh/apikeys.py); TokenError when it does not verify."""
+        if self.api_keys is None:
+            raise TokenError("API keys are not accepted here (the service has no store)")
+        identity = await self.api_keys.identity(key, now=now)
+        self._check_environment(identity)
+        return identity
+
     async def verify_any(self, token: str, *, now: int | float | None = None) -> Identity:
-        """The Identity of one of our HMAC tokens or of a JWT from a configured OIDC issuer."""
+        """The Identity of one of our HMAC tokens, an API key, or a JWT from a configured OIDC issuer."""
+        from agentmesh.apikeys import is_api_key
+
+        if is_api_key(token):
+            return await self.verify_key(token, now=now)
         if not looks_like_jwt(token):
             return self.verify(token, now=now)
         if self.oidc is None:
@@ -471,6 +492,11 @@ class Authenticator:
                 )
             return await self.verify_any(token, now=now)
         if token:
+            from agentmesh.apikeys import is_api_key
+
+            if is_api_key(token):
+                # Even with auth disabled: a key carries budgets, and a bad one must not spend as "dev".
+                return await self.verify_key(token, now=now)
             try:
                 return await self.verify_any(token, now=now)
             except UnauthenticatedError as exc:

@@ -63,6 +63,10 @@ METRIC_NAMES: Final = {
     "agentmesh.tool.breakers": "agentmesh_tool_breakers",
     "agentmesh.gen_ai.tokens": "agentmesh_gen_ai_tokens_total",
     "agentmesh.gen_ai.cost": "agentmesh_gen_ai_cost_total",
+    "agentmesh.gen_ai.budget.spent": "agentmesh_gen_ai_budget_spent",
+    "agentmesh.gen_ai.budget.limit": "agentmesh_gen_ai_budget_limit",
+    "agentmesh.gen_ai.budget.alerts": "agentmesh_gen_ai_budget_alerts_total",
+    "agentmesh.gen_ai.quota.refusals": "agentmesh_gen_ai_quota_refusals_total",
     "db.client.operation.duration": "db_client_operation_duration_seconds",
 }
 """Every instrument (OTel name) and the family it becomes on the Prometheus endpoint; docs/architecture.md
@@ -70,6 +74,8 @@ and the Grafana dashboard (deploy/grafana/agentmesh.json) use the right-hand nam
 
 BreakerStates = Callable[[], Iterable[tuple[str, str, int]]]
 """Returns (tool, state, number of breakers) for every tool and state with breakers (tool_svc)."""
+BudgetStates = Callable[[], Iterable[tuple[str, str, str, float, float]]]
+"""Returns (scope kind, scope, period, spent USD, budget USD) for every budget a replica has seen (provider_svc)."""
 
 
 class Metrics:
@@ -126,6 +132,18 @@ class Metrics:
         )
         self._cost = meter.create_counter(
             "agentmesh.gen_ai.cost", unit="{USD}", description="Model cost in USD, by agent, provider and model."
+        )
+        self._budget_alerts = meter.create_counter(
+            "agentmesh.gen_ai.budget.alerts",
+            unit="{alert}",
+            description="Spend alerts fired (once per scope, budget period and threshold), by scope kind, period "
+            "and threshold percent.",
+        )
+        self._quota_refusals = meter.create_counter(
+            "agentmesh.gen_ai.quota.refusals",
+            unit="{call}",
+            description="Model calls refused before the upstream by a quota or budget, by scope kind and limit "
+            "(rpm, tpm, budget_day, budget_month, revoked, expired).",
         )
         self._redis = meter.create_histogram(
             "db.client.operation.duration",
@@ -207,6 +225,44 @@ class Metrics:
         self._tokens.add(input_tokens, attributes | {"type": "input"})
         self._tokens.add(output_tokens, attributes | {"type": "output"})
         self._cost.add(cost_usd, attributes)
+
+    def budget_alert(self, scope_kind: str, period: str, threshold: int, count: int = 1) -> None:
+        """A spend alert fired: `threshold` percent of a `period` (day, month) budget of a `scope_kind`
+        (`count` 0 creates the series at zero, so a rate over it means something before the first alert)."""
+        self._budget_alerts.add(count, {"scope_kind": scope_kind, "period": period, "threshold": str(threshold)})
+
+    def quota_refused(self, scope_kind: str, limit: str, count: int = 1) -> None:
+        """A model call refused before the upstream by `limit` of a `scope_kind` (key, agent, tenant)."""
+        self._quota_refusals.add(count, {"scope_kind": scope_kind, "limit": limit})
+
+    def observe_budgets(self, states: BudgetStates) -> None:
+        """Reports spend against budget per scope and period whenever metrics are collected. Scopes are
+        operators' names (configured agents and tenants, API key names): a bounded set."""
+
+        def spent(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(value, {"scope_kind": kind, "scope": scope, "period": period})
+                for kind, scope, period, value, _ in states()
+            ]
+
+        def limit(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(value, {"scope_kind": kind, "scope": scope, "period": period})
+                for kind, scope, period, _, value in states()
+            ]
+
+        self._meter.create_observable_gauge(
+            "agentmesh.gen_ai.budget.spent",
+            callbacks=[spent],
+            unit="{USD}",
+            description="Spend of the current day or month of each budgeted scope, as this replica last settled it.",
+        )
+        self._meter.create_observable_gauge(
+            "agentmesh.gen_ai.budget.limit",
+            callbacks=[limit],
+            unit="{USD}",
+            description="The budget of each budgeted scope and period.",
+        )
 
     # --- the store --------------------------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """Model names -> configured models: `<backend>/<model>`, `<backend>` alone, an alias, or a task tag.
 
 Resolution order for a request: its `model` (a name or an alias), else the route of its
-`task_tag` (`code`, `summarize`, `intent`, ...), else `default_model`. An unknown task tag falls
-back to the default model (tags are hints); an unknown model name is NOT_FOUND and names the known
-ones. The fallback chain of a request is looked up by what it asked for, then by the resolved name.
+`task_tag` (`code`, `summarize`, `intent`, ...), else `default_model`. A tag's route is a model (or
+alias), or a price route (`{choose: cheapest, tags: [...]}`): its candidates are the models carrying
+every tag it names, and the ones it lists; `Providers` picks the cheapest healthy one per request.
+An unknown task tag falls back to the default model (tags are hints); an unknown model name is
+NOT_FOUND and names the known ones. The fallback chain of a request is looked up by what it asked
+for, then by the resolved name.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from agentmesh.config import ProviderBackendSettings, ProviderModelSettings, ProvidersSettings
+from agentmesh.config import PriceRouteSettings, ProviderBackendSettings, ProviderModelSettings, ProvidersSettings
 from agentmesh.errors import NotFoundError
 
 __all__ = ["ResolvedModel", "Router"]
@@ -60,15 +63,39 @@ class Router:
         return ResolvedModel(name=f"{backend.name}/{model_id}", backend=backend, model_id=model_id, settings=listed)
 
     def route(self, model: str = "", task_tag: str = "") -> str:
-        """The name a request should use: its model, else its tag's route, else the default."""
+        """The name a request should use: its model, else its tag's route, else the default (a price
+        route is resolved by `price_route` and `candidates` instead)."""
         if model:
             return model
         if task_tag:
             routed = self.settings.routing.get(task_tag)
-            if routed is not None:
+            if isinstance(routed, str):
                 return routed
-            log.info("no route for task tag %r; using the default model", task_tag[:64])
+            if routed is None:
+                log.info("no route for task tag %r; using the default model", task_tag[:64])
         return self.settings.default_model
+
+    def price_route(self, model: str = "", task_tag: str = "") -> PriceRouteSettings | None:
+        """The price route a request without a model takes by its tag, if that tag has one."""
+        if model or not task_tag:
+            return None
+        routed = self.settings.routing.get(task_tag)
+        return routed if isinstance(routed, PriceRouteSettings) else None
+
+    def candidates(self, route: PriceRouteSettings) -> list[ResolvedModel]:
+        """The models a price route chooses among, in configuration order (each once)."""
+        found: list[ResolvedModel] = []
+        wanted = set(route.tags)
+        if wanted:
+            for backend in self.settings.backends:
+                for listed in backend.models:
+                    if wanted <= set(listed.tags):
+                        found.append(self.resolve(f"{backend.name}/{listed.name}"))
+        for name in route.models:
+            resolved = self.resolve(name)
+            if all(r.name != resolved.name for r in found):
+                found.append(resolved)
+        return found
 
     def chain(self, requested: str) -> list[ResolvedModel]:
         """The requested model followed by its configured fallbacks (duplicates removed)."""

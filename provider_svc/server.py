@@ -21,6 +21,7 @@ import grpc.aio
 from google.protobuf import timestamp_pb2
 
 from agentmesh import callctx
+from agentmesh.audit import AuditLog
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Usage
 from agentmesh.errors import AgentmeshError, InvalidRequestError, PermissionDeniedError
 from agentmesh.identity import Identity, require_identity
@@ -28,7 +29,9 @@ from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, to_detail
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
+from provider_svc.alerts import SpendAlerts
 from provider_svc.billing import billed_agent
+from provider_svc.compat.routes import CompatApi
 from provider_svc.models.base import (
     Attempt,
     CallContext,
@@ -142,9 +145,15 @@ def accounted_agent(identity: Identity, requested: str) -> str:
     return requested or identity.subject
 
 
-def call_context(agent_id: str) -> CallContext:
-    """A domain call context carrying the incoming call's deadline."""
-    return CallContext(deadline=callctx.deadline_var.get(), agent_id=agent_id)
+def call_context(agent_id: str, identity: Identity | None = None) -> CallContext:
+    """A domain call context carrying the incoming call's deadline, and who calls: the subject (its
+    tenant), the API key (its quotas and the models it may use)."""
+    ctx = CallContext(deadline=callctx.deadline_var.get(), agent_id=agent_id)
+    if identity is not None:
+        ctx.subject = identity.subject
+        ctx.key_id = identity.api_key_id
+        ctx.model_patterns = identity.model_patterns
+    return ctx
 
 
 # --- domain -> protobuf ----------------------------------------------------------------------------
@@ -232,9 +241,10 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     async def Generate(
         self, request: provider_pb2.GenerateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> provider_pb2.GenerateResponse:
-        agent = billed_agent(require_identity(), request.agent_id)
+        identity = require_identity()
+        agent = billed_agent(identity, request.agent_id)
         domain = to_request(request, max_json_depth=self.max_json_depth)
-        ctx = call_context(agent)
+        ctx = call_context(agent, identity)
         try:
             generation = await self.providers.generate(domain, ctx, model=request.model, task_tag=request.task_tag)
         except AgentmeshError as exc:
@@ -245,9 +255,10 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         self, request: provider_pb2.GenerateStreamRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[provider_pb2.GenerateStreamResponse]:
         inner = request.request
-        agent = billed_agent(require_identity(), inner.agent_id)
+        identity = require_identity()
+        agent = billed_agent(identity, inner.agent_id)
         domain = to_request(inner, max_json_depth=self.max_json_depth)
-        ctx = call_context(agent)
+        ctx = call_context(agent, identity)
         try:
             async for event in self.providers.generate_stream(domain, ctx, model=inner.model, task_tag=inner.task_tag):
                 if isinstance(event, TextDelta):
@@ -278,6 +289,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
                     output_price_per_mtok=m.output_price_per_mtok,
                     unavailable=not m.available,
                     unavailable_reason=m.unavailable_reason,
+                    tags=list(m.tags),
                 )
                 for m in self.providers.list_models()
             ],
@@ -310,6 +322,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
                     usage=codec.usage_to_pb(Usage(r.input_tokens, r.output_tokens)),
                     cost_usd=r.cost_usd,
                     total_latency=codec.duration(max(r.total_latency_s, 0.0)),
+                    task_tag=r.task_tag,
+                    api_key_id=r.api_key_id,
                 )
                 for r in rows
             ]
@@ -317,9 +331,19 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
-    """Builds every configured model and registers ProviderService on the host."""
+    """Builds every configured model, registers ProviderService on the host and, with
+    `gateway.compat_endpoints`, the OpenAI- and Anthropic-compatible routes on its HTTP listener."""
+    settings = host.settings
+    alerts = SpendAlerts(
+        AuditLog(host.store, settings.audit) if host.store is not None else None, settings.gateway.alerts
+    )
     providers = Providers(
-        host.settings.providers, store=host.store, tracer=host.telemetry.tracer("provider_svc"), metrics=host.metrics
+        settings.providers,
+        store=host.store,
+        tracer=host.telemetry.tracer("provider_svc"),
+        metrics=host.metrics,
+        gateway=settings.gateway,
+        on_alert=alerts,
     )
     for listing in providers.list_models():
         if not listing.available:
@@ -336,7 +360,15 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
             ),
         ),
     )
-    return providers.aclose
+    if settings.gateway.compat_endpoints:
+        api = CompatApi(providers, host.http_edge(), max_request_bytes=settings.gateway.max_request_bytes)
+        host.add_http_routes(api.routes())
+
+    async def close() -> None:
+        await providers.aclose()
+        await alerts.aclose()
+
+    return close
 
 
 SPEC = ServiceSpec(name="provider", setup=setup)

@@ -1,9 +1,11 @@
 """Usage and cost per call, in Redis; aggregated by agent, provider, model and UTC day (docs/architecture.md §6).
 
-Layout: one hash per (agent, day) at `am:usage:{<agent>}:<day>` whose fields are
-`<provider>/<model>#<metric>` (metrics: calls, in, out, cost_nusd, latency_us; integers, so HINCRBY
-is exact), plus one sorted set `am:usage:index` of "<day> <agent>" scored by the day's ordinal, so a
-query finds its hashes without SCAN. Both expire after `ttl_days`.
+Layout: one hash per (agent, day) at `am:usage:{<agent>}:<day>:r` whose fields are
+`<task tag>|<api key id>|<provider>/<model>#<metric>` (metrics: calls, in, out, cost_nusd, latency_us;
+integers, so HINCRBY is exact; tag and key "" when none), plus one sorted set `am:usage:index` of
+"<day> <agent>" scored by the day's ordinal, so a query finds its hashes without SCAN. Both expire after
+`ttl_days`. Releases before issue 43 wrote `am:usage:{<agent>}:<day>` with fields
+`<provider>/<model>#<metric>` (no tag, no key): still read, never written.
 
 Writes are behind and aggregated: `add` sums a call into memory (no I/O on the reply's path) and a
 flusher writes every `flush_interval_s`, one Lua call per (agent, day) whatever the number of calls.
@@ -32,6 +34,8 @@ log = logging.getLogger("provider_svc.usage")
 _NANO = 1_000_000_000
 _METRICS = ("calls", "in", "out", "cost_nusd", "latency_us")
 _MAX_INDEXED_CACHE = 10_000
+ROUTED_SUFFIX = ":r"
+"""The hash of rows with their task tag and API key (the key without it: rows of earlier releases)."""
 
 RECORD_LUA = """
 -- KEYS[1]: the usage hash of one (agent, day). ARGV[1]: ttl_s; then groups of 6:
@@ -80,6 +84,10 @@ class UsageRow:
     output_tokens: int
     cost_usd: float
     total_latency_s: float
+    task_tag: str = ""
+    """The task tag the calls were routed by ("" when they named a model)."""
+    api_key_id: str = ""
+    """The API key they were made with ("" for identity tokens)."""
 
 
 def _text(value: bytes | str) -> str:
@@ -107,13 +115,24 @@ class UsageLedger:
         self._closed = False
 
     def add(
-        self, agent_id: str, model: str, usage: Usage, cost: float, latency_s: float, *, when: dt.datetime | None = None
+        self,
+        agent_id: str,
+        model: str,
+        usage: Usage,
+        cost: float,
+        latency_s: float,
+        *,
+        when: dt.datetime | None = None,
+        task_tag: str = "",
+        api_key_id: str = "",
     ) -> None:
-        """Adds one call of `model` ("provider/model") to `agent_id`'s usage of today (or `when`)."""
+        """Adds one call of `model` ("provider/model") to `agent_id`'s usage of today (or `when`), under the
+        task tag it was routed by and the API key it was made with."""
         # Validated now, so a bad agent id fails its own call rather than a later flush.
         day = day_of(when)
         self.store.keys.usage(agent_id, day)
-        sums = self._buffer.setdefault((agent_id, day), {}).setdefault(model, [0, 0, 0, 0, 0])
+        row = f"{_clean(task_tag)}|{_clean(api_key_id)}|{model}"
+        sums = self._buffer.setdefault((agent_id, day), {}).setdefault(row, [0, 0, 0, 0, 0])
         for i, amount in enumerate(
             (1, usage.input_tokens, usage.output_tokens, round(cost * _NANO), round(latency_s * 1_000_000))
         ):
@@ -122,10 +141,19 @@ class UsageLedger:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_periodically())
 
     async def record(
-        self, agent_id: str, model: str, usage: Usage, cost: float, latency_s: float, *, when: dt.datetime | None = None
+        self,
+        agent_id: str,
+        model: str,
+        usage: Usage,
+        cost: float,
+        latency_s: float,
+        *,
+        when: dt.datetime | None = None,
+        task_tag: str = "",
+        api_key_id: str = "",
     ) -> None:
         """`add` and write now."""
-        self.add(agent_id, model, usage, cost, latency_s, when=when)
+        self.add(agent_id, model, usage, cost, latency_s, when=when, task_tag=task_tag, api_key_id=api_key_id)
         await self.flush()
 
     async def _flush_periodically(self) -> None:
@@ -147,7 +175,7 @@ class UsageLedger:
                         args += [model, *sums]
                     async with self.store.guard("record usage"):
                         await self.store.script("usage_record", RECORD_LUA)(
-                            keys=[self.store.keys.usage(agent, day)], args=args
+                            keys=[self.store.keys.usage(agent, day) + ROUTED_SUFFIX], args=args
                         )
                         del pending[(agent, day)]
                         if (agent, day) not in self._indexed:
@@ -202,21 +230,30 @@ class UsageLedger:
             pipe = self.store.redis.pipeline(transaction=False)
             for day, agent in wanted:
                 pipe.hgetall(self.store.keys.usage(agent, day))
+                pipe.hgetall(self.store.keys.usage(agent, day) + ROUTED_SUFFIX)
             hashes = await pipe.execute() if wanted else []
         rows: list[UsageRow] = []
-        for (day, agent), fields in zip(wanted, hashes, strict=True):
-            rows.extend(_rows(agent, day, ((_text(k), int(v)) for k, v in fields.items())))
+        for i, (day, agent) in enumerate(wanted):
+            legacy, routed = hashes[2 * i], hashes[2 * i + 1]
+            rows.extend(_rows(agent, day, ((_text(k), int(v)) for k, v in legacy.items()), routed=False))
+            rows.extend(_rows(agent, day, ((_text(k), int(v)) for k, v in routed.items()), routed=True))
         return rows
 
 
-def _rows(agent: str, day: str, fields: Iterable[tuple[str, int]]) -> list[UsageRow]:
+def _clean(text: str) -> str:
+    """A tag or key id as a field part: no separator, bounded."""
+    return text.replace("|", "_").replace("#", "_")[:64]
+
+
+def _rows(agent: str, day: str, fields: Iterable[tuple[str, int]], *, routed: bool) -> list[UsageRow]:
     per_model: dict[str, dict[str, int]] = {}
     for name, value in fields:
         model, _, metric = name.rpartition("#")
         if metric in _METRICS and model:
             per_model.setdefault(model, {})[metric] = value
     rows = []
-    for model, metrics in sorted(per_model.items()):
+    for row, metrics in sorted(per_model.items()):
+        tag, key_id, model = row.split("|", 2) if routed and row.count("|") >= 2 else ("", "", row)
         provider, _, model_id = model.partition("/")
         rows.append(
             UsageRow(
@@ -229,6 +266,8 @@ def _rows(agent: str, day: str, fields: Iterable[tuple[str, int]]) -> list[Usage
                 output_tokens=metrics.get("out", 0),
                 cost_usd=metrics.get("cost_nusd", 0) / _NANO,
                 total_latency_s=metrics.get("latency_us", 0) / 1_000_000,
+                task_tag=tag,
+                api_key_id=key_id,
             )
         )
     return rows

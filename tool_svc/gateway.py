@@ -36,6 +36,7 @@ from agentmesh.semconv import (
     GEN_AI_TOOL_NAME,
 )
 from agentmesh.store import Store
+from agentmesh.urlallow import Allowlist
 from tool_svc import permissions
 from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, Settlement, is_requester
 from tool_svc.breaker import BreakerConfig, Breakers, CircuitBreaker
@@ -45,7 +46,7 @@ from tool_svc.cpu import CpuPool
 from tool_svc.cpu_validation import ValidateArgumentsInPool
 from tool_svc.discovery import Discovery, Scored
 from tool_svc.guard import DangerGuard, GuardArguments
-from tool_svc.http import Allowlist, HttpTransport
+from tool_svc.http import HttpTransport
 from tool_svc.http_tool import HttpToolExecutor
 from tool_svc.idempotency import Idempotency, ran_output
 from tool_svc.model import (

@@ -18,8 +18,7 @@ import hashlib
 import json
 import logging
 import time
-import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ import httpx
 
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.redact import redact_error, redact_str
+from agentmesh.urlallow import Allowlist, safe_url
 from tool_svc.model import Produced, ToolDef
 
 _SNIPPET_CHARS = 300
@@ -52,88 +52,7 @@ def idempotency_key_value(key: str) -> str:
     return '"' + hashlib.sha256(key.encode("utf-8")).hexdigest()[:40] + '"'
 
 
-# --- allowlist -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Pattern:
-    scheme: str
-    host: str
-    port: str  # "" = the scheme's default, "*" = any
-    path: str
-
-
-def _default_port(scheme: str) -> int:
-    return 443 if scheme == "https" else 80
-
-
-class Allowlist:
-    """URL patterns `scheme://host[:port]/path-prefix`; `*` as the port or the leftmost host label."""
-
-    def __init__(self, patterns: Sequence[str]) -> None:
-        self.patterns = tuple(self._parse(p) for p in patterns)
-
-    @staticmethod
-    def _parse(pattern: str) -> _Pattern:
-        port = ""
-        if ":*" in pattern:
-            pattern, port = pattern.replace(":*", "", 1), "*"
-        parts = urllib.parse.urlsplit(pattern)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"allowlist entry {pattern!r} must be http(s)://host[:port]/path")
-        if parts.username or parts.password or parts.query or parts.fragment:
-            raise ValueError(f"allowlist entry {pattern!r} must not have credentials, a query or a fragment")
-        if port != "*" and parts.port is not None:
-            port = str(parts.port)
-        path = parts.path or "/"
-        return _Pattern(parts.scheme, parts.hostname.lower(), port, path)
-
-    def allows(self, url: str) -> bool:
-        try:
-            parts = urllib.parse.urlsplit(url)
-            port = parts.port or _default_port(parts.scheme)
-        except ValueError:
-            return False
-        host = (parts.hostname or "").lower()
-        if parts.scheme not in ("http", "https") or not host or parts.username or parts.password:
-            return False
-        path = parts.path or "/"
-        if "/../" in f"{path}/" or "%2e" in path.lower():
-            return False
-        for p in self.patterns:
-            if p.scheme != parts.scheme:
-                continue
-            if p.host.startswith("*."):
-                if not (host.endswith(p.host[1:]) and host != p.host[2:]):
-                    continue
-            elif host != p.host:
-                continue
-            if p.port != "*" and port != (int(p.port) if p.port else _default_port(p.scheme)):
-                continue
-            prefix = p.path
-            if path == prefix or path.startswith(prefix if prefix.endswith("/") else prefix + "/"):
-                return True
-        return False
-
-    def check(self, url: str, tool: str) -> None:
-        if not self.allows(url):
-            raise AgentmeshError(
-                ErrorCode.PERMISSION_DENIED,
-                f"{tool}: {_safe_url(url)} is not in tools.http_allowlist",
-                missing_permission=f"http:{_safe_url(url)}",
-            )
-
-
-def _safe_url(url: str) -> str:
-    """The URL without credentials or query (both may carry secrets)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        # The path may carry a token too (webhook URLs): masked like any text.
-        return redact_str(urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", "")))
-    except ValueError:
-        return "<invalid url>"
+# --- allowlist: agentmesh.urlallow (provider_svc's spend-alert webhook obeys the same list) ---------
 
 
 # --- responses -------------------------------------------------------------------------------------
@@ -311,20 +230,20 @@ class HttpTransport:
             code = ErrorCode.UPSTREAM_UNAVAILABLE if isinstance(exc, httpx.ConnectError) else ErrorCode.UPSTREAM_TIMEOUT
             raise AgentmeshError(
                 code,
-                f"{tool.name}: cannot connect to {_safe_url(url)} ({type(exc).__name__})",
+                f"{tool.name}: cannot connect to {safe_url(url)} ({type(exc).__name__})",
                 fallback_tool=fallback,
                 metadata={"sent": "no"},
             ) from None
         except httpx.TimeoutException:
             raise AgentmeshError(
                 ErrorCode.UPSTREAM_TIMEOUT,
-                f"{tool.name}: {_safe_url(url)} did not answer in time",
+                f"{tool.name}: {safe_url(url)} did not answer in time",
                 fallback_tool=fallback,
             ) from None
         except (httpx.TransportError, OSError) as exc:
             raise AgentmeshError(
                 ErrorCode.UPSTREAM_UNAVAILABLE,
-                f"{tool.name}: cannot reach {_safe_url(url)} ({type(exc).__name__})",
+                f"{tool.name}: cannot reach {safe_url(url)} ({type(exc).__name__})",
                 fallback_tool=fallback,
             ) from None
         except (httpx.InvalidURL, httpx.UnsupportedProtocol, ValueError) as exc:
@@ -346,12 +265,12 @@ class HttpTransport:
                 chunks.append(chunk)
         except httpx.TimeoutException:
             raise AgentmeshError(
-                ErrorCode.UPSTREAM_TIMEOUT, f"{tool.name}: {_safe_url(url)} stalled mid-answer", fallback_tool=fallback
+                ErrorCode.UPSTREAM_TIMEOUT, f"{tool.name}: {safe_url(url)} stalled mid-answer", fallback_tool=fallback
             ) from None
         except (httpx.TransportError, OSError) as exc:
             raise AgentmeshError(
                 ErrorCode.UPSTREAM_UNAVAILABLE,
-                f"{tool.name}: {_safe_url(url)} broke off its answer ({type(exc).__name__})",
+                f"{tool.name}: {safe_url(url)} broke off its answer ({type(exc).__name__})",
                 fallback_tool=fallback,
             ) from None
         finally:

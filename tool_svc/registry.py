@@ -24,9 +24,9 @@ from typing import Any, Literal
 from agentmesh.config import ConfigError, ToolEntrySettings, ToolRetrySettings, ToolsSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, InvalidRequestError, Violation
 from agentmesh.store import Store
+from agentmesh.urlallow import Allowlist
 from tool_svc.builtin.http_request import NEVER_FROM_ARGUMENTS
 from tool_svc.call import CallState
-from tool_svc.http import Allowlist
 from tool_svc.model import HTTP_METHODS, Outcome, Permission, RetryPolicy, ToolDef
 from tool_svc.validation import SchemaCheck, SchemaDefinitionError, check_tool_schema, has_marks
 

@@ -1,5 +1,9 @@
 """`agentmesh usage`: provider_svc's recorded usage and cost, as a table (or JSON).
 
+`--by agent|key|model|day|tag` sums the rows into one line per agent, API key, model
+(`provider/model`), UTC day or task tag (the tag the calls were routed by: a price route shows which
+models it picked); without it every (day, agent, model, tag, key) row is shown.
+
 Calls `ProviderService.GetUsage` with a short-lived operator token minted from the configured
 auth key (the same way `agentmesh token` does), so it sees every agent's usage.
 """
@@ -24,7 +28,7 @@ from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.v1 import provider_pb2
 
-__all__ = ["format_table", "usage_command"]
+__all__ = ["format_grouped", "format_table", "grouped", "usage_command"]
 
 HEADER = ("day", "agent", "provider", "model", "calls", "input tok", "output tok", "cost USD", "avg ms")
 
@@ -48,9 +52,66 @@ def _rows(reply: provider_pb2.GetUsageResponse) -> list[dict[str, Any]]:
                 "output_tokens": r.usage.output_tokens,
                 "cost_usd": r.cost_usd,
                 "avg_latency_ms": (latency_s * 1000 / r.calls) if r.calls else 0.0,
+                "task_tag": r.task_tag,
+                "api_key_id": r.api_key_id,
+                "total_latency_ms": latency_s * 1000,
             }
         )
-    return sorted(rows, key=lambda row: (row["day"], row["agent_id"], row["provider"], row["model"]))
+    return sorted(
+        rows,
+        key=lambda row: (
+            row["day"],
+            row["agent_id"],
+            row["provider"],
+            row["model"],
+            row["task_tag"],
+            row["api_key_id"],
+        ),
+    )
+
+
+_GROUPS = {"agent": "agent_id", "key": "api_key_id", "model": "model", "day": "day", "tag": "task_tag"}
+
+
+def grouped(rows: Sequence[dict[str, Any]], by: str) -> list[dict[str, Any]]:
+    """The rows summed per agent, key, model, day or tag (`--by`), by name."""
+    field = _GROUPS[by]
+    sums: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name = f"{row['provider']}/{row['model']}" if by == "model" else row[field]
+        into = sums.setdefault(
+            name,
+            {by: name, "calls": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "total_latency_ms": 0.0},
+        )
+        for metric in ("calls", "input_tokens", "output_tokens", "cost_usd", "total_latency_ms"):
+            into[metric] += row[metric]
+    out = []
+    for name in sorted(sums):
+        entry = sums[name]
+        entry["avg_latency_ms"] = entry.pop("total_latency_ms") / entry["calls"] if entry["calls"] else 0.0
+        out.append(entry)
+    return out
+
+
+def format_grouped(rows: Sequence[dict[str, Any]], by: str) -> str:
+    """`--by` lines as an aligned table with a total line."""
+    header = (by, "calls", "input tok", "output tok", "cost USD", "avg ms")
+    cells = [
+        [row[by] or "(none)", str(row["calls"]), str(row["input_tokens"]), str(row["output_tokens"]),
+         f"{row['cost_usd']:.6f}", f"{row['avg_latency_ms']:.1f}"]
+        for row in rows
+    ]  # fmt: skip
+    cells.append(
+        ["total", str(sum(r["calls"] for r in rows)), str(sum(r["input_tokens"] for r in rows)),
+         str(sum(r["output_tokens"] for r in rows)), f"{sum(r['cost_usd'] for r in rows):.6f}", ""]
+    )  # fmt: skip
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *cells, strict=True)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths, strict=True)))
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join(s.rstrip() for s in [line(header), rule, *(line(c) for c in cells[:-1]), rule, line(cells[-1])])
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -113,6 +174,7 @@ def usage_command(
     end: dt.date | None = None,
     as_json: bool = False,
     timeout_s: float = 10.0,
+    by: str | None = None,
 ) -> int:
     """Prints usage rows; 0 on success, 1 when provider_svc cannot answer, 2 on bad arguments."""
     if days is not None:
@@ -137,8 +199,17 @@ def usage_command(
         print(f"agentmesh usage: provider_svc at {target}: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
     rows = _rows(reply)
+    if by is not None:
+        groups = grouped(rows, by)
+        if as_json:
+            print(json.dumps(groups, indent=2))
+        elif not groups:
+            print("no usage recorded" + (f" for agent {agent}" if agent else ""))
+        else:
+            print(format_grouped(groups, by))
+        return 0
     if as_json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([{k: v for k, v in r.items() if k != "total_latency_ms"} for r in rows], indent=2))
     elif not rows:
         print("no usage recorded" + (f" for agent {agent}" if agent else ""))
     else:

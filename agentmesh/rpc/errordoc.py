@@ -134,6 +134,11 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.MAX_STEPS_EXCEEDED: "The step limit was reached; a human decides what happens next.",
         ErrorCode.LOOP_DETECTED: "The same tool call with the same arguments repeated; a human inspects the trace.",
         ErrorCode.SANDBOX_VIOLATION: "Code tried to leave the sandbox: treat it as a security incident.",
+        ErrorCode.BUDGET_EXCEEDED: (
+            "A spend budget of the API key, agent or tenant (ErrorInfo `scope`, `period`) would be exceeded by this "
+            "call's reserve: nothing was sent upstream. Wait for `resets_at`, ask for a larger budget, or send a "
+            "smaller `max_tokens`; a task aborts."
+        ),
     }
 )
 

@@ -38,6 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
+from agentmesh.apikeys import ApiKeys, KeyAuthenticator
 from agentmesh.audit import AuditLog
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import AgentmeshError, OverloadedError, UnavailableError
@@ -47,6 +48,7 @@ from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
 from agentmesh.rpc.connect import ConnectEdge, ContentTypeGuard, MethodTable, connect_application
 from agentmesh.rpc.http import HttpListener, cors_middleware, http_routes
+from agentmesh.rpc.httpedge import HttpEdge
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
 from agentmesh.rpc.telemetry import OTLP, server_interceptors
@@ -120,6 +122,8 @@ class ServiceHost:
     """The edge's call interceptors: run by the gRPC server and by the HTTP listener's Connect edge."""
     methods: MethodTable = field(init=False, default_factory=MethodTable)
     """The servicers' method handlers, by full method name (what the Connect edge calls)."""
+    service_routes: list[Any] = field(init=False, default_factory=list)
+    """A service's own HTTP routes (`add_http_routes`), served by the HTTP listener beside Connect."""
     _service_names: list[str] = field(init=False, default_factory=list)
     _stopping: asyncio.Event | None = field(init=False, default=None)
     ready: bool = field(init=False, default=True)
@@ -132,6 +136,9 @@ class ServiceHost:
         self.limiter = ConcurrencyLimitInterceptor(server_settings.max_concurrent_rpcs)
         # Calls refused for their role go to the audit stream (docs/architecture.md §9), when there is one.
         refusals = RefusalAudit(AuditLog(self.store, self.settings.audit)) if self.store is not None else None
+        if self.store is not None and self.authenticator.api_keys is None:
+            # `agentmesh keys` as bearer tokens (§9)
+            self.authenticator.api_keys = KeyAuthenticator(ApiKeys(self.store), self.settings.auth.api_key_cache_s)
         self.auth = AuthInterceptor(self.authenticator, self.method_roles, refusals=refusals)
         chain = self.chain = ChainedCallInterceptor(
             [
@@ -188,6 +195,15 @@ class ServiceHost:
         add_to_server(servicer, self.methods)  # type: ignore[arg-type]  # the same handlers, for the HTTP listener's Connect edge
         self._service_names.append(full_service_name)
 
+    def http_edge(self) -> HttpEdge:
+        """The edge's chain for a service's own HTTP routes (`agentmesh.rpc.httpedge`): run by each route
+        before it reads its body."""
+        return HttpEdge(self.chain)
+
+    def add_http_routes(self, routes: Sequence[Any]) -> None:
+        """Adds a service's own HTTP routes (Starlette routes) to its HTTP listener (`http_edge` for them)."""
+        self.service_routes.extend(routes)
+
     async def start(self, address: str | None = None, http_address: str | None = None) -> int:
         """Binds (default: the service's configured addresses), starts, marks every service SERVING.
 
@@ -210,7 +226,9 @@ class ServiceHost:
             await self.health_server.start()
         await self.server.start()
         http_bind = http_address or endpoint.http_bind_address
-        routes = http_routes(self.telemetry.meter.registry, self._connect_apps() if http_bind else ())
+        routes = http_routes(
+            self.telemetry.meter.registry, self._connect_apps() if http_bind else (), self.service_routes
+        )
         if http_bind and routes:
             listener = HttpListener(
                 self.name,

@@ -8,6 +8,8 @@ Each service has at most one HTTP listener, on `services.<svc>.host` and `servic
 - `POST|GET /agentmesh.v1.<Service>/<Method>`: the Connect protocol (HTTP/JSON, enveloped streams,
   gRPC-Web) over the same handlers and edge as the gRPC port (agentmesh.rpc.connect), when
   `server.connect` is on: every RPC of the dispatcher, the read-only ones of the others.
+- a service's own routes (`ServiceHost.add_http_routes`): provider_svc's `/v1/chat/completions`,
+  `/v1/models` and `/v1/messages` (provider_svc/compat), through the same chain (agentmesh.rpc.httpedge).
 
 Rules every route here follows, and a route added later (MCP over HTTP) must follow too:
 - TLS is the gRPC port's: with `tls.enabled` the listener serves HTTPS with the same certificate
@@ -71,12 +73,19 @@ def connect_route(app: Any) -> Route:
     return Route(f"{app.path}/{{method}}", _AsgiEndpoint(app), methods=["GET", "POST"], name=app.path.lstrip("/"))
 
 
-def http_routes(metrics_registry: CollectorRegistry | None, connect_apps: Sequence[Any] = ()) -> list[BaseRoute]:
-    """Every route a service's HTTP listener serves (empty: the listener is not opened)."""
+def http_routes(
+    metrics_registry: CollectorRegistry | None,
+    connect_apps: Sequence[Any] = (),
+    service_routes: Sequence[BaseRoute] = (),
+) -> list[BaseRoute]:
+    """Every route a service's HTTP listener serves (empty: the listener is not opened). `service_routes`
+    are a service's own HTTP APIs (`ServiceHost.add_http_routes`; provider_svc's OpenAI- and
+    Anthropic-compatible endpoints), which run the edge's chain through `agentmesh.rpc.httpedge`."""
     routes: list[BaseRoute] = []
     if metrics_registry is not None:
         routes.append(metrics_route(metrics_registry))
     routes.extend(connect_route(app) for app in connect_apps)
+    routes.extend(service_routes)
     return routes
 
 

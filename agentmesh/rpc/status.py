@@ -39,6 +39,7 @@ __all__ = [
     "abort",
     "checked_from_detail",
     "code_for_grpc_status",
+    "error_of_status",
     "from_detail",
     "from_rpc_error",
     "rich_details",
@@ -58,6 +59,8 @@ _S = grpc.StatusCode
 # - PAYLOAD_TOO_LARGE -> RESOURCE_EXHAUSTED: what gRPC itself returns for an oversized message.
 # - FATAL codes -> FAILED_PRECONDITION, not ABORTED: gRPC clients and retry policies treat ABORTED
 #   as "retry at a higher level", while a FATAL stop must wait for a human.
+# - BUDGET_EXCEEDED -> RESOURCE_EXHAUSTED (FATAL all the same): a spend quota of the caller is used up,
+#   AIP-193's quota status; unlike RATE_LIMITED it has no RetryInfo (the period's end is in `resets_at`).
 # - IDEMPOTENCY_CONFLICT -> ALREADY_EXISTS: the key is taken by a different request.
 # - UPSTREAM_REJECTED -> INVALID_ARGUMENT: provider_svc maps an upstream 400 there (docs/architecture.md §3).
 # - CIRCUIT_OPEN / SANDBOX_UNAVAILABLE -> UNAVAILABLE: transient, the same call may succeed later.
@@ -97,6 +100,7 @@ GRPC_STATUS: Mapping[ErrorCode, grpc.StatusCode] = MappingProxyType(
         ErrorCode.MAX_STEPS_EXCEEDED: _S.FAILED_PRECONDITION,
         ErrorCode.LOOP_DETECTED: _S.FAILED_PRECONDITION,
         ErrorCode.SANDBOX_VIOLATION: _S.FAILED_PRECONDITION,
+        ErrorCode.BUDGET_EXCEEDED: _S.RESOURCE_EXHAUSTED,
     }
 )
 
@@ -350,6 +354,14 @@ def _parse(trailers: list[tuple[str, Any]]) -> RichDetails:
                 packed.Unpack(message)
                 found[name] = message
     return RichDetails(**found)
+
+
+def error_of_status(status: grpc.Status) -> AgentmeshError:
+    """The AgentmeshError a rich status (`to_status`) carries; the closest code for a bare one."""
+    rich = _parse([(str(k), v) for k, v in status.trailing_metadata or ()])
+    if rich.detail is not None:
+        return from_detail(rich.detail)
+    return AgentmeshError(code_for_grpc_status(status.code, status.details or ""), status.details or "")
 
 
 def rich_details(exc: grpc.RpcError) -> RichDetails:

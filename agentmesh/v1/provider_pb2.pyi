@@ -152,7 +152,7 @@ class ListModelsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "provider", "provider_type", "aliases", "input_price_per_mtok", "output_price_per_mtok", "unavailable", "unavailable_reason")
+    __slots__ = ("name", "provider", "provider_type", "aliases", "input_price_per_mtok", "output_price_per_mtok", "unavailable", "unavailable_reason", "tags")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +161,7 @@ class ModelInfo(_message.Message):
     OUTPUT_PRICE_PER_MTOK_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_REASON_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     provider: str
     provider_type: str
@@ -169,7 +170,8 @@ class ModelInfo(_message.Message):
     output_price_per_mtok: float
     unavailable: bool
     unavailable_reason: str
-    def __init__(self, name: _Optional[str] = ..., provider: _Optional[str] = ..., provider_type: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., input_price_per_mtok: _Optional[float] = ..., output_price_per_mtok: _Optional[float] = ..., unavailable: _Optional[bool] = ..., unavailable_reason: _Optional[str] = ...) -> None: ...
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., provider: _Optional[str] = ..., provider_type: _Optional[str] = ..., aliases: _Optional[_Iterable[str]] = ..., input_price_per_mtok: _Optional[float] = ..., output_price_per_mtok: _Optional[float] = ..., unavailable: _Optional[bool] = ..., unavailable_reason: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models", "routes")
@@ -197,7 +199,7 @@ class GetUsageRequest(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class UsageRow(_message.Message):
-    __slots__ = ("agent_id", "provider", "model", "day", "calls", "usage", "cost_usd", "total_latency")
+    __slots__ = ("agent_id", "provider", "model", "day", "calls", "usage", "cost_usd", "total_latency", "task_tag", "api_key_id")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +208,8 @@ class UsageRow(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     COST_USD_FIELD_NUMBER: _ClassVar[int]
     TOTAL_LATENCY_FIELD_NUMBER: _ClassVar[int]
+    TASK_TAG_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     provider: str
     model: str
@@ -214,7 +218,9 @@ class UsageRow(_message.Message):
     usage: _common_pb2.TokenUsage
     cost_usd: float
     total_latency: _duration_pb2.Duration
-    def __init__(self, agent_id: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., day: _Optional[str] = ..., calls: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., total_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    task_tag: str
+    api_key_id: str
+    def __init__(self, agent_id: _Optional[str] = ..., provider: _Optional[str] = ..., model: _Optional[str] = ..., day: _Optional[str] = ..., calls: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., total_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., task_tag: _Optional[str] = ..., api_key_id: _Optional[str] = ...) -> None: ...
 
 class GetUsageResponse(_message.Message):
     __slots__ = ("rows",)

@@ -206,6 +206,14 @@ class CallContext:
     """Absolute `time.monotonic()` at which the caller stops waiting; None: no deadline."""
     agent_id: str = ""
     attempts: list[Attempt] = field(default_factory=list)
+    subject: str = ""
+    """The caller's subject (its tenant is the part before `gateway.tenant_separator`)."""
+    key_id: str = ""
+    """The API key the call was made with ("" for identity tokens): its quotas apply."""
+    model_patterns: tuple[str, ...] = ()
+    """The models the caller's API key may use (fnmatch patterns); empty: any."""
+    route: Mapping[str, Any] = field(default_factory=dict)
+    """How the model was chosen (task tag, `cheapest`, the candidates): set on every GenAI span."""
 
     def remaining(self) -> float | None:
         """Seconds left before the deadline (may be negative), or None without one."""

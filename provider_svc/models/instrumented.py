@@ -73,7 +73,7 @@ class InstrumentedModel(WrapperModel):
         span = self.tracer.start_span(
             f"chat {self.model_id}",
             kind=SpanKind.CLIENT,
-            attributes=self._attributes(request),
+            attributes={**self._attributes(request), **ctx.route},
             record_exception=False,
             set_status_on_exception=False,
         )

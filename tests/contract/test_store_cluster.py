@@ -18,7 +18,8 @@ import redis.exceptions as rexc
 from redis.crc import key_slot
 
 from agentmesh import clusterclient
-from agentmesh.config import DispatcherSettings, RedisSettings
+from agentmesh.apikeys import ApiKeys
+from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings
 from agentmesh.errors import ErrorCode, NotFoundError, UnavailableError
 from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
@@ -30,6 +31,7 @@ from dispatcher_svc.model import EventKind, TaskEvent
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore
+from provider_svc.quotas import Quotas
 from tests.contract.stack import Stack
 from tests.rediscluster import LocalRedisCluster
 from tool_svc import approvals as approvals_mod
@@ -111,6 +113,12 @@ async def the_other_scripts(store: Store) -> None:
     await breakers.record("a", "t", success=False)
     await PayloadStore(store).put(session, b"x" * 3000, "text/plain")
     await store.take_token(store.keys.ratelimit("cluster"), 10, 1)
+    # provider_svc's quotas (issue 43): an API key's scope reads its record in the same slot.
+    _, key = await ApiKeys(store).create(agent_id="cluster-bot", environment="dev", limits=QuotaLimits(rpm=5))
+    quotas = Quotas(store, GatewaySettings(agents={"cluster-bot": QuotaLimits(budget_usd_day=1.0)}))
+    scopes = quotas.scopes(key_id=key.key_id, agent="cluster-bot", subject="acme:cluster-bot")
+    held = await quotas.reserve(scopes, reserve_usd=0.01, tokens=10)
+    await quotas.settle(held, cost_usd=0.005, tokens=8)
 
 
 async def test_a_task_and_every_lua_script_run_on_the_cluster_each_in_one_slot(

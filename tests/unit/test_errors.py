@@ -71,6 +71,8 @@ RPC_ENGINEERING = [
 ]
 # Issue 18: a write's outcome unknown; an operator settles it (ENGINEERING: the model cannot fix it).
 ISSUE_ENGINEERING = ["OUTCOME_UNKNOWN"]
+# Issue 43: a spend budget of a key, agent or tenant is used up (FATAL: a task aborts).
+ISSUE_FATAL = ["BUDGET_EXCEEDED"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAPPED = [c for c in ErrorCode if c is not ErrorCode.UNSPECIFIED]
 
@@ -101,7 +103,7 @@ def test_unspecified_is_unmapped_everywhere() -> None:
 
 
 def test_design_lists_cover_every_code_exactly_once() -> None:
-    listed = DESIGN_CONTRACT + DESIGN_ENGINEERING + DESIGN_FATAL + RPC_ENGINEERING + ISSUE_ENGINEERING
+    listed = DESIGN_CONTRACT + DESIGN_ENGINEERING + DESIGN_FATAL + RPC_ENGINEERING + ISSUE_ENGINEERING + ISSUE_FATAL
     assert sorted(listed) == sorted(c.name for c in MAPPED)
 
 
@@ -109,7 +111,7 @@ def test_design_lists_cover_every_code_exactly_once() -> None:
     ("name", "expected"),
     [(n, ErrorClass.CONTRACT) for n in DESIGN_CONTRACT]
     + [(n, ErrorClass.ENGINEERING) for n in DESIGN_ENGINEERING + RPC_ENGINEERING + ISSUE_ENGINEERING]
-    + [(n, ErrorClass.FATAL) for n in DESIGN_FATAL],
+    + [(n, ErrorClass.FATAL) for n in DESIGN_FATAL + ISSUE_FATAL],
 )
 def test_class_of_each_code_is_as_designed(name: str, expected: ErrorClass) -> None:
     assert error_class(ErrorCode[name]) is expected

@@ -38,6 +38,9 @@ def record_everything(metrics: Metrics) -> None:
     metrics.tool_call("get_deployment", "error", "ENGINEERING", "UPSTREAM_NOT_FOUND", 0.02)
     metrics.observe_breakers(lambda: [("get_deployment", "open", 2), ("calculator", "closed", 1)])
     metrics.model_usage("ops", "scripted", "default", 120, 30, 0.0015)
+    metrics.budget_alert("agent", "day", 80)
+    metrics.quota_refused("key", "rpm")
+    metrics.observe_budgets(lambda: [("agent", "ops", "day", 0.8, 1.0)])
     metrics.redis_operation("commit task", 0.0007)
     metrics.redis_operation("commit task", 2.0, "unavailable")
 
@@ -68,6 +71,10 @@ def test_each_fact_is_recorded_with_bounded_labels() -> None:
     assert got.value("agentmesh.gen_ai.tokens", agent="ops", model="default", type="input") == 120
     assert got.value("agentmesh.gen_ai.tokens", agent="ops", provider="scripted", type="output") == 30
     assert got.value("agentmesh.gen_ai.cost", agent="ops") == pytest.approx(0.0015)
+    assert got.value("agentmesh.gen_ai.budget.alerts", scope_kind="agent", period="day", threshold="80") == 1
+    assert got.value("agentmesh.gen_ai.quota.refusals", scope_kind="key", limit="rpm") == 1
+    assert got.value("agentmesh.gen_ai.budget.spent", scope="ops", period="day") == 0.8
+    assert got.value("agentmesh.gen_ai.budget.limit", scope="ops", period="day") == 1.0
     assert got.value("db.client.operation.duration", **{"db.operation.name": "commit task"}) == 2
     assert got.value("db.client.operation.duration", **{"error.type": "unavailable"}) == 1
     # Every instrument is documented (docs/architecture.md §8 and the dashboard use METRIC_NAMES).
@@ -95,6 +102,8 @@ def test_label_keys_are_a_closed_set() -> None:
         "rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code", "agent", "status", "state", "tool",
         "outcome", "error_class", "error_code", "provider", "model", "type", "db.system.name",
         "db.operation.name", "error.type",
+        # Issue 43's budgets: the scope is an operator's name (a configured agent or tenant, an API key's id).
+        "scope_kind", "scope", "period", "threshold", "limit",
     }  # fmt: skip
 
 

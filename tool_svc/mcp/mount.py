@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from agentmesh.config import ConfigError, ToolsSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.payloads import PayloadStore
-from tool_svc.http import Allowlist
+from agentmesh.urlallow import Allowlist
 from tool_svc.mcp import results
 from tool_svc.mcp.catalog import ListedTool, catalog
 from tool_svc.mcp.connection import McpConnection

@@ -107,6 +107,16 @@ class GenericPolicy:
         self.answer_prefix = answer_prefix
 
     def __call__(self, req: ScriptedRequest) -> ScriptedReply:
+        reply = self._reply(req)
+        schema = req.request.response_schema
+        if schema is not None and not reply.tool_calls and schema.get("type", "object") == "object":
+            # Structured output (response_format json_schema / json_object): an object the schema accepts,
+            # filled from the conversation like tool arguments are.
+            value = synthesize_arguments(ToolDef("response", "", schema), _texts(req))
+            return ScriptedReply(text=_dump(value))
+        return reply
+
+    def _reply(self, req: ScriptedRequest) -> ScriptedReply:
         choice = req.request.tool_choice
         err = req.last_error
         if err is not None and not (choice is not None and choice.mode == "none"):

@@ -58,6 +58,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, O
             "AGENTMESH_SERVER_DRAIN_DELAY_S": "0",
             "AGENTMESH_SERVER_GRACE_PERIOD_S": "2",
             "AGENTMESH_DISPATCHER_QUEUE_METRICS_INTERVAL_S": "0.2",
+            # A budget for the demo's agent: the dashboard's spend-against-budget panel has a series.
+            "AGENTMESH_GATEWAY": '{"agents": {"ops": {"budget_usd_day": 100}}}',
             OPS_URL_ENV: ops.url,
             "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
             "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",

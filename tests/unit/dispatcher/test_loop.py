@@ -300,6 +300,22 @@ async def test_empty_reply_fails_with_a_typed_reason(make_rig: MakeRig) -> None:
     assert task.error.metadata["reason"] == "empty_reply"
 
 
+async def test_a_spend_budget_refusal_aborts_the_task(make_rig: MakeRig) -> None:
+    """provider_svc's BUDGET_EXCEEDED (issue 43: a key's, agent's or tenant's spend budget) is FATAL."""
+    rig = await make_rig(lambda p: reply(text="never"))
+    rig.provider.rpc_failures = [
+        AgentmeshError(
+            ErrorCode.BUDGET_EXCEEDED, "agent ops: the day's budget would be exceeded", metadata={"scope": "agent:ops"}
+        )
+    ]
+    task_id = await rig.start()
+    events = await rig.events(task_id)
+    assert events[-2].kind == EventKind.INCIDENT and events[-2].error is not None
+    assert events[-2].error.code == ErrorCode.BUDGET_EXCEEDED
+    task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
+    assert task.status == TaskStatus.ABORTED and rig.provider.calls == 0
+
+
 async def test_unavailable_service_fails_the_task_which_resumes(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="ok"), dispatcher={"service_retry_attempts": 2})
     rig.provider.rpc_failures = [UnavailableError("provider down")] * 2

@@ -114,3 +114,53 @@ def test_errors_name_the_file_and_key(tmp_path: Path) -> None:
     path.write_text("providers:\n  routing: {code: nowhere/x}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"agentmesh.yaml.*providers"):
         load_settings(path)
+
+
+def test_price_routes_are_checked_and_resolve_to_their_candidates() -> None:
+    tagged = {
+        "backends": [
+            {
+                "name": "a",
+                "type": "scripted",
+                "models": [{"name": "x", "tags": ["summarize", "intent"]}, {"name": "y"}],
+            },
+            {"name": "b", "type": "openai", "api_key": "k", "models": [{"name": "z", "tags": ["summarize"]}]},
+        ],
+        "default_model": "a/x",
+    }
+    settings = ProvidersSettings.model_validate(
+        {**tagged, "routing": {"summarize": {"choose": "cheapest", "tags": ["summarize"], "models": ["a/y"]}}}
+    )
+    router = Router(settings)
+    route = router.price_route("", "summarize")
+    assert route is not None and router.price_route("a/x", "summarize") is None  # a named model wins
+    assert [r.name for r in router.candidates(route)] == ["a/x", "b/z", "a/y"]
+    assert route.describe() == "cheapest of tags [summarize] and models [a/y]"
+    with pytest.raises(ValidationError, match="no model carries every tag"):
+        ProvidersSettings.model_validate({**tagged, "routing": {"t": {"choose": "cheapest", "tags": ["nope"]}}})
+    with pytest.raises(ValidationError, match="needs tags or models"):
+        ProvidersSettings.model_validate({**tagged, "routing": {"t": {"choose": "cheapest"}}})
+    with pytest.raises(ValidationError, match="names no backend"):
+        ProvidersSettings.model_validate({**tagged, "routing": {"t": {"choose": "cheapest", "models": ["q/r"]}}})
+
+
+def test_model_health_breaker_and_rate_limit() -> None:
+    from agentmesh.config import ModelHealthSettings
+    from agentmesh.errors import AgentmeshError
+    from provider_svc.health import ModelHealth
+
+    now = [100.0]
+    health = ModelHealth(ModelHealthSettings(failure_threshold=2, open_s=10, rate_limited_s=5), clock=lambda: now[0])
+    down = AgentmeshError(ErrorCode.UPSTREAM_UNAVAILABLE, "down")
+    health.failed("m", down)
+    assert health.healthy("m")
+    health.failed("m", AgentmeshError(ErrorCode.INVALID_REQUEST, "the request's fault"))
+    health.failed("m", down)
+    assert not health.healthy("m") and health.why_not("m") == "breaker open"
+    now[0] += 10
+    assert health.healthy("m")  # half-open: one call may try it
+    health.succeeded("m")
+    health.failed("m", AgentmeshError(ErrorCode.RATE_LIMITED, "429", retry_after=30))
+    assert health.why_not("m") == "rate-limited"
+    now[0] += 30
+    assert health.healthy("m")

@@ -11,7 +11,7 @@ from agentmesh.errors import AgentmeshError, InvalidRequestError
 from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from provider_svc.models.base import Usage
-from provider_svc.usage import Prices, UsageLedger, cost_usd, day_of
+from provider_svc.usage import ROUTED_SUFFIX, Prices, UsageLedger, cost_usd, day_of
 
 
 def test_cost() -> None:
@@ -38,8 +38,26 @@ async def test_record_and_query(store: Store) -> None:
     assert await ledger.query(start_day=today.date()) == [r for r in rows if r.day == day_of(today)]
     assert [r.agent_id for r in await ledger.query(end_day=yesterday.date())] == ["a2"]
     assert await ledger.query("nobody") == []
-    ttl = await store.redis.ttl(store.keys.usage("a1", day_of(today)))
+    ttl = await store.redis.ttl(store.keys.usage("a1", day_of(today)) + ROUTED_SUFFIX)
     assert 0 < ttl <= 30 * 86400
+    await ledger.aclose()
+
+
+async def test_rows_carry_their_task_tag_and_api_key_and_older_rows_still_read(store: Store) -> None:
+    ledger = UsageLedger(store)
+    await ledger.record("t", "scripted/cheap", Usage(3, 4), 0.5, 0.1, task_tag="summarize", api_key_id="0123456789ab")
+    await ledger.record("t", "scripted/cheap", Usage(3, 4), 0.5, 0.1)
+    # A row an earlier release wrote (no tag, no key, the key without its suffix).
+    legacy = store.keys.usage("t", day_of())
+    await store.redis.hset(
+        legacy, mapping={"openai/gpt-4o#calls": 2, "openai/gpt-4o#in": 7, "openai/gpt-4o#cost_nusd": 10}
+    )
+    rows = sorted((r.task_tag, r.api_key_id, r.provider, r.model, r.calls, r.cost_usd) for r in await ledger.query("t"))
+    assert rows == [
+        ("", "", "openai", "gpt-4o", 2, 1e-8),
+        ("", "", "scripted", "cheap", 1, 0.5),
+        ("summarize", "0123456789ab", "scripted", "cheap", 1, 0.5),
+    ]
     await ledger.aclose()
 
 

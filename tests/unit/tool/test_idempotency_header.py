@@ -17,9 +17,10 @@ import pytest
 
 from agentmesh.config import ConfigError, ToolsSettings
 from agentmesh.errors import InvalidRequestError
+from agentmesh.urlallow import Allowlist
 from tool_svc.builtin import default_specs
 from tool_svc.builtin.http_request import allowed_headers, split_headers
-from tool_svc.http import Allowlist, HttpTransport, idempotency_key_value
+from tool_svc.http import HttpTransport, idempotency_key_value
 from tool_svc.http_tool import HttpToolExecutor
 from tool_svc.model import Caller, Invocation, ToolDef
 from tool_svc.registry import ToolRegistry

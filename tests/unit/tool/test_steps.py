@@ -11,10 +11,10 @@ import pytest
 
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from agentmesh.redact import MASK, redact_text, redact_value
+from agentmesh.urlallow import Allowlist
 from tool_svc.breaker import BreakerConfig, Breakers
 from tool_svc.builtin.calculator import evaluate
 from tool_svc.builtin.query_logs import parse_line, search
-from tool_svc.http import Allowlist
 from tool_svc.model import Caller, Permission, RetryPolicy, ToolDef
 from tool_svc.permissions import allowed, check, grant_allows, required_permission
 from tool_svc.retry import backoff_delay, run_with_retries

@@ -49,6 +49,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_MAX_STEPS_EXCEEDED: _ClassVar[ErrorCode]
     ERROR_CODE_LOOP_DETECTED: _ClassVar[ErrorCode]
     ERROR_CODE_SANDBOX_VIOLATION: _ClassVar[ErrorCode]
+    ERROR_CODE_BUDGET_EXCEEDED: _ClassVar[ErrorCode]
 
 class ErrorClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -140,6 +141,7 @@ ERROR_CODE_BUDGET_EXHAUSTED: ErrorCode
 ERROR_CODE_MAX_STEPS_EXCEEDED: ErrorCode
 ERROR_CODE_LOOP_DETECTED: ErrorCode
 ERROR_CODE_SANDBOX_VIOLATION: ErrorCode
+ERROR_CODE_BUDGET_EXCEEDED: ErrorCode
 ERROR_CLASS_UNSPECIFIED: ErrorClass
 ERROR_CLASS_CONTRACT: ErrorClass
 ERROR_CLASS_ENGINEERING: ErrorClass
