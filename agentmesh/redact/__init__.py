@@ -26,7 +26,16 @@ from agentmesh.redact import assignments, context, plugins
 from agentmesh.redact.gitleaks_rules import default_rules
 from agentmesh.redact.spans import MASK, Finding, mask
 
-__all__ = ["MASK", "Finding", "find_secrets", "redact_error", "redact_str", "redact_text", "redact_value"]
+__all__ = [
+    "MASK",
+    "Finding",
+    "find_secrets",
+    "redact_error",
+    "redact_field",
+    "redact_str",
+    "redact_text",
+    "redact_value",
+]
 
 
 def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
@@ -70,7 +79,9 @@ def redact_error(error: AgentmeshError) -> AgentmeshError:
         )
         for v in error.violations
     )
-    metadata = {k: redact_str(v) for k, v in error.metadata.items()}
+    # Metadata values are ids and counts by design (approval_id, idempotency_key, arguments_sha256): a
+    # lone token there is an id the client needs, not a credential; formats and assignments still apply.
+    metadata = {k: redact_text(v, whole_text=False)[0] for k, v in error.metadata.items()}
     if message == error.message and violations == error.violations and metadata == error.metadata:
         return error
     return error.replace(message=message, violations=violations, metadata=metadata)
@@ -80,9 +91,15 @@ def _secret_key(key: str) -> bool:
     return assignments.secret_key(key)
 
 
-def redact_value(value: Any, text: Callable[[str], tuple[str, bool]] = redact_text) -> tuple[Any, bool]:
+def redact_field(text: str) -> tuple[str, bool]:
+    """One string value of a structured value: every detector but the lone-token rule (ids stand alone
+    in JSON fields all the time; a secret-named field is masked whole by `redact_value` instead)."""
+    return redact_text(text, whole_text=False)
+
+
+def redact_value(value: Any, text: Callable[[str], tuple[str, bool]] = redact_field) -> tuple[Any, bool]:
     """A JSON value with secrets masked (strings by pattern, secret-named keys whole). `text` masks one
-    string (a caller may pass a cached `redact_text`)."""
+    string (a caller may pass a cached `redact_field`)."""
     if isinstance(value, str):
         return text(value)
     if isinstance(value, list):

@@ -129,6 +129,8 @@ def key_words(key: str) -> list[str]:
 def secret_key(key: str) -> bool:
     """Whether a key names a secret (by its words; see the module's docstring)."""
     words = key_words(key)
+    if words[-3:] == ["private", "key", "id"]:
+        return True  # a service account's key id is as sensitive as its name suggests
     if not words or words[-1] in _METADATA_WORDS or _NOT_SECRET_WORDS.intersection(words):
         return False
     if _SECRET_WORDS.intersection(words):
@@ -149,17 +151,27 @@ _MIN_LENGTH = 4
 def plausible_value(value: str, quoted: bool, text: str, end: int) -> bool:
     """Whether a value could be a secret (see the module's docstring)."""
     v = value.strip()
-    if len(v) < _MIN_LENGTH or is_placeholder(v) or _NAME_LIKE.search(v) is not None:
-        return False
+    if len(v) < _MIN_LENGTH or is_placeholder(v) or _NAME_LIKE.search(v) is not None or v.startswith("<"):
+        return False  # (`<` starts markup: `<xsd:element ...`)
     if not quoted:
         if end < len(text) and text[end] in "([":
             return False  # getToken() / password(...) / ENC[AES256_GCM,...]
         if _CODE_REFERENCE.search(v) is not None and not any(c.isdigit() for c in v):
             return False  # os.environ / self.password / config.secret
+        if v.startswith(("/", "~/", "./", "../")):
+            return False  # PWD=/tmp: a path
     return True
 
 
 # --- matching
+
+_AFTER_QUOTE = frozenset(" \t\r\n,;:)]}>/\\&+|")
+
+
+def _closed(text: str, after: int) -> bool:
+    """Whether a quoted value's closing quote ends it: a delimiter, or the end of the text, follows."""
+    return after >= len(text) or text[after] in _AFTER_QUOTE
+
 
 
 _VALUE_GROUPS = (("dq", True), ("sq", True), ("bq", True), ("eq", True), ("bare", False))
@@ -206,6 +218,8 @@ def findings(text: str) -> list[Finding]:
                     continue  # `f("KEY", "value")` only: a bare `token, x` is a list, not an assignment
                 if not quoted and text[start:end].lower() in _SCHEMES and text[end : end + 1] in (" ", "\t"):
                     continue  # `Authorization: Bearer <token>`: the scheme, then no value the grammar reads
+            if quoted and not _closed(text, end + 1):
+                continue  # `"<xsd:element name="Agency...`: the quote closed inside a longer string
             if plausible_value(text[start:end], quoted, text, end):
                 out.append(Finding(start, end, f"assignment:{name}"))
         for pattern, name in ((_SQL, "sql"), (_COOKIE, "cookie")):
