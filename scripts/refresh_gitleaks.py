@@ -33,27 +33,28 @@ def _files(repo: Path, rev: str, folder: str, suffix: str) -> list[str]:
     return sorted(f"{folder}/{name}" for name in names if name.endswith(suffix) and not name.endswith("_test.go"))
 
 
-def refresh(repo: Path, rev: str) -> str:
+def refresh(repo: Path, rev: str = "HEAD", runtime: Path = RUNTIME, corpus: Path = CORPUS) -> str:
+    """Copy the files of `rev` in `repo`; returns the commit."""
     commit = _git(repo, "rev-parse", f"{rev}^{{commit}}").decode().strip()
     wanted: list[tuple[str, Path]] = [
-        ("config/gitleaks.toml", RUNTIME / "gitleaks.toml"),
-        ("LICENSE", RUNTIME / "LICENSE.gitleaks"),
-        ("LICENSE", CORPUS / "LICENSE"),
+        ("config/gitleaks.toml", runtime / "gitleaks.toml"),
+        ("LICENSE", runtime / "LICENSE.gitleaks"),
+        ("LICENSE", corpus / "LICENSE"),
     ]
     for folder, target in (("cmd/generate/config/rules", "rules"), ("cmd/generate/config/utils", "utils")):
-        old = CORPUS / target
+        old = corpus / target
         if old.is_dir():
             for stale in old.glob("*.go"):
                 stale.unlink()
-        wanted += [(name, CORPUS / target / Path(name).name) for name in _files(repo, commit, folder, ".go")]
+        wanted += [(name, corpus / target / Path(name).name) for name in _files(repo, commit, folder, ".go")]
     # The template of the generated config: the rules' order in the toml comes from main.go's list.
-    wanted.append(("cmd/generate/config/main.go", CORPUS / "main.go"))
+    wanted.append(("cmd/generate/config/main.go", corpus / "main.go"))
     for source, target in wanted:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(_git(repo, "show", f"{commit}:{source}"))
     stamp = f"gitleaks {commit}\n"
-    (RUNTIME / "VERSION.gitleaks").write_text(stamp, encoding="utf-8")
-    (CORPUS / "VERSION").write_text(stamp, encoding="utf-8")
+    (runtime / "VERSION.gitleaks").write_text(stamp, encoding="utf-8")
+    (corpus / "VERSION").write_text(stamp, encoding="utf-8")
     return commit
 
 

@@ -45,14 +45,20 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     found, vetoes = default_rules().scan(text)
     found += plugins.findings(text)
     generic = assignments.findings(text) + context.findings(text, whole_text=whole_text)
-    # (context's URL credentials, private keys, JWTs and AWS pairs are formats, not guesses: kept.)
     # What gitleaks' own rules rejected (a known example key, a placeholder, filler) the generic
     # detectors do not mask either.
     found += [f for f in generic if not _vetoed(f, vetoes)]
     return found
 
 
+# The guesses: a grammar, a lone token, a loose vendor prefix, an auth scheme's word. (URL credentials,
+# private key blocks, JWTs and AWS key pairs are structure, not guesses: never vetoed.)
+_VETOABLE_CONTEXT = frozenset({"context:lone-token", "context:vendor-prefix", "context:auth-scheme"})
+
+
 def _vetoed(finding: Finding, vetoes: list[Finding]) -> bool:
+    if not (finding.rule.startswith("assignment:") or finding.rule in _VETOABLE_CONTEXT):
+        return False
     return any(v.start <= finding.end and finding.start <= v.end for v in vetoes)
 
 

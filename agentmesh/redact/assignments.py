@@ -67,11 +67,13 @@ _XML_ELEMENT = re2.compile(
     _OPTIONS,
 )
 _XML_PAIR = re2.compile(
-    rf"(?i)\b(?:name|key)[ \t]*=[ \t]*\"(?P<key>[^\"<>]*(?:{_WORD})[^\"<>]*)\"[ \t\r\n]+value[ \t]*=[ \t]*\"(?P<dq>[^\"]*)\"",
+    rf"(?i)\b(?:name|key)[ \t]*=[ \t]*\"(?P<key>[^\"<>]*(?:{_WORD})[^\"<>]*)\""
+    r"[ \t\r\n]+value[ \t]*=[ \t]*\"(?P<dq>[^\"]*)\"",
     _OPTIONS,
 )
 _JSON_PAIR = re2.compile(
-    rf"(?i)\"name\"[ \t]*:[ \t]*\"(?P<key>[^\"]*(?:{_WORD})[^\"]*)\"[ \t\r\n]*,[ \t\r\n]*\"value\"[ \t]*:[ \t]*\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"",
+    rf"(?i)\"name\"[ \t]*:[ \t]*\"(?P<key>[^\"]*(?:{_WORD})[^\"]*)\""
+    r"[ \t\r\n]*,[ \t\r\n]*\"value\"[ \t]*:[ \t]*\"(?P<dq>(?:[^\"\\\n]|\\.)*)\"",
     _OPTIONS,
 )
 _YAML_BLOCK = re2.compile(
@@ -79,7 +81,8 @@ _YAML_BLOCK = re2.compile(
     _OPTIONS,
 )
 _FLAG = re2.compile(
-    rf"(?i)(?:^|[ \t])--?(?P<key>[\w.-]*(?:{_WORD})[\w.-]*)[ \t]+(?:\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'-][^\s\"']*))",
+    rf"(?i)(?:^|[ \t])--?(?P<key>[\w.-]*(?:{_WORD})[\w.-]*)[ \t]+"
+    r"(?:\"(?P<dq>[^\"\n]*)\"|'(?P<sq>[^'\n]*)'|(?P<bare>[^\s\"'-][^\s\"']*))",
     _OPTIONS,
 )
 _USER_PASSWORD = re2.compile(
@@ -115,7 +118,20 @@ _METADATA_WORDS = frozenset(
     | {"tokenizer", "tokenize", "tokenized", "index", "idx", "alias", "at", "age", "set", "created", "updated"}
 )
 _NOT_SECRET_WORDS = frozenset(
-    {"public", "pub", "csrf", "xsrf", "authenticity", "author", "authors", "authority", "max", "input", "output", "prompt"}
+    {
+        "public",
+        "pub",
+        "csrf",
+        "xsrf",
+        "authenticity",
+        "author",
+        "authors",
+        "authority",
+        "max",
+        "input",
+        "output",
+        "prompt",
+    }
     | {"completion", "total", "num", "no", "is", "has", "use", "show", "forgot", "reset", "confirm", "keyboard"}
 )
 _CAMEL = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -173,7 +189,6 @@ def _closed(text: str, after: int) -> bool:
     return after >= len(text) or text[after] in _AFTER_QUOTE
 
 
-
 _VALUE_GROUPS = (("dq", True), ("sq", True), ("bq", True), ("eq", True), ("bare", False))
 
 
@@ -212,21 +227,24 @@ def findings(text: str) -> list[Finding]:
             if span is None:
                 continue
             start, end, quoted = span
+            if name == "flag" and not quoted and ":" in text[start:end]:
+                start += text.index(":", start, end) + 1 - start  # --auth user:password: the password
             if name == "assignment":
                 op = m.group("op").strip()
                 if op == "," and not (m.group("close") and quoted):
                     continue  # `f("KEY", "value")` only: a bare `token, x` is a list, not an assignment
                 if not quoted and text[start:end].lower() in _SCHEMES and text[end : end + 1] in (" ", "\t"):
                     continue  # `Authorization: Bearer <token>`: the scheme, then no value the grammar reads
-            if quoted and not _closed(text, end + 1):
+            closing = 2 if text[end : end + 2] == '\\"' else 1  # \"escaped\" quotes close with two
+            if quoted and not _closed(text, end + closing):
                 continue  # `"<xsd:element name="Agency...`: the quote closed inside a longer string
             if plausible_value(text[start:end], quoted, text, end):
                 out.append(Finding(start, end, f"assignment:{name}"))
-        for pattern, name in ((_SQL, "sql"), (_COOKIE, "cookie")):
-            for m in pattern.finditer(text):
-                span = _value_span(pattern, m)
-                if span is not None and plausible_value(text[span[0] : span[1]], True, text, span[1]):
-                    out.append(Finding(span[0], span[1], f"assignment:{name}"))
+    for pattern, name in ((_SQL, "sql"), (_COOKIE, "cookie")):
+        for m in pattern.finditer(text):
+            span = _value_span(pattern, m)
+            if span is not None and plausible_value(text[span[0] : span[1]], True, text, span[1]):
+                out.append(Finding(span[0], span[1], f"assignment:{name}"))
     for m in _USER_PASSWORD.finditer(text):
         start, end = m.span(1)
         if plausible_value(text[start:end], False, text, end):

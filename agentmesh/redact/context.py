@@ -23,7 +23,8 @@ _OPTIONS.max_mem = 32 << 20
 _URL_CREDENTIALS = re2.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@'\"]*:(?P<secret>[^\s@/'\"]+)@", _OPTIONS)
 # `=` only as base64 padding: `token_type=bearer expires_in=3600` holds no token.
 _AUTH_SCHEME = re2.compile(
-    r"(?i)\b(?:bearer|basic|token|bot|ssws|api-token)[ \t]+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)(?:[^A-Za-z0-9._~+/=-]|$)",
+    r"(?i)\b(?:bearer|basic|token|bot|ssws|api-token|flyv1)[ \t]+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)"
+    r"(?:[^A-Za-z0-9._~+/=-]|$)",
     _OPTIONS,
 )
 _PRIVATE_KEY = re2.compile(
@@ -50,7 +51,7 @@ _AWS_WINDOW = 160
 _PREFILTER = re2.compile(
     r"(?i)://[^\s/@]*:[^\s/@]*@|bearer|basic|token|\bbot\b|ssws|PRIVATE KEY|eyJ|[A-Za-z0-9/+]{40}"
     r"|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|_live_|_test_",
-    _OPTIONS
+    _OPTIONS,
 )
 
 # A lone token: what a whole text is when a tool printed one credential.
@@ -67,7 +68,9 @@ _PATH_OR_WORDS = re2.compile(r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\
 def _aws_secret_like(token: str) -> bool:
     """Mixed case like a real key: a git SHA or a hex id (one case, hex only) is not one."""
     return (
-        any(c.isupper() for c in token) and any(c.islower() for c in token) and any(c.isdigit() or c in "/+" for c in token)
+        any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+        and any(c.isdigit() or c in "/+" for c in token)
     )
 
 
@@ -102,7 +105,12 @@ def lone_token(text: str) -> list[Finding]:
         return []
     start, end = m.span(1)
     token = text[start:end]
-    if _HEX_DIGEST.search(token) or _PATH_OR_WORDS.search(token) or _FIELD_PREFIX.search(token) or is_placeholder(token):
+    if (
+        _HEX_DIGEST.search(token)
+        or _PATH_OR_WORDS.search(token)
+        or _FIELD_PREFIX.search(token)
+        or is_placeholder(token)
+    ):
         return []
     classes = sum((any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token)))
     if (classes < 2 and _LONG_NUMBER.search(token) is None) or shannon_entropy(token) < 3.0:

@@ -5,6 +5,8 @@ rule) and the vendor plugins skip them; gitleaks' own rules have their allowlist
 
 from __future__ import annotations
 
+import itertools
+
 import re2
 
 from agentmesh.redact.spans import MASK
@@ -37,7 +39,7 @@ def _filler_run(value: str) -> bool:
     """One character 8 times in a row making a quarter of the value (`glc_1111...`, `-#####`). Not any
     run: base64 of binary data has runs of `A` (zero bytes) in real tokens."""
     run = longest = 1
-    for a, b in zip(value, value[1:], strict=False):
+    for a, b in itertools.pairwise(value):
         run = run + 1 if a == b else 1
         longest = max(longest, run)
     return longest >= 8 and longest * 4 >= len(value)
@@ -45,7 +47,10 @@ def _filler_run(value: str) -> bool:
 
 def is_placeholder(value: str) -> bool:
     """Whether a value is visibly a stand-in, not a secret (see the module's docstring)."""
-    v = value.strip().strip("\"'`<>[](){}")
+    quoted = value.strip().strip("\"'`")
+    v = quoted.strip("<>[](){}")  # `<user:password>`, `[PASSWORD]` as well as `<password>`
     if not v or MASK in v or len(set(v)) <= 1:
         return True
-    return _WHOLE.search(v) is not None or _PART.search(v) is not None or _filler_run(v)
+    if _WHOLE.search(quoted) is not None or _WHOLE.search(v) is not None:
+        return True
+    return _PART.search(v) is not None or _filler_run(v)

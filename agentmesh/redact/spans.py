@@ -32,7 +32,7 @@ class Finding:
 
 
 def _token_char(c: str, extra: frozenset[str]) -> bool:
-    return c.isascii() and c.isalnum() or c in extra
+    return (c.isascii() and c.isalnum()) or c in extra
 
 
 def widen(text: str, start: int, end: int) -> tuple[int, int]:

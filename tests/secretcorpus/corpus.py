@@ -130,12 +130,12 @@ class _Regexp:
         self.pattern = pattern
         self._re: Any = None
 
-    def go_MatchString(self, s: str) -> bool:  # noqa: N802 (Go's method name)
+    def go_MatchString(self, s: str) -> bool:
         if self._re is None:
             self._re = re2.compile(self.pattern)
         return self._re.search(s) is not None
 
-    def go_String(self) -> str:  # noqa: N802
+    def go_String(self) -> str:
         return self.pattern
 
 
@@ -252,9 +252,7 @@ def generate(seed: int = DEFAULT_SEED) -> list[Sample]:
     return samples
 
 
-def _samples_of(
-    rule_id: str, tps: list[str], fps: list[str], rec: _Recorder, drawn: list[str]
-) -> list[Sample]:
+def _samples_of(rule_id: str, tps: list[str], fps: list[str], rec: _Recorder, drawn: list[str]) -> list[Sample]:
     out: list[Sample] = []
     bare: list[str] = []
     for text in dict.fromkeys(tps):
