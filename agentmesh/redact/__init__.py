@@ -18,6 +18,8 @@ valid), and values under keys named like a secret are replaced whole. Measured b
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +49,8 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     generic = assignments.findings(text) + context.findings(text, whole_text=whole_text)
     # What gitleaks' own rules rejected (a known example key, a placeholder, filler) the generic
     # detectors do not mask either.
-    found += [f for f in generic if not _vetoed(f, vetoes)]
+    vetoed = _Vetoes(vetoes)
+    found += [f for f in generic if not vetoed.covers(f)]
     return found
 
 
@@ -56,10 +59,20 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
 _VETOABLE_CONTEXT = frozenset({"context:lone-token", "context:vendor-prefix", "context:auth-scheme"})
 
 
-def _vetoed(finding: Finding, vetoes: list[Finding]) -> bool:
-    if not (finding.rule.startswith("assignment:") or finding.rule in _VETOABLE_CONTEXT):
-        return False
-    return any(v.start <= finding.end and finding.start <= v.end for v in vetoes)
+class _Vetoes:
+    """The rejected spans, sorted, with the running maximum of their ends: an overlap test in log time
+    (a hostile text can hold thousands of both)."""
+
+    def __init__(self, vetoes: list[Finding]) -> None:
+        spans = sorted((v.start, v.end) for v in vetoes)
+        self._starts = [start for start, _ in spans]
+        self._max_ends = list(itertools.accumulate((end for _, end in spans), max))
+
+    def covers(self, finding: Finding) -> bool:
+        if not (finding.rule.startswith("assignment:") or finding.rule in _VETOABLE_CONTEXT):
+            return False
+        count = bisect.bisect_right(self._starts, finding.end)  # vetoes starting before the finding ends
+        return count > 0 and self._max_ends[count - 1] >= finding.start
 
 
 def redact_text(text: str, *, whole_text: bool = True) -> tuple[str, bool]:

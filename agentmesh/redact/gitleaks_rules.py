@@ -34,6 +34,7 @@ DATA = Path(__file__).resolve().parent / "data"
 TOML = DATA / "gitleaks.toml"
 
 GENERIC = "generic-api-key"
+_LINE_WINDOW = 1024
 
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 64 << 20  # the generic rule's DFA needs more than RE2's 8 MiB default to stay fast
@@ -51,13 +52,19 @@ def _compile(pattern: str) -> Any:
     return re2.compile(pattern, _OPTIONS)
 
 
+def _any_of(words: list[str]) -> Any | None:
+    """A regex matching any of the words as a substring (None for no words)."""
+    unique = sorted({w.lower() for w in words if w})
+    return _compile("|".join(re2.escape(w) for w in unique)) if unique else None
+
+
 @dataclass(frozen=True)
 class Allowlist:
     """One of gitleaks' allowlists, without its path and commit parts (a text has neither)."""
 
     target: str  # "secret" | "match" | "line"
     regex: Any | None
-    stopwords: tuple[str, ...]
+    stopwords: Any | None  # one RE2 alternation of the (lowercased) stop words, as gitleaks' Aho-Corasick trie
     match_all: bool  # condition = "AND"
     needs_path: bool  # an AND condition over paths or commits: never met without a path
 
@@ -67,7 +74,7 @@ class Allowlist:
         return cls(
             target=data.get("regexTarget") or "secret",
             regex=_compile("|".join(f"(?:{r})" for r in regexes)) if regexes else None,
-            stopwords=tuple(dict.fromkeys(w.lower() for w in data.get("stopwords") or [])),
+            stopwords=_any_of(data.get("stopwords") or []),
             match_all=str(data.get("condition", "")).upper() == "AND",
             needs_path=bool(data.get("paths") or data.get("commits")),
         )
@@ -75,13 +82,12 @@ class Allowlist:
     def allows(self, secret: str, match: str, line: str) -> bool:
         target = {"match": match, "line": line}.get(self.target, secret)
         regex_hit = self.regex is not None and target != "" and self.regex.search(target) is not None
-        lowered = secret.lower()
-        stopword_hit = bool(secret) and any(word in lowered for word in self.stopwords)
+        stopword_hit = bool(secret) and self.stopwords is not None and self.stopwords.search(secret.lower()) is not None
         if self.match_all:
             if self.needs_path:
                 return False
             checks = [regex_hit] if self.regex is not None else []
-            checks += [stopword_hit] if self.stopwords else []
+            checks += [stopword_hit] if self.stopwords is not None else []
             return bool(checks) and all(checks)
         return regex_hit or stopword_hit
 
@@ -187,9 +193,11 @@ class RuleSet:
                 if veto:
                     vetoes.append(Finding(s_start, s_end, name))
                 continue
-            line_start = text.rfind("\n", 0, start) + 1
-            line_end = text.find("\n", end)
-            line = text[line_start : len(text) if line_end < 0 else line_end]
+            # The match's line, at most _LINE_WINDOW characters either side of it: a line-target allowlist
+            # on a 1 MB one-line text would otherwise cost a pass over the whole text per match.
+            line_start = max(text.rfind("\n", max(0, start - _LINE_WINDOW), start) + 1, start - _LINE_WINDOW)
+            line_end = text.find("\n", end, end + _LINE_WINDOW)
+            line = text[line_start : min(len(text) if line_end < 0 else line_end, end + _LINE_WINDOW)]
             if any(a.allows(secret, match, line) for a in self.global_allowlists):
                 vetoes.append(Finding(s_start, s_end, name))
                 continue
