@@ -2,7 +2,7 @@
 command lines use, so that a secret of a format no rule knows is still masked by its name.
 
     key      an identifier holding a secret word: password, passwd, pwd, pass, passphrase, secret, token,
-             credential(s), creds, auth, authorization, cookie, dsn, or api/access/private/secret/signing/
+             credential(s), creds, auth, authorization, cookie, or api/access/private/secret/signing/
              encryption/master/session/client/app/account/license + key (camelCase, snake_case, kebab,
              dotted, `$php`, `@attr`, quoted, `["indexed"]` keys alike)
     operator =  :=  ::=  :::=  ?=  ??=  .=  +=  =>  ->  :  ,  (after a quoted key: `setProperty("K", "v")`),
@@ -41,7 +41,7 @@ _OPTIONS.max_mem = 32 << 20
 
 # A secret word somewhere in an identifier; the key's words are checked in Python (`secret_key`).
 _WORD = (
-    r"pass(?:word|wd|phrase)?|pwd|secret|token|credentials?|creds|auth(?:orization)?|cookie|dsn"
+    r"pass(?:word|wd|phrase)?|pwd|secret|token|credentials?|creds|auth(?:orization)?|cookie"
     r"|(?:api|access|private|priv|secret|signing|encryption|master|session|client|app|account|license)[_.-]?key"
 )
 _KEY_BODY = rf"[\w.$@-]*(?:{_WORD})[\w.-]*"
@@ -101,7 +101,7 @@ _PREFILTER = re2.compile(rf"(?i){_WORD}", _OPTIONS)
 
 _SECRET_WORDS = frozenset(
     {"password", "passwd", "pwd", "pass", "passphrase", "secret", "secrets", "token", "credential", "credentials"}
-    | {"creds", "auth", "authorization", "cookie", "dsn", "apikey", "privatekey", "secretkey", "accesskey"}
+    | {"creds", "auth", "authorization", "cookie", "apikey", "privatekey", "secretkey", "accesskey"}
 )
 _KEY_QUALIFIERS = frozenset(
     {"api", "access", "private", "priv", "secret", "signing", "encryption", "master", "session", "client", "app"}
