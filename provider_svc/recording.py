@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from agentmesh.redact import redact_text, redact_value
+from agentmesh.redact import redact_field, redact_value
 from provider_svc.models._http import dumps_raw, loads_raw
 from provider_svc.models.base import SentRequest
 
@@ -63,14 +63,14 @@ class RequestRecorder:
 
     def _text(self, text: str) -> tuple[str, bool]:
         if len(text) < _MIN_CACHED_CHARS or len(text) > self.max_chars // 4:
-            return redact_text(text)
+            return redact_field(text)
         with self._lock:
             found = self._cache.get(text)
             if found is not None:
                 self._cache.move_to_end(text)
                 self.hits += 1
                 return found
-        result = redact_text(text)  # outside the lock: the slow part
+        result = redact_field(text)  # outside the lock: the slow part
         with self._lock:
             self.misses += 1
             if text not in self._cache:

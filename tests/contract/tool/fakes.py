@@ -103,7 +103,7 @@ class FakeUpstream:
                         {
                             "dsn": "postgres://app:hunter2@db.internal:5432/pay",
                             "api_key": "sk-live-abcdefghijklmnopqrstuv",
-                            "note": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345",
+                            "note": "Authorization: Bearer Xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg0a",
                             "total_tokens": 42,
                         },
                     )

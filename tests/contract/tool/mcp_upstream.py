@@ -33,7 +33,7 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True)
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-SECRET = "AKIAIOSFODNN7EXAMPLE"
+SECRET = "AKIAZ7QW3ER5TY8UI2OP"  # (not AWS's documentation key: that one is a placeholder)
 
 
 class Item(BaseModel):
@@ -84,7 +84,7 @@ def build(effects: Path) -> MCPServer:
 
     @mcp.tool(description="Show the storage credentials.", annotations=READ, structured_output=False)
     def leak() -> str:
-        return f"aws_access_key_id={SECRET} aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+        return f"aws_access_key_id={SECRET} aws_secret_access_key=k8Jd2LmQ/9xZ+vB4nR7tY1wE5sA3fG6hJ0cV2bN4"
 
     @mcp.tool(description="A large report of n lines.", annotations=READ, structured_output=False)
     def report(lines: int) -> str:

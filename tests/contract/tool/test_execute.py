@@ -187,7 +187,7 @@ async def test_secrets_are_redacted(tool_service: Any) -> None:
     result = await c.execute("get_secret", {})
     assert result.output.redacted
     text = result.output.inline
-    assert "hunter2" not in text and "sk-live" not in text and "abcdefghijklmnopqrstuvwxyz012345" not in text
+    assert "hunter2" not in text and "sk-live" not in text and "Xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg0a" not in text
     value = json.loads(text)
     assert value["total_tokens"] == 42 and value["dsn"].startswith("postgres://app:")
     assert not (await c.execute("calculator", {"expression": "1"})).output.redacted

@@ -35,6 +35,8 @@ from tests.contract.tool.mcp_support import (
 )
 from tool_svc.server import SPEC
 
+SECRET = "AKIAZ7QW3ER5TY8UI2OP"  # the key tests/contract/tool/mcp_upstream.py leaks
+
 READ, WRITE = common_pb2.ACCESS_MODE_READ, common_pb2.ACCESS_MODE_WRITE
 
 
@@ -168,7 +170,7 @@ async def test_approvals_redaction_offload_and_the_rate_limit(
     assert effects(stdio_effects) == ["note:n1"]
     # A secret in an output is redacted; an output over 2 KiB is offloaded with a digest.
     leak = await tools.call("local__leak", {}, agent="agent-c")
-    assert leak.output.redacted and "AKIAIOSFODNN7EXAMPLE" not in leak.output.inline
+    assert leak.output.redacted and SECRET not in leak.output.inline
     big = await tools.call("local__report", {"lines": 200}, agent="agent-c")
     assert big.output.WhichOneof("content") == "ref" and big.output.ref.size_bytes > 2048
     assert big.output.ref.media_type.startswith("text/plain") and big.output.digest
@@ -180,7 +182,7 @@ async def test_approvals_redaction_offload_and_the_rate_limit(
         await asyncio.sleep(0.05)
     lines = [r.getMessage() for r in caplog.records if r.name == "tool_svc.mcp.stderr"]
     assert any("debug: connecting" in line and "[REDACTED]" in line for line in lines), lines
-    assert not any("hunter2-secret" in line or "AKIAIOSFODNN7EXAMPLE" in line for line in lines)
+    assert not any("hunter2-secret" in line or SECRET in line for line in lines)
     # The per-agent rate limit applies to MCP tools as to any (capacity 6, no refill to speak of).
     outcomes = [await tools.call("local__echo_text", {"text": str(i)}, agent="busy") for i in range(7)]
     assert [o.WhichOneof("outcome") for o in outcomes[:6]] == ["output"] * 6

@@ -22,7 +22,7 @@ def test_masks_like_the_redactor_and_keeps_a_clean_body_byte_for_byte() -> None:
         "model": "m1",
         "messages": [
             {"role": "user", "content": "connect with password=hunter2-secret please"},
-            {"role": "user", "content": "token ghp_" + "a" * 36},
+            {"role": "user", "content": "token ghp_Q7vX2mR9kLp4Tz8Wn3Ys6Hd1Jf5Bc0GaEu2K"},
         ],
         "metadata": {"api_key": "plain-looking-value"},
         "temperature": 0.5,

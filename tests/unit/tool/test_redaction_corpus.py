@@ -1,5 +1,6 @@
-"""The redactor against the committed corpus (recall >= 0.98, false positives <= 1%), and the error
-texts tool_svc builds from upstream bodies (issue 21: nothing secret reaches a model)."""
+"""The redactor against our own committed corpus (issue 21, written here: recall >= 0.98, false positives
+<= 1%; the public corpus is tests/unit/redact), and the error texts tool_svc builds from upstream bodies
+(issue 21: nothing secret reaches a model)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def test_corpus_size_and_formats() -> None:
 def test_recall_and_false_positive_rate() -> None:
     result = score(load_corpus())
     missed = [(e["format"], e["redacted"][:120]) for e in result.missed]
-    flagged = [(e["format"], e["text"][:120]) for e in result.flagged]
+    flagged = [(e["format"], e["text"][:120]) for e in result.false_positives]
     assert result.recall >= 0.98, missed
     assert result.false_positive_rate <= 0.01, flagged
 
@@ -48,6 +49,7 @@ def test_recall_and_false_positive_rate() -> None:
         "cat: /etc/passwd: No such file or directory",
         "token_type=bearer expires_in=3600",
         "commit 3f786850e387550fdab836ed7e6dc881de23001b",
+        "AKIAIOSFODNN7EXAMPLE",  # AWS's documentation key (gitleaks allowlists it; an AKIA key beside it is masked)
     ],
 )
 def test_not_secrets(text: str) -> None:

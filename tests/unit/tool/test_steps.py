@@ -233,13 +233,17 @@ async def test_timeout_is_upstream_timeout_with_fallback() -> None:
     ("text", "secret"),
     [
         ("db=postgres://app:hunter2@db:5432/pay", "hunter2"),
-        ("AKIAIOSFODNN7EXAMPLE is the key", "AKIAIOSFODNN7EXAMPLE"),
-        ("token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+        ("AKIAZ7QW3ER5TY8UI2OP is the key", "AKIAZ7QW3ER5TY8UI2OP"),
+        ("token ghp_Q7vX2mR9kLp4Tz8Wn3Ys6Hd1Jf5Bc0GaEu2K", "ghp_Q7vX2mR9kLp4Tz8Wn3Ys6Hd1Jf5Bc0GaEu2K"),
         ("Authorization: Bearer abcdefghijklmnop.qrstuvwxyz123456", "abcdefghijklmnop.qrstuvwxyz123456"),
         ("password=s3cr3t! next", "s3cr3t!"),
         ('{"api_key": "abc123def456"}', "abc123def456"),
-        ("OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz", "sk-proj-abcdefghijklmnopqrstuvwxyz"),
-        ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+        ("OPENAI_API_KEY=sk-proj-Rk3Vq8Xm2Lp7Tz4Wn9Ys1Hd6", "sk-proj-Rk3Vq8Xm2Lp7Tz4Wn9Ys1Hd6"),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6\n"
+            "-----END RSA PRIVATE KEY-----",
+            "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6",
+        ),
         ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N", "dozjgNryP4J3jVmNHl0w5N"),
     ],
 )

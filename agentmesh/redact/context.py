@@ -1,0 +1,137 @@
+"""Our context rules: secrets found by where they stand rather than by a vendor's format.
+
+- credentials in URLs (`scheme://user:password@host`, also with an empty user);
+- an authorization scheme and its credential anywhere (`Bearer <token>`, `Basic <base64>`, `Token <t>`);
+- PEM and PGP private key blocks, whole (also cut off before their END line);
+- JWTs, signed or not (`alg: none` tokens end with a dot);
+- AWS secret access keys: 40 characters of mixed-case base64 near an access key id or a label;
+- a text that is a single high-entropy token and nothing else (a tool that prints one credential).
+All patterns are RE2 (linear time on hostile text).
+"""
+
+from __future__ import annotations
+
+import re2
+
+from agentmesh.redact.gitleaks_rules import shannon_entropy
+from agentmesh.redact.placeholders import is_placeholder
+from agentmesh.redact.spans import Finding
+
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = 32 << 20
+
+_URL_CREDENTIALS = re2.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@'\"]*:(?P<secret>[^\s@/'\"]+)@", _OPTIONS)
+# `=` only as base64 padding: `token_type=bearer expires_in=3600` holds no token.
+_AUTH_SCHEME = re2.compile(
+    r"(?i)\b(?:bearer|basic|token|bot|ssws|api-token|flyv1)[ \t]+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)"
+    r"(?:[^A-Za-z0-9._~+/=-]|$)",
+    _OPTIONS,
+)
+_PRIVATE_KEY = re2.compile(
+    r"(?s)-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----(?P<secret>[^-]*?[A-Za-z0-9+/=]{32}.*?)"
+    r"(?:-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----|\z)",
+    _OPTIONS,
+)
+_JWT = re2.compile(
+    r"\b(?P<secret>eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{4,}\.(?:[A-Za-z0-9_-]{8,}(?:={0,2})|))(?:[^A-Za-z0-9_.=-]|$)",
+    _OPTIONS,
+)
+# Vendor prefixes with loose lengths: gitleaks' rules pin each format's exact length and checksum marker,
+# and a key of a newer or older generation (or cut short in a log line) must still be masked.
+_PREFIXED_KEY = re2.compile(
+    r"\b(?P<secret>sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
+    r"|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{30,}|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,})",
+    _OPTIONS,
+)
+_AWS_SECRET = re2.compile(r"(?:^|[^A-Za-z0-9/+=])(?P<secret>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)", _OPTIONS)
+_AWS_KEY_ID = re2.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[0-9A-Z]{16}\b", _OPTIONS)
+_AWS_SECRET_LABEL = re2.compile(r"(?i)(?:aws.{0,24}?secret|secret.?access.?key)[^\n]{0,24}$", _OPTIONS)
+_AWS_WINDOW = 160
+
+_PREFILTER = re2.compile(
+    r"(?i)://[^\s/@]*:[^\s/@]*@|bearer|basic|token|\bbot\b|ssws|PRIVATE KEY|eyJ|[A-Za-z0-9/+]{40}"
+    r"|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|_live_|_test_",
+    _OPTIONS,
+)
+
+# A lone token: what a whole text is when a tool printed one credential.
+_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:-]{16,512})[ \t\r\n\"'`]*$", _OPTIONS)
+# `trace_id=<uuid>`, `sha256:<digest>`: a named field, not one token.
+_FIELD_PREFIX = re2.compile(r"^(?:[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# Git object ids, container ids, SHA-256 digests: what `git rev-parse`, `docker run -d` or `sha256sum`
+# print alone all the time. (32 hex digits stand alone as often as API keys as MD5 sums: masked.)
+_HEX_DIGEST = re2.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64}|[0-9A-F]{40}|[0-9A-F]{64})$", _OPTIONS)
+_LONG_NUMBER = re2.compile(r"^[0-9]{16,}$", _OPTIONS)
+_PATH_OR_WORDS = re2.compile(r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\d{1,15}$|\d+(?:[.:-]\d+)+$)", _OPTIONS)
+
+
+def _aws_secret_like(token: str) -> bool:
+    """Mixed case like a real key: a git SHA or a hex id (one case, hex only) is not one."""
+    return (
+        any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+        and any(c.isdigit() or c in "/+" for c in token)
+    )
+
+
+def _aws_secrets(text: str) -> list[Finding]:
+    out: list[Finding] = []
+    ids: list[tuple[int, int]] | None = None
+    for m in _AWS_SECRET.finditer(text):
+        start, end = m.span(1)
+        if not _aws_secret_like(text[start:end]):
+            continue
+        if ids is None:
+            ids = [k.span() for k in _AWS_KEY_ID.finditer(text)]
+        near_id = any(s - _AWS_WINDOW <= end and start <= e + _AWS_WINDOW for s, e in ids)
+        if near_id or _AWS_SECRET_LABEL.search(text[max(0, start - 64) : start]) is not None:
+            out.append(Finding(start, end, "context:aws-secret-key"))
+    return out
+
+
+def _up_to_space(text: str, start: int, end: int) -> str:
+    """The match with the rest of its word (`xoxp-1-2-3-####`: the filler decides)."""
+    while end < len(text) and not text[end].isspace() and text[end] not in "\"'`,;":
+        end += 1
+    return text[start:end]
+
+
+def lone_token(text: str) -> list[Finding]:
+    """The whole text, when it is one random-looking token (not a UUID, digest, path, number or word)."""
+    if len(text) > 600:
+        return []
+    m = _LONE_TOKEN.search(text)
+    if m is None:
+        return []
+    start, end = m.span(1)
+    token = text[start:end]
+    if (
+        _HEX_DIGEST.search(token)
+        or _PATH_OR_WORDS.search(token)
+        or _FIELD_PREFIX.search(token)
+        or is_placeholder(token)
+    ):
+        return []
+    classes = sum((any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token)))
+    if (classes < 2 and _LONG_NUMBER.search(token) is None) or shannon_entropy(token) < 3.0:
+        return []
+    return [Finding(start, end, "context:lone-token")]
+
+
+def findings(text: str, *, whole_text: bool = True) -> list[Finding]:
+    out = lone_token(text) if whole_text else []
+    if _PREFILTER.search(text) is None:
+        return out
+    for pattern, name in (
+        (_URL_CREDENTIALS, "url-credentials"),
+        (_AUTH_SCHEME, "auth-scheme"),
+        (_PRIVATE_KEY, "private-key"),
+        (_JWT, "jwt"),
+        (_PREFIXED_KEY, "vendor-prefix"),
+    ):
+        for m in pattern.finditer(text):
+            start, end = m.span(1)
+            if end > start and not (name == "vendor-prefix" and is_placeholder(_up_to_space(text, start, end))):
+                out.append(Finding(start, end, f"context:{name}"))
+    out += _aws_secrets(text)
+    return out

@@ -1,0 +1,56 @@
+"""Values that stand where a secret would but are visibly not one: documentation placeholders, variable
+and template references, masks, filler. The generic detectors (the assignment grammar, the lone-token
+rule) and the vendor plugins skip them; gitleaks' own rules have their allowlists for the same purpose.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import re2
+
+from agentmesh.redact.spans import MASK
+
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = 16 << 20
+
+# The whole value is a reference or a stand-in.
+_WHOLE = re2.compile(
+    r"(?i)^(?:"
+    r"\$\{?[\w.:-]*\}?|\$\([^)]*\)|\{\{.*\}\}|\$\{\{.*\}\}|%[\w.]+%|<[^<>]*>?|\[[^\[\]]*\]|@[\w.]+@|#\{.*\}|\{[\w.]*\}"
+    r"|\*+|x+|\.+|-+|_+|#+|\?+|0+"
+    r"|null|nil|none|true|false|undefined|empty|no|yes|on|off|n/a|na"
+    r"|changeme|changeit|password|passwd|pass|pwd|secret|token|key|user|username|example|sample|test|testing|dummy"
+    r"|placeholder|redacted|foo|bar|baz|foobar|qux|abc|abc123|123|1234|12345|123456|admin|root|guest|default"
+    r"|your[\w.-]*|my[\w.-]*|\w+[_-]here|insert[\w.-]*|enter[\w.-]*|replace[\w.-]*|todo|tbd|fixme|hidden|masked"
+    r"|sensitive|required|optional|string|str|int|bool|object|any|value|secret[\w.-]*value"
+    r")$",
+    _OPTIONS,
+)
+# Somewhere in the value: filler (xxxx, ####, ****), a stand-in word, a run of the alphabet or digits.
+_PART = re2.compile(
+    r"(?i)xxxx|\#\#\#\#|\*\*\*\*|\.\.\.|put[_-]?your|your[_-]|[_-]here\b|placeholder|changeme|replace[_-]?me|example"
+    r"|abcdefgh|bcdefghi|ijklmnop|qrstuvwx|12345678|23456789|34567890",
+    _OPTIONS,
+)
+
+
+def _filler_run(value: str) -> bool:
+    """One character 8 times in a row making a quarter of the value (`glc_1111...`, `-#####`). Not any
+    run: base64 of binary data has runs of `A` (zero bytes) in real tokens."""
+    run = longest = 1
+    for a, b in itertools.pairwise(value):
+        run = run + 1 if a == b else 1
+        longest = max(longest, run)
+    return longest >= 8 and longest * 4 >= len(value)
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether a value is visibly a stand-in, not a secret (see the module's docstring)."""
+    quoted = value.strip().strip("\"'`")
+    v = quoted.strip("<>[](){}")  # `<user:password>`, `[PASSWORD]` as well as `<password>`
+    if not v or MASK in v or len(set(v)) <= 1:
+        return True
+    if _WHOLE.search(quoted) is not None or _WHOLE.search(v) is not None:
+        return True
+    return _PART.search(v) is not None or _filler_run(v)

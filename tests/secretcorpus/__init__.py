@@ -1,0 +1,1 @@
+"""The public redaction corpus generated from gitleaks' rule tests (see corpus.py)."""

@@ -1,0 +1,126 @@
+"""Context rules, lone tokens, gitleaks' vetoes and masking (agentmesh/redact): what each does and
+where it stops."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.redact import MASK, find_secrets, redact_error, redact_text, redact_value
+from agentmesh.redact.gitleaks_rules import default_rules, shannon_entropy
+from agentmesh.redact.spans import Finding, mask, widen
+
+TOKEN = "Xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg0a"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (f"postgres://app:{TOKEN}@db:5432/orders", TOKEN),
+        (f"redis://:{TOKEN}@cache:6379/0", TOKEN),
+        (f"retrying with Bearer {TOKEN}", TOKEN),
+        (
+            "Authorization: FlyV1 fm2_lJPECAAAAAAAAyZtxBD1hSZ7L5leXsj64ZbDlkm",
+            "fm2_lJPECAAAAAAAAyZtxBD1hSZ7L5leXsj64ZbDlkm",
+        ),
+        (
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQOYBF3xkP0BCADjy2ZS6vKb8rJ9Hn3q4w5e6r7t8y9u0i1o2p3\n",
+            "lQOYBF3xkP0BCADjy2ZS6vKb8rJ9Hn3q4w5e6r7t8y9u0i1o2p3",
+        ),
+        (
+            "token eyJhbGciOiJub25lIn0.eyJzdWIiOiJ0ZXN0LXVzZXIifQ. done",
+            "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ0ZXN0LXVzZXIifQ.",
+        ),
+        ("key sk-proj-Rk3Vq8Xm2Lp7Tz4Wn9Ys1Hd6 rejected", "sk-proj-Rk3Vq8Xm2Lp7Tz4Wn9Ys1Hd6"),
+        ("AKIAZ7QW3ER5TY8UI2OP k8Jd2LmQ/9xZ+vB4nR7tY1wE5sA3fG6hJ0cV2bN4", "k8Jd2LmQ/9xZ+vB4nR7tY1wE5sA3fG6hJ0cV2bN4"),
+        ("glpat-Xk9vQ2mR7tLp4Wz8Ns3Y", "glpat-Xk9vQ2mR7tLp4Wz8Ns3Y"),
+        ("curl -u deploy:Xk9vQ2mR7tLp https://example.com", "Xk9vQ2mR7tLp"),
+    ],
+)
+def test_context_and_vendor_formats(text: str, secret: str) -> None:
+    out, changed = redact_text(text)
+    assert changed and secret not in out, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        TOKEN,
+        f"  {TOKEN}\n",
+        "4c1f2ab38d7e9f60a5b4c3d2e1f0a9b8",  # 32 hex digits: an API key as often as an MD5 sum
+        "cb7ae618-df0e-6d4e-2006-b1253c5c5880",
+        "76124929858288161321291797160808",
+    ],
+)
+def test_a_text_that_is_one_random_token_is_masked(text: str) -> None:
+    out, changed = redact_text(text)
+    assert changed and out.strip() == MASK
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "3f786850e387550fdab836ed7e6dc881de23001b",  # git rev-parse HEAD
+        "9c3a8f0e2b1d4c5a6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5",  # docker run -d
+        "sha256:450e2adb078d9dde54591a9aa6ccb35d89173426ca2c9cfea26c303ff2e8a20c",
+        "trace_id=862afd05-2b28-42e0-bd82-657089968356",
+        "/var/lib/agent/work/output.json",
+        "1716212345",
+        "payment-service-primary",
+        "AKIAIOSFODNN7EXAMPLE",  # AWS's documentation key: gitleaks allowlists it, so does the lone-token rule
+        "AIzaSyabcdefghijklmnopqrstuvwxyz1234567",  # a placeholder
+    ],
+)
+def test_ids_digests_and_placeholders_standing_alone_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
+
+
+def test_lone_tokens_in_structured_values_and_error_metadata_are_ids() -> None:
+    value, changed = redact_value({"order_id": TOKEN, "items": [TOKEN], "api_key": "k"})
+    assert value == {"order_id": TOKEN, "items": [TOKEN], "api_key": MASK} and changed
+    err = AgentmeshError(ErrorCode.FAILED_PRECONDITION, TOKEN, metadata={"approval_id": TOKEN})
+    clean = redact_error(err)
+    assert clean.metadata == {"approval_id": TOKEN} and clean.message == MASK
+
+
+def test_what_a_gitleaks_rule_rejects_the_generic_detectors_do_not_mask() -> None:
+    # gitleaks' gcp-api-key allowlists Google's own public keys; the lone-token rule and the loose
+    # `AIza` prefix would mask it.
+    text = "AIzaSyAnLA7NfeLquW1tJFpx_eQCxoX-oo6YyIs"
+    found, vetoes = default_rules().scan(text)
+    assert found == [] and vetoes
+    assert redact_text(text) == (text, False)
+
+
+def test_widening_masks_a_token_past_a_fixed_length_rule() -> None:
+    text = "key glpat-Xk9vQ2mR7tLp4Wz8Ns3YdEXTRA-tail, next"
+    start = text.index("glpat-")
+    assert widen(text, start, start + 26) == (start, text.index(","))
+    out, changed = mask(text, [Finding(start, start + 26, "test")])
+    assert out == f"key {MASK}, next" and changed
+
+
+def test_every_occurrence_of_a_found_secret_is_masked() -> None:
+    text = f'password="{TOKEN}" ... echoed back: {TOKEN}'
+    out, changed = redact_text(text)
+    assert changed and TOKEN not in out and out.count(MASK) == 2
+
+
+def test_entropy_is_gitleaks_definition() -> None:
+    assert shannon_entropy("") == 0.0
+    assert shannon_entropy("aaaa") == 0.0
+    assert shannon_entropy("abcd") == pytest.approx(2.0)
+    # Divided by the length in bytes, as gitleaks does: non-ASCII runes lower it.
+    assert shannon_entropy("é") < 1.0
+
+
+def test_every_detector_reports_spans_inside_the_text() -> None:
+    text = f'API_KEY="{TOKEN}"\nhttps://u:{TOKEN}@h/ Bearer {TOKEN}\nAKIAZ7QW3ER5TY8UI2OP'
+    for f in find_secrets(text):
+        assert 0 <= f.start < f.end <= len(text) and f.rule
+
+
+def test_hostile_inputs_stay_linear() -> None:
+    for text in ("password=" * 20000, '"token": "' * 20000, "eyJ" * 50000, "<password>" * 20000, "a" * 200000):
+        out, _ = redact_text(text)
+        assert isinstance(out, str)
