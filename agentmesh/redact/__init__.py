@@ -4,8 +4,7 @@ log or Redis (docs/architecture.md §5, §9): tool outputs and errors (tool_svc)
 
 Detectors (each reports character spans, `spans.Finding`):
 - gitleaks' rule set (`gitleaks_rules`: its vendored gitleaks.toml compiled with RE2, with its keyword
-  prefilter, entropy thresholds and allowlists): the industry's vendor formats and generic keys (the
-  generic rule's values also pass our placeholder test, as the assignment grammar's do);
+  prefilter, entropy thresholds and allowlists): the industry's vendor formats and generic keys;
 - detect-secrets' vendor plugins (`plugins`) for the formats they add;
 - one assignment grammar (`assignments`): values of secret-named keys in every syntax of config, code,
   logs and command lines;
@@ -26,8 +25,7 @@ from typing import Any
 
 from agentmesh.errors import AgentmeshError, Violation
 from agentmesh.redact import assignments, context, plugins
-from agentmesh.redact.gitleaks_rules import GENERIC, default_rules
-from agentmesh.redact.placeholders import is_placeholder
+from agentmesh.redact.gitleaks_rules import default_rules
 from agentmesh.redact.spans import MASK, Finding, mask
 
 __all__ = [
@@ -47,9 +45,6 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     the text stands alone (a tool's output, a message), so a lone random token in it is a secret; not for
     the string values of a structured value, where ids stand alone all the time."""
     found, vetoes = default_rules().scan(text)
-    # gitleaks' generic rule guesses by a key's name, as our assignment grammar does, and gets the same
-    # test for a visible stand-in (`"token1": "xoxp-1234567890"`, `TOKEN=dapi1234567890...`).
-    found = [f for f in found if f.rule != _GENERIC or not is_placeholder(text[f.start : f.end])]
     found += plugins.findings(text)
     generic = assignments.findings(text) + context.findings(text, whole_text=whole_text)
     # What gitleaks' own rules rejected (a known example key, a placeholder, filler) the generic
@@ -58,8 +53,6 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     found += [f for f in generic if not vetoed.covers(f)]
     return found
 
-
-_GENERIC = f"gitleaks:{GENERIC}"
 
 # The guesses: a grammar, a lone token, a loose vendor prefix, an auth scheme's word. (URL credentials,
 # private key blocks, JWTs and AWS key pairs are structure, not guesses: never vetoed.)

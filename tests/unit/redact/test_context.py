@@ -137,11 +137,12 @@ def test_a_lone_token_with_a_vendor_prefix_is_judged_by_that_vendor_rule() -> No
     assert redact_text(TOKEN) == (MASK, True)
 
 
-def test_the_generic_rules_placeholders_are_kept_like_the_grammars() -> None:
+def test_the_generic_rule_still_masks_what_the_grammar_takes_for_a_placeholder() -> None:
+    # The grammar skips a value with a digit run (`12345678`) as a stand-in; gitleaks' generic rule is the
+    # safety net for a real password that has one, and its finding is not filtered.
     text = "SERVICE_TOKEN=Xk9vQ2mR12345678Lp4Wz8Ns"
     assert [f.rule for f in default_rules().findings(text)] == ["gitleaks:generic-api-key"]
-    assert redact_text(text) == (text, False)
-    assert redact_text(f"SERVICE_TOKEN={TOKEN}") == (f"SERVICE_TOKEN={MASK}", True)
+    assert redact_text(text) == (f"SERVICE_TOKEN={MASK}", True)
 
 
 def test_widening_masks_a_token_past_a_fixed_length_rule() -> None:
