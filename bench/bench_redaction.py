@@ -10,7 +10,9 @@ on, `heldout` the half reported. Kinds: `generated` texts (GenerateSampleSecrets
 generated samples), `handwritten` samples (the rule authors' literal true positives), `bare` secrets
 (each template's secret standing alone), `near_miss` (the rules' false-positive samples: the rate shown
 is the share masked). A true positive counts as caught when no 12-character run of its secret survives;
-`leaks` counts texts reported changed whose secret survived. Redactors:
+`leaks` counts texts reported changed whose secret survived. The near misses masked are listed, with
+the detectors that masked them, and tagged when gitleaks' own tests use the same text as another rule's
+true positive. Redactors:
 - `new`: agentmesh.redact (gitleaks' rules, detect-secrets plugins, assignment grammar, context rules);
 - `before`: agentmesh/redact.py as it was before issue 40 (bench/redact_before.py);
 - `detect-secrets`: detect-secrets 1.5.0 alone, all its default plugins and filters, line by line
