@@ -172,11 +172,10 @@ export function announce(text: string): void {
   region.textContent = text;
 }
 
-/** An id in monospace with a button that copies it (the clipboard API where the page is a secure
- * context, else the id is selected for Ctrl+C). */
-export function copyableId(id: string, what: string): HTMLElement {
-  const code = h("code", { class: "id", dir: "ltr" }, reveal(id));
-  const button = h(
+/** A button that copies `id` (the clipboard API where the page is a secure context, else `fallback`'s
+ * text is selected for Ctrl+C). */
+export function copyButton(id: string, what: string, fallback?: HTMLElement): HTMLButtonElement {
+  return h(
     "button",
     {
       type: "button",
@@ -188,8 +187,12 @@ export function copyableId(id: string, what: string): HTMLElement {
           await navigator.clipboard.writeText(id);
           announce(`Copied ${what} ${id}`);
         } catch {
+          if (fallback === undefined) {
+            announce(`Copying needs a secure context (https or localhost): ${id}`);
+            return;
+          }
           const range = document.createRange();
-          range.selectNodeContents(code);
+          range.selectNodeContents(fallback);
           const selection = window.getSelection();
           selection?.removeAllRanges();
           selection?.addRange(range);
@@ -197,7 +200,12 @@ export function copyableId(id: string, what: string): HTMLElement {
         }
       },
     },
-    "⧉",
+    "copy",
   );
-  return h("span", { class: "id-wrap" }, code, button);
+}
+
+/** An id in monospace with a button that copies it. */
+export function copyableId(id: string, what: string): HTMLElement {
+  const code = h("code", { class: "id", dir: "ltr" }, reveal(id));
+  return h("span", { class: "id-wrap" }, code, copyButton(id, what, code));
 }

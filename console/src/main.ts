@@ -76,7 +76,7 @@ function loginPage(config: ConsoleConfig): void {
         input.value = "";
         loginReason = "";
         if (!location.hash.startsWith("#/")) location.hash = "#/tasks";
-        void show();
+        void show(true);
       },
     },
     h("label", { for: "token" }, "Token"),
@@ -116,7 +116,9 @@ function loginPage(config: ConsoleConfig): void {
 let config: ConsoleConfig;
 let api: Api;
 
-async function show(): Promise<void> {
+/** Shows the route's page; `moveFocus` (a navigation inside the console) puts focus on its heading, so a
+ * screen reader announces the new page (a first load leaves focus at the top: Tab reaches the skip link). */
+async function show(moveFocus = false): Promise<void> {
   current?.abort();
   current = null;
   if (!currentToken()) {
@@ -148,7 +150,7 @@ async function show(): Promise<void> {
   document.title = `${page.title} · agentmesh console`;
   const subject = claims(currentToken())?.subject ?? "";
   await page.render({ api, config, main, signal: controller.signal, params, query, subject });
-  if (!controller.signal.aborted) (main.querySelector("h1") as HTMLElement | null)?.focus({ preventScroll: true });
+  if (moveFocus && !controller.signal.aborted) (main.querySelector("h1") as HTMLElement | null)?.focus({ preventScroll: true });
 }
 
 async function boot(): Promise<void> {
@@ -179,7 +181,7 @@ async function boot(): Promise<void> {
     main.focus();
   });
   window.addEventListener("hashchange", () => {
-    if (location.hash === "" || location.hash.startsWith("#/")) void show();
+    if (location.hash === "" || location.hash.startsWith("#/")) void show(true);
   });
   await show();
 }

@@ -44,7 +44,12 @@ const summary: TaskSection = {
   render(view, into) {
     let cost = 0;
     let priced = false;
+    let drawn = "";
     const draw = (task: Task) => {
+      // Redrawn only when the task changed: an expanded answer or a selection stays as it is.
+      const key = `${task.status}|${task.lastSequence}|${task.step}|${task.updateTime?.seconds ?? 0n}`;
+      if (key === drawn) return;
+      drawn = key;
       replace(
         into,
         h(
@@ -350,8 +355,10 @@ const trace: TaskSection = {
   title: "Trace",
   render(view, into) {
     const body = h("div", { class: "trace-body" });
+    const state = h("p", { class: "muted small trace-state", role: "status" });
+    // What is shown stays until the new answer replaces it: a reload does not collapse the section.
     const load = async () => {
-      replace(body, h("p", { class: "muted" }, "Reading spans…"));
+      state.textContent = "Reading spans…";
       try {
         const answer = await view.api.dispatcher.getTaskTrace({ taskId: view.task.taskId }, { signal: view.ctx.signal });
         if (answer.spans.length === 0) {
@@ -359,8 +366,10 @@ const trace: TaskSection = {
         } else {
           replace(body, waterfall(answer.spans), answer.truncated ? h("p", { class: "muted small" }, "Some spans were left out (a large span file is read from its end).") : null);
         }
+        state.textContent = `${answer.spans.length} spans read at ${new Date().toLocaleTimeString()}.`;
       } catch (err) {
         if (isAbort(err)) return;
+        state.textContent = "";
         const p = problem(err);
         if (p.code === "FailedPrecondition") {
           replace(body, h("p", null, "This dispatcher keeps no span file: ", userText(p.message)));
@@ -368,7 +377,7 @@ const trace: TaskSection = {
       }
     };
     const jaeger = jaegerLink(view);
-    replace(into, h("div", { class: "buttons" }, h("button", { type: "button", class: "secondary", onclick: () => void load() }, "Reload trace"), jaeger), body);
+    replace(into, h("div", { class: "buttons" }, h("button", { type: "button", class: "secondary", onclick: () => void load() }, "Reload trace"), jaeger), state, body);
     let ended = TERMINAL.has(view.task.status);
     view.onTask.push((task) => {
       if (!ended && TERMINAL.has(task.status)) {

@@ -8,7 +8,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { ListTasksRequestSchema, TaskStatus, type Task } from "../../gen/agentmesh/v1/dispatcher_pb";
 import { isAbort } from "../api";
-import { announce, copyableId, h, link, replace, userText } from "../dom";
+import { announce, copyButton, h, link, replace, userText } from "../dom";
 import { every, type Page, type PageContext } from "../page";
 import { TERMINAL, loadFailed, statusBadge, statusName, when } from "../widgets";
 
@@ -50,7 +50,7 @@ class Row {
     this.element = h(
       "tr",
       { "data-task-id": task.taskId },
-      h("td", { class: "col-id", "data-label": "Task" }, link(`#/tasks/${encodeURIComponent(task.taskId)}`, h("span", { class: "sr-only" }, "Open task "), userText(task.taskId, "mono")), copyableId(task.taskId, "task id")),
+      h("td", { class: "col-id", "data-label": "Task" }, link(`#/tasks/${encodeURIComponent(task.taskId)}`, h("span", { class: "sr-only" }, "Open task "), userText(task.taskId, "mono")), " ", copyButton(task.taskId, "task id")),
       h("td", { class: "col-agent", "data-label": "Agent" }, userText(task.agentId)),
       h("td", { class: "col-goal", "data-label": "Goal" }, userText(task.goal.length > 300 ? `${task.goal.slice(0, 300)}…` : task.goal, "clip")),
       this.status,
