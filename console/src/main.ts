@@ -5,7 +5,7 @@
 import { makeApi, type Api } from "./api";
 import { beginOidcLogin, claims, completeOidcLogin, currentToken, forget, restoreToken, setToken } from "./auth";
 import { loadConfig, type ConsoleConfig } from "./config";
-import { announce, h, replace, time, userText } from "./dom";
+import { announce, h, link, replace, time, userText } from "./dom";
 import type { Page } from "./page";
 import { PAGES } from "./pages";
 
@@ -30,8 +30,8 @@ function drawNav(active: Page | null): void {
           "ul",
           null,
           ...PAGES.filter((p) => p.nav).map((p) => {
-            const a = h("a", { "aria-current": active?.id === p.id || (active?.id === "task" && p.id === "tasks") ? "page" : null }, p.title);
-            a.href = `#/${p.id}`;
+            const a = link(`#/${p.id}`, p.title);
+            if (active?.id === p.id || (active?.id === "task" && p.id === "tasks")) a.setAttribute("aria-current", "page");
             return h("li", null, a);
           }),
         )

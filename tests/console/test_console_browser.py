@@ -24,11 +24,8 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.run_view import login_name
@@ -38,15 +35,6 @@ from tests.conftest import TEST_AUTH_KEY
 from tests.console.browser import DESKTOP, PHONE, ROOT, Browser, page_is_clean, screenshot
 from tests.console.scenario import CONSOLE_AGENT, HOSTILE, console_stack
 from tests.contract.stack import Stack
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    started = await Browser.start()
-    try:
-        yield started
-    finally:
-        await started.close()
 
 
 def token(stack: Stack, subject: str) -> str:
