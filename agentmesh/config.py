@@ -338,32 +338,6 @@ class TlsSettings(_Section):
         return self
 
 
-class ClientSettings(_Section):
-    """Channels to the other services."""
-
-    default_timeout_s: float = Field(30.0, gt=0)
-    """Deadline of a call made outside any incoming call (an edge call)."""
-    retry_max_attempts: int = Field(3, ge=1, le=5)
-    """Attempts for UNAVAILABLE on idempotent RPCs only (gRPC caps this at 5)."""
-    retry_initial_backoff_s: float = Field(0.1, gt=0)
-    retry_max_backoff_s: float = Field(2.0, gt=0)
-    load_balancing: Literal["pick_first", "round_robin"] = "pick_first"
-    """round_robin over `dns:///` targets spreads calls without a mesh."""
-
-
-class TelemetrySettings(_Section):
-    """Traces, metrics and logs (docs/architecture.md §8). Exporters follow the standard OTEL_* variables."""
-
-    span_file: Path = Path("var/spans.jsonl")
-    """Where spans go when no OTLP endpoint is set; `agentmesh trace` reads it."""
-    metrics: bool = True
-    """Record metrics: served at `/metrics` on the service's HTTP listener (`services.<svc>.http_port`) and
-    sent over OTLP when OTEL_METRICS_EXPORTER says so (docs/architecture.md §8)."""
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    log_file: Path | None = None
-    """JSON log lines go to stderr, and also here when set."""
-
-
 def _browser_url(url: str, *, empty_ok: bool) -> str:
     """An http(s) URL without credentials, a query or a fragment ("" when allowed)."""
     if not url:
@@ -431,6 +405,32 @@ class ConsoleSettings(_Section):
     @classmethod
     def _url(cls, url: str) -> str:
         return _browser_url(url.rstrip("/"), empty_ok=True)
+
+
+class ClientSettings(_Section):
+    """Channels to the other services."""
+
+    default_timeout_s: float = Field(30.0, gt=0)
+    """Deadline of a call made outside any incoming call (an edge call)."""
+    retry_max_attempts: int = Field(3, ge=1, le=5)
+    """Attempts for UNAVAILABLE on idempotent RPCs only (gRPC caps this at 5)."""
+    retry_initial_backoff_s: float = Field(0.1, gt=0)
+    retry_max_backoff_s: float = Field(2.0, gt=0)
+    load_balancing: Literal["pick_first", "round_robin"] = "pick_first"
+    """round_robin over `dns:///` targets spreads calls without a mesh."""
+
+
+class TelemetrySettings(_Section):
+    """Traces, metrics and logs (docs/architecture.md §8). Exporters follow the standard OTEL_* variables."""
+
+    span_file: Path = Path("var/spans.jsonl")
+    """Where spans go when no OTLP endpoint is set; `agentmesh trace` reads it."""
+    metrics: bool = True
+    """Record metrics: served at `/metrics` on the service's HTTP listener (`services.<svc>.http_port`) and
+    sent over OTLP when OTEL_METRICS_EXPORTER says so (docs/architecture.md §8)."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_file: Path | None = None
+    """JSON log lines go to stderr, and also here when set."""
 
 
 class AgentSettings(_Section):

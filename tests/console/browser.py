@@ -48,11 +48,12 @@ class Browser:
         )  # fmt: skip
         return cls(proc)
 
-    async def call(self, op: str, ctx: str = "", timeout: float = 40.0, **args: Any) -> Any:
+    async def call(self, op: str, ctx: str = "", **args: Any) -> Any:
+        """Runs one command; the driver's own waits time out first (`timeout` in ms, 20 s by default)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write((json.dumps({"op": op, "ctx": ctx, **args}) + "\n").encode())
         await self.proc.stdin.drain()
-        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        line = await asyncio.wait_for(self.proc.stdout.readline(), 90)
         if not line:
             err = await self.proc.stderr.read() if self.proc.stderr else b""
             raise DriverError(f"the browser driver exited: {err.decode()[-2000:]}")

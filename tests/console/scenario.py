@@ -108,4 +108,3 @@ def console_stack(redis_url: str, workdir: Path, extra: dict[str, Any] | None = 
         },
     )
     return stack, port
-

@@ -47,7 +47,9 @@ async def run_hostile_task(stack: Stack) -> str:
     stub = dispatcher_pb2_grpc.DispatcherServiceStub(stack.channel)  # type: ignore[no-untyped-call]
     start = dispatcher_pb2.StartTaskRequest(agent_id=CONSOLE_AGENT, goal="read the hostile logs " + HOSTILE)
     call = stub.RunTask(
-        dispatcher_pb2.RunTaskRequest(start=start), metadata=((IDENTITY_HEADER, token(stack, login_name())),), timeout=60
+        dispatcher_pb2.RunTaskRequest(start=start),
+        metadata=((IDENTITY_HEADER, token(stack, login_name())),),
+        timeout=60,
     )
     events = [reply.event async for reply in call]
     assert events[-1].status == dispatcher_pb2.TASK_STATUS_SUCCEEDED, events[-1]
@@ -174,7 +176,9 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
         # root span, which ends when the command exits, and its closing GetTask.
         await browser.call("wait", "alice", selector=".waterfall .span-row", text="agentmesh run", timeout=30_000)
         await browser.call("wait", "alice", selector=".waterfall .span-row", text="DispatcherService/GetTask")
-        await browser.call("until", "alice", expression="document.querySelector('.trace-state').textContent.includes('read at')")
+        await browser.call(
+            "until", "alice", expression="document.querySelector('.trace-state').textContent.includes('read at')"
+        )
         spans = await browser.call("count", "alice", selector=".waterfall li.span-row")
         assert spans >= 5, spans
         findings["task"] = await page_is_clean(browser, "alice", "task")
@@ -197,7 +201,9 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
         assert markup["scripts"] == 0 and markup["js"] == 0, markup
         assert markup["answer"] < 10_000, "the 1 MB line is clamped until asked for"
         await browser.call("click", "alice", selector=".answer button")
-        whole = await browser.call("eval", "alice", expression="document.querySelector('.answer pre').textContent.length")
+        whole = await browser.call(
+            "eval", "alice", expression="document.querySelector('.answer pre').textContent.length"
+        )
         assert whole > 1_000_000, whole
         findings["task-hostile"] = await page_is_clean(browser, "alice", "task (hostile)")
 
@@ -234,7 +240,9 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
         assert await browser.call("eval", "alice", expression="navigator.clipboard.readText()") == new_id
 
         # The accessibility check can fail: a nameless button is reported.
-        await browser.call("eval", "alice", expression="document.querySelector('main').append(document.createElement('button'))")
+        await browser.call(
+            "eval", "alice", expression="document.querySelector('main').append(document.createElement('button'))"
+        )
         assert "button-name" in {v["id"] for v in await browser.call("axe", "alice")}
 
         logs = {ctx: await browser.call("log", ctx) for ctx in ("alice", "bob", "carol")}

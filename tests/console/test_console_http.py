@@ -11,12 +11,14 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc.aio
 import httpx
 import pytest
 
+from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
 from agentmesh.rpc.console import ASSETS_DIR, ConsoleApp
-from agentmesh.v1 import dispatcher_pb2, tool_pb2
+from agentmesh.v1 import common_pb2, dispatcher_pb2, tool_pb2, tool_pb2_grpc
 from tests.console.scenario import console_stack
 from tests.contract.stack import Stack
 
@@ -83,7 +85,7 @@ async def test_the_console_is_served_with_a_strict_policy(stack: Stack) -> None:
         assert page.headers["x-content-type-options"] == "nosniff"
         assert page.headers["referrer-policy"] == "no-referrer"
         assert page.headers["x-frame-options"] == "DENY"
-        assert "<script src=\"console.js\" defer></script>" in page.text and "<script>" not in page.text
+        assert '<script src="console.js" defer></script>' in page.text and "<script>" not in page.text
 
         script = await http.get("/console/console.js")
         assert script.headers["content-type"] == "text/javascript; charset=utf-8"
@@ -172,11 +174,6 @@ async def test_list_tools_reports_breakers_that_are_not_closed(stack: Stack) -> 
         listed = await http.post("/agentmesh.v1.ToolService/ListTools", json={}, headers=bearer(stack))
         assert listed.status_code == 200 and listed.json().get("breakers", []) == []
     # Two upstream failures (connection refused) open flaky_lookup's breaker (failure_threshold 2).
-    import grpc.aio
-
-    from agentmesh.callctx import IDENTITY_HEADER
-    from agentmesh.v1 import common_pb2, tool_pb2_grpc
-
     tool = stack.hosts["tool"][0]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{tool.port}") as channel:
         stub = tool_pb2_grpc.ToolServiceStub(channel)  # type: ignore[no-untyped-call]

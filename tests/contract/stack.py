@@ -61,7 +61,7 @@ class Stack:
         self.http = http
         """Open every service's HTTP listener too (Connect, /metrics) on a free port: `host.http_port`."""
         self.http_addresses = http_addresses or {}
-        """With `http`: the address of a service's HTTP listener instead of a free port ("dispatcher": "127.0.0.1:PORT")."""
+        """With `http`: a service's HTTP listener address instead of a free port ("dispatcher": "127.0.0.1:PORT")."""
         self.service_overrides = service_overrides or {}
         """Settings of one service only, merged over `overrides` (e.g. tool_svc's CORS origins)."""
         self.workdir = workdir
