@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from tests.console.browser import Browser
+from tests.contract.tool.fakes import FakeUpstream
 
 
 @pytest.fixture
@@ -16,3 +17,13 @@ async def browser() -> AsyncIterator[Browser]:
         yield started
     finally:
         await started.close()
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    """A fake HTTP upstream counting the requests (side effects) it receives."""
+    server = FakeUpstream().start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -4,7 +4,8 @@ and an agent `console` whose scripted model:
 - for "apply <expr>": calls `apply_change` (the calculator as a write that needs approval), then
   answers with its output;
 - for "read the hostile logs": calls `query_logs` on a log whose line is hostile markup, then answers
-  with hostile markup and a line of 1 MB.
+  with hostile markup and a line of 1 MB;
+- for "note ...": calls `post_note` (a write whose upstream is slower than its timeout: a settlement).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ _APPLY = re.compile(r"apply ([0-9*+ -]+)")
 def policy(req: ScriptedRequest) -> ScriptedReply:
     """The `console` agent's model (module docstring)."""
     results = [m for m in req.messages if m.role == Role.TOOL]
+    if "note" in req.goal:
+        if not results:
+            return ScriptedReply(tool_calls=(ScriptedToolCall("post_note", json.dumps({"q": "deploy done"})),))
+        return ScriptedReply(text=f"ANSWER: {results[-1].content[:200]}")
     if "hostile" in req.goal:
         if not results:
             return ScriptedReply(tool_calls=(ScriptedToolCall("query_logs", json.dumps({"service": "hostile-svc"})),))
@@ -43,8 +48,12 @@ def policy(req: ScriptedRequest) -> ScriptedReply:
     return ScriptedReply(text=f"ANSWER: {results[-1].content[:200]}")
 
 
-def console_stack(redis_url: str, workdir: Path, extra: dict[str, Any] | None = None) -> tuple[Stack, int]:
-    """The stack (not started) and the dispatcher's HTTP port, chosen first so tool_svc can allow its origin."""
+def console_stack(
+    redis_url: str, workdir: Path, extra: dict[str, Any] | None = None, *, note_upstream: str = ""
+) -> tuple[Stack, int]:
+    """The stack (not started) and the dispatcher's HTTP port, chosen first so tool_svc can allow its origin.
+    With `note_upstream` (a base URL), the agent also has `post_note`: a write POSTed there that is
+    not gated but times out after 0.5 s, so a slow upstream leaves its outcome unknown (a settlement)."""
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
     (logs / "hostile-svc.log").write_text(f"2026-01-01T00:00:00Z ERROR [hostile-svc] {HOSTILE}\n", encoding="utf-8")
@@ -94,6 +103,21 @@ def console_stack(redis_url: str, workdir: Path, extra: dict[str, Any] | None = 
         ],
         **(extra or {}),
     }
+    if note_upstream:
+        overrides["tools"]["http_allowlist"] = [f"{note_upstream}/"]
+        overrides["tools"]["registry"].append(
+            {
+                "name": "post_note",
+                "description": "Use when a note must be posted to the change log.",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+                "executor": "http",
+                "endpoint_url": f"{note_upstream}/slow",
+                "permission": {"environment": "*", "group": "ops.write", "access": "write"},
+                "requires_approval": False,
+                "timeout_s": 0.5,
+            }
+        )
+        overrides["agents"][1]["tools"].append("post_note")
     stack = Stack(
         redis_url,
         workdir,

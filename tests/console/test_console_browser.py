@@ -35,6 +35,7 @@ from tests.conftest import TEST_AUTH_KEY
 from tests.console.browser import DESKTOP, PHONE, ROOT, Browser, page_is_clean, screenshot
 from tests.console.scenario import CONSOLE_AGENT, HOSTILE, console_stack
 from tests.contract.stack import Stack
+from tests.contract.tool.fakes import FakeUpstream
 
 
 def token(stack: Stack, subject: str) -> str:
@@ -54,6 +55,15 @@ async def run_hostile_task(stack: Stack) -> str:
     events = [reply.event async for reply in call]
     assert events[-1].status == dispatcher_pb2.TASK_STATUS_SUCCEEDED, events[-1]
     return str(events[-1].task_id)
+
+
+async def start_note_task(stack: Stack) -> str:
+    """A task of the console agent posting a note (as alice): its write's outcome will be unknown."""
+    assert stack.channel is not None
+    stub = dispatcher_pb2_grpc.DispatcherServiceStub(stack.channel)  # type: ignore[no-untyped-call]
+    start = dispatcher_pb2.StartTaskRequest(agent_id=CONSOLE_AGENT, goal="note the deploy")
+    reply = await stub.StartTask(start, metadata=((IDENTITY_HEADER, token(stack, login_name())),), timeout=30)
+    return str(reply.task.task_id)
 
 
 async def start_cli(stack: Stack, workdir: Path, goal: str) -> asyncio.subprocess.Process:
@@ -88,9 +98,10 @@ async def sign_in(browser: Browser, ctx: str, base: str, value: str) -> None:
 
 
 async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
-    redis_url: str, tmp_path: Path, browser: Browser
+    redis_url: str, tmp_path: Path, browser: Browser, upstream: FakeUpstream
 ) -> None:
-    stack, port = console_stack(redis_url, tmp_path)
+    upstream.slow_s = 1.5  # post_note times out after 0.5 s: its outcome is unknown
+    stack, port = console_stack(redis_url, tmp_path, note_upstream=upstream.url("").rstrip("/"))
     base = f"http://127.0.0.1:{port}"
     shots = tmp_path / "shots"
     shots.mkdir()
@@ -227,9 +238,21 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
         assert perms == ["*:ops.write:write"], perms
         findings["tools"] = await page_is_clean(browser, "alice", "tools")
         await screenshot(browser, "alice", "tools", shots)
+        # -- a write whose outcome is unknown: bob checks the upstream and settles it as ran ---------
+        note_id = await start_note_task(stack)
+        await browser.call("click", "bob", selector='nav a[href="#/settlements"]')
+        card = f'article[data-task-id="{note_id}"]'
+        await browser.call("wait", "bob", selector=card, text="outcome is unknown", timeout=30_000)
+        findings["settlements"] = await page_is_clean(browser, "bob", "settlements")
+        await screenshot(browser, "bob", "settlements", shots)
+        await browser.call("fill", "bob", selector=f"{card} textarea", value="the note is in the change log")
+        await browser.call("click", "bob", selector=f"{card} button.primary")  # "It ran"
+        await browser.call("wait", "bob", selector=f"{card} .decision-result .ok", text="Settled as ran")
+        await browser.call("goto", "alice", url=f"{base}/console/#/tasks/{note_id}")
+        await browser.call("wait", "alice", selector="#task-status", text="SUCCEEDED", timeout=30_000)
+        assert upstream.counts["/slow"] == 1, upstream.counts  # settled as ran: never sent again
         await browser.call("goto", "alice", url=f"{base}/console/#/settlements")
         await browser.call("wait", "alice", selector="p[role=status]", text="No call is waiting")
-        findings["settlements"] = await page_is_clean(browser, "alice", "settlements")
         await browser.call("goto", "alice", url=f"{base}/console/#/tasks")
         await browser.call("wait", "alice", selector=f'tr[data-task-id="{new_id}"] .col-status', text="SUCCEEDED")
         findings["tasks"] = await page_is_clean(browser, "alice", "tasks")
@@ -256,6 +279,6 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
 
 def test_the_screenshots_in_docs_are_the_readmes() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for name in ("login", "tasks", "task", "trace", "approvals", "tools", "tasks-phone", "task-refused"):
+    for name in ("login", "tasks", "task", "trace", "approvals", "settlements", "tools", "tasks-phone", "task-refused"):
         assert (ROOT / "docs" / "console" / f"{name}.png").exists(), name
         assert f"docs/console/{name}.png" in readme, name

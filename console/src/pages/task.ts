@@ -10,7 +10,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { ApprovalKind } from "../../gen/agentmesh/v1/common_pb";
 import { TaskEventKind, TaskStatus, TraceSpanKind, TraceSpanStatus, type Task, type TaskEvent, type TraceSpan } from "../../gen/agentmesh/v1/dispatcher_pb";
 import { isAbort, problem, type Api } from "../api";
-import { append, copyableId, externalLink, h, prettyJson, replace, size, textBlock, userText } from "../dom";
+import { append, copyButton, copyableId, externalLink, h, prettyJson, replace, size, textBlock, userText } from "../dom";
 import type { Page, PageContext } from "../page";
 import { TERMINAL, date, decisionForm, errorDetail, loadFailed, plan, problemBox, statusBadge, tokens, usd, when } from "../widgets";
 
@@ -101,7 +101,7 @@ const summary: TaskSection = {
 
 const pendingSection: TaskSection = {
   id: "pending",
-  title: "Waiting for you",
+  title: "Waiting for a human",
   render(view, into) {
     let shownFor = "";
     const draw = (task: Task) => {
@@ -422,7 +422,7 @@ async function render(ctx: PageContext): Promise<void> {
       }
     },
   };
-  replace(main, h("div", { class: "title-row" }, heading, copyableId(taskId, "task id")));
+  replace(main, h("div", { class: "title-row" }, heading, copyButton(taskId, "task id")));
   for (const section of TASK_SECTIONS) {
     const into = h("div", { class: "section-body" });
     const headingId = `section-${section.id}`;
