@@ -262,6 +262,18 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
         await browser.call("click", "alice", selector=f'tr[data-task-id="{new_id}"] button.copy')
         assert await browser.call("eval", "alice", expression="navigator.clipboard.readText()") == new_id
 
+        # Filters live in the route: agent `smoke` has no task.
+        await browser.call("goto", "carol", url=f"{base}/console/#/tasks?agent=smoke")
+        await browser.call("wait", "carol", selector="td.empty", text="No task matches")
+        assert await browser.call("eval", "carol", expression="document.querySelector('#f-agent').value") == "smoke"
+        # A token the services refuse signs the user out, saying why.
+        await browser.call(
+            "eval", "carol", expression="sessionStorage.setItem('agentmesh.console.token', 'e30.forged')"
+        )
+        await browser.call("reload", "carol")
+        await browser.call("wait", "carol", selector="[role=alert]", text="Your token was refused")
+        assert await browser.call("eval", "carol", expression="sessionStorage.length") == 0
+
         # The accessibility check can fail: a nameless button is reported.
         await browser.call(
             "eval", "alice", expression="document.querySelector('main').append(document.createElement('button'))"
