@@ -127,16 +127,17 @@ async def test_get_task_trace_over_connect_follows_get_tasks_rule(stack: Stack) 
     assert events[-1].status == dispatcher_pb2.TASK_STATUS_SUCCEEDED
     url = f"{DISPATCHER}/GetTaskTrace"
     async with httpx.AsyncClient(base_url=base(stack)) as http:
-        for _ in range(50):  # a span reaches the file ~0.2 s after it ends (the batch processor's delay)
+        everyone = {"dispatcher_svc", "tool_svc", "provider_svc", "context_svc"}
+        for _ in range(100):  # a span reaches the file ~0.2 s after it ends (each service's batch processor)
             answer = await http.post(url, json={"taskId": task_id}, headers=bearer(stack))
             assert answer.status_code == 200, answer.text
             spans = answer.json()["spans"]
             names = {s["name"] for s in spans}
-            if "agentmesh.v1.DispatcherService/RunTask" in names:
+            if "agentmesh.v1.DispatcherService/RunTask" in names and {s["service"] for s in spans} >= everyone:
                 break
             await asyncio.sleep(0.1)
         assert "agentmesh.v1.DispatcherService/RunTask" in names and "agentmesh.v1.ToolService/ExecuteTool" in names
-        assert {s["service"] for s in spans} >= {"dispatcher_svc", "tool_svc", "provider_svc", "context_svc"}
+        assert {s["service"] for s in spans} >= everyone
         starts = [s["startTime"] for s in spans]
         assert starts == sorted(starts)
         assert all(len(s["traceId"]) == 32 and len(s["spanId"]) == 16 for s in spans)
