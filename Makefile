@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme litellm-venv test-litellm bench-gateway
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme litellm-venv test-litellm bench-gateway console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -41,6 +41,15 @@ gen: venv toolchains
 # The example clients (examples/clients/go, examples/clients/ts) and the Java stubs, built from gen/.
 clients: gen
 	scripts/build-clients.sh all
+
+# The web console (console/, docs/architecture.md §17) into agentmesh/console_dist/, committed: the pinned
+# protoc-gen-es, TypeScript (strict check) and esbuild; tests/console checks the committed bytes are its build.
+console: node_modules/.installed
+	scripts/build-console.sh
+
+# The README's screenshots of the console (docs/console/*.png), taken by its browser tests.
+console-screenshots: venv toolchains
+	CONSOLE_SCREENSHOTS=1 $(BIN)/pytest -q tests/console/test_console_browser.py $(PYTEST_ARGS)
 
 # Debian packages of the Go and Java toolchains (scripts/install-toolchains.sh): a no-op when present.
 toolchains:
@@ -139,4 +148,4 @@ up: venv
 	$(BIN)/agentmesh up
 
 clean:
-	rm -rf $(VENV) $(LITELLM_VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist
+	rm -rf $(VENV) $(LITELLM_VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist console/gen

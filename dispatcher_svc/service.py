@@ -67,6 +67,7 @@ from dispatcher_svc.tasks import (
     WrongStatusError,
     fields_of,
 )
+from dispatcher_svc.traces import TaskTrace, TraceReader
 from dispatcher_svc.worker import Worker
 
 __all__ = ["MAX_GOAL_CHARS", "Dispatcher", "StartRequest", "approval_expired", "check_task_id", "settlement_expired"]
@@ -112,8 +113,10 @@ class Dispatcher:
         tracer: trace.Tracer | None = None,
         hook: Hook | None = None,
         metrics: Metrics | None = None,
+        traces: TraceReader | None = None,
     ) -> None:
         ds = settings.dispatcher
+        self.traces = traces or TraceReader(None, "no span file was given to this dispatcher")
         self.metrics = metrics or Metrics()
         self.settings = settings
         self.authenticator = authenticator
@@ -428,6 +431,11 @@ class Dispatcher:
                     raise prompt_denied(caller, task_id) from None
                 raise
         return await self.prompts.get(task_id, record.session_id, step, record.step)
+
+    async def get_task_trace(self, task_id: str, *, caller: Identity) -> TaskTrace:
+        """The spans of a task's traces (traces.py), for whoever may read the task."""
+        task = await self.get_task(task_id, caller=caller)
+        return await self.traces.read(task.request_id, task.task_id)
 
     def list_agents(self, *, caller: Identity) -> Sequence[AgentConfig]:
         """The agents `caller` may start tasks as."""

@@ -220,7 +220,11 @@ class Steps(DownstreamCalls):
                 EventKind.MODEL_REPLY,
                 text,
                 usage=reply.usage,
-                attributes={"model": reply.model, "finish_reason": reply.finish_reason},
+                attributes={
+                    "model": reply.model,
+                    "finish_reason": reply.finish_reason,
+                    "cost_usd": repr(reply.cost_usd),
+                },
             )
         )
         if not reply.tool_calls:

@@ -47,6 +47,7 @@ from agentmesh.metrics import Metrics
 from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
 from agentmesh.rpc.connect import ConnectEdge, ContentTypeGuard, MethodTable, connect_application
+from agentmesh.rpc.console import ConsoleApp
 from agentmesh.rpc.http import HttpListener, cors_middleware, http_routes
 from agentmesh.rpc.httpedge import HttpEdge
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 
 _descriptor_pool = descriptor_pool.Default()
+DISPATCHER_SERVICE = "agentmesh.v1.DispatcherService"
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 # Probes must always get through, even when the server sheds load.
 _UNLIMITED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -226,8 +228,12 @@ class ServiceHost:
             await self.health_server.start()
         await self.server.start()
         http_bind = http_address or endpoint.http_bind_address
+        connect_apps = self._connect_apps() if http_bind else []
         routes = http_routes(
-            self.telemetry.meter.registry, self._connect_apps() if http_bind else (), self.service_routes
+            self.telemetry.meter.registry,
+            connect_apps,
+            self.service_routes,
+            self._console() if connect_apps else None,
         )
         if http_bind and routes:
             listener = HttpListener(
@@ -274,6 +280,12 @@ class ServiceHost:
             )
             apps.append(_Guarded(ContentTypeGuard(app, lambda: self.port), app.path))
         return apps
+
+    def _console(self) -> ConsoleApp | None:
+        """The web console, on the dispatcher's listener (the Connect edge it calls is there)."""
+        if not self.settings.console.enabled or DISPATCHER_SERVICE not in self._service_names:
+            return None
+        return ConsoleApp(self.settings)
 
     def _health_insecure_port(self, address: str) -> int:
         assert self.health_server is not None
