@@ -530,8 +530,11 @@ class ToolSandboxSettings(_Section):
 
 
 class ToolBreakerSettings(_Section):
-    """Circuit breaker per (agent instance, tool)."""
+    """Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/architecture.md §5)."""
 
+    scope: Literal["agent", "instance"] = "agent"
+    """`agent`: one breaker per agent and tool, so a breaker one task opened is open for the agent's next
+    task; `instance`: one per agent instance (the dispatcher makes one per task) and tool."""
     failure_threshold: int = Field(5, ge=1)
     """Consecutive failed calls that open the breaker."""
     open_s: float = Field(30.0, gt=0)
@@ -541,7 +544,7 @@ class ToolBreakerSettings(_Section):
     ramp_start_fraction: float = Field(0.25, gt=0, le=1)
     max_entries: int = Field(10_000, ge=10)
     shared: bool = True
-    """One breaker per (instance, tool) for every replica, in Redis; false: each replica its own."""
+    """One breaker per (agent or instance, tool) for every replica, in Redis; false: each replica its own."""
     sync_s: float = Field(1.0, gt=0)
     """Shared: how long a replica trusts its copy of a closed, failure-free breaker before asking
     Redis again (how late it learns that another replica's failures opened it)."""

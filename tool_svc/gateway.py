@@ -171,7 +171,7 @@ class Gateway:
                 refill_per_second=tools.rate_limit.refill_per_second,
                 local_batch=tools.rate_limit.local_batch,
             ),  # RATE_LIMITED, per agent, shared by every replica
-            CircuitBreaker(self.breakers),  # CIRCUIT_OPEN per (agent instance, tool)
+            CircuitBreaker(self.breakers, tools.breaker.scope),  # CIRCUIT_OPEN per (agent or its instance, tool)
             Execute(found, HttpToolExecutor(self.transport), mcp=self.mcp, rng=rng, sleep=pause),  # UPSTREAM_*
             ValidateOutput(),  # OUTPUT_INVALID
             RedactSecrets(),
