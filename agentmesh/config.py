@@ -1110,7 +1110,9 @@ def load_settings(
 def settings_from_layers(layers: list[Layer], *, overrides: Mapping[str, Any] | None = None) -> Settings:
     """The settings the layers make (each an overlay of the ones before), with `overrides` and the
     `AGENTMESH_*` variables on top. ConfigError naming the layers (or the variable) and the key."""
-    where = " + ".join(layer.label if layer.label == str(layer.path) else f"{layer.label} {layer.path}" for layer in layers)
+    where = " + ".join(
+        layer.label if layer.label == str(layer.path) else f"{layer.label} {layer.path}" for layer in layers
+    )
     data: dict[str, Any] = {}
     for layer in layers:
         data = overlay(data, layer.data)
