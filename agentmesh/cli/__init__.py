@@ -198,10 +198,13 @@ def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -
 
 
 def cmd_trace(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
-    """Draws a request's trace as a terminal waterfall from the span file (or points to Jaeger)."""
+    """Draws a request's trace as a terminal waterfall from a Jaeger v2 query service or the span file."""
     from agentmesh.cli.trace_view import trace_command
 
-    return trace_command(args.span_file or settings.telemetry.span_file, args.request_id, width=args.width)
+    query_url = settings.telemetry.trace_query_url if args.query_url is None else args.query_url
+    return trace_command(
+        args.span_file or settings.telemetry.span_file, args.request_id, width=args.width, query_url=query_url
+    )
 
 
 def cmd_context(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
@@ -479,6 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("request_id", help="the request id (printed by `agentmesh run`), or a task id")
     trace.add_argument("--span-file", type=Path, default=None, help="JSONL span file (default: telemetry.span_file)")
     trace.add_argument("--width", type=int, default=40, help="width of the time bars")
+    trace.add_argument(
+        "--query-url",
+        default=None,
+        help="a Jaeger v2 query service to read the trace from, e.g. http://localhost:16686 "
+        "(default: telemetry.trace_query_url; '' reads the span file only)",
+    )
     trace.set_defaults(func=cmd_trace)
 
     audit = sub.add_parser("audit", help="who did what: the audit stream, one line per entry")
