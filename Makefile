@@ -17,9 +17,11 @@ BASELINE := protos/breaking-baseline.binpb
 
 venv: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python-tools/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# agentmesh-tools (@tool functions served over MCP): its dependencies are agentmesh's, pinned above.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e clients/python-tools
 	touch $@
 
 # buf is pinned in package.json/package-lock.json and installed from the npm registry.

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from google.protobuf import json_format
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from google.protobuf import json_format
 from opentelemetry.proto.common.v1 import common_pb2
 
 __all__ = ["OtlpHttpReceiver", "ReceivedSpan", "attribute_value"]

@@ -147,7 +147,10 @@ def _traceparent(value: str) -> tuple[str, str]:
     return trace_id, span_id
 
 
-def test_one_trace_reaches_every_upstream(tmp_path: Path, upstreams: tuple[ToolServer, FakeProvider, str, Path]) -> None:
+Upstreams = tuple[ToolServer, FakeProvider, str, Path]
+
+
+def test_one_trace_reaches_every_upstream(tmp_path: Path, upstreams: Upstreams) -> None:
     tools, model, mcp_url, mcp_headers = upstreams
     model.push(
         Reply(text="", tool_calls=[("forecast", '{"city": "Oslo"}')]),
@@ -212,11 +215,13 @@ def test_one_trace_reaches_every_upstream(tmp_path: Path, upstreams: tuple[ToolS
                 return next(s for s in spans if str(s.attributes.get("url.full", "")).endswith(suffix))
 
             # The HTTP semantic conventions on each upstream call's CLIENT span.
-            for suffix, service in (("/forecast", "tool_svc"), ("/chat/completions", "provider_svc"), ("/mcp", "tool_svc")):
+            expected = (("/forecast", "tool_svc"), ("/chat/completions", "provider_svc"), ("/mcp", "tool_svc"))
+            for suffix, service in expected:
                 span = http_span(suffix)
                 assert span.service == service and span.name == "POST"
                 assert span.attributes["http.request.method"] == "POST"
-                assert span.attributes["server.address"] == "127.0.0.1" and isinstance(span.attributes["server.port"], int)
+                assert span.attributes["server.address"] == "127.0.0.1"
+                assert isinstance(span.attributes["server.port"], int)
                 assert span.attributes["http.response.status_code"] == 200
                 assert "error.type" not in span.attributes
                 assert span.attributes[ATTR_REQUEST_ID] == request_id
