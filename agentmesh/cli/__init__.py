@@ -515,8 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token",
         default=None,
-        help="stdio: the agentmesh token to act as (default $AGENTMESH_TOKEN; http reads each request's "
-        "Authorization: Bearer)",
+        help="the agentmesh token to act as (default $AGENTMESH_TOKEN); http: for requests without "
+        "Authorization: Bearer, on a loopback --host only. Tools are listed by its grants: an agent's token, "
+        "e.g. `agentmesh token --agent assistant --permission 'dev:builtin.*:read'`",
     )
     serve.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds one tool call may take")
     serve.set_defaults(func=cmd_mcp_serve)
