@@ -108,8 +108,10 @@ test-cluster: venv
 # changes are not in the clone) into a temporary directory, the README's install step for real (PyPI,
 # npm), `agentmesh up &` and the first `agentmesh run` (SUCCEEDED), then every other shell block in
 # order, each exiting 0. `make test` runs the same session in this checkout.
+# Then agentmesh-tools installs alone in a fresh venv (no agentmesh) and serves tools.py (issue 42).
 test-readme: venv
 	README_TEST_CLONE=1 $(BIN)/pytest -q tests/readme/test_readme.py -k fresh_clone $(PYTEST_ARGS)
+	README_TEST_CLONE=1 $(BIN)/pytest -q tests/contract/tool/test_function_tools.py -k installs_alone $(PYTEST_ARGS)
 
 # Two replicas of every service (round-robin between them) on a Redis Cluster: 200 tasks whose side
 # effects the upstreams count, while one replica of each service and one Redis primary are killed with
