@@ -17,9 +17,11 @@ BASELINE := protos/breaking-baseline.binpb
 
 venv: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python-tools/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# agentmesh-tools (@tool functions served over MCP): its dependencies are agentmesh's, pinned above.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e clients/python-tools
 	touch $@
 
 # buf is pinned in package.json/package-lock.json and installed from the npm registry.
@@ -115,8 +117,10 @@ test-cluster: venv
 # changes are not in the clone) into a temporary directory, the README's install step for real (PyPI,
 # npm), `agentmesh up &` and the first `agentmesh run` (SUCCEEDED), then every other shell block in
 # order, each exiting 0. `make test` runs the same session in this checkout.
+# Then agentmesh-tools installs alone in a fresh venv (no agentmesh) and serves tools.py (issue 42).
 test-readme: venv
 	README_TEST_CLONE=1 $(BIN)/pytest -q tests/readme/test_readme.py -k fresh_clone $(PYTEST_ARGS)
+	README_TEST_CLONE=1 $(BIN)/pytest -q tests/contract/tool/test_function_tools.py -k installs_alone $(PYTEST_ARGS)
 
 # Two replicas of every service (round-robin between them) on a Redis Cluster: 200 tasks whose side
 # effects the upstreams count, while one replica of each service and one Redis primary are killed with

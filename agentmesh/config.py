@@ -46,13 +46,14 @@ from agentmesh.configfiles import (
     ConfigError,
     ConfigFiles,
     FoundConfig,
+    Layer,
     config_path,
     config_paths,
     deep_merge,
     find_config,
     interpolate,
     overlay,
-    read_yaml,
+    read_layers,
 )
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "ConfigError",
     "ConfigFiles",
     "FoundConfig",
+    "Layer",
     "NoAuthKeyError",
     "Settings",
     "config_path",
@@ -72,13 +74,15 @@ __all__ = [
     "interpolate",
     "load_settings",
     "overlay",
+    "read_layers",
+    "settings_from_layers",
 ]
 
 MiB = 1024 * 1024
 DEV_AUTH_KEY = "agentmesh-dev-only-insecure-key"
 """The key the example agentmesh.yaml falls back to; refused outside environment dev."""
 MIN_AUTH_KEY_BYTES = 32
-NO_AUTH_KEY = "no auth key: set AGENTMESH_AUTH_KEY or --config"
+NO_AUTH_KEY = "no auth key: set AGENTMESH_AUTH_KEY, or auth.key in a configuration file"
 """The whole message when auth is enabled and there is no key (or only the development key outside dev)."""
 
 
@@ -428,6 +432,9 @@ class TelemetrySettings(_Section):
 
     span_file: Path = Path("var/spans.jsonl")
     """Where spans go when no OTLP endpoint is set; `agentmesh trace` reads it."""
+    trace_query_url: str = ""
+    """A Jaeger v2 query service (its `/api/v3` HTTP API, e.g. `http://localhost:16686`) that `agentmesh trace`
+    reads traces from, falling back to `span_file`; empty: the span file only."""
     metrics: bool = True
     """Record metrics: served at `/metrics` on the service's HTTP listener (`services.<svc>.http_port`) and
     sent over OTLP when OTEL_METRICS_EXPORTER says so (docs/architecture.md §8)."""
@@ -598,8 +605,11 @@ class ToolSandboxSettings(_Section):
 
 
 class ToolBreakerSettings(_Section):
-    """Circuit breaker per (agent instance, tool)."""
+    """Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/architecture.md §5)."""
 
+    scope: Literal["agent", "instance"] = "agent"
+    """`agent`: one breaker per agent and tool, so a breaker one task opened is open for the agent's next
+    task; `instance`: one per agent instance (the dispatcher makes one per task) and tool."""
     failure_threshold: int = Field(5, ge=1)
     """Consecutive failed calls that open the breaker."""
     open_s: float = Field(30.0, gt=0)
@@ -609,7 +619,7 @@ class ToolBreakerSettings(_Section):
     ramp_start_fraction: float = Field(0.25, gt=0, le=1)
     max_entries: int = Field(10_000, ge=10)
     shared: bool = True
-    """One breaker per (instance, tool) for every replica, in Redis; false: each replica its own."""
+    """One breaker per (agent or instance, tool) for every replica, in Redis; false: each replica its own."""
     sync_s: float = Field(1.0, gt=0)
     """Shared: how long a replica trusts its copy of a closed, failure-free breaker before asking
     Redis again (how late it learns that another replica's failures opened it)."""
@@ -1295,17 +1305,27 @@ def load_settings(
     path: ConfigFiles | None = None,
     *,
     overrides: Mapping[str, Any] | None = None,
+    defaults: bool = False,
 ) -> Settings:
     """Reads the YAML file(s) (see `config_paths`; each later file is an `overlay` of the ones
     before), interpolates `${VAR}`, applies `AGENTMESH_*` overrides, validates.
 
+    With `defaults` (the `agentmesh` command and `python -m <svc>`) the files add to the packaged
+    production-safe defaults (`read_layers`) instead of standing alone.
     Raises ConfigError naming the file(s) (or the environment variable) and the key on any problem.
     """
-    files = config_paths(path)
-    where = " + ".join(str(file) for file in files) if files else "defaults"
+    return settings_from_layers(read_layers(config_paths(path), defaults=defaults), overrides=overrides)
+
+
+def settings_from_layers(layers: list[Layer], *, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """The settings the layers make (each an overlay of the ones before), with `overrides` and the
+    `AGENTMESH_*` variables on top. ConfigError naming the layers (or the variable) and the key."""
+    where = " + ".join(
+        layer.label if layer.label == str(layer.path) else f"{layer.label} {layer.path}" for layer in layers
+    )
     data: dict[str, Any] = {}
-    for file in files:
-        data = overlay(data, read_yaml(file))
+    for layer in layers:
+        data = overlay(data, layer.data)
     if overrides:
         data = deep_merge(data, dict(overrides))
     check_json_variables(os.environ)
@@ -1314,7 +1334,7 @@ def load_settings(
     except ValidationError as exc:
         if any(str(error["msg"]).endswith(NO_AUTH_KEY) for error in exc.errors()):
             raise NoAuthKeyError(NO_AUTH_KEY) from exc
-        raise ConfigError(_format_validation_error(exc, where)) from exc
+        raise ConfigError(_format_validation_error(exc, where or "defaults")) from exc
     except SettingsError as exc:
         # Raised for an AGENTMESH_* variable whose JSON does not parse.
         raise ConfigError(f"invalid configuration: {exc}") from exc

@@ -547,13 +547,13 @@ class Dispatcher:
                 else f"approval {approval_id} is not a settlement: approve or deny it",
             )
         outcome: ToolOutcome | None
-        decided = True  # whether the decision tool_svc holds is this caller's (then audited, after the act)
+        # The decision is audited once, by tool_svc, which stores it (with the tool's name): the caller's
+        # own token is forwarded, so the entry names the caller. Only refusals decided here are audited here.
         try:
             approval, outcome = await self.ports.tools.resolve_approval(
                 approval_id, approve, reason, arguments_sha256, _RESOLVE_TIMEOUT_S, settlement=settlement
             )
         except AgentmeshError as err:
-            decided = False
             if err.code == ErrorCode.APPROVAL_EXPIRED:
                 approval = ApprovalRecord(request=pending, state="EXPIRED", reason=err.message)
                 outcome = None
@@ -563,13 +563,9 @@ class Dispatcher:
                 if approval.state == "PENDING":
                     raise
                 outcome = None
-                decided = approval.resolved_by == caller.subject
             else:
                 raise
         settled = await self.settler.settle(record, approval, outcome, resolver=caller.subject, reason=reason)
-        if decided and approval.state in ("APPROVED", "DENIED"):
-            verdict = (approval.settlement or settlement) if is_settlement else approval.state.lower()
-            await self.auditor.record(caller, action, approval_id, detail=verdict)
         if approval.state == "EXPIRED":
             # Whoever moved the task (we, or the sweeper racing us), the decision came too late.
             raise settlement_expired(task_id, pending) if pending.is_settlement else approval_expired(task_id, pending)

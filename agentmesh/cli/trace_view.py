@@ -1,10 +1,12 @@
 """`agentmesh trace <request_id>`: a request's spans as a terminal waterfall (or a task's, by its id).
 
-Reads the JSONL span file every service appends to when no OTLP endpoint is set (one JSON object
-per line: trace_id, span_id, parent_span_id, name, kind, service, start/end_time_unix_nano,
-status, attributes incl. `agentmesh.request_id`, links). Every trace holding a span of the request
-is drawn, parents above children, with each span's offset, duration and a bar on a shared time
-axis. When spans go to OTLP instead (OTEL_EXPORTER_OTLP_ENDPOINT), it says where to look in Jaeger.
+With `telemetry.trace_query_url` set (a Jaeger v2 query service, agentmesh.cli.jaeger; the compose file
+sets it), the spans come from its query API; when it has none of the request (or cannot be reached, said
+on stderr) the span file is read. The JSONL span file is what every service appends to when no OTLP
+endpoint is set (one JSON object per line: trace_id, span_id, parent_span_id, name, kind, service,
+start/end_time_unix_nano, status, attributes incl. `agentmesh.request_id`, links). Every trace holding a
+span of the request is drawn, parents above children, with each span's offset, duration and a bar on a
+shared time axis. When spans go to OTLP and no query service is configured, it says where to look in Jaeger.
 """
 
 from __future__ import annotations
@@ -91,14 +93,48 @@ def jaeger_hint(endpoint: str, request_id: str) -> str:
     )
 
 
+def _from_query_service(url: str, request_id: str, err: TextIO) -> dict[str, list[Span]]:
+    from agentmesh.cli.jaeger import JaegerError, JaegerQuery
+
+    query = JaegerQuery(url)
+    try:
+        return spans_of_request(query.spans_of(request_id), request_id)
+    except JaegerError as exc:
+        err.write(f"trace query service: {exc}; reading the span file instead\n")
+        return {}
+    finally:
+        query.close()
+
+
+def _draw(traces: dict[str, list[Span]], out: TextIO, width: int) -> None:
+    first = True
+    for trace_id, spans in traces.items():
+        if not first:
+            out.write("\n")
+        first = False
+        out.write("\n".join(render_trace(trace_id, spans, width=width)) + "\n")
+
+
 def trace_command(
-    span_file: Path, request_id: str, *, width: int = 40, out: TextIO | None = None, err: TextIO | None = None
+    span_file: Path,
+    request_id: str,
+    *,
+    width: int = 40,
+    query_url: str = "",
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """`agentmesh trace`: 0 when spans were drawn (or OTLP is in use), 1 when none were found."""
     out = out or sys.stdout
     err = err or sys.stderr
+    if query_url:
+        traces = _from_query_service(query_url, request_id, err)
+        if traces:
+            out.write(f"from {query_url}\n")
+            _draw(traces, out, width)
+            return 0
     endpoint = otlp_endpoint()
-    if endpoint:
+    if endpoint and not query_url:
         out.write(jaeger_hint(endpoint, request_id) + "\n")
         if not span_file.exists():
             return 0
@@ -107,14 +143,10 @@ def trace_command(
         return 1
     traces = spans_of_request(read_spans(span_file), request_id)
     if not traces:
-        if endpoint:
+        if endpoint and not query_url:
             return 0
-        err.write(f"no spans with {ATTR_REQUEST_ID}={request_id} in {span_file}\n")
+        where = f"{query_url} or {span_file}" if query_url else str(span_file)
+        err.write(f"no spans with {ATTR_REQUEST_ID}={request_id} in {where}\n")
         return 1
-    first = True
-    for trace_id, spans in traces.items():
-        if not first:
-            out.write("\n")
-        first = False
-        out.write("\n".join(render_trace(trace_id, spans, width=width)) + "\n")
+    _draw(traces, out, width)
     return 0

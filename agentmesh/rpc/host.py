@@ -159,6 +159,9 @@ class ServiceHost:
             # Clients in a mesh ping; accept pings as often as our own keepalive interval.
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
             ("grpc.http2.max_pings_without_data", 0),
+            # grpc sets SO_REUSEPORT by default on Linux: a second copy started on a busy port would bind it
+            # too and silently take half the connections. Without it the second start fails naming the port.
+            ("grpc.so_reuseport", 0),
         ]
         # grpc's own limit stays as a backstop above ours (health checks are not counted by ours).
         # Every handler (health and reflection included) runs inside the one edge interceptor.
@@ -400,8 +403,12 @@ class _Guarded:
 def _bind(name: str, address: str, add_port: Callable[[], int]) -> int:
     try:
         port = add_port()
-    except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
-        raise OSError(f"{name}: cannot bind {address} (address in use?): {exc}") from None
+    except RuntimeError:  # grpc's way of saying the address is taken or invalid (its text adds nothing)
+        port_text = address.rpartition(":")[2]
+        raise OSError(
+            f"{name}: cannot bind {address}: port {port_text} is in use (another copy running?) "
+            "or the address is not this machine's"
+        ) from None
     if port == 0:
         raise OSError(f"{name}: cannot bind {address}")
     return port
@@ -454,7 +461,8 @@ def run_service(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
     die_with_supervisor()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(args or None)
+        # The files (arguments, else $AGENTMESH_CONFIG, else ./agentmesh.yaml) add to the packaged defaults.
+        settings = load_settings(args or None, defaults=True)
     except ConfigError as exc:
         print(f"{spec.name}_svc: {exc}", file=sys.stderr)
         return 2

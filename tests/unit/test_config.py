@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from agentmesh.config import DEV_AUTH_KEY, ConfigError, load_settings
+from agentmesh.config import DEV_AUTH_KEY, NO_AUTH_KEY, ConfigError, load_settings
 from agentmesh.identity import verify_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,9 +129,9 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_auth_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match=r"^no auth key: set AGENTMESH_AUTH_KEY or \-\-config$"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(NO_AUTH_KEY)}$"):
         load_settings()
-    with pytest.raises(ConfigError, match=r"^no auth key: set AGENTMESH_AUTH_KEY or \-\-config$"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(NO_AUTH_KEY)}$"):
         load_settings(overrides={"environment": "prod", "auth": {"key": DEV_AUTH_KEY}})
     with pytest.raises(ConfigError, match="at least 32 bytes"):
         load_settings(overrides={"environment": "prod", "auth": {"key": "short-key"}})
