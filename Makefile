@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme litellm-venv test-litellm bench-gateway
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme litellm-venv test-litellm bench-gateway console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -17,9 +17,11 @@ BASELINE := protos/breaking-baseline.binpb
 
 venv: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python-tools/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	# agentmesh-tools (@tool functions served over MCP): its dependencies are agentmesh's, pinned above.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e clients/python-tools
 	touch $@
 
 # buf is pinned in package.json/package-lock.json and installed from the npm registry.
@@ -41,6 +43,15 @@ gen: venv toolchains
 # The example clients (examples/clients/go, examples/clients/ts) and the Java stubs, built from gen/.
 clients: gen
 	scripts/build-clients.sh all
+
+# The web console (console/, docs/architecture.md §17) into agentmesh/console_dist/, committed: the pinned
+# protoc-gen-es, TypeScript (strict check) and esbuild; tests/console checks the committed bytes are its build.
+console: node_modules/.installed
+	scripts/build-console.sh
+
+# The README's screenshots of the console (docs/console/*.png), taken by its browser tests.
+console-screenshots: venv toolchains
+	CONSOLE_SCREENSHOTS=1 $(BIN)/pytest -q tests/console/test_console_browser.py $(PYTEST_ARGS)
 
 # Debian packages of the Go and Java toolchains (scripts/install-toolchains.sh): a no-op when present.
 toolchains:
@@ -106,8 +117,10 @@ test-cluster: venv
 # changes are not in the clone) into a temporary directory, the README's install step for real (PyPI,
 # npm), `agentmesh up &` and the first `agentmesh run` (SUCCEEDED), then every other shell block in
 # order, each exiting 0. `make test` runs the same session in this checkout.
+# Then agentmesh-tools installs alone in a fresh venv (no agentmesh) and serves tools.py (issue 42).
 test-readme: venv
 	README_TEST_CLONE=1 $(BIN)/pytest -q tests/readme/test_readme.py -k fresh_clone $(PYTEST_ARGS)
+	README_TEST_CLONE=1 $(BIN)/pytest -q tests/contract/tool/test_function_tools.py -k installs_alone $(PYTEST_ARGS)
 
 # Two replicas of every service (round-robin between them) on a Redis Cluster: 200 tasks whose side
 # effects the upstreams count, while one replica of each service and one Redis primary are killed with
@@ -139,4 +152,4 @@ up: venv
 	$(BIN)/agentmesh up
 
 clean:
-	rm -rf $(VENV) $(LITELLM_VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist
+	rm -rf $(VENV) $(LITELLM_VENV) node_modules .mypy_cache .pytest_cache .ruff_cache gen build/clients examples/clients/ts/dist console/gen

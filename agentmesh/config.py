@@ -46,13 +46,14 @@ from agentmesh.configfiles import (
     ConfigError,
     ConfigFiles,
     FoundConfig,
+    Layer,
     config_path,
     config_paths,
     deep_merge,
     find_config,
     interpolate,
     overlay,
-    read_yaml,
+    read_layers,
 )
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "ConfigError",
     "ConfigFiles",
     "FoundConfig",
+    "Layer",
     "NoAuthKeyError",
     "Settings",
     "config_path",
@@ -72,13 +74,15 @@ __all__ = [
     "interpolate",
     "load_settings",
     "overlay",
+    "read_layers",
+    "settings_from_layers",
 ]
 
 MiB = 1024 * 1024
 DEV_AUTH_KEY = "agentmesh-dev-only-insecure-key"
 """The key the example agentmesh.yaml falls back to; refused outside environment dev."""
 MIN_AUTH_KEY_BYTES = 32
-NO_AUTH_KEY = "no auth key: set AGENTMESH_AUTH_KEY or --config"
+NO_AUTH_KEY = "no auth key: set AGENTMESH_AUTH_KEY, or auth.key in a configuration file"
 """The whole message when auth is enabled and there is no key (or only the development key outside dev)."""
 
 
@@ -341,6 +345,75 @@ class TlsSettings(_Section):
         return self
 
 
+def _browser_url(url: str, *, empty_ok: bool) -> str:
+    """An http(s) URL without credentials, a query or a fragment ("" when allowed)."""
+    if not url:
+        if empty_ok:
+            return url
+        raise ValueError("is required")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http(s) URL, got {url!r}")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ValueError(f"must not carry credentials, a query or a fragment: {url!r}")
+    return url
+
+
+def _https_unless_loopback_url(url: str) -> str:
+    parts = urlsplit(url)
+    loopback = parts.hostname in ("127.0.0.1", "::1", "localhost")
+    if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+        raise ValueError(f"must be an https URL (http only on a loopback host), got {url!r}")
+    if parts.username or parts.password or parts.fragment:
+        raise ValueError(f"must not carry credentials or a fragment: {url!r}")
+    return url
+
+
+class ConsoleOidcSettings(_Section):
+    """The console's OIDC login: the authorization code flow with PKCE, as a public client (no secret)
+    registered at the IdP with the redirect URI `<console origin>/console/`. The token it gets must
+    verify as one of `auth.oidc`'s issuers (same `issuer`), like any other caller's."""
+
+    issuer: str = Field(min_length=1)
+    """One of `auth.oidc[].issuer`."""
+    client_id: str = Field(min_length=1)
+    authorization_endpoint: str = Field(min_length=1)
+    """The IdP's authorization endpoint (its discovery document's `authorization_endpoint`)."""
+    token_endpoint: str = Field(min_length=1)
+    """The IdP's token endpoint; it must allow the console's origin (CORS), as IdPs do for SPA clients."""
+    scopes: list[str] = ["openid", "profile"]
+    token: Literal["access_token", "id_token"] = "access_token"
+    """Which token of the IdP's answer the console sends to the services (whose `aud` `auth.oidc` accepts)."""
+    audience: str = ""
+    """Sent as `audience` to the authorization endpoint, for IdPs that need it to mint a JWT access token."""
+
+    @field_validator("authorization_endpoint", "token_endpoint")
+    @classmethod
+    def _endpoint(cls, url: str) -> str:
+        return _https_unless_loopback_url(url)
+
+
+class ConsoleSettings(_Section):
+    """The web console at `/console` on the dispatcher's HTTP listener (agentmesh/rpc/console.py,
+    docs/architecture.md §17). It calls the services through their Connect edges with its user's token."""
+
+    enabled: bool = True
+    """Serve it (needs the dispatcher's `http_port` and `server.connect`)."""
+    tool_url: str = ""
+    """tool_svc's Connect edge as browsers reach it, e.g. `https://tools.example.com`; "" means the
+    console's own host on `services.tool.http_port`. Its `server.cors_allowed_origins` must list the
+    console's origin."""
+    jaeger_url: str = ""
+    """The Jaeger UI, e.g. `http://localhost:16686`: the Task page links each request's trace there."""
+    oidc: ConsoleOidcSettings | None = None
+    """The OIDC login; without it the console asks for a pasted token only."""
+
+    @field_validator("tool_url", "jaeger_url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return _browser_url(url.rstrip("/"), empty_ok=True)
+
+
 class ClientSettings(_Section):
     """Channels to the other services."""
 
@@ -359,6 +432,9 @@ class TelemetrySettings(_Section):
 
     span_file: Path = Path("var/spans.jsonl")
     """Where spans go when no OTLP endpoint is set; `agentmesh trace` reads it."""
+    trace_query_url: str = ""
+    """A Jaeger v2 query service (its `/api/v3` HTTP API, e.g. `http://localhost:16686`) that `agentmesh trace`
+    reads traces from, falling back to `span_file`; empty: the span file only."""
     metrics: bool = True
     """Record metrics: served at `/metrics` on the service's HTTP listener (`services.<svc>.http_port`) and
     sent over OTLP when OTEL_METRICS_EXPORTER says so (docs/architecture.md §8)."""
@@ -529,8 +605,11 @@ class ToolSandboxSettings(_Section):
 
 
 class ToolBreakerSettings(_Section):
-    """Circuit breaker per (agent instance, tool)."""
+    """Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/architecture.md §5)."""
 
+    scope: Literal["agent", "instance"] = "agent"
+    """`agent`: one breaker per agent and tool, so a breaker one task opened is open for the agent's next
+    task; `instance`: one per agent instance (the dispatcher makes one per task) and tool."""
     failure_threshold: int = Field(5, ge=1)
     """Consecutive failed calls that open the breaker."""
     open_s: float = Field(30.0, gt=0)
@@ -540,7 +619,7 @@ class ToolBreakerSettings(_Section):
     ramp_start_fraction: float = Field(0.25, gt=0, le=1)
     max_entries: int = Field(10_000, ge=10)
     shared: bool = True
-    """One breaker per (instance, tool) for every replica, in Redis; false: each replica its own."""
+    """One breaker per (agent or instance, tool) for every replica, in Redis; false: each replica its own."""
     sync_s: float = Field(1.0, gt=0)
     """Shared: how long a replica trusts its copy of a closed, failure-free breaker before asking
     Redis again (how late it learns that another replica's failures opened it)."""
@@ -1150,6 +1229,16 @@ class Settings(BaseSettings):
     audit: AuditSettings = AuditSettings()
     agents: list[AgentSettings] = []
     dispatcher: DispatcherSettings = DispatcherSettings()
+    console: ConsoleSettings = ConsoleSettings()
+
+    @model_validator(mode="after")
+    def _console_issuer_is_trusted(self) -> Settings:
+        oidc = self.console.oidc
+        if oidc is not None and oidc.issuer not in {entry.issuer for entry in self.auth.oidc}:
+            raise ValueError(
+                f"console.oidc.issuer {oidc.issuer!r} is not one of auth.oidc's issuers: its tokens would not verify"
+            )
+        return self
 
     @model_validator(mode="after")
     def _records_outlive_what_can_repeat_them(self) -> Settings:
@@ -1216,17 +1305,27 @@ def load_settings(
     path: ConfigFiles | None = None,
     *,
     overrides: Mapping[str, Any] | None = None,
+    defaults: bool = False,
 ) -> Settings:
     """Reads the YAML file(s) (see `config_paths`; each later file is an `overlay` of the ones
     before), interpolates `${VAR}`, applies `AGENTMESH_*` overrides, validates.
 
+    With `defaults` (the `agentmesh` command and `python -m <svc>`) the files add to the packaged
+    production-safe defaults (`read_layers`) instead of standing alone.
     Raises ConfigError naming the file(s) (or the environment variable) and the key on any problem.
     """
-    files = config_paths(path)
-    where = " + ".join(str(file) for file in files) if files else "defaults"
+    return settings_from_layers(read_layers(config_paths(path), defaults=defaults), overrides=overrides)
+
+
+def settings_from_layers(layers: list[Layer], *, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """The settings the layers make (each an overlay of the ones before), with `overrides` and the
+    `AGENTMESH_*` variables on top. ConfigError naming the layers (or the variable) and the key."""
+    where = " + ".join(
+        layer.label if layer.label == str(layer.path) else f"{layer.label} {layer.path}" for layer in layers
+    )
     data: dict[str, Any] = {}
-    for file in files:
-        data = overlay(data, read_yaml(file))
+    for layer in layers:
+        data = overlay(data, layer.data)
     if overrides:
         data = deep_merge(data, dict(overrides))
     check_json_variables(os.environ)
@@ -1235,7 +1334,7 @@ def load_settings(
     except ValidationError as exc:
         if any(str(error["msg"]).endswith(NO_AUTH_KEY) for error in exc.errors()):
             raise NoAuthKeyError(NO_AUTH_KEY) from exc
-        raise ConfigError(_format_validation_error(exc, where)) from exc
+        raise ConfigError(_format_validation_error(exc, where or "defaults")) from exc
     except SettingsError as exc:
         # Raised for an AGENTMESH_* variable whose JSON does not parse.
         raise ConfigError(f"invalid configuration: {exc}") from exc

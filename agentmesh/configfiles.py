@@ -16,16 +16,21 @@ import yaml
 __all__ = [
     "CONFIG_ENV_VAR",
     "DEFAULT_CONFIG_FILE",
+    "INHERIT_DEFAULTS_KEY",
     "PACKAGED_CONFIG",
+    "PACKAGED_LABEL",
     "ConfigError",
     "ConfigFiles",
     "FoundConfig",
+    "Layer",
     "config_path",
     "config_paths",
     "deep_merge",
     "find_config",
     "interpolate",
+    "named_list_key",
     "overlay",
+    "read_layers",
     "read_yaml",
 ]
 
@@ -35,6 +40,11 @@ PACKAGED_CONFIG = Path(__file__).resolve().parent / "defaults" / "agentmesh.yaml
 """The production-safe configuration shipped inside the package: a verbatim copy of the repository's
 agentmesh.yaml (`python -m agentmesh.deployfiles` writes it; a test fails when it is stale). The CLI
 falls back to it anywhere outside a directory with an agentmesh.yaml."""
+
+PACKAGED_LABEL = "packaged default"
+INHERIT_DEFAULTS_KEY = "inherit_defaults"
+"""A top-level key of a configuration file: `false` means the packaged defaults are not read under it
+(the file is a whole configuration of its own). Not part of the schema: it is removed once read."""
 
 _INTERPOLATION = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -89,8 +99,12 @@ class FoundConfig(NamedTuple):
     """"--config", "$AGENTMESH_CONFIG", "./agentmesh.yaml" or "packaged default"."""
 
     def describe(self) -> str:
-        """The files and where they came from, e.g. `/x/agentmesh.yaml (from $AGENTMESH_CONFIG)`."""
-        return f"{' + '.join(str(file) for file in self.files)} (from {self.source})"
+        """The files and where they came from, e.g. `/x/agentmesh.yaml (from $AGENTMESH_CONFIG)`, after the
+        packaged defaults they add to."""
+        if self.files == [PACKAGED_CONFIG]:
+            return f"{PACKAGED_LABEL} {PACKAGED_CONFIG} (no --config, $AGENTMESH_CONFIG or ./agentmesh.yaml)"
+        own = f"{' + '.join(str(file) for file in self.files)} (from {self.source})"
+        return f"{PACKAGED_LABEL} {PACKAGED_CONFIG} + {own}"
 
 
 def find_config(
@@ -101,7 +115,8 @@ def find_config(
 ) -> FoundConfig:
     """The CLI's configuration, first found of: `--config` (`explicit`), $AGENTMESH_CONFIG, ./agentmesh.yaml
     in `cwd`, then the packaged production-safe default (`PACKAGED_CONFIG`), so the command works from
-    any directory. Files are returned absolute, so services started elsewhere read the same ones."""
+    any directory. Files are returned absolute, so services started elsewhere read the same ones. Whatever
+    is found adds to the packaged defaults (`read_layers`), it does not replace them."""
     env = os.environ if env is None else env
     cwd = Path.cwd() if cwd is None else cwd
     if explicit is not None:
@@ -167,6 +182,12 @@ def overlay(base: Any, extra: Any) -> Any:
     return items
 
 
+def named_list_key(items: list[Any]) -> str | None:
+    """The key (`name` or `id`) every item of a list of mappings carries, or None: such a list merges item
+    by item in an overlay, and `agentmesh config show` names its items by it."""
+    return _item_key(items, [])
+
+
 def _item_key(base: list[Any], extra: list[Any]) -> str | None:
     both = [*base, *extra]
     for key in _LIST_ITEM_KEYS:
@@ -184,3 +205,41 @@ def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+class Layer(NamedTuple):
+    """One configuration file as read, in the order they apply (later layers overlay earlier ones)."""
+
+    label: str
+    """How messages and `agentmesh config show` name it: "packaged default" or the file's path."""
+    path: Path
+    data: dict[str, Any]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def read_layers(files: Sequence[Path], *, defaults: bool = True) -> list[Layer]:
+    """The configuration files, read, as the layers they make: first the packaged production-safe defaults
+    (`PACKAGED_CONFIG`), then `files` in order, each an overlay of the ones before, so a file holding only
+    one's own agents and tools adds them to the defaults.
+
+    The packaged defaults are left out when `defaults` is false, when one of `files` is the packaged file
+    itself, or when one of them says `inherit_defaults: false` (a whole configuration of its own, e.g. a
+    cluster's ConfigMap from which an operator removed an agent). ConfigError names the file on any problem."""
+    layers: list[Layer] = []
+    inherit = defaults and not any(_same_file(file, PACKAGED_CONFIG) for file in files)
+    for file in files:
+        data = read_yaml(file)
+        flag = data.pop(INHERIT_DEFAULTS_KEY, True)
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{file}: {INHERIT_DEFAULTS_KEY}: must be true or false, got {flag!r}")
+        inherit = inherit and flag
+        layers.append(Layer(PACKAGED_LABEL if _same_file(file, PACKAGED_CONFIG) else str(file), file, data))
+    if inherit:
+        layers.insert(0, Layer(PACKAGED_LABEL, PACKAGED_CONFIG, read_yaml(PACKAGED_CONFIG)))
+    return layers

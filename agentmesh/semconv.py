@@ -14,6 +14,7 @@ __all__ = [
     "ATTR_REQUEST_ID",
     "ATTR_TASK_ID",
     "BAGGAGE_REQUEST_ID",
+    "ERROR_TYPE",
     "GEN_AI_AGENT_ID",
     "GEN_AI_AGENT_NAME",
     "GEN_AI_CONVERSATION_ID",
@@ -38,6 +39,9 @@ BAGGAGE_REQUEST_ID = ATTR_REQUEST_ID
 """The W3C baggage key carrying the request id (same name as the span attribute)."""
 ATTR_TASK_ID = "agentmesh.task_id"
 ATTR_ERROR_CODE = "agentmesh.error.code"
+ERROR_TYPE = "error.type"
+"""OTel: what kind of failure ended a failed span (our ErrorCode name, a gRPC status name, an HTTP status
+code, an exception's class); every span with an ERROR status has it."""
 ATTR_ERROR_CLASS = "agentmesh.error.class"
 
 # OTel GenAI semantic conventions (https://opentelemetry.io/docs/specs/semconv/gen-ai/).

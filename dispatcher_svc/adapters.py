@@ -238,6 +238,7 @@ def model_reply(pb: provider_pb2.GenerateResponse) -> ModelReply:
         usage=codec.usage_from_pb(pb.usage),
         model=pb.model,
         finish_reason=provider_pb2.FinishReason.Name(pb.finish_reason).removeprefix("FINISH_REASON_"),
+        cost_usd=pb.cost_usd,
         sent=sent,
     )
 

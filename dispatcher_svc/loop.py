@@ -34,6 +34,7 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.semconv import (
     ATTR_REQUEST_ID,
     ATTR_TASK_ID,
+    ERROR_TYPE,
     GEN_AI_AGENT_ID,
     GEN_AI_CONVERSATION_ID,
     GEN_AI_OPERATION_NAME,
@@ -114,6 +115,7 @@ class AgentLoop:
                 span.set_attribute("agentmesh.task.result", result.value)
                 span.set_attribute("agentmesh.task.status", run.status.name)
                 if run.error is not None:
+                    span.set_attribute(ERROR_TYPE, run.error.code.name)
                     span.set_status(Status(StatusCode.ERROR, f"{run.error.code.name}: {run.error.message}"))
                 return result
         finally:

@@ -175,6 +175,8 @@ class ModelReply:
     finish_reason: str = ""
     sent: SentPrompt | None = field(default=None, compare=False, repr=False)
     """The request it answers, when asked for (never part of the checkpoint: prompts.py keeps it)."""
+    cost_usd: float = field(default=0.0, compare=False)
+    """What provider_svc billed for it at its price table (not checkpointed: the MODEL_REPLY event keeps it)."""
 
 
 @dataclass(frozen=True, slots=True)

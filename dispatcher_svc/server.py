@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc.aio
+from google.protobuf import timestamp_pb2
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentmesh.errors import InvalidRequestError
@@ -14,6 +15,7 @@ from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import to_detail
+from agentmesh.spans import Span
 from agentmesh.telemetry import current_request_id
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc import testhooks
@@ -23,6 +25,7 @@ from dispatcher_svc.listing import ApprovalFilter, TaskApproval, TaskFilter
 from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent, TaskStatus
 from dispatcher_svc.prompts import StepPrompt
 from dispatcher_svc.service import Dispatcher, StartRequest
+from dispatcher_svc.traces import TraceReader
 
 SERVICE_NAME = dispatcher_pb2.DESCRIPTOR.services_by_name["DispatcherService"].full_name
 
@@ -105,6 +108,42 @@ def step_prompt_pb(prompt: StepPrompt) -> dispatcher_pb2.StepPrompt:
     if prompt.create_time_ms:
         pb.create_time.CopyFrom(codec.timestamp_ms(prompt.create_time_ms))
     return pb
+
+
+_SPAN_KINDS = {
+    "INTERNAL": dispatcher_pb2.TRACE_SPAN_KIND_INTERNAL,
+    "SERVER": dispatcher_pb2.TRACE_SPAN_KIND_SERVER,
+    "CLIENT": dispatcher_pb2.TRACE_SPAN_KIND_CLIENT,
+    "PRODUCER": dispatcher_pb2.TRACE_SPAN_KIND_PRODUCER,
+    "CONSUMER": dispatcher_pb2.TRACE_SPAN_KIND_CONSUMER,
+}
+_SPAN_STATUSES = {"OK": dispatcher_pb2.TRACE_SPAN_STATUS_OK, "ERROR": dispatcher_pb2.TRACE_SPAN_STATUS_ERROR}
+_ATTRIBUTE_MAX_CHARS = 2000
+
+
+def _attribute_text(value: Any) -> str:
+    text = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
+    return text if len(text) <= _ATTRIBUTE_MAX_CHARS else text[:_ATTRIBUTE_MAX_CHARS] + "…"
+
+
+def _nanos_pb(unix_ns: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=unix_ns // 1_000_000_000, nanos=unix_ns % 1_000_000_000)
+
+
+def trace_span_pb(span: Span) -> dispatcher_pb2.TraceSpan:
+    return dispatcher_pb2.TraceSpan(
+        trace_id=span.trace_id,
+        span_id=span.span_id,
+        parent_span_id=span.parent_span_id or "",
+        name=span.name,
+        kind=_SPAN_KINDS.get(span.kind, dispatcher_pb2.TRACE_SPAN_KIND_UNSPECIFIED),
+        service=span.service,
+        start_time=_nanos_pb(max(0, span.start)),
+        end_time=_nanos_pb(max(0, span.end)),
+        status=_SPAN_STATUSES.get(span.status, dispatcher_pb2.TRACE_SPAN_STATUS_UNSPECIFIED),
+        status_message=span.description if span.status == "ERROR" else "",
+        attributes={str(k): _attribute_text(v) for k, v in span.attributes.items()},
+    )
 
 
 def agent_pb(agent: AgentConfig) -> dispatcher_pb2.Agent:
@@ -281,6 +320,23 @@ class DispatcherServicer(dispatcher_pb2_grpc.DispatcherServiceServicer):
             approvals=[task_approval_pb(w) for w in waiting], next_page_token=token
         )
 
+    async def GetTaskTrace(
+        self, request: dispatcher_pb2.GetTaskTraceRequest, context: Context
+    ) -> dispatcher_pb2.GetTaskTraceResponse:
+        found = await self.dispatcher.get_task_trace(request.task_id, caller=require_identity())
+        return dispatcher_pb2.GetTaskTraceResponse(
+            spans=[trace_span_pb(span) for span in found.spans], truncated=found.truncated
+        )
+
+
+def trace_reader(host: ServiceHost) -> TraceReader:
+    """The span file this process writes (spans not over OTLP), else where its spans go instead."""
+    telemetry = host.telemetry
+    if telemetry.span_file is not None:
+        return TraceReader(telemetry.span_file)
+    where = f"spans are exported over OTLP to {telemetry.endpoint}" if telemetry.endpoint else ""
+    return TraceReader(None, where or f"spans go to: {telemetry.exporter}")
+
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Registers DispatcherService on the host and starts this replica's worker."""
@@ -295,6 +351,7 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
         tracer=host.telemetry.tracer("dispatcher_svc"),
         hook=testhooks.from_env(),
         metrics=host.metrics,
+        traces=trace_reader(host),
     )
     await dispatcher.start()
     host.add_servicer(

@@ -67,6 +67,7 @@ from dispatcher_svc.tasks import (
     WrongStatusError,
     fields_of,
 )
+from dispatcher_svc.traces import TaskTrace, TraceReader
 from dispatcher_svc.worker import Worker
 
 __all__ = ["MAX_GOAL_CHARS", "Dispatcher", "StartRequest", "approval_expired", "check_task_id", "settlement_expired"]
@@ -112,8 +113,10 @@ class Dispatcher:
         tracer: trace.Tracer | None = None,
         hook: Hook | None = None,
         metrics: Metrics | None = None,
+        traces: TraceReader | None = None,
     ) -> None:
         ds = settings.dispatcher
+        self.traces = traces or TraceReader(None, "no span file was given to this dispatcher")
         self.metrics = metrics or Metrics()
         self.settings = settings
         self.authenticator = authenticator
@@ -429,6 +432,11 @@ class Dispatcher:
                 raise
         return await self.prompts.get(task_id, record.session_id, step, record.step)
 
+    async def get_task_trace(self, task_id: str, *, caller: Identity) -> TaskTrace:
+        """The spans of a task's traces (traces.py), for whoever may read the task."""
+        task = await self.get_task(task_id, caller=caller)
+        return await self.traces.read(task.request_id, task.task_id)
+
     def list_agents(self, *, caller: Identity) -> Sequence[AgentConfig]:
         """The agents `caller` may start tasks as."""
         return [a for a in self.agents.list() if may_run(caller, self.settings.environment, a.id)]
@@ -539,13 +547,13 @@ class Dispatcher:
                 else f"approval {approval_id} is not a settlement: approve or deny it",
             )
         outcome: ToolOutcome | None
-        decided = True  # whether the decision tool_svc holds is this caller's (then audited, after the act)
+        # The decision is audited once, by tool_svc, which stores it (with the tool's name): the caller's
+        # own token is forwarded, so the entry names the caller. Only refusals decided here are audited here.
         try:
             approval, outcome = await self.ports.tools.resolve_approval(
                 approval_id, approve, reason, arguments_sha256, _RESOLVE_TIMEOUT_S, settlement=settlement
             )
         except AgentmeshError as err:
-            decided = False
             if err.code == ErrorCode.APPROVAL_EXPIRED:
                 approval = ApprovalRecord(request=pending, state="EXPIRED", reason=err.message)
                 outcome = None
@@ -555,13 +563,9 @@ class Dispatcher:
                 if approval.state == "PENDING":
                     raise
                 outcome = None
-                decided = approval.resolved_by == caller.subject
             else:
                 raise
         settled = await self.settler.settle(record, approval, outcome, resolver=caller.subject, reason=reason)
-        if decided and approval.state in ("APPROVED", "DENIED"):
-            verdict = (approval.settlement or settlement) if is_settlement else approval.state.lower()
-            await self.auditor.record(caller, action, approval_id, detail=verdict)
         if approval.state == "EXPIRED":
             # Whoever moved the task (we, or the sweeper racing us), the decision came too late.
             raise settlement_expired(task_id, pending) if pending.is_settlement else approval_expired(task_id, pending)

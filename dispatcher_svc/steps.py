@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.chat import Correction, NextStep, Usage
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
-from agentmesh.semconv import ATTR_ERROR_CLASS, ATTR_ERROR_CODE
+from agentmesh.semconv import ATTR_ERROR_CLASS, ATTR_ERROR_CODE, ERROR_TYPE
 from dispatcher_svc import guards, policy
 from dispatcher_svc.calls import (
     READ_PAYLOAD_TOOL,
@@ -68,7 +68,9 @@ class Steps(DownstreamCalls):
     def _mark_error(self, err: AgentmeshError) -> None:
         self.error = err
         span = trace.get_current_span()
-        span.set_attributes({ATTR_ERROR_CODE: err.code.name, ATTR_ERROR_CLASS: err.error_class.name})
+        span.set_attributes(
+            {ATTR_ERROR_CODE: err.code.name, ATTR_ERROR_CLASS: err.error_class.name, ERROR_TYPE: err.code.name}
+        )
         span.set_status(Status(StatusCode.ERROR, f"{err.code.name}: {clip(err.message, 200)}"))
 
     async def fail(self, err: AgentmeshError, *, prefix: Sequence[TaskEvent] = ()) -> NoReturn:
@@ -220,7 +222,11 @@ class Steps(DownstreamCalls):
                 EventKind.MODEL_REPLY,
                 text,
                 usage=reply.usage,
-                attributes={"model": reply.model, "finish_reason": reply.finish_reason},
+                attributes={
+                    "model": reply.model,
+                    "finish_reason": reply.finish_reason,
+                    "cost_usd": repr(reply.cost_usd),
+                },
             )
         )
         if not reply.tool_calls:

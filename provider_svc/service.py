@@ -244,6 +244,7 @@ class Providers:
             static_headers=backend.headers,
             timeouts=HttpTimeouts(backend.timeouts.connect_s, backend.timeouts.read_s, backend.timeouts.total_s),
             max_connections=max(backend.concurrency, 1),
+            tracer=self.tracer,
         )
         self._http[backend.name] = created
         return created

@@ -3,12 +3,14 @@
 # stubs, with the toolchains scripts/install-toolchains.sh installs and the npm packages of
 # package.json. Nothing is downloaded: Go builds in GOPATH mode against Debian's /usr/share/gocode.
 #
-#   scripts/build-clients.sh go|ts|java|all [ROOT]
+#   scripts/build-clients.sh go|ts|java|java-client|all [ROOT]
 #   scripts/build-clients.sh go-deps     compile the Go dependencies into Go's build cache only
 #
 # ROOT (default: this checkout) holds gen/, examples/clients/ and node_modules/, as the tests' fresh
 # copies do. Outputs: ROOT/build/clients/agentmesh-go-client, ROOT/examples/clients/ts/dist/ (run
-# dist/examples/clients/ts/client.js), ROOT/build/clients/java/ (the stubs' classes).
+# dist/examples/clients/ts/client.js), ROOT/build/clients/java/ (the stubs' classes),
+# ROOT/build/clients/agentmesh-java-client (the Java example: a launcher of its classes, the stubs' and
+# Debian's jars; `java-client` builds the stubs first).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -120,11 +122,51 @@ build_java() {
   fi
 }
 
+# The Java example's jars (Debian's): grpc-java 1.41 with its Netty transport and what grpc-core loads at
+# run time (Gson for service configs, PerfMark, OpenCensus), protobuf-java with JsonFormat (protobuf-util),
+# and the common protos' Status.
+JAVA_CLIENT_JARS=(
+  protobuf protobuf-util grpc-api grpc-context grpc-core grpc-netty grpc-stub grpc-protobuf grpc-protobuf-lite
+  guava proto-google-common-protos gson perfmark-api opencensus-api opencensus-contrib-grpc-metrics
+  netty-buffer netty-codec netty-codec-http netty-codec-http2 netty-codec-socks netty-common netty-handler
+  netty-handler-proxy netty-resolver netty-transport
+  geronimo-annotation-1.3-spec
+)
+
+build_java_client() {
+  build_java
+  need protoc
+  local jarpaths=() jar
+  for jar in "${JAVA_CLIENT_JARS[@]}"; do
+    [[ -f "/usr/share/java/$jar.jar" ]] || { echo "build-clients: /usr/share/java/$jar.jar is missing: run make toolchains" >&2; exit 1; }
+    jarpaths+=("/usr/share/java/$jar.jar")
+  done
+  local src="$OUT/java-client-src" classes="$OUT/java-client"
+  rm -rf "$src" "$classes" && mkdir -p "$src" "$classes"
+  # google.rpc.ErrorInfo is newer than Debian's proto-google-common-protos 1.16: generated here from the
+  # vendored error_details.proto, its classes first on the class path.
+  protoc -I "$REPO/protos/third_party" --java_out="$src" google/rpc/error_details.proto
+  local sources
+  mapfile -t sources < <(find "$src" "$ROOT/examples/clients/java" -name '*.java' | LC_ALL=C sort)
+  local classpath
+  classpath=$(IFS=:; echo "$OUT/java:${jarpaths[*]}")
+  javac -J-XX:TieredStopAtLevel=1 -J-XX:+UseSerialGC -proc:none -nowarn -encoding UTF-8 --release 17 \
+    -cp "$classpath" -d "$classes" "${sources[@]}"
+  local launcher="$OUT/agentmesh-java-client"
+  {
+    echo '#!/bin/sh'
+    echo "# The Java example client (examples/clients/java), built by scripts/build-clients.sh java-client."
+    echo "exec java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp '$classes:$classpath' com.agentmesh.examples.Client \"\$@\""
+  } >"$launcher"
+  chmod +x "$launcher"
+}
+
 case "$what" in
   go) build_go ;;
   go-deps) build_go_deps ;;
   ts) build_ts ;;
   java) build_java ;;
-  all) build_go; build_ts; build_java ;;
-  *) echo "usage: $0 go|ts|java|all|go-deps [ROOT]" >&2; exit 2 ;;
+  java-client) build_java_client ;;
+  all) build_go; build_ts; build_java_client ;;
+  *) echo "usage: $0 go|ts|java|java-client|all|go-deps [ROOT]" >&2; exit 2 ;;
 esac

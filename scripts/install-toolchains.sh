@@ -31,6 +31,12 @@ PACKAGES=(
   libgoogle-common-protos-java
   # javax.annotation.Generated, which grpc-java 1.41's plugin puts on every service class (JDK 11+ lacks it).
   libgeronimo-annotation-1.3-spec-java
+  # What a grpc-java channel needs at run time (examples/clients/java): grpc-netty's transport (Netty 4.1),
+  # grpc-core's service-config parser (Gson), its tracing hooks (PerfMark) and census stats (OpenCensus).
+  libnetty-java
+  libgoogle-gson-java
+  libperfmark-java
+  libopencensus-java
   openjdk-17-jdk-headless
   # The browser of the gRPC-Web test (tests/contract/test_connect_browser.py), driven by playwright-core.
   chromium

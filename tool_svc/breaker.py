@@ -1,4 +1,10 @@
-"""Circuit breaker per (agent instance, tool) (docs/architecture.md §5).
+"""Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/architecture.md §5).
+
+Scope (`tools.breaker.scope`): `agent` (the default) keys a breaker by the calling agent and the tool, so
+a breaker one task opened against a failing upstream is open for the agent's next task too (the
+dispatcher gives every task its own instance, `<agent>/<task>`, so an instance-scoped breaker starts
+closed again with every task); `instance` keys it by the token's instance (one breaker per task).
+Either way every replica shares it (below).
 
 closed --(failure_threshold consecutive failures)--> open --(open_s)--> half-open: one probe admitted
   probe fails  -> open again
@@ -23,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 
 from agentmesh.errors import AgentmeshError, ErrorCode
 from tool_svc.call import CallState
-from tool_svc.model import Outcome, ToolResult
+from tool_svc.model import Caller, Outcome, ToolResult
 
 if TYPE_CHECKING:
     from tool_svc.shared_breaker import SharedBreakers
@@ -169,14 +175,27 @@ class Breakers:
 UPSTREAM_FAULTS = frozenset({ErrorCode.UPSTREAM_TIMEOUT, ErrorCode.UPSTREAM_UNAVAILABLE, ErrorCode.INTERNAL})
 
 
-class CircuitBreaker:
-    """Pipeline step: CIRCUIT_OPEN while the (instance, tool) breaker is open; records the verdict after."""
+BreakerScope = Literal["agent", "instance"]
 
-    def __init__(self, breakers: Breakers | SharedBreakers) -> None:
+
+def breaker_owner(caller: Caller, scope: BreakerScope) -> str:
+    """Whose breaker a call counts against: its agent (else instance, else subject), or with scope
+    `instance` its instance (else agent, else subject)."""
+    if scope == "instance":
+        return caller.instance or caller.agent_id or caller.subject
+    return caller.agent_id or caller.instance or caller.subject
+
+
+class CircuitBreaker:
+    """Pipeline step: CIRCUIT_OPEN while the (agent or instance, tool) breaker is open; records the verdict
+    after."""
+
+    def __init__(self, breakers: Breakers | SharedBreakers, scope: BreakerScope = "agent") -> None:
         self.breakers = breakers
+        self.scope: BreakerScope = scope
 
     async def __call__(self, call: CallState) -> Outcome | None:
-        instance = call.caller.instance or call.caller.agent
+        instance = breaker_owner(call.caller, self.scope)
         tool = call.spec.name
         refused = self.breakers.admit(instance, tool, fallback_tool=call.spec.fallback_tool)
         if inspect.isawaitable(refused):  # the shared breakers ask Redis

@@ -30,6 +30,7 @@ from agentmesh.payloads import PayloadStore
 from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
     ATTR_ERROR_CODE,
+    ERROR_TYPE,
     GEN_AI_AGENT_ID,
     GEN_AI_OPERATION_NAME,
     GEN_AI_TOOL_CALL_ID,
@@ -104,7 +105,9 @@ class Gateway:
         self.environment = settings.environment
         self.tracer = tracer or trace.NoOpTracer()
         self.metrics = metrics or Metrics()
-        self.transport = HttpTransport(Allowlist(tools.http_allowlist), tools.http_max_response_bytes)
+        self.transport = HttpTransport(
+            Allowlist(tools.http_allowlist), tools.http_max_response_bytes, tracer=self.tracer
+        )
         self.payloads = PayloadStore(store, ttl_s=tools.payload_ttl_s) if store is not None else None
         self.sandbox = Sandbox(tools.sandbox)
         # CPU-bound work (calculator, log parsing, large selections, digests and validations) runs in
@@ -155,7 +158,7 @@ class Gateway:
         if tools.mcp_servers:
             from tool_svc.mcp.mount import McpMount
 
-            self.mcp = McpMount(tools, self.registry, self.payloads)
+            self.mcp = McpMount(tools, self.registry, self.payloads, tracer=self.tracer)
 
         # The order of docs/architecture.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
@@ -172,7 +175,7 @@ class Gateway:
                 refill_per_second=tools.rate_limit.refill_per_second,
                 local_batch=tools.rate_limit.local_batch,
             ),  # RATE_LIMITED, per agent, shared by every replica
-            CircuitBreaker(self.breakers),  # CIRCUIT_OPEN per (agent instance, tool)
+            CircuitBreaker(self.breakers, tools.breaker.scope),  # CIRCUIT_OPEN per (agent or its instance, tool)
             Execute(found, HttpToolExecutor(self.transport), mcp=self.mcp, rng=rng, sleep=pause),  # UPSTREAM_*
             ValidateOutput(),  # OUTPUT_INVALID
             RedactSecrets(),
@@ -258,6 +261,7 @@ class Gateway:
             span.set_attribute(ATTR_OUTCOME, "error")
             span.set_attribute(ATTR_ERROR_CODE, outcome.code.name)
             span.set_attribute(ATTR_ERROR_CLASS, outcome.error_class.name)
+            span.set_attribute(ERROR_TYPE, outcome.code.name)
             span.set_status(Status(StatusCode.ERROR, outcome.code.name))
         else:
             span.set_attribute(ATTR_OUTCOME, "pending_approval" if isinstance(outcome, Pending) else "output")

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from opentelemetry import trace
 
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.httptrace import TracedTransport
 from agentmesh.redact import redact_error, redact_str
 from agentmesh.urlallow import Allowlist, safe_url
 from tool_svc.model import Produced, ToolDef
@@ -185,14 +187,16 @@ def _reject(name: str) -> Any:
 class HttpTransport:
     """One shared httpx client: no proxies from the environment, no redirects, bounded bodies."""
 
-    def __init__(self, allowlist: Allowlist, max_response_bytes: int) -> None:
+    def __init__(self, allowlist: Allowlist, max_response_bytes: int, tracer: trace.Tracer | None = None) -> None:
         self.allowlist = allowlist
         self.max_response_bytes = max_response_bytes
+        # Every request in a CLIENT span of its own, carrying traceparent and x-request-id (agentmesh.httptrace).
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
         self.client = httpx.AsyncClient(
+            transport=TracedTransport(httpx.AsyncHTTPTransport(limits=limits), tracer),
             trust_env=False,
             follow_redirects=False,
             headers={"user-agent": USER_AGENT},
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
         )
 
     async def aclose(self) -> None:

@@ -248,6 +248,14 @@ def _check_id(field: str, value: str, *, required: bool) -> None:
 # --- the servicer ----------------------------------------------------------------------------------
 
 
+# The breakers ListTools reports: the ones not closed (a closed breaker says nothing about its tool).
+_BREAKER_STATES = {
+    "open": tool_pb2.BREAKER_STATE_OPEN,
+    "half_open": tool_pb2.BREAKER_STATE_HALF_OPEN,
+    "ramping": tool_pb2.BREAKER_STATE_RAMPING,
+}
+
+
 class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     """The ToolService servicer: protobuf in, gateway call, protobuf out."""
 
@@ -260,7 +268,15 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     ) -> tool_pb2.ListToolsResponse:
         caller = Caller.from_identity(require_identity()) if request.permitted_only else None
         entries = await self.gateway.list_entries(request.group, caller=caller, permitted_only=request.permitted_only)
-        return tool_pb2.ListToolsResponse(tools=[spec_to_pb(t.spec, unavailable=t.unavailable) for t in entries])
+        listed = {t.spec.name for t in entries}
+        breakers = [
+            tool_pb2.ToolBreakerCount(tool=tool, state=_BREAKER_STATES[state], count=count)
+            for tool, state, count in self.gateway.breakers.census()
+            if tool in listed and state in _BREAKER_STATES
+        ]
+        return tool_pb2.ListToolsResponse(
+            tools=[spec_to_pb(t.spec, unavailable=t.unavailable) for t in entries], breakers=breakers
+        )
 
     async def DiscoverTools(
         self, request: tool_pb2.DiscoverToolsRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -1,10 +1,11 @@
-"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `tasks`, `approvals`, `trace`, ...
+"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `tasks`, `approvals`, `trace`,
+`init`, `config show`, ...
 
-Every sub-command reads the configuration `find_config` finds (`--config`, more than once for overlays,
-else $AGENTMESH_CONFIG, else ./agentmesh.yaml, else the packaged production-safe default), and exits 2
-naming the file and key on a bad one (exactly `NO_AUTH_KEY` when there is no auth key outside dev);
-`up` hands the same files to every service it starts. `up --demo` and `demo` add the demo overlay,
-agentmesh.demo.yaml (`demo_config`).
+Every sub-command reads the configuration `find_config` finds (`--config`, before or after the
+sub-command and more than once for overlays, else $AGENTMESH_CONFIG, else ./agentmesh.yaml), on top of
+the packaged production-safe defaults, and exits 2 naming the files and key on a bad one (`NO_AUTH_KEY`
+and the files read when there is no usable auth key); `up` hands the same files to every service it
+starts. `up --demo` and `demo` add the demo overlay, agentmesh.demo.yaml (`demo_config`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from types import FrameType
 from typing import Any
 
 from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status, health_target
-from agentmesh.config import NO_AUTH_KEY, ConfigError, NoAuthKeyError, Settings, find_config, load_settings
+from agentmesh.config import (
+    NO_AUTH_KEY,
+    ConfigError,
+    FoundConfig,
+    NoAuthKeyError,
+    Settings,
+    find_config,
+    read_layers,
+    settings_from_layers,
+)
 from agentmesh.identity import token_command
 
 DEMO_CONFIG_FILE = "agentmesh.demo.yaml"
@@ -65,7 +75,7 @@ def demo_config(configs: list[Path], given: Path | None = None) -> Path:
 def with_demo(configs: list[Path], args: argparse.Namespace) -> tuple[Settings, list[Path]]:
     """The configuration files plus the demo overlay, and the settings they make."""
     files = [*configs, demo_config(configs, args.demo_config)]
-    return load_settings(files), files
+    return settings_from_layers(read_layers(files)), files
 
 
 def cmd_up(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
@@ -188,10 +198,13 @@ def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -
 
 
 def cmd_trace(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
-    """Draws a request's trace as a terminal waterfall from the span file (or points to Jaeger)."""
+    """Draws a request's trace as a terminal waterfall from a Jaeger v2 query service or the span file."""
     from agentmesh.cli.trace_view import trace_command
 
-    return trace_command(args.span_file or settings.telemetry.span_file, args.request_id, width=args.width)
+    query_url = settings.telemetry.trace_query_url if args.query_url is None else args.query_url
+    return trace_command(
+        args.span_file or settings.telemetry.span_file, args.request_id, width=args.width, query_url=query_url
+    )
 
 
 def cmd_context(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
@@ -235,6 +248,23 @@ def cmd_mcp_serve(settings: Settings, configs: list[Path], args: argparse.Namesp
 
     return serve_command(
         settings, transport=args.transport, host=args.host, port=args.port, token=args.token, timeout_s=args.timeout
+    )
+
+
+def cmd_init(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
+    """Writes a starter agentmesh.yaml (one agent, one tool) and the tool (tools.py) into the folder."""
+    from agentmesh.cli.config_view import init_command
+
+    return init_command(Path.cwd(), force=args.force)
+
+
+def cmd_config_show(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
+    """Prints the effective configuration, each value with where it came from."""
+    from agentmesh.cli.config_view import show_command
+
+    found: FoundConfig = args.found_config
+    return show_command(
+        settings, found, args.config_layers, as_json=args.json, key=args.prefix, flags=_tls_overrides(args)
     )
 
 
@@ -307,37 +337,62 @@ def _add_tls_arguments(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--key", type=Path, default=default, help="the client certificate's private key (PEM)")
 
 
+_TLS_FLAGS = (("ca", "ca_file"), ("cert", "cert_file"), ("key", "key_file"))
+
+
 def _tls_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """`--ca/--cert/--key` as configuration: they turn TLS on for this command's channels."""
-    flags = (("ca", "ca_file"), ("cert", "cert_file"), ("key", "key_file"))
-    given = {name: getattr(args, flag, None) for flag, name in flags}
+    given = {name: getattr(args, flag, None) for flag, name in _TLS_FLAGS}
     if not any(value is not None for value in given.values()):
         return {}
     return {"tls": {"enabled": True, **{name: str(value) for name, value in given.items() if value is not None}}}
 
 
+def _tls_file_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with a `--ca/--cert/--key` file (one line), before anything reads it."""
+    for flag, _ in _TLS_FLAGS:
+        path = getattr(args, flag, None)
+        if path is None:
+            continue
+        if not path.exists():
+            return f"--{flag} {path}: no such file"
+        if not path.is_file():
+            return f"--{flag} {path}: not a file"
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as exc:
+            return f"--{flag} {path}: cannot read it: {exc.strerror or exc}"
+    return None
+
+
+_CONFIG_HELP = (
+    "a configuration file adding to the packaged defaults; repeat for more, each an overlay of the ones "
+    "before (default: $AGENTMESH_CONFIG, else ./agentmesh.yaml)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `agentmesh`."""
     parser = argparse.ArgumentParser(prog="agentmesh", description="agentmesh: a runtime for LLM agents.")
-    parser.add_argument(
-        "--config",
-        type=Path,
-        action="append",
-        default=None,
-        help="agentmesh.yaml to use; again for an overlay on top "
-        "(default: $AGENTMESH_CONFIG, else ./agentmesh.yaml, else the packaged production-safe default)",
-    )
+    parser.add_argument("--config", type=Path, action="append", default=None, metavar="FILE", help=_CONFIG_HELP)
     _add_tls_arguments(parser, None)
-    # The TLS flags work after the sub-command too (`agentmesh probe ADDR --ca ca.pem`).
-    tls_flags = argparse.ArgumentParser(add_help=False)
-    _add_tls_arguments(tls_flags, argparse.SUPPRESS)
+    # `--config` and the TLS flags work after the sub-command too (`agentmesh probe ADDR --ca ca.pem`,
+    # `agentmesh run ... --config mine.yaml`). A sub-command's parser would overwrite the main one's list,
+    # so its `--config` files land in `config_after` and are appended (`_config_files`).
+    common = argparse.ArgumentParser(add_help=False)
+    _add_tls_arguments(common, argparse.SUPPRESS)
+    common.add_argument(
+        "--config", dest="config_after", type=Path, action="append", default=argparse.SUPPRESS, metavar="FILE",
+        help=_CONFIG_HELP,
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser = sub.add_parser
 
-    def add_with_tls(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        return add_parser(name, parents=[tls_flags], **kwargs)
+    def add_with_common(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return add_parser(name, parents=[common], **kwargs)
 
-    sub.add_parser = add_with_tls  # type: ignore[method-assign]
+    sub.add_parser = add_with_common  # type: ignore[method-assign]
 
     up = sub.add_parser("up", help=f"start {', '.join(s + '_svc' for s in SERVICES)} (and Redis)")
     up.add_argument("--ready-timeout", type=float, default=60.0, help="seconds to wait for SERVING")
@@ -348,6 +403,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--demo-config", type=Path, default=None, help=f"the demo overlay (default: {DEMO_CONFIG_FILE})")
     up.set_defaults(func=cmd_up)
+
+    init = sub.add_parser(
+        "init", help="write a starter agentmesh.yaml (an agent and its tool) and tools.py into this folder"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite the files if they exist")
+    init.set_defaults(func=cmd_init)
+
+    config = sub.add_parser("config", help="the configuration in effect")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    show = config_sub.add_parser(
+        "show", parents=[common], help="print the effective configuration, each value with its source"
+    )
+    show.add_argument(
+        "prefix", nargs="?", default="", metavar="KEY", help="only keys under this, e.g. agents or tools.registry"
+    )
+    show.add_argument("--json", action="store_true", help="one JSON object: key -> {value, source}")
+    show.set_defaults(func=cmd_config_show)
 
     status = sub.add_parser("status", help="health of each service")
     status.set_defaults(func=cmd_status)
@@ -474,6 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("request_id", help="the request id (printed by `agentmesh run`), or a task id")
     trace.add_argument("--span-file", type=Path, default=None, help="JSONL span file (default: telemetry.span_file)")
     trace.add_argument("--width", type=int, default=40, help="width of the time bars")
+    trace.add_argument(
+        "--query-url",
+        default=None,
+        help="a Jaeger v2 query service to read the trace from, e.g. http://localhost:16686 "
+        "(default: telemetry.trace_query_url; '' reads the span file only)",
+    )
     trace.set_defaults(func=cmd_trace)
 
     audit = sub.add_parser("audit", help="who did what: the audit stream, one line per entry")
@@ -492,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)
     serve = mcp_sub.add_parser(
         "serve",
+        parents=[common],
         help="serve the tools your token may use over MCP (stdio or streamable HTTP), each call through the gateway",
     )
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
@@ -500,32 +579,56 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token",
         default=None,
-        help="stdio: the agentmesh token to act as (default $AGENTMESH_TOKEN; http reads each request's "
-        "Authorization: Bearer)",
+        help="the agentmesh token to act as (default $AGENTMESH_TOKEN); http: for requests without "
+        "Authorization: Bearer, on a loopback --host only. Tools are listed by its grants: an agent's token, "
+        "e.g. `agentmesh token --agent assistant --permission 'dev:builtin.*:read'`",
     )
     serve.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds one tool call may take")
     serve.set_defaults(func=cmd_mcp_serve)
     return parser
 
 
+def _config_files(args: argparse.Namespace) -> list[Path] | None:
+    """Every `--config`, before the sub-command and after it, in order (None: none given)."""
+    files = [*(args.config or ()), *getattr(args, "config_after", ())]
+    return files or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `agentmesh` console script."""
     args = build_parser().parse_args(argv)
-    found = find_config(args.config)
+    problem = _tls_file_problem(args)
+    if problem is not None:
+        print(f"agentmesh: {problem}", file=sys.stderr)
+        return 2
+    found = find_config(_config_files(args))
     configs = found.files
     try:
-        settings = load_settings(configs, overrides=_tls_overrides(args))
+        layers = read_layers(configs)
+        settings = settings_from_layers(layers, overrides=_tls_overrides(args))
     except NoAuthKeyError:
         print(NO_AUTH_KEY, file=sys.stderr)
+        print(f"  configuration read: {found.describe()}; {_key_hint()}", file=sys.stderr)
         return 2
     except ConfigError as exc:
         message = str(exc)
         print(f"agentmesh: {message}", file=sys.stderr)
         if not all(str(file) in message for file in configs):
-            print(f"  configuration: {found.describe()}", file=sys.stderr)
+            print(f"  configuration read: {found.describe()}", file=sys.stderr)
         return 2
+    # What `agentmesh config show` reports on: which files, and what each set.
+    args.found_config, args.config_layers = found, layers
     code: int = args.func(settings, configs, args)
     return code
+
+
+def _key_hint() -> str:
+    """Why the key read (if any) is not usable: outside environment dev the development default is refused."""
+    import os
+
+    if os.environ.get("AGENTMESH_AUTH_KEY"):
+        return "AGENTMESH_AUTH_KEY is set but refused (the development key outside environment dev?)"
+    return "AGENTMESH_AUTH_KEY is not set (outside environment dev the development default key is refused)"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ token may use (unavailable ones left out), `tools/call` is ExecuteTool, so each 
 whole gateway (validation, permissions, approvals, rate limits, breakers, redaction, offload).
 
 The token: over stdio from `--token` or $AGENTMESH_TOKEN (one client per process); over HTTP from each
-request's `Authorization: Bearer <token>` (a request without one is answered 401).
+request's `Authorization: Bearer <token>`, else `--token`/$AGENTMESH_TOKEN (for clients that cannot send a
+header; then only on a loopback address, since every local caller acts as that token), else 401. What the
+token may use is its grants (`environment:group:access`): an agent's token with grants lists tools, an
+operator's alone lists none, which the start-up line says. Over HTTP the endpoint's URL is printed at start.
 
 Exactly once: a call's idempotency key is derived from the token, the MCP session (the `Mcp-Session-Id`
 of a handshake-era HTTP session; one per process over stdio) and the JSON-RPC request id, so a request
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import ipaddress
 import json
 import logging
 import os
@@ -297,11 +301,16 @@ def _request_headers(ctx: ServerRequestContext[Any, Any]) -> Mapping[str, str]:
     return headers if headers is not None else {}
 
 
-def _http_token(ctx: ServerRequestContext[Any, Any]) -> str:
-    token = bearer_token(_request_headers(ctx))
-    if not token:
-        raise NoIdentityError("send Authorization: Bearer <token>")
-    return token
+def _http_token_of(default: str) -> TokenOf:
+    """Each request's bearer token, else `default` (the --token of a loopback server), else NoIdentityError."""
+
+    def token_of(ctx: ServerRequestContext[Any, Any]) -> str:
+        token = bearer_token(_request_headers(ctx)) or default
+        if not token:
+            raise NoIdentityError("send Authorization: Bearer <token>")
+        return token
+
+    return token_of
 
 
 def _http_key_basis(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> str:
@@ -315,11 +324,12 @@ def _http_key_basis(ctx: ServerRequestContext[Any, Any], params: types.CallToolR
     return f"http-once\n{secrets.token_hex(16)}"
 
 
-def require_bearer(app: Any) -> Any:
-    """ASGI wrapper: an HTTP request without `Authorization: Bearer` is answered 401 before MCP sees it."""
+def require_bearer(app: Any, *, default_token: str = "") -> Any:
+    """ASGI wrapper: an HTTP request without `Authorization: Bearer` is answered 401 before MCP sees it
+    (unless the server acts as a default token)."""
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        if scope.get("type") == "http":
+        if scope.get("type") == "http" and not default_token:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             if not bearer_token(headers):
                 body = b'{"error": "send Authorization: Bearer <agentmesh token>"}'
@@ -341,13 +351,63 @@ def require_bearer(app: Any) -> Any:
     return guarded
 
 
-async def _serve_http(bridge: ToolBridge, host: str, port: int) -> None:
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def endpoint_url(host: str, port: int) -> str:
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}/mcp"
+
+
+async def _serve_http(bridge: ToolBridge, host: str, port: int, default_token: str = "", out: Any = None) -> None:
     import uvicorn
 
-    server = build_server(bridge, _http_token, _http_key_basis)
-    app = require_bearer(server.streamable_http_app(host=host))
+    server = build_server(bridge, _http_token_of(default_token), _http_key_basis)
+    app = require_bearer(server.streamable_http_app(host=host), default_token=default_token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
+    running = uvicorn.Server(config)
+    serving = asyncio.create_task(running.serve())
+    while not running.started and not serving.done():  # noqa: ASYNC110 (uvicorn offers a flag, no event)
+        await asyncio.sleep(0.05)
+    if running.started:
+        who = (
+            "requests without Authorization act as the --token"
+            if default_token
+            else "each request sends Authorization: Bearer <agentmesh token>"
+        )
+        print(
+            f"agentmesh mcp serve: streamable HTTP at {endpoint_url(host, port)} ({who})",
+            file=out or sys.stderr,
+            flush=True,
+        )
+    await serving
+
+
+async def describe_token(bridge: ToolBridge, token: str, out: Any = None) -> int:
+    """Says how many tools `token` may use (and what a token needs when none); the count, -1 on failure."""
+    out = out or sys.stderr
+    try:
+        listed = await asyncio.wait_for(bridge.list_tools(token), 10.0)
+    except Exception as exc:  # the start-up line only: the server still starts
+        print(f"agentmesh mcp serve: could not list the token's tools: {exc}", file=out, flush=True)
+        return -1
+    count = len(listed.tools)
+    if count:
+        names = ", ".join(t.name for t in listed.tools[:8]) + (", ..." if count > 8 else "")
+        print(f"agentmesh mcp serve: the token may use {count} tools: {names}", file=out, flush=True)
+    else:
+        print(
+            "agentmesh mcp serve: the token may use no tool: tools are listed by the token's grants "
+            "(environment:group:access), which an operator's token alone does not hold; use an agent's, e.g. "
+            "agentmesh token --agent assistant --permission 'dev:builtin.*:read'",
+            file=out,
+            flush=True,
+        )
+    return count
 
 
 def serve_command(
@@ -358,19 +418,32 @@ def serve_command(
     if transport == "stdio" and not token:
         print(f"agentmesh mcp serve: stdio needs a token: --token or ${TOKEN_ENV}", file=sys.stderr)
         return 2
+    if transport == "http" and token and not _is_loopback(host):
+        print(
+            f"agentmesh mcp serve: --token/${TOKEN_ENV} over HTTP makes every caller that token: only on a "
+            f"loopback --host, not {host} (callers elsewhere send Authorization: Bearer <token>)",
+            file=sys.stderr,
+        )
+        return 2
     # Our stdout is the MCP channel over stdio: every log line goes to stderr.
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
 
     async def main() -> None:
         target = settings.services.endpoint("tool").dial_target
         channel = create_channel(target, settings)
+        described: asyncio.Task[int] | None = None
         try:
             bridge = ToolBridge(tool_pb2_grpc.ToolServiceStub(channel), timeout_s=timeout_s)  # type: ignore[no-untyped-call]
+            # Beside serving, not before it: the start-up line never delays the server.
+            if token:
+                described = asyncio.create_task(describe_token(bridge, token))
             if transport == "stdio":
                 await _serve_stdio(bridge, token or "")
             else:
-                await _serve_http(bridge, host, port)
+                await _serve_http(bridge, host, port, default_token=token)
         finally:
+            if described is not None:
+                described.cancel()
             await channel.close(None)
 
     with contextlib.suppress(KeyboardInterrupt):

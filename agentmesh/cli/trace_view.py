@@ -1,10 +1,12 @@
 """`agentmesh trace <request_id>`: a request's spans as a terminal waterfall (or a task's, by its id).
 
-Reads the JSONL span file every service appends to when no OTLP endpoint is set (one JSON object
-per line: trace_id, span_id, parent_span_id, name, kind, service, start/end_time_unix_nano,
-status, attributes incl. `agentmesh.request_id`, links). Every trace holding a span of the request
-is drawn, parents above children, with each span's offset, duration and a bar on a shared time
-axis. When spans go to OTLP instead (OTEL_EXPORTER_OTLP_ENDPOINT), it says where to look in Jaeger.
+With `telemetry.trace_query_url` set (a Jaeger v2 query service, agentmesh.cli.jaeger; the compose file
+sets it), the spans come from its query API; when it has none of the request (or cannot be reached, said
+on stderr) the span file is read. The JSONL span file is what every service appends to when no OTLP
+endpoint is set (one JSON object per line: trace_id, span_id, parent_span_id, name, kind, service,
+start/end_time_unix_nano, status, attributes incl. `agentmesh.request_id`, links). Every trace holding a
+span of the request is drawn, parents above children, with each span's offset, duration and a bar on a
+shared time axis. When spans go to OTLP and no query service is configured, it says where to look in Jaeger.
 """
 
 from __future__ import annotations
@@ -12,93 +14,16 @@ from __future__ import annotations
 import json
 import sys
 import urllib.parse
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from agentmesh.semconv import ATTR_REQUEST_ID, ATTR_TASK_ID
+from agentmesh.semconv import ATTR_REQUEST_ID
+from agentmesh.spans import Span, read_spans, spans_of_request
 from agentmesh.telemetry import otlp_endpoint
 
+__all__ = ["Span", "jaeger_hint", "read_spans", "render_trace", "spans_of_request", "trace_command"]
+
 JAEGER_UI_PORT = 16686
-
-
-@dataclass
-class Span:
-    trace_id: str
-    span_id: str
-    parent_span_id: str | None
-    name: str
-    kind: str
-    service: str
-    start: int
-    end: int
-    status: str
-    description: str
-    attributes: dict[str, Any]
-    links: list[dict[str, Any]]
-    children: list[Span] = field(default_factory=list)
-
-    @property
-    def duration_ms(self) -> float:
-        return max(0, self.end - self.start) / 1e6
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Span:
-        status = data.get("status") or {}
-        return cls(
-            trace_id=str(data.get("trace_id") or ""),
-            span_id=str(data.get("span_id") or ""),
-            parent_span_id=data.get("parent_span_id"),
-            name=str(data.get("name") or "?"),
-            kind=str(data.get("kind") or ""),
-            service=str(data.get("service") or "?"),
-            start=int(data.get("start_time_unix_nano") or 0),
-            end=int(data.get("end_time_unix_nano") or data.get("start_time_unix_nano") or 0),
-            status=str(status.get("code") or "UNSET"),
-            description=str(status.get("description") or ""),
-            attributes=dict(data.get("attributes") or {}),
-            links=list(data.get("links") or []),
-        )
-
-
-def read_spans(path: Path) -> Iterator[Span]:
-    """Every well-formed span of the file (a torn last line, e.g. while a service writes, is skipped)."""
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
-            line = raw.strip()
-            if not line:
-                continue
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and data.get("trace_id") and data.get("span_id"):
-                yield Span.from_json(data)
-
-
-def spans_of_request(spans: Iterable[Span], request_id: str) -> dict[str, list[Span]]:
-    """The spans of every trace that has a span of `request_id`, by trace id (first seen first). With no
-    span of that request id, `request_id` may be a task id: the traces of the task's request ids."""
-    by_trace: dict[str, list[Span]] = defaultdict(list)
-    wanted: list[str] = []
-    of_task: list[str] = []
-    for span in spans:
-        by_trace[span.trace_id].append(span)
-        if span.attributes.get(ATTR_REQUEST_ID) == request_id and span.trace_id not in wanted:
-            wanted.append(span.trace_id)
-        if span.attributes.get(ATTR_TASK_ID) == request_id and span.trace_id not in of_task:
-            of_task.append(span.trace_id)
-    if not wanted and of_task:
-        requests = {s.attributes.get(ATTR_REQUEST_ID) for t in of_task for s in by_trace[t]} - {None}
-        wanted = [
-            trace
-            for trace, group in by_trace.items()
-            if any(s.attributes.get(ATTR_REQUEST_ID) in requests for s in group)
-        ]
-    ordered = sorted(wanted, key=lambda t: min(s.start for s in by_trace[t]))
-    return {trace: by_trace[trace] for trace in ordered}
 
 
 def _short(name: str) -> str:
@@ -168,14 +93,48 @@ def jaeger_hint(endpoint: str, request_id: str) -> str:
     )
 
 
+def _from_query_service(url: str, request_id: str, err: TextIO) -> dict[str, list[Span]]:
+    from agentmesh.cli.jaeger import JaegerError, JaegerQuery
+
+    query = JaegerQuery(url)
+    try:
+        return spans_of_request(query.spans_of(request_id), request_id)
+    except JaegerError as exc:
+        err.write(f"trace query service: {exc}; reading the span file instead\n")
+        return {}
+    finally:
+        query.close()
+
+
+def _draw(traces: dict[str, list[Span]], out: TextIO, width: int) -> None:
+    first = True
+    for trace_id, spans in traces.items():
+        if not first:
+            out.write("\n")
+        first = False
+        out.write("\n".join(render_trace(trace_id, spans, width=width)) + "\n")
+
+
 def trace_command(
-    span_file: Path, request_id: str, *, width: int = 40, out: TextIO | None = None, err: TextIO | None = None
+    span_file: Path,
+    request_id: str,
+    *,
+    width: int = 40,
+    query_url: str = "",
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """`agentmesh trace`: 0 when spans were drawn (or OTLP is in use), 1 when none were found."""
     out = out or sys.stdout
     err = err or sys.stderr
+    if query_url:
+        traces = _from_query_service(query_url, request_id, err)
+        if traces:
+            out.write(f"from {query_url}\n")
+            _draw(traces, out, width)
+            return 0
     endpoint = otlp_endpoint()
-    if endpoint:
+    if endpoint and not query_url:
         out.write(jaeger_hint(endpoint, request_id) + "\n")
         if not span_file.exists():
             return 0
@@ -184,14 +143,10 @@ def trace_command(
         return 1
     traces = spans_of_request(read_spans(span_file), request_id)
     if not traces:
-        if endpoint:
+        if endpoint and not query_url:
             return 0
-        err.write(f"no spans with {ATTR_REQUEST_ID}={request_id} in {span_file}\n")
+        where = f"{query_url} or {span_file}" if query_url else str(span_file)
+        err.write(f"no spans with {ATTR_REQUEST_ID}={request_id} in {where}\n")
         return 1
-    first = True
-    for trace_id, spans in traces.items():
-        if not first:
-            out.write("\n")
-        first = False
-        out.write("\n".join(render_trace(trace_id, spans, width=width)) + "\n")
+    _draw(traces, out, width)
     return 0

@@ -33,7 +33,7 @@ from agentmesh.config import ClientSettings, Settings
 from agentmesh.metrics import Metrics
 from agentmesh.rpc.fields import retry_safe_methods
 from agentmesh.rpc.tls import ReloadingCredentials, TlsFiles, channel_credentials, tls_channel_options
-from agentmesh.semconv import BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
+from agentmesh.semconv import BAGGAGE_REQUEST_ID, ERROR_TYPE, is_valid_request_id, traced_method
 from agentmesh.telemetry import Telemetry
 from agentmesh.v1 import (
     common_pb2,
@@ -295,6 +295,7 @@ class _Measured:
         if span is not None:
             span.set_attribute("rpc.grpc.status_code", code.value[0])
             if code != grpc.StatusCode.OK:
+                span.set_attribute(ERROR_TYPE, code.name)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}: {details or ''}"))
             span.end()
 
@@ -305,6 +306,7 @@ class _Measured:
             self.metrics.rpc_client_call(self.service, self.method, code.value[0], time.perf_counter() - self.started)
         if self.span is not None:
             self.span.record_exception(exc)
+            self.span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
             self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self.span.end()
 

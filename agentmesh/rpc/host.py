@@ -47,6 +47,7 @@ from agentmesh.metrics import Metrics
 from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit
 from agentmesh.rpc.connect import ConnectEdge, ContentTypeGuard, MethodTable, connect_application
+from agentmesh.rpc.console import ConsoleApp
 from agentmesh.rpc.http import HttpListener, cors_middleware, http_routes
 from agentmesh.rpc.httpedge import HttpEdge
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
@@ -61,6 +62,7 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 
 _descriptor_pool = descriptor_pool.Default()
+DISPATCHER_SERVICE = "agentmesh.v1.DispatcherService"
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 # Probes must always get through, even when the server sheds load.
 _UNLIMITED_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -157,6 +159,9 @@ class ServiceHost:
             # Clients in a mesh ping; accept pings as often as our own keepalive interval.
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
             ("grpc.http2.max_pings_without_data", 0),
+            # grpc sets SO_REUSEPORT by default on Linux: a second copy started on a busy port would bind it
+            # too and silently take half the connections. Without it the second start fails naming the port.
+            ("grpc.so_reuseport", 0),
         ]
         # grpc's own limit stays as a backstop above ours (health checks are not counted by ours).
         # Every handler (health and reflection included) runs inside the one edge interceptor.
@@ -226,8 +231,12 @@ class ServiceHost:
             await self.health_server.start()
         await self.server.start()
         http_bind = http_address or endpoint.http_bind_address
+        connect_apps = self._connect_apps() if http_bind else []
         routes = http_routes(
-            self.telemetry.meter.registry, self._connect_apps() if http_bind else (), self.service_routes
+            self.telemetry.meter.registry,
+            connect_apps,
+            self.service_routes,
+            self._console() if connect_apps else None,
         )
         if http_bind and routes:
             listener = HttpListener(
@@ -274,6 +283,12 @@ class ServiceHost:
             )
             apps.append(_Guarded(ContentTypeGuard(app, lambda: self.port), app.path))
         return apps
+
+    def _console(self) -> ConsoleApp | None:
+        """The web console, on the dispatcher's listener (the Connect edge it calls is there)."""
+        if not self.settings.console.enabled or DISPATCHER_SERVICE not in self._service_names:
+            return None
+        return ConsoleApp(self.settings)
 
     def _health_insecure_port(self, address: str) -> int:
         assert self.health_server is not None
@@ -388,8 +403,12 @@ class _Guarded:
 def _bind(name: str, address: str, add_port: Callable[[], int]) -> int:
     try:
         port = add_port()
-    except RuntimeError as exc:  # grpc's way of saying the address is taken or invalid
-        raise OSError(f"{name}: cannot bind {address} (address in use?): {exc}") from None
+    except RuntimeError:  # grpc's way of saying the address is taken or invalid (its text adds nothing)
+        port_text = address.rpartition(":")[2]
+        raise OSError(
+            f"{name}: cannot bind {address}: port {port_text} is in use (another copy running?) "
+            "or the address is not this machine's"
+        ) from None
     if port == 0:
         raise OSError(f"{name}: cannot bind {address}")
     return port
@@ -442,7 +461,8 @@ def run_service(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:
     die_with_supervisor()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings(args or None)
+        # The files (arguments, else $AGENTMESH_CONFIG, else ./agentmesh.yaml) add to the packaged defaults.
+        settings = load_settings(args or None, defaults=True)
     except ConfigError as exc:
         print(f"{spec.name}_svc: {exc}", file=sys.stderr)
         return 2

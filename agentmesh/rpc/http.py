@@ -10,6 +10,8 @@ Each service has at most one HTTP listener, on `services.<svc>.host` and `servic
   `server.connect` is on: every RPC of the dispatcher, the read-only ones of the others.
 - a service's own routes (`ServiceHost.add_http_routes`): provider_svc's `/v1/chat/completions`,
   `/v1/models` and `/v1/messages` (provider_svc/compat), through the same chain (agentmesh.rpc.httpedge).
+- `GET /console`, `GET /console/<file>`: the web console's static files and its config.json
+  (agentmesh.rpc.console), on the dispatcher's listener when `console.enabled` and Connect are on.
 
 Rules every route here follows, and a route added later (MCP over HTTP) must follow too:
 - TLS is the gRPC port's: with `tls.enabled` the listener serves HTTPS with the same certificate
@@ -19,7 +21,8 @@ Rules every route here follows, and a route added later (MCP over HTTP) must fol
 - Authentication is the gRPC edge's: a route that reads or changes data runs the edge's chain
   (agentmesh.rpc.auth: `authorization: Bearer` or `x-agentmesh-identity`) before it reads the body.
   `/metrics` is open, like the gRPC health service: it is scraped by Prometheus, carries no task,
-  request, session or call id, and no data of any tenant.
+  request, session or call id, and no data of any tenant. So is `/console`: the same files for
+  everyone, no secret; the console reads data only through the Connect routes, with its user's token.
 - Browsers: CORS only for the origins in `server.cors_allowed_origins` (none by default).
 - The listener lives as long as the gRPC server: it stays up through the drain (so the drain shows
   in the metrics) and is closed after the gRPC server stopped.
@@ -44,7 +47,7 @@ from starlette.routing import BaseRoute, Route
 from agentmesh.config import TlsSettings
 from agentmesh.rpc.tls import http_server_context
 
-__all__ = ["HttpListener", "connect_route", "cors_middleware", "http_routes", "metrics_route"]
+__all__ = ["HttpListener", "connect_route", "console_routes", "cors_middleware", "http_routes", "metrics_route"]
 
 log = logging.getLogger("agentmesh.rpc.http")
 
@@ -73,19 +76,32 @@ def connect_route(app: Any) -> Route:
     return Route(f"{app.path}/{{method}}", _AsgiEndpoint(app), methods=["GET", "POST"], name=app.path.lstrip("/"))
 
 
+def console_routes(app: Any) -> list[Route]:
+    """`/console` (a redirect to `/console/`) and `/console/<file>`: the console's ASGI app (GET, HEAD)."""
+    endpoint = _AsgiEndpoint(app)
+    return [
+        Route("/console", endpoint, methods=["GET", "HEAD"], name="console-root"),
+        Route("/console/{file:path}", endpoint, methods=["GET", "HEAD"], name="console"),
+    ]
+
+
 def http_routes(
     metrics_registry: CollectorRegistry | None,
     connect_apps: Sequence[Any] = (),
     service_routes: Sequence[BaseRoute] = (),
+    console: Any | None = None,
 ) -> list[BaseRoute]:
     """Every route a service's HTTP listener serves (empty: the listener is not opened). `service_routes`
     are a service's own HTTP APIs (`ServiceHost.add_http_routes`; provider_svc's OpenAI- and
-    Anthropic-compatible endpoints), which run the edge's chain through `agentmesh.rpc.httpedge`."""
+    Anthropic-compatible endpoints), which run the edge's chain through `agentmesh.rpc.httpedge`;
+    `console` is the web console's ASGI app (the dispatcher's listener)."""
     routes: list[BaseRoute] = []
     if metrics_registry is not None:
         routes.append(metrics_route(metrics_registry))
     routes.extend(connect_route(app) for app in connect_apps)
     routes.extend(service_routes)
+    if console is not None:
+        routes.extend(console_routes(console))
     return routes
 
 

@@ -11,7 +11,9 @@ handler it returns a copy that behaves the same for all four services, unary and
    left unset, are INVALID_ARGUMENT with an ErrorDetail naming them;
 3. the servicer runs inside the error boundary: an AgentmeshError becomes its rich status, an
    abort passes through, and anything unexpected is logged once with its traceback and answered
-   INTERNAL with a generic message carrying the request id (never the exception's text).
+   INTERNAL with a generic message carrying the request id (never the exception's text);
+4. every response carries the call's request id: `x-request-id` in its initial metadata (sent with the
+   first response message, or the error), and a failed call's also in its trailers and ErrorDetail.
 
 Every AgentmeshError the edge answers (a rejected token or role, undecodable bytes, what the
 servicer raised) is logged as one short line without a traceback: at INFO when it is the caller's
@@ -37,7 +39,7 @@ from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation, echo
 from agentmesh.rpc.fields import missing_required
 from agentmesh.rpc.ratelog import RateLimitedLog
-from agentmesh.rpc.status import GRPC_STATUS, abort
+from agentmesh.rpc.status import GRPC_STATUS, abort, send_request_id
 
 __all__ = [
     "CallInterceptor",
@@ -199,7 +201,9 @@ def wrap_handler(
             await _admit(method, context, enter, answered)
             error: BaseException | None = None
             try:
-                return await inner(_decoded(request, decode, streaming_request), context)
+                response = await inner(_decoded(request, decode, streaming_request), context)
+                await send_request_id(context)  # the initial metadata goes out with the response
+                return response
             except BaseException as exc:
                 error = await _mapped(method, context, exc, answered)
                 raise error from None
@@ -219,10 +223,13 @@ def wrap_handler(
             result = inner_stream(_decoded(request, decode, streaming_request), context)
             if inspect.isasyncgen(result):
                 async for item in result:
+                    await send_request_id(context)  # before the first message (once)
                     yield item
             else:
                 # A servicer that writes with context.write() returns a coroutine instead.
+                await send_request_id(context)
                 await result
+            await send_request_id(context)  # a stream that ended without a message
         except BaseException as exc:
             error = await _mapped(method, context, exc, answered)
             raise error from None

@@ -7,7 +7,9 @@ reason, RetryInfo, BadRequest) plus our own ``agentmesh.v1.ErrorDetail`` for Pyt
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NoReturn
@@ -21,6 +23,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
+from agentmesh import callctx
 from agentmesh.errors import (
     ECHO_MARK,
     AgentmeshError,
@@ -43,6 +46,7 @@ __all__ = [
     "from_detail",
     "from_rpc_error",
     "rich_details",
+    "send_request_id",
     "to_detail",
     "to_rpc_status",
     "to_status",
@@ -222,7 +226,7 @@ def _pack(message: Any) -> Any:
     return packed
 
 
-def _build_rpc_status(err: AgentmeshError) -> Any:
+def _build_rpc_status(err: AgentmeshError, request_id: str = "") -> Any:
     info_metadata = dict(err.metadata)
     info_metadata[_META_CLASS] = err.error_class.name
     if err.fallback_tool:
@@ -245,7 +249,9 @@ def _build_rpc_status(err: AgentmeshError) -> Any:
                 )
             )
         )
-    details.append(_pack(to_detail(err)))
+    detail = to_detail(err)
+    detail.request_id = request_id
+    details.append(_pack(detail))
     return status_pb2.Status(code=GRPC_STATUS[err.code].value[0], message=err.message or err.code.name, details=details)
 
 
@@ -278,31 +284,65 @@ def _shrunk(err: AgentmeshError, *, keep_details: bool) -> AgentmeshError:
     )
 
 
-def to_rpc_status(err: AgentmeshError) -> Any:
-    """``err`` as a ``google.rpc.Status``, shrunk if needed to fit in a gRPC trailer.
+def to_rpc_status(err: AgentmeshError, request_id: str = "") -> Any:
+    """``err`` as a ``google.rpc.Status``, shrunk if needed to fit in a gRPC trailer; its ErrorDetail
+    carries ``request_id`` (the failed call's).
 
     Oversized errors keep their code, class, retry and fallback facts; message, violations and
     metadata are clipped and ``metadata["details_truncated"] = "true"`` is set.
     """
-    status = _build_rpc_status(err)
+    status = _build_rpc_status(err, request_id)
     if status.ByteSize() > _MAX_STATUS_BYTES:
-        status = _build_rpc_status(_shrunk(err, keep_details=True))
+        status = _build_rpc_status(_shrunk(err, keep_details=True), request_id)
     if status.ByteSize() > _MAX_STATUS_BYTES:
-        status = _build_rpc_status(_shrunk(err, keep_details=False))
+        status = _build_rpc_status(_shrunk(err, keep_details=False), request_id)
     return status
 
 
-def to_status(err: AgentmeshError) -> grpc.Status:
-    """``err`` as a ``grpc.Status`` for ``abort_with_status`` (rich details in the trailer)."""
-    status: grpc.Status = rpc_status.to_status(to_rpc_status(err))
-    return status
+@dataclass(frozen=True)
+class _Status(grpc.Status):
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def to_status(err: AgentmeshError, request_id: str = "") -> grpc.Status:
+    """``err`` as a ``grpc.Status`` for ``abort_with_status``: rich details in the trailer, and the request
+    id there too (``x-request-id``) when given."""
+    status: grpc.Status = rpc_status.to_status(to_rpc_status(err, request_id))
+    if not request_id:
+        return status
+    trailers = (*tuple(status.trailing_metadata or ()), (callctx.REQUEST_ID_HEADER, request_id))
+    return _Status(status.code, status.details, trailers)
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], err: AgentmeshError) -> NoReturn:
-    """End the current RPC with ``err`` as a rich gRPC status (raises, never returns)."""
+    """End the current RPC with ``err`` as a rich gRPC status (raises, never returns). The call's request
+    id goes into the ErrorDetail and the trailers, and into the initial metadata when none was sent yet
+    (`send_request_id`)."""
+    rid = callctx.current_request_id() or ""
+    await send_request_id(context)
     # grpc-stubs 1.53 lacks aio's abort_with_status; grpcio 1.85 has it (see the contract tests).
-    await context.abort_with_status(to_status(err))  # type: ignore[attr-defined]
+    await context.abort_with_status(to_status(err, rid))  # type: ignore[attr-defined]
     raise AssertionError("abort_with_status returned")  # pragma: no cover - it always raises
+
+
+_initial_metadata_sent: ContextVar[bool] = ContextVar("agentmesh_initial_metadata_sent", default=False)
+
+
+async def send_request_id(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """Sends the call's initial metadata with its `x-request-id`, once per call (grpc.aio runs each call in
+    a task of its own, so the flag is the call's): before its first response message, or its error.
+    A context that cannot send it (a servicer sent its own) is left as it is."""
+    if _initial_metadata_sent.get():
+        return
+    _initial_metadata_sent.set(True)
+    rid = callctx.current_request_id()
+    send = getattr(context, "send_initial_metadata", None)
+    if not rid or send is None:
+        return
+    with contextlib.suppress(grpc.aio.UsageError):  # already sent by the servicer: its metadata stands
+        await send(((callctx.REQUEST_ID_HEADER, rid),))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.metrics import Metrics
 from agentmesh.rpc.interceptors import CallInterceptor, unexpected_error
 from agentmesh.rpc.status import GRPC_STATUS
-from agentmesh.semconv import ATTR_REQUEST_ID, BAGGAGE_REQUEST_ID, is_valid_request_id, traced_method
+from agentmesh.semconv import ATTR_REQUEST_ID, BAGGAGE_REQUEST_ID, ERROR_TYPE, is_valid_request_id, traced_method
 from agentmesh.telemetry import Telemetry, service_var
 
 __all__ = [
@@ -204,6 +204,7 @@ class ServerSpanInterceptor(CallInterceptor):
         unexpected = answered or (error if escaped else None)
         if code in _SERVER_ERROR_CODES:
             details = f"{type(unexpected).__name__}: {unexpected}" if unexpected else context.details()
+            span.set_attribute(ERROR_TYPE, code.name)
             span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}:{details or ''}"))
         if escaped and error is not None:
             span.record_exception(error)

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .dispatcher_pb2 import CancelTaskRequest, CancelTaskResponse, DispatcherServiceResolveApprovalRequest, DispatcherServiceResolveApprovalResponse, GetStepPromptRequest, GetStepPromptResponse, GetTaskRequest, GetTaskResponse, ListAgentsRequest, ListAgentsResponse, ListApprovalsRequest, ListApprovalsResponse, ListTasksRequest, ListTasksResponse, RunTaskRequest, RunTaskResponse, StartTaskRequest, StartTaskResponse, WatchTaskRequest, WatchTaskResponse
+from .dispatcher_pb2 import CancelTaskRequest, CancelTaskResponse, DispatcherServiceResolveApprovalRequest, DispatcherServiceResolveApprovalResponse, GetStepPromptRequest, GetStepPromptResponse, GetTaskRequest, GetTaskResponse, GetTaskTraceRequest, GetTaskTraceResponse, ListAgentsRequest, ListAgentsResponse, ListApprovalsRequest, ListApprovalsResponse, ListTasksRequest, ListTasksResponse, RunTaskRequest, RunTaskResponse, StartTaskRequest, StartTaskResponse, WatchTaskRequest, WatchTaskResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -106,6 +106,15 @@ class DispatcherService(Protocol):
         """
         Lists the tasks waiting for a human (pending approvals and settlements), oldest first, with the
         visibility rule of ListTasks.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_task_trace(self, request: GetTaskTraceRequest, ctx: RequestContext[GetTaskTraceRequest, GetTaskTraceResponse], /) -> GetTaskTraceResponse:
+        """
+        Reads the spans of a task's traces (every trace holding a span of the task's request id or task
+        id) from the span file the services append to when spans are not exported over OTLP
+        (`telemetry.span_file`), for a waterfall. With spans going to OTLP only, FAILED_PRECONDITION: look
+        in Jaeger. The visibility rule of GetTask (its creator or an operator).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -232,6 +241,17 @@ class DispatcherServiceASGIApplication(ConnectASGIApplication[DispatcherService]
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.list_approvals,
+                ),
+                "/agentmesh.v1.DispatcherService/GetTaskTrace": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetTaskTrace",
+                        service_name="agentmesh.v1.DispatcherService",
+                        input=GetTaskTraceRequest,
+                        output=GetTaskTraceResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_task_trace,
                 ),
             },
             interceptors=interceptors,
@@ -515,6 +535,34 @@ class DispatcherServiceClient(ConnectClient):
                 service_name="agentmesh.v1.DispatcherService",
                 input=ListApprovalsRequest,
                 output=ListApprovalsResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
+        )
+    async def get_task_trace(
+        self,
+        request: GetTaskTraceRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> GetTaskTraceResponse:
+        """
+        Reads the spans of a task's traces (every trace holding a span of the task's request id or task
+        id) from the span file the services append to when spans are not exported over OTLP
+        (`telemetry.span_file`), for a waterfall. With spans going to OTLP only, FAILED_PRECONDITION: look
+        in Jaeger. The visibility rule of GetTask (its creator or an operator).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetTaskTrace",
+                service_name="agentmesh.v1.DispatcherService",
+                input=GetTaskTraceRequest,
+                output=GetTaskTraceResponse,
                 idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
                 stream_type=StreamType.UNARY,
             ),

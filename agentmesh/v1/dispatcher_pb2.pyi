@@ -45,6 +45,21 @@ class TaskApprovalKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_APPROVAL_KIND_UNSPECIFIED: _ClassVar[TaskApprovalKind]
     TASK_APPROVAL_KIND_APPROVAL: _ClassVar[TaskApprovalKind]
     TASK_APPROVAL_KIND_SETTLEMENT: _ClassVar[TaskApprovalKind]
+
+class TraceSpanKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRACE_SPAN_KIND_UNSPECIFIED: _ClassVar[TraceSpanKind]
+    TRACE_SPAN_KIND_INTERNAL: _ClassVar[TraceSpanKind]
+    TRACE_SPAN_KIND_SERVER: _ClassVar[TraceSpanKind]
+    TRACE_SPAN_KIND_CLIENT: _ClassVar[TraceSpanKind]
+    TRACE_SPAN_KIND_PRODUCER: _ClassVar[TraceSpanKind]
+    TRACE_SPAN_KIND_CONSUMER: _ClassVar[TraceSpanKind]
+
+class TraceSpanStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TRACE_SPAN_STATUS_UNSPECIFIED: _ClassVar[TraceSpanStatus]
+    TRACE_SPAN_STATUS_OK: _ClassVar[TraceSpanStatus]
+    TRACE_SPAN_STATUS_ERROR: _ClassVar[TraceSpanStatus]
 TASK_STATUS_UNSPECIFIED: TaskStatus
 TASK_STATUS_PENDING: TaskStatus
 TASK_STATUS_RUNNING: TaskStatus
@@ -70,6 +85,15 @@ TASK_EVENT_KIND_CONTEXT: TaskEventKind
 TASK_APPROVAL_KIND_UNSPECIFIED: TaskApprovalKind
 TASK_APPROVAL_KIND_APPROVAL: TaskApprovalKind
 TASK_APPROVAL_KIND_SETTLEMENT: TaskApprovalKind
+TRACE_SPAN_KIND_UNSPECIFIED: TraceSpanKind
+TRACE_SPAN_KIND_INTERNAL: TraceSpanKind
+TRACE_SPAN_KIND_SERVER: TraceSpanKind
+TRACE_SPAN_KIND_CLIENT: TraceSpanKind
+TRACE_SPAN_KIND_PRODUCER: TraceSpanKind
+TRACE_SPAN_KIND_CONSUMER: TraceSpanKind
+TRACE_SPAN_STATUS_UNSPECIFIED: TraceSpanStatus
+TRACE_SPAN_STATUS_OK: TraceSpanStatus
+TRACE_SPAN_STATUS_ERROR: TraceSpanStatus
 
 class Agent(_message.Message):
     __slots__ = ("agent_id", "description", "model", "tools", "capabilities", "token_budget", "max_steps")
@@ -367,3 +391,50 @@ class ListApprovalsResponse(_message.Message):
     approvals: _containers.RepeatedCompositeFieldContainer[TaskApproval]
     next_page_token: str
     def __init__(self, approvals: _Optional[_Iterable[_Union[TaskApproval, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetTaskTraceRequest(_message.Message):
+    __slots__ = ("task_id",)
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    def __init__(self, task_id: _Optional[str] = ...) -> None: ...
+
+class TraceSpan(_message.Message):
+    __slots__ = ("trace_id", "span_id", "parent_span_id", "name", "kind", "service", "start_time", "end_time", "status", "status_message", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    kind: TraceSpanKind
+    service: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    status: TraceSpanStatus
+    status_message: str
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., parent_span_id: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[TraceSpanKind, str]] = ..., service: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[TraceSpanStatus, str]] = ..., status_message: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GetTaskTraceResponse(_message.Message):
+    __slots__ = ("spans", "truncated")
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    spans: _containers.RepeatedCompositeFieldContainer[TraceSpan]
+    truncated: bool
+    def __init__(self, spans: _Optional[_Iterable[_Union[TraceSpan, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...

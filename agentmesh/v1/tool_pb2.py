@@ -26,7 +26,7 @@ from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61gentmesh/v1/tool.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\"9\n\x10ListToolsRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0epermitted_only\x18\x02 \x01(\x08\":\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.agentmesh.v1.ToolSpec\"G\n\x14\x44iscoverToolsRequest\x12\x0c\n\x04goal\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\x16\n\x0epermitted_only\x18\x03 \x01(\x08\"A\n\nScoredTool\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\r\n\x05score\x18\x02 \x01(\x01\"@\n\x15\x44iscoverToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.ScoredTool\"R\n\x13RegisterToolRequest\x12*\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpecB\x04\xe2\x41\x01\x02\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"u\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\x37\n\x10pending_approval\x18\x02 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\"\x81\x01\n\x12\x45xecuteToolRequest\x12*\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolCallB\x04\xe2\x41\x01\x02\x12\x18\n\nsession_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x0c\n\x04goal\x18\x04 \x01(\t\"?\n\x13\x45xecuteToolResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\"\xa9\x01\n\x16ResolveApprovalRequest\x12\x19\n\x0b\x61pproval_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1e\n\x10\x61rguments_sha256\x18\x04 \x01(\tB\x04\xe2\x41\x01\x02\x12\x33\n\nsettlement\x18\x05 \x01(\x0e\x32\x1f.agentmesh.v1.SettlementOutcome\"m\n\x17ResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12(\n\x06result\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\"/\n\x12GetApprovalRequest\x12\x19\n\x0b\x61pproval_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"?\n\x13GetApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval2\xa3\x04\n\x0bToolService\x12Q\n\tListTools\x12\x1e.agentmesh.v1.ListToolsRequest\x1a\x1f.agentmesh.v1.ListToolsResponse\"\x03\x90\x02\x01\x12]\n\rDiscoverTools\x12\".agentmesh.v1.DiscoverToolsRequest\x1a#.agentmesh.v1.DiscoverToolsResponse\"\x03\x90\x02\x01\x12U\n\x0cRegisterTool\x12!.agentmesh.v1.RegisterToolRequest\x1a\".agentmesh.v1.RegisterToolResponse\x12R\n\x0b\x45xecuteTool\x12 .agentmesh.v1.ExecuteToolRequest\x1a!.agentmesh.v1.ExecuteToolResponse\x12^\n\x0fResolveApproval\x12$.agentmesh.v1.ResolveApprovalRequest\x1a%.agentmesh.v1.ResolveApprovalResponse\x12W\n\x0bGetApproval\x12 .agentmesh.v1.GetApprovalRequest\x1a!.agentmesh.v1.GetApprovalResponse\"\x03\x90\x02\x01\x42\x93\x01\n\x10\x63om.agentmesh.v1B\tToolProtoP\x01Z>github.com/agentmesh/agentmesh/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41GM\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x61gentmesh/v1/tool.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/api/field_behavior.proto\"9\n\x10ListToolsRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x16\n\x0epermitted_only\x18\x02 \x01(\x08\"l\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\x30\n\x08\x62reakers\x18\x02 \x03(\x0b\x32\x1e.agentmesh.v1.ToolBreakerCount\"Z\n\x10ToolBreakerCount\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.BreakerState\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\"G\n\x14\x44iscoverToolsRequest\x12\x0c\n\x04goal\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x05\x12\x16\n\x0epermitted_only\x18\x03 \x01(\x08\"A\n\nScoredTool\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\r\n\x05score\x18\x02 \x01(\x01\"@\n\x15\x44iscoverToolsResponse\x12\'\n\x05tools\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.ScoredTool\"R\n\x13RegisterToolRequest\x12*\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpecB\x04\xe2\x41\x01\x02\x12\x0f\n\x07replace\x18\x02 \x01(\x08\"u\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolSpec\x12\x37\n\x10pending_approval\x18\x02 \x01(\x0b\x32\x1d.agentmesh.v1.PendingApproval\"\x81\x01\n\x12\x45xecuteToolRequest\x12*\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.ToolCallB\x04\xe2\x41\x01\x02\x12\x18\n\nsession_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x0c\n\x04goal\x18\x04 \x01(\t\"?\n\x13\x45xecuteToolResponse\x12(\n\x06result\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\"\xa9\x01\n\x16ResolveApprovalRequest\x12\x19\n\x0b\x61pproval_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1e\n\x10\x61rguments_sha256\x18\x04 \x01(\tB\x04\xe2\x41\x01\x02\x12\x33\n\nsettlement\x18\x05 \x01(\x0e\x32\x1f.agentmesh.v1.SettlementOutcome\"m\n\x17ResolveApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval\x12(\n\x06result\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.ToolResult\"/\n\x12GetApprovalRequest\x12\x19\n\x0b\x61pproval_id\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"?\n\x13GetApprovalResponse\x12(\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x16.agentmesh.v1.Approval*\x97\x01\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x01\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x02\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x03\x12\x19\n\x15\x42REAKER_STATE_RAMPING\x10\x04\x32\xa3\x04\n\x0bToolService\x12Q\n\tListTools\x12\x1e.agentmesh.v1.ListToolsRequest\x1a\x1f.agentmesh.v1.ListToolsResponse\"\x03\x90\x02\x01\x12]\n\rDiscoverTools\x12\".agentmesh.v1.DiscoverToolsRequest\x1a#.agentmesh.v1.DiscoverToolsResponse\"\x03\x90\x02\x01\x12U\n\x0cRegisterTool\x12!.agentmesh.v1.RegisterToolRequest\x1a\".agentmesh.v1.RegisterToolResponse\x12R\n\x0b\x45xecuteTool\x12 .agentmesh.v1.ExecuteToolRequest\x1a!.agentmesh.v1.ExecuteToolResponse\x12^\n\x0fResolveApproval\x12$.agentmesh.v1.ResolveApprovalRequest\x1a%.agentmesh.v1.ResolveApprovalResponse\x12W\n\x0bGetApproval\x12 .agentmesh.v1.GetApprovalRequest\x1a!.agentmesh.v1.GetApprovalResponse\"\x03\x90\x02\x01\x42\x93\x01\n\x10\x63om.agentmesh.v1B\tToolProtoP\x01Z>github.com/agentmesh/agentmesh/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41GM\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,32 +52,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLSERVICE'].methods_by_name['DiscoverTools']._serialized_options = b'\220\002\001'
   _globals['_TOOLSERVICE'].methods_by_name['GetApproval']._loaded_options = None
   _globals['_TOOLSERVICE'].methods_by_name['GetApproval']._serialized_options = b'\220\002\001'
+  _globals['_BREAKERSTATE']._serialized_start=1366
+  _globals['_BREAKERSTATE']._serialized_end=1517
   _globals['_LISTTOOLSREQUEST']._serialized_start=101
   _globals['_LISTTOOLSREQUEST']._serialized_end=158
   _globals['_LISTTOOLSRESPONSE']._serialized_start=160
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=218
-  _globals['_DISCOVERTOOLSREQUEST']._serialized_start=220
-  _globals['_DISCOVERTOOLSREQUEST']._serialized_end=291
-  _globals['_SCOREDTOOL']._serialized_start=293
-  _globals['_SCOREDTOOL']._serialized_end=358
-  _globals['_DISCOVERTOOLSRESPONSE']._serialized_start=360
-  _globals['_DISCOVERTOOLSRESPONSE']._serialized_end=424
-  _globals['_REGISTERTOOLREQUEST']._serialized_start=426
-  _globals['_REGISTERTOOLREQUEST']._serialized_end=508
-  _globals['_REGISTERTOOLRESPONSE']._serialized_start=510
-  _globals['_REGISTERTOOLRESPONSE']._serialized_end=627
-  _globals['_EXECUTETOOLREQUEST']._serialized_start=630
-  _globals['_EXECUTETOOLREQUEST']._serialized_end=759
-  _globals['_EXECUTETOOLRESPONSE']._serialized_start=761
-  _globals['_EXECUTETOOLRESPONSE']._serialized_end=824
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=827
-  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=996
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=998
-  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=1107
-  _globals['_GETAPPROVALREQUEST']._serialized_start=1109
-  _globals['_GETAPPROVALREQUEST']._serialized_end=1156
-  _globals['_GETAPPROVALRESPONSE']._serialized_start=1158
-  _globals['_GETAPPROVALRESPONSE']._serialized_end=1221
-  _globals['_TOOLSERVICE']._serialized_start=1224
-  _globals['_TOOLSERVICE']._serialized_end=1771
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=268
+  _globals['_TOOLBREAKERCOUNT']._serialized_start=270
+  _globals['_TOOLBREAKERCOUNT']._serialized_end=360
+  _globals['_DISCOVERTOOLSREQUEST']._serialized_start=362
+  _globals['_DISCOVERTOOLSREQUEST']._serialized_end=433
+  _globals['_SCOREDTOOL']._serialized_start=435
+  _globals['_SCOREDTOOL']._serialized_end=500
+  _globals['_DISCOVERTOOLSRESPONSE']._serialized_start=502
+  _globals['_DISCOVERTOOLSRESPONSE']._serialized_end=566
+  _globals['_REGISTERTOOLREQUEST']._serialized_start=568
+  _globals['_REGISTERTOOLREQUEST']._serialized_end=650
+  _globals['_REGISTERTOOLRESPONSE']._serialized_start=652
+  _globals['_REGISTERTOOLRESPONSE']._serialized_end=769
+  _globals['_EXECUTETOOLREQUEST']._serialized_start=772
+  _globals['_EXECUTETOOLREQUEST']._serialized_end=901
+  _globals['_EXECUTETOOLRESPONSE']._serialized_start=903
+  _globals['_EXECUTETOOLRESPONSE']._serialized_end=966
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_start=969
+  _globals['_RESOLVEAPPROVALREQUEST']._serialized_end=1138
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_start=1140
+  _globals['_RESOLVEAPPROVALRESPONSE']._serialized_end=1249
+  _globals['_GETAPPROVALREQUEST']._serialized_start=1251
+  _globals['_GETAPPROVALREQUEST']._serialized_end=1298
+  _globals['_GETAPPROVALRESPONSE']._serialized_start=1300
+  _globals['_GETAPPROVALRESPONSE']._serialized_end=1363
+  _globals['_TOOLSERVICE']._serialized_start=1520
+  _globals['_TOOLSERVICE']._serialized_end=2067
 # @@protoc_insertion_point(module_scope)

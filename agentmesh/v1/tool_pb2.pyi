@@ -1,12 +1,26 @@
 from agentmesh.v1 import common_pb2 as _common_pb2
 from google.api import field_behavior_pb2 as _field_behavior_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class BreakerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BREAKER_STATE_UNSPECIFIED: _ClassVar[BreakerState]
+    BREAKER_STATE_CLOSED: _ClassVar[BreakerState]
+    BREAKER_STATE_OPEN: _ClassVar[BreakerState]
+    BREAKER_STATE_HALF_OPEN: _ClassVar[BreakerState]
+    BREAKER_STATE_RAMPING: _ClassVar[BreakerState]
+BREAKER_STATE_UNSPECIFIED: BreakerState
+BREAKER_STATE_CLOSED: BreakerState
+BREAKER_STATE_OPEN: BreakerState
+BREAKER_STATE_HALF_OPEN: BreakerState
+BREAKER_STATE_RAMPING: BreakerState
 
 class ListToolsRequest(_message.Message):
     __slots__ = ("group", "permitted_only")
@@ -17,10 +31,22 @@ class ListToolsRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., permitted_only: _Optional[bool] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ("tools",)
+    __slots__ = ("tools", "breakers")
     TOOLS_FIELD_NUMBER: _ClassVar[int]
+    BREAKERS_FIELD_NUMBER: _ClassVar[int]
     tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolSpec]
-    def __init__(self, tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ...) -> None: ...
+    breakers: _containers.RepeatedCompositeFieldContainer[ToolBreakerCount]
+    def __init__(self, tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., breakers: _Optional[_Iterable[_Union[ToolBreakerCount, _Mapping]]] = ...) -> None: ...
+
+class ToolBreakerCount(_message.Message):
+    __slots__ = ("tool", "state", "count")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    tool: str
+    state: BreakerState
+    count: int
+    def __init__(self, tool: _Optional[str] = ..., state: _Optional[_Union[BreakerState, str]] = ..., count: _Optional[int] = ...) -> None: ...
 
 class DiscoverToolsRequest(_message.Message):
     __slots__ = ("goal", "k", "permitted_only")

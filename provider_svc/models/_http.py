@@ -2,8 +2,10 @@
 deadline, transport failures as typed errors, SSE reading, and JSON that keeps numbers verbatim.
 
 Only the headers built here go upstream: the adapter's auth header, content type, a fixed
-User-Agent and the backend's configured static headers. Nothing of the incoming call (request id,
-baggage, traceparent, identity token) is ever forwarded, and nothing instruments httpx globally.
+User-Agent, the backend's configured static headers, and the call's trace context: every request is
+sent in a CLIENT span of its own and carries its `traceparent` and the `x-request-id`
+(agentmesh.httptrace), so a model server's logs and traces join ours. Nothing else of the incoming call
+(baggage, the identity token) is forwarded, and nothing instruments httpx globally.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import Any
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
+from opentelemetry import trace
 
 from agentmesh import __version__
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.httptrace import TracedTransport
 from agentmesh.redact import redact_str
 from provider_svc.exceptions import UpstreamError, error_from_status, malformed
 from provider_svc.models.base import CallContext
@@ -118,6 +122,7 @@ class HttpBackend:
         timeouts: HttpTimeouts = HttpTimeouts(),
         max_connections: int = 64,
         transport: httpx.AsyncBaseTransport | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.name = name
         self.timeouts = timeouts
@@ -139,7 +144,9 @@ class HttpBackend:
         """The forward proxy the environment sets for this backend (as httpx.AsyncClient honours)."""
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         # httpx's own transport (httpcore's pool, keep-alive, TLS; HTTP CONNECT and SOCKS proxies).
-        self._transport = transport or httpx.AsyncHTTPTransport(limits=limits, proxy=self.proxy)
+        inner = transport or httpx.AsyncHTTPTransport(limits=limits, proxy=self.proxy)
+        # Each request in its CLIENT span, with traceparent and x-request-id (agentmesh.httptrace).
+        self._transport: httpx.AsyncBaseTransport = TracedTransport(inner, tracer)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

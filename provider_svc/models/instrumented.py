@@ -20,6 +20,7 @@ from agentmesh.errors import AgentmeshError
 from agentmesh.semconv import (
     ATTR_ERROR_CLASS,
     ATTR_ERROR_CODE,
+    ERROR_TYPE,
     GEN_AI_OPERATION_NAME,
     GEN_AI_PROVIDER_NAME,
     GEN_AI_REQUEST_MAX_TOKENS,
@@ -90,11 +91,11 @@ class InstrumentedModel(WrapperModel):
                 span.set_status(Status(StatusCode.ERROR, err.code.name))
                 span.set_attribute(ATTR_ERROR_CODE, err.code.name)
                 span.set_attribute(ATTR_ERROR_CLASS, err.error_class.name)
-                span.set_attribute("error.type", err.code.name)
+                span.set_attribute(ERROR_TYPE, err.code.name)
                 raise
             except BaseException as exc:
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-                span.set_attribute("error.type", type(exc).__name__)
+                span.set_attribute(ERROR_TYPE, type(exc).__name__)
                 raise
             finally:
                 attempts = ctx.attempts[first_attempt:]

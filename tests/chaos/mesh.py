@@ -109,6 +109,8 @@ def chaos_config(upstream_url: str, timings: Timings, *, round_robin: bool, clus
     if "idempotency_heartbeat_s" in options:
         tools["idempotency_heartbeat_s"] = timings.idempotency_heartbeat_s
     return {
+        # A whole configuration of its own: no packaged agent, tool or HTTP port under it.
+        "inherit_defaults": False,
         "environment": "dev",
         # On a cluster every acknowledged write is on a replica too (a primary's kill loses none of them).
         **({"redis": {"cluster_wait_replicas": 1}} if cluster else {}),

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BUF = ROOT / "node_modules" / ".bin" / "buf"
 BUILD_CLIENTS = ROOT / "scripts" / "build-clients.sh"
 INSTALL_TOOLCHAINS = ROOT / "scripts" / "install-toolchains.sh"
-EXAMPLES = ("go", "ts")
+EXAMPLES = ("go", "ts", "java")
 
 
 def toolchains_present() -> None:
@@ -58,6 +58,11 @@ class FreshTree:
     @property
     def ts_client(self) -> Path:
         return self.root / "examples" / "clients" / "ts" / "dist" / "examples" / "clients" / "ts" / "client.js"
+
+    @property
+    def java_client(self) -> Path:
+        """The Java example's launcher (scripts/build-clients.sh java-client)."""
+        return self.root / "build" / "clients" / "agentmesh-java-client"
 
     @property
     def java_classes(self) -> Path:

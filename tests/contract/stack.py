@@ -48,17 +48,28 @@ class Stack:
     """The four services in-process (module docstring)."""
 
     def __init__(
-        self, redis_url: str, workdir: Path, overrides: dict[str, Any] | None = None, *, http: bool = False
+        self,
+        redis_url: str,
+        workdir: Path,
+        overrides: dict[str, Any] | None = None,
+        *,
+        http: bool = False,
+        http_addresses: dict[str, str] | None = None,
+        service_overrides: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.redis_url = redis_url
         self.http = http
         """Open every service's HTTP listener too (Connect, /metrics) on a free port: `host.http_port`."""
+        self.http_addresses = http_addresses or {}
+        """With `http`: a service's HTTP listener address instead of a free port ("dispatcher": "127.0.0.1:PORT")."""
+        self.service_overrides = service_overrides or {}
+        """Settings of one service only, merged over `overrides` (e.g. tool_svc's CORS origins)."""
         self.workdir = workdir
         self.overrides = overrides or {}
         self.hosts: dict[str, tuple[ServiceHost, Any]] = {}
         self.channel: grpc.aio.Channel | None = None
 
-    def settings(self, services: dict[str, Any]) -> Settings:
+    def settings(self, services: dict[str, Any], extra: dict[str, Any] | None = None) -> Settings:
         base: dict[str, Any] = {
             "redis": {"url": self.redis_url},
             "auth": {"key": TEST_AUTH_KEY},
@@ -94,10 +105,10 @@ class Stack:
         }
         empty = self.workdir / "agentmesh-stack.yaml"
         empty.write_text("{}\n", encoding="utf-8")
-        return load_settings(empty, overrides=deep_merge(base, self.overrides))
+        return load_settings(empty, overrides=deep_merge(deep_merge(base, self.overrides), extra or {}))
 
     async def _start(self, spec: ServiceSpec, services: dict[str, Any]) -> ServiceHost:
-        settings = self.settings(services)
+        settings = self.settings(services, self.service_overrides.get(spec.name))
         store = await Store.connect(settings.redis, settings.environment)
         host = ServiceHost(
             name=spec.name,
@@ -108,7 +119,8 @@ class Stack:
             store=store,
         )
         cleanup = await spec.setup(host)
-        await host.start("127.0.0.1:0", http_address="127.0.0.1:0" if self.http else None)
+        http_address = self.http_addresses.get(spec.name, "127.0.0.1:0") if self.http else None
+        await host.start("127.0.0.1:0", http_address=http_address)
         self.hosts[spec.name] = (host, cleanup)
         return host
 

@@ -6,7 +6,9 @@ Through the real ServiceHost of each service, unary and streaming RPCs alike:
 - a valid token and undecodable bytes: INVALID_ARGUMENT carrying an ErrorDetail;
 - a servicer that raises something unexpected: INTERNAL whose message carries the request id and
   none of the exception's text, class or paths; the traceback goes to the log once;
-- each REQUIRED field (google.api.field_behavior) left unset: INVALID_ARGUMENT naming it.
+- each REQUIRED field (google.api.field_behavior) left unset: INVALID_ARGUMENT naming it;
+- every answer, success or error, carries the call's request id (`x-request-id`) in its initial
+  metadata; an error also in its trailers and its ErrorDetail (issue 42).
 And the channel retries exactly the RPCs the contracts mark IDEMPOTENT or NO_SIDE_EFFECTS.
 """
 
@@ -89,6 +91,22 @@ async def _call(svc: RunningService, method: MethodDescriptor, payload: bytes, m
 Start = Callable[..., Awaitable[RunningService]]
 
 
+def _md(pairs: Any) -> dict[str, Any]:
+    return {key: value for key, value in pairs or ()}
+
+
+def assert_request_id_on_error(error: grpc.aio.AioRpcError, expected: str | None = None) -> str:
+    """The failed call's request id is the same in its initial metadata, trailers and ErrorDetail."""
+    initial = _md(error.initial_metadata()).get(REQUEST_ID_HEADER)
+    trailing = _md(error.trailing_metadata()).get(REQUEST_ID_HEADER)
+    detail = rich_details(error).detail
+    assert initial, f"no {REQUEST_ID_HEADER} in the initial metadata: {error.initial_metadata()}"
+    assert initial == trailing and detail is not None and detail.request_id == initial
+    if expected is not None:
+        assert initial == expected
+    return str(initial)
+
+
 @pytest.fixture
 async def started(start_service: Start) -> AsyncIterator[Callable[[ServiceSpec], Awaitable[RunningService]]]:
     cache: dict[str, RunningService] = {}
@@ -117,6 +135,7 @@ async def test_no_token_is_unauthenticated_before_anything_is_decoded(
     # Undecodable bytes, yet UNAUTHENTICATED: the edge never decoded them.
     assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value.details()
     assert from_rpc_error(info.value).code is ErrorCode.UNAUTHENTICATED
+    assert_request_id_on_error(info.value)  # minted at the edge, and said
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
 
@@ -137,6 +156,7 @@ async def test_undecodable_bytes_are_invalid_argument_with_an_error_detail(
     assert rich.bad_request is not None
     assert [v.field for v in rich.bad_request.field_violations] == ["request"]
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert_request_id_on_error(info.value)
 
 
 def _raising(method: MethodDescriptor) -> Any:
@@ -175,10 +195,48 @@ async def test_an_unexpected_exception_is_internal_without_its_text(
     for leaked in ("kaboom", "/etc/", "secret", "RuntimeError", "Traceback", ".py"):
         assert leaked not in details, details
     assert from_rpc_error(info.value).code is ErrorCode.INTERNAL
+    assert_request_id_on_error(info.value, "edge-test-rid-1")
     # Logged once, with the traceback, for the operator.
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info]
     assert len(logged) == 1
     assert SECRET_TEXT in str(logged[0].exc_info[1] if logged[0].exc_info else "")
+
+
+SUCCEEDING: list[tuple[ServiceSpec, str, Any]] = [
+    (TOOL_SPEC, "/agentmesh.v1.ToolService/ListTools", tool_pb2.ListToolsRequest()),
+    (PROVIDER_SPEC, "/agentmesh.v1.ProviderService/ListModels", provider_pb2.ListModelsRequest()),
+    (DISPATCHER_SPEC, "/agentmesh.v1.DispatcherService/ListAgents", dispatcher_pb2.ListAgentsRequest()),
+]
+
+
+@pytest.mark.parametrize(("spec", "path", "request_message"), SUCCEEDING, ids=[p for _, p, _ in SUCCEEDING])
+async def test_a_successful_answer_carries_the_request_id(
+    started: Any, spec: ServiceSpec, path: str, request_message: Any
+) -> None:
+    svc = await started(spec)
+    channel: Any = svc.channel
+    call = channel.unary_unary(path)(
+        request_message.SerializeToString(), metadata=(*_admin(svc), (REQUEST_ID_HEADER, "ok-rid-1")), timeout=20
+    )
+    await call
+    assert _md(await call.initial_metadata()).get(REQUEST_ID_HEADER) == "ok-rid-1"
+    # Without one sent, the id the edge minted (and put on its spans and log lines).
+    minted = channel.unary_unary(path)(request_message.SerializeToString(), metadata=_admin(svc), timeout=20)
+    await minted
+    assert len(_md(await minted.initial_metadata()).get(REQUEST_ID_HEADER, "")) == 32
+
+
+async def test_a_stream_carries_the_request_id_before_its_first_message(started: Any) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    svc = await started(TOOL_SPEC)
+    stream = health_pb2_grpc.HealthStub(svc.channel).Watch(
+        health_pb2.HealthCheckRequest(service=""), metadata=((REQUEST_ID_HEADER, "watch-rid-1"),), timeout=20
+    )
+    assert _md(await stream.initial_metadata()).get(REQUEST_ID_HEADER) == "watch-rid-1"
+    first = await stream.read()
+    assert first.status == health_pb2.HealthCheckResponse.SERVING
+    stream.cancel()
 
 
 # --- REQUIRED fields (google.api.field_behavior), enforced by the edge for every RPC -----------------

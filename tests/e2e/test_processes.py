@@ -202,3 +202,29 @@ def test_a_taken_port_is_a_clear_error(process_env: dict[str, str], e2e_redis: L
     assert result.returncode == 1
     assert f"cannot bind 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_copy_on_a_busy_port_fails_naming_the_port(
+    process_env: dict[str, str], e2e_redis: LocalRedis, tmp_path: Path
+) -> None:
+    """grpc binds with SO_REUSEPORT by default, so a second copy of a service took the same port and half its
+    connections; with `grpc.so_reuseport` 0 (issue 42) the second start fails, naming the port, and the
+    first keeps serving."""
+    port = free_port()
+    env = {
+        **process_env,
+        "AGENTMESH_REDIS_URL": e2e_redis.url,
+        "AGENTMESH_SERVICES": f'{{"tool": {{"port": {port}, "http_port": 0}}}}',
+    }
+    first = spawn(["-m", "tool_svc"], env, tmp_path / "first.log")
+    try:
+        wait_for(lambda: health_status(f"127.0.0.1:{port}", timeout_s=1.0) == "SERVING", timeout_s=60)
+        second = subprocess.run(
+            [sys.executable, "-m", "tool_svc"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert second.returncode == 1
+        assert f"port {port} is in use" in second.stderr and "Traceback" not in second.stderr
+        assert health_status(f"127.0.0.1:{port}", timeout_s=1.0) == "SERVING"
+    finally:
+        first.terminate()
+        first.wait(timeout=30)

@@ -42,6 +42,7 @@ PORT_DEFAULTS: dict[int, int] = {
     **{50061 + i: 10 + i for i in range(4)},  # HTTP (/metrics)
     **{51051 + i: 20 + i for i in range(4)},  # plaintext health (TLS)
     8765: 30,  # agentmesh mcp serve --transport http
+    8766: 31,  # "Your first agent": the stand-in HTTP API
 }
 """Default port -> offset in the test's range."""
 _PORT = re.compile(r"(?:(?<=:)|(?<=--port )|(?<=--port=))(" + "|".join(str(p) for p in PORT_DEFAULTS) + r")(?!\d)")

@@ -1,7 +1,7 @@
 """The README runs (issue 27): every shell block, in order, as one terminal session.
 
 - `test_readme_runs_in_this_checkout` (in `make test`): the blocks run in this checkout, whose `make
-  venv` is then a no-op; about 30-40 s.
+  venv` is then a no-op; about 90 s alone (its "Your first agent" starts a second `agentmesh up`).
 - `test_readme_runs_from_a_fresh_clone` (`make test-readme`, README_TEST_CLONE=1): `git clone` of this
   repository's HEAD (uncommitted changes are not in it) into a temporary directory, where the README's
   install step really installs (PyPI and npm), then the same session.
@@ -169,13 +169,47 @@ def check_session(result: SessionResult, blocks: list[Block]) -> None:
     runs = result.outputs[first_run(blocks)]
     statuses = re.findall(r"^task \S+: (\w+)", runs, re.MULTILINE)
     assert statuses[:1] == ["SUCCEEDED"], runs[-3000:]
+    check_first_agent(result, blocks)
+    check_answers(result, blocks)
+
+
+def block_output(result: SessionResult, blocks: list[Block], marker: str) -> str:
+    """What the (first) block whose text holds `marker` printed."""
+    number = next(i for i, block in enumerate(blocks) if block.skip is None and marker in block.text)
+    return result.outputs[number]
+
+
+def check_first_agent(result: SessionResult, blocks: list[Block]) -> None:
+    """ "Your first agent" (issue 42), played in a folder outside the clone: the function tool and the HTTP
+    tool are called with the entity the goal names, both runs SUCCEED, the trace reaches into tools.py."""
+    init = block_output(result, blocks, "agentmesh init")
+    written = re.search(r"^wrote (\S+)/agentmesh\.yaml$", init, re.MULTILINE)
+    assert written, init
+    assert not Path(written.group(1)).resolve().is_relative_to(ROOT), "the folder must be outside the clone"
+    out = block_output(result, blocks, "agentmesh run helper")
+    assert re.search(r'tool call +mytools__get_weather \{"city": ?"Oslo"\}', out), out[-4000:]
+    assert re.search(r'tool result +mytools__get_weather -> ok: .*"temperature_c": ?-3', out), out[-4000:]
+    assert re.search(r'tool call +forecast \{"city": ?"Bergen"\}', out), out[-4000:]
+    assert re.search(r'tool result +forecast -> ok: .*"tomorrow": ?"snow"', out), out[-4000:]
+    assert "task first-1: SUCCEEDED" in out and "task first-2: SUCCEEDED" in out, out[-4000:]
+    assert "tools/call get_weather [tool_svc CLIENT]" in out, out[-4000:]  # the trace, into tools.py
+    assert "agents[helper].tools" in out and "forecast.yaml" in out  # config show, with the sources
+
+
+def check_answers(result: SessionResult, blocks: list[Block]) -> None:
+    """The README's "6 times 7" over Connect answers 42; the MCP listing with the agent token lists tools."""
+    stream = block_output(result, blocks, "application/connect+json")
+    assert re.search(r'"result": ?42\b', stream), stream[-3000:]
+    mcp = block_output(result, blocks, "streamable_http_client")
+    assert "'calculator'" in mcp and "42" in mcp.splitlines()[-1], mcp[-3000:]
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_readme_runs_in_this_checkout(tmp_path: Path) -> None:
     blocks = readme_blocks()
-    result = run_session(blocks, ROOT, tmp_path, timeout_s=200)
+    # About 90 s alone (two `agentmesh up`s since "Your first agent"); a guard, generous for a loaded machine.
+    result = run_session(blocks, ROOT, tmp_path, timeout_s=420)
     check_session(result, blocks)
 
 

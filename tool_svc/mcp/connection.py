@@ -14,12 +14,20 @@ server that says nothing.
 
 A stdio server's environment is its configured `env` plus PATH and HOME, nothing else of ours: the SDK
 adds its own allow-list (LOGNAME, SHELL, TERM, USER), which the process is started without (`env -u`).
+
+Traces: the SDK puts the caller's trace context (the mount's `tools/call` CLIENT span, and the baggage
+holding the request id) into each request's `params._meta`, as the MCP spec's trace propagation says; over
+streamable HTTP the SDK sends it from a task of its own, so `McpHttpTransport` reads it back from the
+JSON-RPC body and sends the request in an HTTP CLIENT span of that trace, with `traceparent` and
+`x-request-id` headers (agentmesh.httptrace). Requests made outside any call (listings, the change
+stream) carry no trace context and get neither.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import os
@@ -37,11 +45,15 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import baggage, propagate, trace
+from opentelemetry import context as otel_context
 
 from agentmesh import __version__
 from agentmesh.config import McpServerSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.httptrace import HttpClientSpan
 from agentmesh.redact import redact_str
+from agentmesh.semconv import BAGGAGE_REQUEST_ID
 from tool_svc.mcp.catalog import ListedTool
 from tool_svc.mcp.stderr import StderrPump
 
@@ -84,11 +96,58 @@ def listed(tool: types.Tool) -> ListedTool:
     )
 
 
+def _caller_context(request: httpx2.Request) -> otel_context.Context | None:
+    """The trace context (and baggage) the SDK put in a JSON-RPC request's `params._meta`, if any."""
+    if request.method != "POST":
+        return None
+    try:
+        message = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return None
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("traceparent"), str):
+        return None
+    carrier = {k: v for k, v in meta.items() if k in ("traceparent", "tracestate", "baggage") and isinstance(v, str)}
+    found = propagate.extract(carrier)
+    return found if trace.get_current_span(found).get_span_context().is_valid else None
+
+
+class McpHttpTransport(httpx2.AsyncBaseTransport):
+    """httpx2's transport with an HTTP CLIENT span, `traceparent` and `x-request-id` on every request made
+    for a call (see the module doc)."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, tracer: trace.Tracer) -> None:
+        self.inner = inner
+        self.tracer = tracer
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        parent = _caller_context(request)
+        if parent is None:
+            return await self.inner.handle_async_request(request)
+        span = HttpClientSpan(self.tracer, request.method, str(request.url), parent=parent)
+        rid = baggage.get_baggage(BAGGAGE_REQUEST_ID, parent)
+        span.inject(request.headers, str(rid) if rid else None)
+        try:
+            response = await self.inner.handle_async_request(request)
+        except BaseException as exc:
+            span.failed(exc)
+            raise
+        span.answered(response.status_code, response.extensions.get("http_version"))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class McpConnection:
     """The supervised client of one MCP server."""
 
-    def __init__(self, settings: McpServerSettings, on_tools: ToolsCallback) -> None:
+    def __init__(
+        self, settings: McpServerSettings, on_tools: ToolsCallback, tracer: trace.Tracer | None = None
+    ) -> None:
         self.settings = settings
+        self.tracer = tracer or trace.NoOpTracer()
         self.name = settings.name
         self.on_tools = on_tools
         self._client: Client | None = None
@@ -221,6 +280,7 @@ class McpConnection:
             transport: Any = stdio_client(self._stdio_parameters(), errlog=pump.errlog)
         else:
             http = httpx2.AsyncClient(
+                transport=McpHttpTransport(httpx2.AsyncHTTPTransport(trust_env=False), self.tracer),
                 headers={k: v.get_secret_value() for k, v in self.settings.headers.items()},
                 timeout=httpx2.Timeout(self.settings.connect_timeout_s, read=max(300.0, self.settings.timeout_s)),
                 trust_env=False,

@@ -9,6 +9,12 @@ in that listing is a ConfigError naming both. A server that cannot be reached do
 Later listings (a change notice, a reconnect) replace the server's entries; a collision or a refused
 schema then leaves those tools out and is logged. While a server is down its tools stay listed,
 unavailable with the reason; calls to them fail UPSTREAM_UNAVAILABLE without being sent.
+
+Every call is a CLIENT span `tools/call <tool>` (the OTel MCP conventions: `mcp.method.name`,
+`gen_ai.tool.name`, `gen_ai.operation.name` execute_tool, `network.transport` pipe or tcp, the server's
+address; `error.type` the JSON-RPC error code, `tool_error` for an isError result, or the failure's
+class); the SDK carries its context to the server in `params._meta` (and over HTTP, connection.py in
+`traceparent` and `x-request-id` headers of an HTTP span under it).
 """
 
 from __future__ import annotations
@@ -17,13 +23,17 @@ import asyncio
 import logging
 import shutil
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp import MCPError
+from opentelemetry import trace
 from pydantic import ValidationError
 
 from agentmesh.config import ConfigError, ToolsSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.httptrace import set_error_type
 from agentmesh.payloads import PayloadStore
+from agentmesh.semconv import GEN_AI_OPERATION_NAME, GEN_AI_TOOL_NAME
 from agentmesh.urlallow import Allowlist
 from tool_svc.mcp import results
 from tool_svc.mcp.catalog import ListedTool, catalog
@@ -51,14 +61,21 @@ def check_settings(settings: ToolsSettings, allowlist: Allowlist) -> None:
 class McpMount:
     """The configured MCP servers: their connections, their registry entries, their executor."""
 
-    def __init__(self, settings: ToolsSettings, registry: ToolRegistry, payloads: PayloadStore | None) -> None:
+    def __init__(
+        self,
+        settings: ToolsSettings,
+        registry: ToolRegistry,
+        payloads: PayloadStore | None,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
         check_settings(settings, registry.allowlist)
         redact_sdk_logs()
         self.settings = settings
         self.registry = registry
         self.payloads = payloads
+        self.tracer = tracer or trace.NoOpTracer()
         self.connections: dict[str, McpConnection] = {
-            s.name: McpConnection(s, self._on_tools) for s in settings.mcp_servers
+            s.name: McpConnection(s, self._on_tools, self.tracer) for s in settings.mcp_servers
         }
         self.problems: dict[str, list[str]] = {}
         """What the last listing of each server could not mount, and why."""
@@ -107,17 +124,51 @@ class McpMount:
                 fallback_tool=tool.fallback_tool,
             )
         arguments: dict[str, Any] = call.arguments if isinstance(call.arguments, dict) else {}
-        try:
-            answer = await connection.call(tool.mcp_tool, arguments, call.timeout_s)
-        except AgentmeshError as exc:
-            raise exc.replace(message=f"{tool.name}: {exc.message}", fallback_tool=tool.fallback_tool) from None
-        except MCPError as exc:
-            raise results.protocol_error(tool, exc) from None
-        except ValidationError as exc:
-            raise results.invalid_answer(tool, exc) from None
-        except RuntimeError as exc:
-            # The SDK checks structuredContent against the outputSchema it listed (and says so).
-            if "structured content" not in str(exc) and "schema" not in str(exc):
+        with self.tracer.start_as_current_span(
+            f"tools/call {tool.mcp_tool}",
+            kind=trace.SpanKind.CLIENT,
+            attributes=_span_attributes(connection, tool.mcp_tool),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                answer = await connection.call(tool.mcp_tool, arguments, call.timeout_s)
+            except AgentmeshError as exc:
+                set_error_type(span, exc.code.name, exc.message[:200])
+                raise exc.replace(message=f"{tool.name}: {exc.message}", fallback_tool=tool.fallback_tool) from None
+            except MCPError as exc:
+                set_error_type(span, str(exc.code), exc.message[:200])
+                raise results.protocol_error(tool, exc) from None
+            except ValidationError as exc:
+                set_error_type(span, "invalid_answer")
+                raise results.invalid_answer(tool, exc) from None
+            except RuntimeError as exc:
+                # The SDK checks structuredContent against the outputSchema it listed (and says so).
+                set_error_type(span, type(exc).__qualname__)
+                if "structured content" not in str(exc) and "schema" not in str(exc):
+                    raise
+                raise results.invalid_answer(tool, exc) from None
+            except BaseException as exc:
+                set_error_type(span, type(exc).__qualname__)
                 raise
-            raise results.invalid_answer(tool, exc) from None
+            if answer.is_error:
+                set_error_type(span, "tool_error")  # the MCP conventions' name for an isError result
         return await results.produced(tool, answer, self.payloads, call.session_id)
+
+
+def _span_attributes(connection: McpConnection, tool: str) -> dict[str, Any]:
+    """The MCP conventions' attributes of a `tools/call` CLIENT span."""
+    server = connection.settings
+    attributes: dict[str, Any] = {
+        "mcp.method.name": "tools/call",
+        GEN_AI_TOOL_NAME: tool,
+        GEN_AI_OPERATION_NAME: "execute_tool",
+        "network.transport": "pipe" if server.transport == "stdio" else "tcp",
+    }
+    if server.transport == "http":
+        parts = urlsplit(server.url)
+        attributes["server.address"] = parts.hostname or ""
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+        if port is not None:
+            attributes["server.port"] = port
+    return attributes

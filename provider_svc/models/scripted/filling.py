@@ -2,7 +2,10 @@
 
 `synthesize_arguments` builds a call's arguments from the tool's JSON schema (const, default, enum,
 examples, prose examples in descriptions), `name: value` mentions, pattern matches and arithmetic
-stated in the goal. The regex and schema-validation helpers here are shared by `fixing`, which
+stated in the goal (operators as symbols or words: "6 x 7", "6 times 7"), and, for a string field that
+names something, the entity the goal names (`entities`: a quoted span, or capitalized words that are not
+just a sentence's first word: "How cold is it in Oslo?" -> city "Oslo"), each field of a call the next
+one. The regex and schema-validation helpers here are shared by `fixing`, which
 corrects arguments, and `scenario`, whose `from_goal` / `from_result` arguments search the texts.
 """
 
@@ -116,9 +119,24 @@ def _is_arithmetic(text: str) -> bool:
     return operations > 0
 
 
+# Operators written as words between two numbers ("6 times 7", "6 x 7", "10 divided by 4").
+_WORD_OPERATORS = (
+    (re.compile(r"(?<=\d)\s*(?:[xX×]|times|multiplied\s+by)\s*(?=[\d(])"), " * "),
+    (re.compile(r"(?<=\d)\s*(?:divided\s+by|over)\s*(?=[\d(])"), " / "),
+    (re.compile(r"(?<=\d)\s*plus\s*(?=[\d(])"), " + "),
+    (re.compile(r"(?<=\d)\s*minus\s*(?=[\d(])"), " - "),
+)
+
+
+def _operators_in_words(text: str) -> str:
+    for pattern, operator in _WORD_OPERATORS:
+        text = pattern.sub(operator, text)
+    return text
+
+
 def _arithmetic(texts: Iterable[str]) -> str | None:
-    """The longest arithmetic expression of the first text that has one."""
-    for text in texts:
+    """The longest arithmetic expression of the first text that has one (operators may be words)."""
+    for text in map(_operators_in_words, texts):
         found = [
             candidate
             for match in _MATH_RUN.finditer(text)
@@ -174,8 +192,176 @@ def _from_goal(name: str, schema: Mapping[str, Any], kind: Any, texts: Sequence[
     return next((c for c in candidates if c is not None and _valid(c, schema)), None)
 
 
-def _synth_value(name: str, schema: Mapping[str, Any], texts: Sequence[str]) -> Any:
-    """A value for property `name` of `schema`, from the schema's own hints first, then the texts."""
+# Words that start a sentence without naming anything: a capitalized one of these is not an entity.
+_SENTENCE_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "but",
+        "or",
+        "if",
+        "so",
+        "then",
+        "please",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "it",
+        "its",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "would",
+        "should",
+        "will",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "why",
+        "how",
+        "whats",
+        "tell",
+        "show",
+        "give",
+        "find",
+        "get",
+        "list",
+        "check",
+        "look",
+        "search",
+        "fetch",
+        "book",
+        "send",
+        "make",
+        "let",
+        "set",
+        "run",
+        "call",
+        "use",
+        "help",
+        "hi",
+        "hello",
+        "hey",
+        "thanks",
+        "thank",
+        "yes",
+        "no",
+        "not",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "today",
+        "tomorrow",
+        "yesterday",
+        "now",
+        "in",
+        "on",
+        "at",
+        "for",
+        "from",
+        "to",
+        "of",
+        "by",
+        "with",
+        "about",
+        "after",
+        "before",
+    ]
+)
+_TOKEN = re.compile(r"[^\W\d_][\w'’.-]*[^\W_]|[^\W\d_]")
+_QUOTED = re.compile(r"\"([^\"]{1,80})\"|“([^”]{1,80})”|`([^`]{1,80})`|(?<![\w])'([^']{1,80})'(?![\w])")
+
+
+def _is_capitalized(token: str) -> bool:
+    """Title case ("Oslo", "São"), or a short acronym ("NYC")."""
+    if not token[:1].isupper():
+        return False
+    rest = token[1:]
+    return any(c.islower() for c in rest) or (rest.isupper() and 1 <= len(rest) <= 2) or not rest
+
+
+def entities(text: str) -> list[str]:
+    """What `text` names, in order: quoted spans, then runs of capitalized words ("Oslo", "New York",
+    "São Paulo"), without a sentence's capitalized first word when it names nothing ("How", "What"); a
+    lone capitalized first word ("Flights from Oslo", "Oslo weather") comes after the others."""
+    quoted: list[str] = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
+    rest = _QUOTED.sub(" . ", text)
+    found: list[str] = []
+    initial: list[str] = []
+    run: list[str] = []
+    run_initial = False
+    sentence_start = True
+    previous_end = 0
+
+    def close() -> None:
+        if run:
+            (initial if run_initial and len(run) == 1 else found).append(" ".join(run))
+            run.clear()
+
+    for match in _TOKEN.finditer(rest):
+        token = match.group(0).rstrip(".")
+        gap = rest[previous_end : match.start()]
+        if any(mark in gap for mark in ".!?\n:;,") or (gap.strip() and gap.strip() not in ("'", "’")):
+            close()
+            sentence_start = sentence_start or any(mark in gap for mark in ".!?\n")
+        starts = sentence_start
+        sentence_start = False
+        previous_end = match.end()
+        if _is_capitalized(token) and not (token.lower() in _SENTENCE_WORDS and (starts or not run)):
+            if not run:
+                run_initial = starts
+            run.append(token)
+        else:
+            close()
+    close()
+    return list(dict.fromkeys(e for e in [*quoted, *found, *initial] if e.strip()))
+
+
+def _wants_entity(name: str, schema: Mapping[str, Any]) -> bool:
+    """A string field that names something (a city, a person, a product): not free text, an expression,
+    a date, a choice or a pattern-shaped value, which have their own rules."""
+    if name.lower() in _FREE_TEXT_NAMES or _wants_expression(name, schema):
+        return False
+    return not any(key in schema for key in ("pattern", "enum", "const", "format"))
+
+
+def _entity(name: str, schema: Mapping[str, Any], texts: Sequence[str], taken: set[str]) -> str | None:
+    """The first entity of the goal (`texts[0]`) not given to another field yet, if it fits the schema."""
+    if not texts or not _wants_entity(name, schema):
+        return None
+    for candidate in entities(texts[0]):
+        if candidate not in taken and _valid(candidate, schema):
+            return candidate
+    return None
+
+
+def _synth_value(name: str, schema: Mapping[str, Any], texts: Sequence[str], taken: set[str] | None = None) -> Any:
+    """A value for property `name` of `schema`, from the schema's own hints first, then the texts.
+    `taken`: entities already given to other fields of the same call (each field gets the next one)."""
     for key in ("const", "default"):
         if key in schema:
             return schema[key]
@@ -186,10 +372,17 @@ def _synth_value(name: str, schema: Mapping[str, Any], texts: Sequence[str]) -> 
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
-    # What the goal states beats the schema's example (asked for 17*23, compute 17*23).
+    # What the goal states beats the schema's example (asked for 17*23, compute 17*23; asked about
+    # Oslo, not the example's Paris).
     stated = _from_goal(name, schema, kind, texts)
     if stated is not None:
         return stated
+    if kind in ("string", None):
+        named = _entity(name, schema, texts, taken if taken is not None else set())
+        if named is not None:
+            if taken is not None:
+                taken.add(named)
+            return named
     examples = schema.get("examples")
     if isinstance(examples, list) and examples:
         return examples[0]
@@ -238,6 +431,7 @@ def _synth_object(schema: Mapping[str, Any], texts: Sequence[str]) -> dict[str, 
     props = props if isinstance(props, dict) else {}
     required = [r for r in schema.get("required", ()) if isinstance(r, str)]
     values: dict[str, Any] = {}
+    taken: set[str] = set()
     for name in [*required, *(p for p in props if p not in required)]:
         sub = props.get(name)
         sub = sub if isinstance(sub, dict) else {}
@@ -245,7 +439,7 @@ def _synth_object(schema: Mapping[str, Any], texts: Sequence[str]) -> dict[str, 
             isinstance(sub.get("pattern"), str) and _search(sub["pattern"], texts) is not None
         )
         if name in required or name in _FREE_TEXT_NAMES or findable:
-            values[name] = _synth_value(name, sub, texts)
+            values[name] = _synth_value(name, sub, texts, taken)
     return values
 
 

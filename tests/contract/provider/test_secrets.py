@@ -1,8 +1,10 @@
-"""No API key, identity token, baggage or request id goes where it does not belong.
+"""No API key, identity token or baggage goes where it does not belong; the trace context does.
 
 Calls go through the real gRPC service with an identity token, W3C baggage, traceparent and an
 x-request-id; upstream errors echo the key back. Then the fake's received headers, every captured
-log line, every exported span, every error and ListModels are grepped.
+log line, every exported span, every error and ListModels are grepped. The model server gets the
+call's trace (`traceparent` of provider_svc's CLIENT span, in the caller's trace) and its
+`x-request-id` (issue 42), and nothing else of the incoming call.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from tests.contract.provider.conftest import ANTHROPIC_KEY, FAST_RETRY, OPENAI_K
 from tests.contract.provider.fakes import FakeProvider, Reply
 
 Start = Callable[..., Awaitable[RunningService]]
-FORWARDING_HEADERS = ("baggage", "traceparent", "tracestate", REQUEST_ID_HEADER, IDENTITY_HEADER)
+NEVER_FORWARDED = ("baggage", IDENTITY_HEADER)
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 
 
 async def test_keys_tokens_and_internal_metadata_stay_home(
@@ -60,7 +63,7 @@ async def test_keys_tokens_and_internal_metadata_stay_home(
         (IDENTITY_HEADER, token),
         (REQUEST_ID_HEADER, request_id),
         ("baggage", "agentmesh.request_id=" + request_id + ",tenant=acme"),
-        ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        ("traceparent", f"00-{TRACE_ID}-b7ad6b7169203331-01"),
     )
     stub = provider_pb2_grpc.ProviderServiceStub(svc.channel)  # type: ignore[no-untyped-call]
     req = provider_pb2.GenerateRequest(
@@ -89,11 +92,15 @@ async def test_keys_tokens_and_internal_metadata_stay_home(
         assert received
         for r in received:
             assert key in r.headers[header]
-            assert not [h for h in FORWARDING_HEADERS if h in r.headers]
+            assert not [h for h in NEVER_FORWARDED if h in r.headers]
+            # The trace and the request continue upstream: a span of our own in the caller's trace.
+            assert r.headers["traceparent"].startswith(f"00-{TRACE_ID}-")
+            assert r.headers["traceparent"] != f"00-{TRACE_ID}-b7ad6b7169203331-01"
+            assert r.headers[REQUEST_ID_HEADER] == request_id
             others = {k: v for k, v in r.headers.items() if k != header}
             assert key not in repr(others)
             assert token not in repr(r.headers) and token.encode() not in r.body
-            assert request_id not in repr(r.headers) and request_id.encode() not in r.body
+            assert request_id.encode() not in r.body
 
     logs = capsys.readouterr().err + "\n".join(r.getMessage() + repr(r.__dict__) for r in caplog.records)
     spans = await asyncio.to_thread(Path(svc.settings.telemetry.span_file).read_text, encoding="utf-8")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import os
 import sys
 from pathlib import Path
@@ -154,6 +155,9 @@ def main() -> None:
     parser.add_argument("--effects", type=Path, required=True)
     parser.add_argument("--require-key", default="", help="http: refuse requests without this X-Upstream-Key")
     parser.add_argument("--collide", action="store_true", help="also list two tools that map to one name")
+    parser.add_argument(
+        "--headers-log", type=Path, default=None, help="http: append each request's trace headers to this file"
+    )
     args = parser.parse_args()
     server = build(args.effects)
     if args.collide:
@@ -168,6 +172,12 @@ def main() -> None:
     key = args.require_key.encode()
 
     async def keyed(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and args.headers_log is not None:
+            # What an upstream sees of the caller's trace: one JSON line per request.
+            headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+            seen = {k: headers.get(k, "") for k in ("traceparent", "x-request-id")}
+            with args.headers_log.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"method": scope["method"], **seen}) + "\n")
         # The header comes from tool_svc's configuration (tools.mcp_servers[].headers).
         if scope["type"] == "http" and key and dict(scope["headers"]).get(b"x-upstream-key") != key:
             await send({"type": "http.response.start", "status": 401, "headers": []})

@@ -275,8 +275,10 @@ async def test_circuit_breaker_opens_probes_and_ramps_back(tool_service: Any, up
     refused = await c.execute("flaky_read", {})
     assert error_name(refused) == "CIRCUIT_OPEN" and class_name(refused) == "ENGINEERING"
     assert refused.error.retryable and refused.stats.attempts == 0
-    # Another instance of the agent is not affected.
-    assert output_json(await c.execute("flaky_read", {}, instance="agent-a-2"))["ok"] is True
+    # The breaker is the agent's (tools.breaker.scope: agent): its next task, another instance, meets it open
+    # too instead of hammering the failing upstream again (issue 42).
+    next_task = await c.execute("flaky_read", {}, instance="agent-a/task-2")
+    assert error_name(next_task) == "CIRCUIT_OPEN" and next_task.stats.attempts == 0
 
     deadline = time.monotonic() + 5
     while error_name_or_none(probe := await c.execute("flaky_read", {})) == "CIRCUIT_OPEN":
@@ -293,6 +295,17 @@ async def test_circuit_breaker_opens_probes_and_ramps_back(tool_service: Any, up
             break
         assert time.monotonic() < deadline, "the breaker never closed"
         await asyncio.sleep(0.1)
+
+
+async def test_a_breaker_scoped_to_the_instance_spares_the_agents_other_tasks(
+    tool_service: Any, upstream: FakeUpstream
+) -> None:
+    c = Client(await tool_service({"tools": {"breaker": {"failure_threshold": 2, "open_s": 30, "scope": "instance"}}}))
+    upstream.flaky_failures = 6
+    for _ in range(2):
+        assert error_name(await c.execute("flaky_read", {}, instance="agent-a/task-1")) == "UPSTREAM_UNAVAILABLE"
+    assert error_name(await c.execute("flaky_read", {}, instance="agent-a/task-1")) == "CIRCUIT_OPEN"
+    assert output_json(await c.execute("flaky_read", {}, instance="agent-a/task-2"))["ok"] is True
 
 
 def error_name_or_none(result: common_pb2.ToolResult) -> str | None:

@@ -134,11 +134,12 @@ async def _http_client(url: str, token: str, mode: str = "auto") -> AsyncIterato
 def serve_http(tmp_path: Path) -> Iterator[Any]:
     procs: list[subprocess.Popen[Any]] = []
 
-    def start(config: Path) -> str:
+    def start(config: Path, *extra: str, stderr: Path | None = None) -> str:
         port = free_port()
         proc = subprocess.Popen(
-            [*SERVE, "--config", str(config), "mcp", "serve", "--transport", "http", "--port", str(port)],
+            [*SERVE, "--config", str(config), "mcp", "serve", "--transport", "http", "--port", str(port), *extra],
             stdout=subprocess.DEVNULL,
+            stderr=stderr.open("wb") if stderr is not None else None,
         )
         procs.append(proc)
         wait_port(port, proc)
@@ -170,3 +171,52 @@ async def test_sdk_client_over_streamable_http(
         assert "remote__get_item" in {t.name for t in (await client.list_tools()).tools}
         answer = await client.call_tool("remote__get_item", {"id": "legacy"})
         assert answer.structured_content == {"id": "legacy", "qty": 3}
+
+
+async def test_http_with_a_token_serves_clients_that_send_no_header(
+    start_service: Any, http_upstream: HttpUpstream, tmp_path: Path, serve_http: Any
+) -> None:
+    """Issue 42: `--token` over HTTP (the MCP Inspector sends no header): the URL and the token's tools are
+    printed at start, and a client without Authorization acts as the token (a header still wins)."""
+    svc = await _tool_service(start_service, http_upstream)
+    log = tmp_path / "serve.err"
+    url = serve_http(_config(tmp_path, svc), "--token", _token(svc, "inspector"), stderr=log)
+    async with (
+        httpx2.AsyncClient(timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http), cache=None) as client,
+    ):
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"calculator", "remote__get_item"} <= names
+        answer = await client.call_tool("calculator", {"expression": "6*7"})
+        assert not answer.is_error and "42" in _text(answer)
+    printed = log.read_text(encoding="utf-8")
+    assert f"streamable HTTP at {url}" in printed and "act as the --token" in printed
+    assert "the token may use" in printed and "calculator" in printed
+
+
+def test_a_token_without_grants_is_told_what_a_token_must_hold(tmp_path: Path) -> None:
+    """An operator's token lists no tools: the start-up line says why (and the process still serves)."""
+    from agentmesh.cli.mcp_serve import describe_token
+
+    class Stub:
+        async def list_tools(self, token: str) -> types.ListToolsResult:
+            return types.ListToolsResult(tools=[])
+
+    import asyncio
+    import io
+
+    out = io.StringIO()
+    assert asyncio.run(describe_token(cast(Any, Stub()), "operator-token", out)) == 0
+    assert "may use no tool" in out.getvalue() and "--permission" in out.getvalue()
+
+
+def test_a_token_over_http_on_a_public_address_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"auth": {"key": TEST_AUTH_KEY}}), encoding="utf-8")
+    result = subprocess.run(
+        [*SERVE, "--config", str(config), "mcp", "serve", "--transport", "http", "--host", "0.0.0.0", "--token", "t"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "loopback" in result.stderr

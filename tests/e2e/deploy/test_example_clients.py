@@ -1,8 +1,9 @@
-"""The Go and TypeScript example clients (examples/clients/go, examples/clients/ts), built from stubs
-generated this run (`fresh_clients`: buf generate, then scripts/build-clients.sh), against the
-services started as docker-compose.yml starts them: a task's events stream to SUCCEEDED, a dropped
-stream resumes with WatchTask(after_sequence) with no gap or repeat, and a failed call prints its
-typed error with our ErrorDetail.
+"""The Go, TypeScript and Java example clients (examples/clients/go, ts, java), built from stubs generated
+this run (`fresh_clients`: buf generate, then scripts/build-clients.sh; Java on Debian's grpc-java 1.41 over
+Netty), against the services started as docker-compose.yml starts them: a task's events stream to
+SUCCEEDED, a dropped stream resumes with WatchTask(after_sequence) with no gap or repeat, and a failed
+call prints its typed error with our ErrorDetail (Java: and google.rpc.ErrorInfo), which carries the
+request id the client sent.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.e2e.deploy.stack import Image, Stack, start_stack
 
 pytestmark = pytest.mark.e2e
 
-LANGUAGES = ("go", "ts")
+LANGUAGES = ("go", "ts", "java")
 TERMINAL = {"SUCCEEDED", "FAILED", "ABORTED", "CANCELLED"}
 # The test's own agent on the offline scripted model, so the run is deterministic whatever agents
 # the example agentmesh.yaml configures (set through the documented AGENTMESH_AGENTS override).
@@ -66,7 +67,7 @@ class ExampleClient:
         return result.returncode, records, result
 
     def flag(self, name: str) -> str:
-        """Go's flag package spells options -name, node's parseArgs --name."""
+        """Go's flag package spells options -name, node's parseArgs and the Java example --name."""
         return f"-{name}" if self.language == "go" else f"--{name}"
 
 
@@ -89,19 +90,25 @@ def stack(image: Image, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 
 @pytest.fixture(scope="module")
 def built(fresh_clients: FreshTree) -> FreshTree:
-    """Both examples built from this run's generated stubs."""
+    """The examples built from this run's generated stubs."""
     for language in LANGUAGES:
-        fresh_clients.build(language)
+        fresh_clients.build("java-client" if language == "java" else language)
     return fresh_clients
+
+
+def argv_of(language: str, built: FreshTree) -> list[str]:
+    if language == "go":
+        return [str(built.go_client)]
+    if language == "java":
+        return [str(built.java_client)]
+    node = shutil.which("node")
+    assert node, "node is needed (the Makefile installs buf and the TypeScript toolchain with npm)"
+    return [node, str(built.ts_client)]
 
 
 @pytest.fixture(params=LANGUAGES)
 def client(request: pytest.FixtureRequest, built: FreshTree, stack: Stack) -> ExampleClient:
-    if request.param == "go":
-        return ExampleClient("go", [str(built.go_client)], stack)
-    node = shutil.which("node")
-    assert node, "node is needed (the Makefile installs buf and the TypeScript toolchain with npm)"
-    return ExampleClient("ts", [node, str(built.ts_client)], stack)
+    return ExampleClient(request.param, argv_of(request.param, built), stack)
 
 
 def only(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -111,6 +118,7 @@ def only(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def test_the_examples_build_from_the_fresh_stubs(built: FreshTree) -> None:
     assert built.go_client.exists()
     assert built.ts_client.exists()
+    assert built.java_client.exists()
     # The TypeScript example compiled the generated code it imports, not a copy of its own.
     generated = built.root / "examples" / "clients" / "ts" / "dist" / "gen" / "ts" / "agentmesh" / "v1"
     assert (generated / "dispatcher_pb.js").exists()
@@ -278,17 +286,36 @@ def test_missing_role_names_the_missing_permission(client: ExampleClient) -> Non
     assert error["detail"]["missing_permission"] == f"dev:agent.{AGENT}:run"
 
 
-def test_both_languages_read_the_same_error_detail(built: FreshTree, stack: Stack) -> None:
-    """The same failure decodes to the same ErrorDetail JSON in Go and in TypeScript."""
+def test_every_language_reads_the_same_error_detail(built: FreshTree, stack: Stack) -> None:
+    """The same failure decodes to the same ErrorDetail JSON in Go, TypeScript and Java, whose request_id
+    is the one each client sent (issue 42)."""
     details = {}
     for language in LANGUAGES:
-        argv = [str(built.go_client)] if language == "go" else [shutil.which("node") or "node", str(built.ts_client)]
-        example = ExampleClient(language, argv, stack)
+        example = ExampleClient(language, argv_of(language, built), stack)
         _, records, _ = example.run("run", example.flag("agent"), "no-such-agent", example.flag("goal"), GOAL,
                                     token=token())  # fmt: skip
+        (info,) = only(records, "info")
         (error,) = only(records, "error")
+        assert error["detail"].pop("request_id") == info["request_id"], language
         details[language] = error["detail"]
-    assert details["go"] == details["ts"]
+    assert details["go"] == details["ts"] == details["java"]
+
+
+def test_java_decodes_error_info_and_the_request_id_trailer(built: FreshTree, stack: Stack) -> None:
+    """google.rpc.ErrorInfo (newer than Debian's common protos: generated from the vendored proto) and the
+    `x-request-id` trailer, as a client without agentmesh's own types reads an error."""
+    example = ExampleClient("java", argv_of("java", built), stack)
+    code, records, _ = example.run("run", "--agent", "no-such-agent", "--goal", GOAL, token=token())
+    (info,) = only(records, "info")
+    (error,) = only(records, "error")
+    assert code == 3
+    assert error["error_info"] == {
+        "reason": "NOT_FOUND",
+        "domain": "agentmesh.v1",
+        "metadata": {"error_class": "ENGINEERING", "field": "agent_id"},
+    }
+    assert error["request_id"] == info["request_id"] == error["detail"]["request_id"]
+    assert "google.rpc.BadRequest" in error["detail_types"]
 
 
 def test_unreachable_dispatcher_is_a_typed_unavailable(client: ExampleClient) -> None:

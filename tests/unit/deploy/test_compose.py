@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from importlib import resources
 from typing import Any
 from urllib.parse import urlparse
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from referencing import Registry
 
-from agentmesh.config import ConfigError
+from agentmesh.config import NO_AUTH_KEY, ConfigError
 from tests.unit.deploy.manifests import (
     COMPOSE_FILE,
     SERVICES,
@@ -268,7 +269,7 @@ def test_production_needs_a_private_key(ours: dict[str, dict[str, Any]], contain
     prod = compose_environment(service, {"AGENTMESH_ENVIRONMENT": "prod", "AGENTMESH_AUTH_KEY": PROD_KEY})
     assert container_settings(prod, config).environment == "prod"
     without_key = compose_environment(service, {"AGENTMESH_ENVIRONMENT": "prod"})
-    with pytest.raises(ConfigError, match=r"^no auth key: set AGENTMESH_AUTH_KEY or \-\-config$"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(NO_AUTH_KEY)}$"):
         container_settings(without_key, config)
 
 

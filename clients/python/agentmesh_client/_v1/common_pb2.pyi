@@ -190,7 +190,7 @@ class FieldViolation(_message.Message):
     def __init__(self, path: _Optional[str] = ..., rule: _Optional[str] = ..., expected: _Optional[str] = ..., actual: _Optional[str] = ..., hint: _Optional[str] = ...) -> None: ...
 
 class ErrorDetail(_message.Message):
-    __slots__ = ("code", "error_class", "message", "violations", "retryable", "retry_after", "fallback_tool", "missing_permission", "metadata")
+    __slots__ = ("code", "error_class", "message", "violations", "retryable", "retry_after", "fallback_tool", "missing_permission", "metadata", "request_id")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +207,7 @@ class ErrorDetail(_message.Message):
     FALLBACK_TOOL_FIELD_NUMBER: _ClassVar[int]
     MISSING_PERMISSION_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     code: ErrorCode
     error_class: ErrorClass
     message: str
@@ -216,7 +217,8 @@ class ErrorDetail(_message.Message):
     fallback_tool: str
     missing_permission: str
     metadata: _containers.ScalarMap[str, str]
-    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., violations: _Optional[_Iterable[_Union[FieldViolation, _Mapping]]] = ..., retryable: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_tool: _Optional[str] = ..., missing_permission: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., error_class: _Optional[_Union[ErrorClass, str]] = ..., message: _Optional[str] = ..., violations: _Optional[_Iterable[_Union[FieldViolation, _Mapping]]] = ..., retryable: _Optional[bool] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., fallback_tool: _Optional[str] = ..., missing_permission: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("id", "name", "arguments_json")

@@ -85,6 +85,11 @@ class DispatcherServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsResponse.FromString,
                 _registered_method=True)
+        self.GetTaskTrace = channel.unary_unary(
+                '/agentmesh.v1.DispatcherService/GetTaskTrace',
+                request_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetTaskTraceRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetTaskTraceResponse.FromString,
+                _registered_method=True)
 
 
 class DispatcherServiceServicer:
@@ -169,6 +174,16 @@ class DispatcherServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTaskTrace(self, request, context):
+        """Reads the spans of a task's traces (every trace holding a span of the task's request id or task
+        id) from the span file the services append to when spans are not exported over OTLP
+        (`telemetry.span_file`), for a waterfall. With spans going to OTLP only, FAILED_PRECONDITION: look
+        in Jaeger. The visibility rule of GetTask (its creator or an operator).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatcherServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -221,6 +236,11 @@ def add_DispatcherServiceServicer_to_server(servicer, server):
                     servicer.ListApprovals,
                     request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsResponse.SerializeToString,
+            ),
+            'GetTaskTrace': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTaskTrace,
+                    request_deserializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetTaskTraceRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_dispatcher__pb2.GetTaskTraceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -494,6 +514,33 @@ class DispatcherService:
             '/agentmesh.v1.DispatcherService/ListApprovals',
             agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsRequest.SerializeToString,
             agentmesh_dot_v1_dot_dispatcher__pb2.ListApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTaskTrace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.DispatcherService/GetTaskTrace',
+            agentmesh_dot_v1_dot_dispatcher__pb2.GetTaskTraceRequest.SerializeToString,
+            agentmesh_dot_v1_dot_dispatcher__pb2.GetTaskTraceResponse.FromString,
             options,
             channel_credentials,
             insecure,
