@@ -10,7 +10,9 @@ on, `heldout` the half reported. Kinds: `generated` texts (GenerateSampleSecrets
 generated samples), `handwritten` samples (the rule authors' literal true positives), `bare` secrets
 (each template's secret standing alone), `near_miss` (the rules' false-positive samples: the rate shown
 is the share masked). A true positive counts as caught when no 12-character run of its secret survives;
-`leaks` counts texts reported changed whose secret survived. Redactors:
+`leaks` counts texts reported changed whose secret survived. The near misses masked are listed, with
+the detectors that masked them, and tagged when gitleaks' own tests use the same text as another rule's
+true positive. Redactors:
 - `new`: agentmesh.redact (gitleaks' rules, detect-secrets plugins, assignment grammar, context rules);
 - `before`: agentmesh/redact.py as it was before issue 40 (bench/redact_before.py);
 - `detect-secrets`: detect-secrets 1.5.0 alone, all its default plugins and filters, line by line
@@ -269,14 +271,31 @@ def main(argv: list[str] | None = None) -> int:
                 f"{_fp(new, family):>12}{_fp(ds, family):>12}"
             )
 
+    # A near miss of one rule that gitleaks' own tests use, verbatim, as a true positive of another
+    # (`cloudflare_api_key = "..."` is a near miss of cloudflare-global-api-key): a secret all the same.
+    positives: dict[str, set[str]] = {}
+    for s in samples:
+        if s.kind != "near_miss":
+            positives.setdefault(s.text, set()).add(s.rule)
     for half in ("heldout", "tune"):
         new = scores[("new", half)]
+        siblings = 0
         print(f"\n== {half}: near misses the new redactor masks ({len(new.false_positives)})")
         for outcome in new.false_positives:
-            rules_hit = sorted({f.rule for f in find_secrets(outcome.sample.text)})
+            sample = outcome.sample
+            rules_hit = sorted({f.rule for f in find_secrets(sample.text)})
             by_gitleaks = any(r.startswith("gitleaks:") for r in rules_hit)
             why = "gitleaks' rule set flags it too" if by_gitleaks else "ours: " + ", ".join(rules_hit)
-            print(f"  {outcome.sample.rule}: {outcome.sample.text[:90]!r} [{why}]")
+            other = sorted(positives.get(sample.text, set()) - {sample.rule})
+            if other:
+                siblings += 1
+                why += f"; a true positive of {', '.join(other)} in gitleaks' tests"
+            print(f"  {sample.rule}: {sample.text[:90]!r} [{why}]")
+        total = new.by_kind["near_miss"].total
+        print(
+            f"  ({siblings} of them are true positives of another rule; without those: "
+            f"{len(new.false_positives) - siblings}/{total - siblings} masked)"
+        )
         print(f"== {half}: true positives the new redactor misses ({len(new.misses)})")
         for outcome in new.misses:
             print(f"  {outcome.sample.kind} {outcome.sample.rule}: {outcome.sample.text[:90]!r}")

@@ -5,7 +5,8 @@
 - PEM and PGP private key blocks, whole (also cut off before their END line);
 - JWTs, signed or not (`alg: none` tokens end with a dot);
 - AWS secret access keys: 40 characters of mixed-case base64 near an access key id or a label;
-- a text that is a single high-entropy token and nothing else (a tool that prints one credential).
+- a text that is a single high-entropy token and nothing else (a tool that prints one credential), unless
+  it starts with a vendor's prefix: then gitleaks' rule for that vendor decides.
 All patterns are RE2 (linear time on hostile text).
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import re2
 
-from agentmesh.redact.gitleaks_rules import shannon_entropy
+from agentmesh.redact.gitleaks_rules import default_rules, shannon_entropy
 from agentmesh.redact.placeholders import is_placeholder
 from agentmesh.redact.spans import Finding
 
@@ -37,9 +38,10 @@ _JWT = re2.compile(
     _OPTIONS,
 )
 # Vendor prefixes with loose lengths: gitleaks' rules pin each format's exact length and checksum marker,
-# and a key of a newer or older generation (or cut short in a log line) must still be masked.
+# and a key of a newer or older generation (or cut short in a log line) must still be masked. The prefix
+# must start a token: after `-`, `.` or `/` it is inside a word or a path (`.../2018-250-xoxo-indieweb.jpg`).
 _PREFIXED_KEY = re2.compile(
-    r"\b(?P<secret>sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
+    r"(?:^|[^A-Za-z0-9_./-])(?P<secret>sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
     r"|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{30,}|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,})",
     _OPTIONS,
 )
@@ -110,6 +112,9 @@ def lone_token(text: str) -> list[Finding]:
         or _PATH_OR_WORDS.search(token)
         or _FIELD_PREFIX.search(token)
         or is_placeholder(token)
+        # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
+        # is a look-alike (a wrong length, a missing checksum), as its own tests' near misses are.
+        or default_rules().vendor_prefix(token)
     ):
         return []
     classes = sum((any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token)))

@@ -35,6 +35,12 @@ TOML = DATA / "gitleaks.toml"
 
 GENERIC = "generic-api-key"
 _LINE_WINDOW = 1024
+# Shorter keywords (`sk`, `ey`, `s.`, `q~`) begin random tokens by chance: not a vendor's prefix.
+_MIN_PREFIX = 3
+# How gitleaks' semi-generic rules begin (utils.GenerateSemiGenericRegex): an identifier naming the vendor,
+# then an operator, then the value. Such a rule cannot match a token standing alone, so its keywords
+# (`nrak`, `test_pub`) say nothing about one.
+_SEMI_GENERIC = "[\\w.-]{0,50}?"
 
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 64 << 20  # the generic rule's DFA needs more than RE2's 8 MiB default to stay fast
@@ -107,9 +113,11 @@ class RuleSet:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.rules: list[Rule] = []
+        patterns: list[str] = []
         for data in config.get("rules", []):
             if "regex" not in data:
                 continue  # a path-only rule (pkcs12-file): nothing to find in a text
+            patterns.append(data["regex"])
             allowlists = [Allowlist.from_toml(a) for a in data.get("allowlists") or []]
             if "allowlist" in data:  # the older single-table form
                 allowlists.append(Allowlist.from_toml(data["allowlist"]))
@@ -137,6 +145,16 @@ class RuleSet:
                 self._by_keyword.setdefault(keyword, []).append(index)
         self._keywords = keywords
         self._always = [i for i, rule in enumerate(self.rules) if not rule.keywords]
+        prefixes = sorted(
+            {
+                k
+                for rule, pattern in zip(self.rules, patterns, strict=True)
+                if rule.id != GENERIC and not pattern.removeprefix("(?i)").startswith(_SEMI_GENERIC)
+                for k in rule.keywords
+                if len(k) >= _MIN_PREFIX
+            }
+        )
+        self._vendor_prefix = _compile("^(?:" + "|".join(re2.escape(k) for k in prefixes) + ")") if prefixes else None
 
     @classmethod
     def load(cls, path: Path = TOML) -> RuleSet:
@@ -150,6 +168,12 @@ class RuleSet:
         for hit in hits:
             indices.update(self._by_keyword[self._keywords[hit]])
         return [self.rules[i] for i in sorted(indices)]
+
+    def vendor_prefix(self, token: str) -> bool:
+        """Whether `token` begins with the keyword of a rule that can match a token standing alone (`sntryu_`,
+        `sgp_`, `xoxb`, `AIza`; not the generic or a semi-generic rule): then it is that vendor's format,
+        which the rule itself judges, or a look-alike of it."""
+        return self._vendor_prefix is not None and self._vendor_prefix.search(token.lower()) is not None
 
     def findings(self, text: str) -> list[Finding]:
         return self.scan(text)[0]

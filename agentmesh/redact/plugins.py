@@ -1,8 +1,10 @@
 """detect-secrets' vendor plugins (Yelp/detect-secrets), where they find what gitleaks' rules do not.
 
-A plugin reports a secret's text, not its place: every occurrence is a finding (the masker widens each to
-its whole token, so a plugin that reports a prefix still masks the token). Hits shorter than 8 characters
-are ignored: a plugin that reports only a prefix (GitLab's `glpat-`) would otherwise mask every `glpat-`.
+A plugin reports a secret's text, not its place: every occurrence that is a whole token is a finding. An
+occurrence inside a longer run of letters and digits is not: detect-secrets' AWS pattern has no word
+boundary, so `TODAYINASIAASACKOFRICEFELLOVER` holds an "ASIA" key id (and the masker would widen the hit
+to the whole word). Hits shorter than 8 characters are ignored: a plugin that reports only a prefix
+(GitLab's `glpat-`) would otherwise mask every `glpat-`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def _token_at(text: str, start: int) -> str:
     return text[start:end]
 
 
+def _whole_token(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] is not glued to more letters or digits on either side."""
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else " "
+    return not (before.isascii() and before.isalnum()) and not (after.isascii() and after.isalnum())
+
+
 def findings(text: str, plugins: tuple[RegexBasedDetector, ...] = PLUGINS) -> list[Finding]:
     out: list[Finding] = []
     for plugin in plugins:
@@ -53,8 +62,8 @@ def findings(text: str, plugins: tuple[RegexBasedDetector, ...] = PLUGINS) -> li
                 continue
             start = text.find(secret)
             while start >= 0:
-                if is_placeholder(_token_at(text, start)):
-                    start = text.find(secret, start + len(secret))
+                if not _whole_token(text, start, start + len(secret)) or is_placeholder(_token_at(text, start)):
+                    start = text.find(secret, start + 1)
                     continue
                 out.append(Finding(start, start + len(secret), f"detect-secrets:{plugin.secret_type}"))
                 start = text.find(secret, start + len(secret))

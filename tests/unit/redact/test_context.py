@@ -92,6 +92,59 @@ def test_what_a_gitleaks_rule_rejects_the_generic_detectors_do_not_mask() -> Non
     assert redact_text(text) == (text, False)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # detect-secrets' AWS pattern has no word boundary: "ASIA" + 16 capitals inside a longer word.
+        "WELCOMETOASIAPACIFICREGIONALOFFICE",
+        "GATTACAAKIAGGCTTAGCCTAGGATTACAGATT",
+        # The loose Slack prefix inside a path or a hyphenated word is not a token's start.
+        "https://example.org/media/2019-04-xoxo-festival-poster-1.jpg",
+        "see docs/xoxb-migration-guide-v2.md",
+    ],
+)
+def test_vendor_prefixes_inside_words_and_paths_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("creds AKIAZ7QW3ER5TY8UI2OP loaded", "AKIAZ7QW3ER5TY8UI2OP"),
+        ('aws_key_id="ASIAZ5JLC4PEMNEH949Y"', "ASIAZ5JLC4PEMNEH949Y"),
+        ("slack said invalid_auth for xoxp-470093111543-682613679567-VOlFlGNtl2O", "xoxp-470093111543"),
+        ("token=xoxb-4711802254263-Xk9vQ2mR7tLp", "xoxb-4711802254263-Xk9vQ2mR7tLp"),
+    ],
+)
+def test_vendor_prefixes_starting_a_token_are_masked(text: str, secret: str) -> None:
+    out, changed = redact_text(text)
+    assert changed and secret not in out, out
+
+
+def test_a_lone_token_with_a_vendor_prefix_is_judged_by_that_vendor_rule() -> None:
+    rules = default_rules()
+    digest = "5e0c1b7d94a2f8366a1d0c3e9b72f45a8d16e0b3c97f2a4158e6d0b9c3a7f21e"  # sentry's user token: 64 hex
+    # The exact format: gitleaks' sentry-user-token finds it, so it is masked.
+    assert redact_text(f"sntryu_{digest}") == (MASK, True)
+    # One digit too many: the vendor's rule rejects it, and the lone-token rule defers to the vendor.
+    assert rules.vendor_prefix(f"sntryu_{digest}0")
+    assert redact_text(f"sntryu_{digest}0") == (f"sntryu_{digest}0", False)
+    # A semi-generic rule's keyword (`NRAK-` needs "newrelic ... =" before it) says nothing about a lone
+    # token, nor does a two-character keyword (`sk`, `ey`): the lone-token rule still applies.
+    assert not rules.vendor_prefix("NRAK-wt1dsr96vk2utk99jqcgzu598hv")
+    assert redact_text("NRAK-wt1dsr96vk2utk99jqcgzu598hv") == (MASK, True)
+    assert not rules.vendor_prefix("skXk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg0a")
+    assert redact_text(TOKEN) == (MASK, True)
+
+
+def test_the_generic_rule_still_masks_what_the_grammar_takes_for_a_placeholder() -> None:
+    # The grammar skips a value with a digit run (`12345678`) as a stand-in; gitleaks' generic rule is the
+    # safety net for a real password that has one, and its finding is not filtered.
+    text = "SERVICE_TOKEN=Xk9vQ2mR12345678Lp4Wz8Ns"
+    assert [f.rule for f in default_rules().findings(text)] == ["gitleaks:generic-api-key"]
+    assert redact_text(text) == (f"SERVICE_TOKEN={MASK}", True)
+
+
 def test_widening_masks_a_token_past_a_fixed_length_rule() -> None:
     text = "key glpat-Xk9vQ2mR7tLp4Wz8Ns3YdEXTRA-tail, next"
     start = text.index("glpat-")
