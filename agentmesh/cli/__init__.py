@@ -284,39 +284,6 @@ def cmd_usage(settings: Settings, configs: list[Path], args: argparse.Namespace)
     )
 
 
-def _with_local_redis(settings: Settings) -> Settings:
-    """No Redis configured: the one a running `agentmesh up` of this configuration started."""
-    from agentmesh.cli.supervisor import local_redis_url
-
-    if settings.redis.url is None and (url := local_redis_url(settings)):
-        return settings.model_copy(update={"redis": settings.redis.model_copy(update={"url": url})})
-    return settings
-
-
-def cmd_keys(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
-    """API keys with quotas and budgets: create (the key is shown once), list, revoke."""
-    from agentmesh.cli import keys_view
-
-    settings = _with_local_redis(settings)
-    if args.keys_command == "create":
-        return keys_view.create_command(
-            settings,
-            agent=args.agent,
-            subject=args.subject,
-            name=args.name,
-            budgets=args.budget_usd,
-            rpm=args.rpm,
-            tpm=args.tpm,
-            models=args.models,
-            expires=args.expires,
-            permissions=args.permission,
-            as_json=args.json,
-        )
-    if args.keys_command == "list":
-        return keys_view.list_command(settings, as_json=args.json)
-    return keys_view.revoke_command(settings, args.key_id)
-
-
 def cmd_audit(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Prints the audit stream: who started, cancelled, approved, settled, registered or was refused."""
     from agentmesh.cli.audit_view import audit_command
@@ -458,31 +425,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     usage.set_defaults(func=cmd_usage)
 
-    keys = sub.add_parser("keys", help="API keys with quotas and budgets (create, list, revoke)")
-    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
-    create = keys_sub.add_parser("create", help="mint a key (printed once; only its hash is stored)")
-    create.add_argument("--agent", required=True, help="the agent the key acts as and bills (e.g. support-bot)")
-    create.add_argument(
-        "--subject", default="", help="the key's subject (default: the agent; 'acme:bot' is tenant acme)"
-    )
-    create.add_argument("--name", default="", help="a label for listings")
-    create.add_argument(
-        "--budget-usd", action="append", default=[], metavar="USD/PERIOD", help="e.g. 5/day or 100/month; repeatable"
-    )
-    create.add_argument("--rpm", type=int, default=None, help="requests per minute (default: gateway.key_defaults)")
-    create.add_argument("--tpm", type=int, default=None, help="tokens per minute")
-    create.add_argument(
-        "--models", action="append", default=[], metavar="PATTERN", help="models it may call, e.g. 'openai/*'"
-    )
-    create.add_argument("--expires", default=None, help="lifetime, e.g. 30d or 12h (default: never)")
-    create.add_argument("--permission", action="append", default=[], metavar="GRANT", help="a grant env:group:access")
-    create.add_argument("--json", action="store_true", help="the key and its record as JSON")
-    listing = keys_sub.add_parser("list", help="every key, its limits and state (never the key itself)")
-    listing.add_argument("--json", action="store_true", help="one JSON object per key")
-    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id (model calls stop at once)")
-    revoke.add_argument("key_id", help="the key's id (the 12 hex digits after amk_)")
-    keys.set_defaults(func=cmd_keys)
-
     context = sub.add_parser(
         "context", help="print the context built for a session, per block; or the request a task's step sent"
     )
@@ -562,8 +504,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="one JSON object per line")
     audit.set_defaults(func=cmd_audit)
 
+    from agentmesh.cli.keys_view import add_parsers as keys_parsers
     from agentmesh.cli.list_view import add_parsers as list_parsers
 
+    keys_parsers(sub)  # `keys create|list|revoke`
     list_parsers(sub)  # `tasks`, `approvals`
 
     mcp = sub.add_parser("mcp", help="Model Context Protocol: serve agentmesh's tools to MCP clients")

@@ -12,6 +12,7 @@ may run them is who may reach the deployment's Redis. Each create and revoke is 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import getpass
 import json
@@ -19,6 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from agentmesh.apikeys import ApiKeyRecord, ApiKeys, parse_budget
@@ -27,7 +29,7 @@ from agentmesh.config import QuotaLimits, Settings
 from agentmesh.errors import AgentmeshError
 from agentmesh.store import Store
 
-__all__ = ["create_command", "format_keys", "list_command", "parse_ttl", "revoke_command"]
+__all__ = ["add_parsers", "cmd_keys", "create_command", "format_keys", "list_command", "parse_ttl", "revoke_command"]
 
 _TTL = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -230,3 +232,62 @@ def revoke_command(settings: Settings, key_id: str, *, out: TextIO | None = None
         return 2 if exc.code.name in ("NOT_FOUND", "INVALID_REQUEST") else 1
     out.write(f"revoked {record.key_id} (agent {record.agent_id}) at {_iso(record.revoked_ms)}\n")
     return 0
+
+
+def _with_local_redis(settings: Settings) -> Settings:
+    """No Redis configured: the one a running `agentmesh up` of this configuration started."""
+    from agentmesh.cli.supervisor import local_redis_url
+
+    if settings.redis.url is None and (url := local_redis_url(settings)):
+        return settings.model_copy(update={"redis": settings.redis.model_copy(update={"url": url})})
+    return settings
+
+
+def cmd_keys(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
+    """API keys with quotas and budgets: create (the key is shown once), list, revoke."""
+    settings = _with_local_redis(settings)
+    if args.keys_command == "create":
+        return create_command(
+            settings,
+            agent=args.agent,
+            subject=args.subject,
+            name=args.name,
+            budgets=args.budget_usd,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            models=args.models,
+            expires=args.expires,
+            permissions=args.permission,
+            as_json=args.json,
+        )
+    if args.keys_command == "list":
+        return list_command(settings, as_json=args.json)
+    return revoke_command(settings, args.key_id)
+
+
+def add_parsers(sub: Any) -> None:
+    """Adds `keys create|list|revoke` to the `agentmesh` sub-commands."""
+    keys = sub.add_parser("keys", help="API keys with quotas and budgets (create, list, revoke)")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", help="mint a key (printed once; only its hash is stored)")
+    create.add_argument("--agent", required=True, help="the agent the key acts as and bills (e.g. support-bot)")
+    create.add_argument(
+        "--subject", default="", help="the key's subject (default: the agent; 'acme:bot' is tenant acme)"
+    )
+    create.add_argument("--name", default="", help="a label for listings")
+    create.add_argument(
+        "--budget-usd", action="append", default=[], metavar="USD/PERIOD", help="e.g. 5/day or 100/month; repeatable"
+    )
+    create.add_argument("--rpm", type=int, default=None, help="requests per minute (default: gateway.key_defaults)")
+    create.add_argument("--tpm", type=int, default=None, help="tokens per minute")
+    create.add_argument(
+        "--models", action="append", default=[], metavar="PATTERN", help="models it may call, e.g. 'openai/*'"
+    )
+    create.add_argument("--expires", default=None, help="lifetime, e.g. 30d or 12h (default: never)")
+    create.add_argument("--permission", action="append", default=[], metavar="GRANT", help="a grant env:group:access")
+    create.add_argument("--json", action="store_true", help="the key and its record as JSON")
+    listing = keys_sub.add_parser("list", help="every key, its limits and state (never the key itself)")
+    listing.add_argument("--json", action="store_true", help="one JSON object per key")
+    revoke = keys_sub.add_parser("revoke", help="revoke a key by its id (model calls stop at once)")
+    revoke.add_argument("key_id", help="the key's id (the 12 hex digits after amk_)")
+    keys.set_defaults(func=cmd_keys)
