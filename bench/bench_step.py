@@ -338,7 +338,7 @@ def counting_redis_round_trips() -> Iterator[Counter[str]]:
 
 
 OVERLAPPED = ({"BuildContext", "DiscoverTools"}, {"AppendMessage", "ExecuteTool"})
-"""The pairs of calls the agent loop makes at once (dispatcher_svc/loop.py, `_alongside`)."""
+"""The pairs of calls the agent loop makes at once (dispatcher_svc/run/downstream.py, `alongside`)."""
 
 
 class Skeleton(dispatcher_pb2_grpc.DispatcherServiceServicer):

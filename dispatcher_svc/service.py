@@ -53,11 +53,11 @@ from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import EventLog, now_ms
 from dispatcher_svc.listing import Listing
-from dispatcher_svc.loop import AgentLoop, Hook
 from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.run.loop import AgentLoop, Hook
 from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import (

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from dispatcher_svc.loop import Hook
+from dispatcher_svc.run.loop import Hook
 from dispatcher_svc.tasks import TaskRecord
 
 PAUSE_AT_ENV = "DISPATCHER_TEST_PAUSE_AT"

@@ -28,9 +28,9 @@ from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.metrics import Metrics
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.lease import Lease
-from dispatcher_svc.loop import AgentLoop
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.run.loop import AgentLoop
 from dispatcher_svc.tasks import (
     StaleOwnerError,
     TaskRecord,

@@ -181,7 +181,7 @@ def tool_call_state(spec: ToolDef, call: ToolCall, *, task_id: str, key: str, go
 
 
 def idempotency_key(task_id: str, step: int, index: int, call: ToolCall) -> str:
-    """The key the dispatcher sends (a copy of dispatcher_svc.loop.idempotency_key, which imports
+    """The key the dispatcher sends (a copy of dispatcher_svc.run.names.idempotency_key, which imports
     modules this script must not)."""
     call_id = "".join(ch for ch in call.id if ch.isprintable() and not ch.isspace() and ch not in "{}")[:96]
     return f"{task_id}:{step}.{index}:{call_id}:{call.arguments_sha256()[:32]}"

@@ -21,10 +21,10 @@ from agentmesh.store import Store
 from context_svc.engine import BudgetRequest, ContextEngine
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome
-from dispatcher_svc.calls import message_id, qualified_call_id
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, PendingApproval, Phase, TaskStatus
 from dispatcher_svc.policy import settlement_request
-from dispatcher_svc.steps import outcome_summary
+from dispatcher_svc.run.names import message_id, qualified_call_id
+from dispatcher_svc.run.texts import outcome_summary
 from dispatcher_svc.tasks import CallState as CursorCall
 from dispatcher_svc.tasks import Cursor, fields_of
 from tests.compat.fixture_common import (

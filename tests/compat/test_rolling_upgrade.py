@@ -56,11 +56,11 @@ from context_svc.known import known_facts
 from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome
-from dispatcher_svc.calls import qualified_call_id
 from dispatcher_svc.events import EventLog
-from dispatcher_svc.loop import idempotency_key
 from dispatcher_svc.model import CallStage, EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.run.loop import idempotency_key
+from dispatcher_svc.run.names import qualified_call_id
 from dispatcher_svc.tasks import TaskRecord, TaskStore
 from tests.compat.upgrade_helpers import Loaded, assert_same, tool_call_state
 from tool_svc.approvals import ApprovalBook, Settlement

@@ -13,8 +13,8 @@ from agentmesh.config import Settings
 from agentmesh.identity import Authenticator, Identity
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
-from dispatcher_svc.loop import Hook
 from dispatcher_svc.model import TaskEvent
+from dispatcher_svc.run.loop import Hook
 from dispatcher_svc.service import Dispatcher, StartRequest
 from tests.unit.dispatcher.fakes import FakeContext, FakeProvider, FakeTools, Policy, ports
 

@@ -14,9 +14,9 @@ import pytest
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
 from agentmesh.identity import Authenticator
-from dispatcher_svc.loop import RunResult
 from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
 from dispatcher_svc.ports import CallOptions, ContextView
+from dispatcher_svc.run.loop import RunResult
 from dispatcher_svc.tasks import CommitResult, TaskRecord, TaskStore
 from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig, Rig
 from tests.unit.dispatcher.fakes import FakeContext, FakeTools, Prompt, call, reply

@@ -11,24 +11,31 @@ import asyncio
 from collections.abc import Sequence
 
 from dispatcher_svc.events import now_ms
-from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
-from dispatcher_svc.run_state import RunState
-from dispatcher_svc.tasks import fields_of
+from dispatcher_svc.model import EventKind, PendingApproval, TaskEvent, TaskStatus
+from dispatcher_svc.run.state import RunState
+from dispatcher_svc.tasks import TaskStore, fields_of
 
 
-class Checkpoints(RunState):
-    """Events and fenced commits of a run."""
+class Checkpointer:
+    """Events and fenced commits of one run."""
+
+    def __init__(self, state: RunState, tasks: TaskStore, *, task_ttl_s: int) -> None:
+        self.state = state
+        self.tasks = tasks
+        self.task_ttl_s = task_ttl_s
+        # A step-start checkpoint still on its way to Redis (see `checkpoint_behind`).
+        self._in_flight: asyncio.Task[None] | None = None
 
     def event(self, kind: EventKind, message: str = "", **fields: object) -> TaskEvent:
-        status = fields.pop("status", self.status)
+        status = fields.pop("status", self.state.status)
         assert isinstance(status, TaskStatus)
         return TaskEvent(
-            task_id=self.record.task_id,
+            task_id=self.state.record.task_id,
             sequence=0,
             kind=kind,
             time_ms=now_ms(),
             status=status,
-            step=self.cursor.step,
+            step=self.state.cursor.step,
             message=message,
             **fields,  # type: ignore[arg-type]
         )
@@ -60,29 +67,34 @@ class Checkpoints(RunState):
         if in_flight is not None:
             await in_flight
 
-    def _abandon_in_flight(self) -> None:
+    def abandon_in_flight(self) -> None:
         """The run ends with a checkpoint still in flight: it completes on its own (a commit is
         atomic); its outcome no longer matters to this run, but must not go unobserved."""
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:
             in_flight.add_done_callback(lambda done: done.cancelled() or done.exception())
 
+    async def index_approval(self, pending: PendingApproval) -> None:
+        """Indexes a parking task's approval (before it parks: the expiry sweeper must find it)."""
+        await self.tasks.index_approval(self.state.record.task_id, pending.approval_id, pending.expire_time_ms)
+
     def _take_prompt(self) -> tuple[int, bytes] | None:
         """The step prompt waiting for the next commit (prompts.py): it goes with the reply's checkpoint."""
-        prompt, self._prompt = self._prompt, None
+        prompt, self.state.prompt = self.state.prompt, None
         return prompt
 
     def _checkpoint(
         self, events: Sequence[TaskEvent], status: TaskStatus | None, fields: dict[str, object]
     ) -> tuple[dict[str, str], Sequence[TaskEvent], int]:
         """The hash fields, events and TTL of a commit of the current state."""
+        state = self.state
         if status is not None:
-            self.status = status
+            state.status = status
         values = fields_of(
             status=status,
-            step=self.cursor.step,
-            usage=self.usage,
-            cursor=self.cursor,
+            step=state.cursor.step,
+            usage=state.usage,
+            cursor=state.cursor,
             update_ms=now_ms(),
             **fields,  # type: ignore[arg-type]
         )
@@ -90,7 +102,7 @@ class Checkpoints(RunState):
         parked = status == TaskStatus.WAITING_APPROVAL
         if terminal or parked:
             values["lease_until"] = "0"
-        return values, tuple(events), self.settings.task_ttl_s if terminal else 0
+        return values, tuple(events), self.task_ttl_s if terminal else 0
 
     async def _write(
         self,
@@ -100,13 +112,14 @@ class Checkpoints(RunState):
         *,
         prompt: tuple[int, bytes] | None = None,
     ) -> None:
-        result = await self.loop.tasks.commit(
-            self.record.task_id,
-            fence=self.fence,
+        state = self.state
+        result = await self.tasks.commit(
+            state.record.task_id,
+            fence=state.fence,
             fields=values,
             events=events,
             ttl_s=ttl_s,
             prompt=prompt,
-            agent=self.agent.id,
+            agent=state.agent.id,
         )
-        self.record.last_sequence = result.last_sequence
+        state.record.last_sequence = result.last_sequence

@@ -16,14 +16,12 @@ depend on each other nor on the order they land in run at once: BuildContext wit
 and the reply's AppendMessage with its first ExecuteTool (AppendToolResult waits for both).
 
 The loop owns no grpc: it talks to the other services through `ports.Ports`. This module drives
-the phases; the work is in `steps.py` (step logic and exits), `calls.py` (downstream calls) and
-`checkpoints.py` (fenced commits), mixins on `run_state.RunState` (docs/architecture.md §7).
+the phases (phases.PHASES) until one returns an exit, and has `exits.finish` carry it out.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -39,23 +37,22 @@ from agentmesh.semconv import (
     GEN_AI_CONVERSATION_ID,
     GEN_AI_OPERATION_NAME,
 )
-from dispatcher_svc.agents import AgentConfig, AgentRegistry
-from dispatcher_svc.calls import PortFailure, idempotency_key
+from dispatcher_svc.agents import AgentRegistry
 from dispatcher_svc.lease import Lease
-from dispatcher_svc.model import Phase
 from dispatcher_svc.ports import Ports
-from dispatcher_svc.run_state import RunResult, Stop
-from dispatcher_svc.steps import Steps
+from dispatcher_svc.run import decisions, exits
+from dispatcher_svc.run.checkpointer import Checkpointer
+from dispatcher_svc.run.context import Run
+from dispatcher_svc.run.downstream import Downstream, Hook, PortFailure, TokenMinter
+from dispatcher_svc.run.names import idempotency_key
+from dispatcher_svc.run.next_step import Continue, Exit, RunResult, Stale
+from dispatcher_svc.run.phases import PHASES
+from dispatcher_svc.run.state import RunState
 from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, TaskStore
 
 __all__ = ["AgentLoop", "Hook", "RunResult", "TokenMinter", "idempotency_key"]
 
 log = logging.getLogger("dispatcher_svc.loop")
-
-Hook = Callable[[str, TaskRecord], Awaitable[None]]
-"""Called at named points of a step ("after_reply_checkpoint", "after_tool_call"): a test hook."""
-
-TokenMinter = Callable[[TaskRecord, AgentConfig], str]
 
 
 class AgentLoop:
@@ -82,13 +79,33 @@ class AgentLoop:
         self.hook = hook
         self.token_ttl_s = token_ttl_s
 
+    def start(self, record: TaskRecord, lease: Lease | None) -> Run:
+        """A run of an acquired task: its state, and the collaborators that do its I/O."""
+        agent = self.agents.get(record.agent_id)
+        state = RunState.of(record, agent, task_timeout_s=self.settings.task_timeout_s)
+        return Run(
+            state=state,
+            checkpoints=Checkpointer(state, self.tasks, task_ttl_s=self.settings.task_ttl_s),
+            downstream=Downstream(
+                state,
+                self.ports,
+                self.settings,
+                lease=lease,
+                mint_token=self.mint_token,
+                token_ttl_s=self.token_ttl_s,
+                hook=self.hook,
+            ),
+            tasks=self.tasks,
+            settings=self.settings,
+        )
+
     async def run(self, record: TaskRecord, lease: Lease | None = None) -> RunResult:
         """Runs an acquired task (its `fence` is ours) until it ends, parks, or is taken over.
 
         With a `lease`, every downstream call first makes sure the claim is still ours.
         """
-        agent = self.agents.get(record.agent_id)
-        run = _Run(self, record, agent, lease)
+        run = self.start(record, lease)
+        agent, state = run.state.agent, run.state
         parent, links = _trace_parent(record)
         token = otel_context.attach(parent)
         try:
@@ -111,15 +128,58 @@ class AgentLoop:
                     },
                 ) as span,
             ):
-                result = await run.execute()
+                result = await self._drive(run)
                 span.set_attribute("agentmesh.task.result", result.value)
-                span.set_attribute("agentmesh.task.status", run.status.name)
-                if run.error is not None:
-                    span.set_attribute(ERROR_TYPE, run.error.code.name)
-                    span.set_status(Status(StatusCode.ERROR, f"{run.error.code.name}: {run.error.message}"))
+                span.set_attribute("agentmesh.task.status", state.status.name)
+                if state.error is not None:
+                    span.set_attribute(ERROR_TYPE, state.error.code.name)
+                    span.set_status(Status(StatusCode.ERROR, f"{state.error.code.name}: {state.error.message}"))
                 return result
         finally:
             otel_context.detach(token)
+
+    async def _drive(self, run: Run) -> RunResult:
+        """Runs the phases, one span per step, until one returns an exit; carries it out.
+
+        The two errors that end a run become exits here: a downstream call that failed for good
+        (PortFailure: the task fails, or aborts if the error is FATAL) and a stale fence
+        (StaleOwnerError: another owner has the task; nothing more is written).
+        """
+        state = run.state
+        attributes = {ATTR_REQUEST_ID: state.record.request_id, ATTR_TASK_ID: state.record.task_id}
+        try:
+            try:
+                while True:
+                    step = state.cursor.step
+                    with self.tracer.start_as_current_span(
+                        f"agent step {step}" if step else "agent setup",
+                        attributes=attributes,
+                        record_exception=False,
+                        set_status_on_exception=False,
+                    ):
+                        # One span per step: its phases run until the next step begins, or an exit.
+                        exit_ = await _run_step(run, step)
+                        if exit_ is not None:
+                            return await exits.finish(run, exit_)
+            except PortFailure as failure:
+                log.warning("task %s: %s", state.record.task_id, failure)
+                return await exits.finish(run, decisions.exit_for(failure.error))
+        except StaleOwnerError as exc:
+            return await exits.finish(run, Stale(str(exc)))
+        finally:
+            run.checkpoints.abandon_in_flight()
+
+
+async def _run_step(run: Run, step: int) -> Exit | None:
+    """The phases of step `step` (0: setup): None once the next step has begun, else the exit."""
+    cursor = run.state.cursor
+    while cursor.step == step:
+        phase = cursor.phase
+        next_step = await PHASES[phase](run)
+        if not isinstance(next_step, Continue):
+            return next_step
+        assert next_step.phase is cursor.phase, f"{phase} continued to {next_step.phase}, cursor says {cursor.phase}"
+    return None
 
 
 def _trace_parent(record: TaskRecord) -> tuple[otel_context.Context, list[Link]]:
@@ -134,44 +194,3 @@ def _trace_parent(record: TaskRecord) -> tuple[otel_context.Context, list[Link]]
     if not original.is_valid:
         return otel_context.Context(), []
     return otel_context.Context(), [Link(original, {"agentmesh.link": "resumed_from"})]
-
-
-class _Run(Steps):
-    """One run of one task: drives the phases (Phase) until the run ends."""
-
-    async def execute(self) -> RunResult:
-        tracer = self.loop.tracer
-        try:
-            try:
-                while True:
-                    step = self.cursor.step
-                    name = f"agent step {step}" if step else "agent setup"
-                    attributes = {ATTR_REQUEST_ID: self.record.request_id, ATTR_TASK_ID: self.record.task_id}
-                    with tracer.start_as_current_span(
-                        name, attributes=attributes, record_exception=False, set_status_on_exception=False
-                    ):
-                        # One span per step: its phases run until the next step begins.
-                        while self.cursor.step == step:
-                            await self.advance()
-            except PortFailure as failure:
-                log.warning("task %s: %s", self.record.task_id, failure)
-                await self.fail(failure.error)
-        except Stop as stop:
-            return stop.result
-        except StaleOwnerError as exc:
-            log.info("task %s: stopping, %s", self.record.task_id, exc)
-            return RunResult.STALE
-        finally:
-            self._abandon_in_flight()
-        raise AssertionError("unreachable")
-
-    async def advance(self) -> None:
-        phase = self.cursor.phase
-        if phase is Phase.INIT:
-            await self.setup()
-        elif phase is Phase.THINKING:
-            await self.think()
-        elif phase is Phase.ACTING:
-            await self.act()
-        else:
-            raise AssertionError(f"unknown phase {phase!r}")

@@ -7,28 +7,32 @@ tool execution by idempotency key, and the tools offered to the model.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from agentmesh.chat import ToolCall
+from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc import guards
-from dispatcher_svc.checkpoints import Checkpoints
+from dispatcher_svc.agents import AgentConfig
 from dispatcher_svc.events import now_ms
+from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import ToolOutcome
-from dispatcher_svc.ports import Appended, CallOptions, ToolInfo
-from dispatcher_svc.tasks import CallState
+from dispatcher_svc.ports import Appended, CallOptions, Ports, ToolInfo
+from dispatcher_svc.run.names import READ_PAYLOAD_TOOL, idempotency_key
+from dispatcher_svc.run.state import RunState
+from dispatcher_svc.tasks import CallState, TaskRecord
 
 log = logging.getLogger("dispatcher_svc.loop")
 
 T = TypeVar("T")
 U = TypeVar("U")
 
-READ_PAYLOAD_TOOL = "read_payload"
-"""The built-in tool that reads offloaded payloads; offered once the task has one."""
+Hook = Callable[[str, TaskRecord], Awaitable[None]]
+"""Called at named points of a step ("after_reply_checkpoint", "after_tool_call"): a test hook."""
+
+TokenMinter = Callable[[TaskRecord, AgentConfig], str]
 
 # Faults of our own services worth a bounded retry: the same call may succeed in a moment.
 _RETRY_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED})
@@ -48,26 +52,29 @@ class PortFailure(Exception):
         self.error = error
 
 
-def message_id(task_id: str, part: str) -> str:
-    """The client_message_id of one of a task's appends (at most 128 characters, as context_svc wants)."""
-    raw = f"{task_id}:{part}"
-    return raw if len(raw) <= 128 else "m-" + hashlib.sha256(raw.encode()).hexdigest()[:40]
+class Downstream:
+    """The calls one run makes to context_svc, tool_svc and provider_svc."""
 
-
-def qualified_call_id(task_id: str, step: int, index: int) -> str:
-    """A tool call's id, unique in its session (task, step, index) and valid for every provider
-    (letters, digits, `_` and `-` only): context_svc keeps one result per id."""
-    return f"call_{hashlib.sha256(task_id.encode()).hexdigest()[:10]}_{step}_{index}"
-
-
-def idempotency_key(task_id: str, step: int, index: int, call: ToolCall) -> str:
-    """task + step.index + tool_call_id + argument hash: a resumed step replays, a new step runs."""
-    call_id = "".join(ch for ch in call.id if ch.isprintable() and not ch.isspace() and ch not in "{}")[:96]
-    return f"{task_id}:{step}.{index}:{call_id}:{call.arguments_sha256()[:32]}"
-
-
-class DownstreamCalls(Checkpoints):
-    """The calls a run makes to context_svc, tool_svc and provider_svc."""
+    def __init__(
+        self,
+        state: RunState,
+        ports: Ports,
+        settings: DispatcherSettings,
+        *,
+        lease: Lease | None,
+        mint_token: TokenMinter,
+        token_ttl_s: float,
+        hook: Hook | None,
+    ) -> None:
+        self.state = state
+        self.ports = ports
+        self.settings = settings
+        self.lease = lease
+        self.mint_token = mint_token
+        self.token_ttl_s = token_ttl_s
+        self.hook = hook
+        self._token = ""
+        self._token_at = 0.0
 
     async def ready(self) -> CallOptions:
         """Options for the next downstream call, once the lease is known to be ours."""
@@ -76,18 +83,19 @@ class DownstreamCalls(Checkpoints):
         return self.opts()
 
     def opts(self) -> CallOptions:
+        state = self.state
         now = time.monotonic()
-        if not self._token or now - self._token_at > self.loop.token_ttl_s / 2:
-            self._token = self.loop.mint_token(self.record, self.agent)
+        if not self._token or now - self._token_at > self.token_ttl_s / 2:
+            self._token = self.mint_token(state.record, state.agent)
             self._token_at = now
-        remaining_s = (self.deadline_ms - now_ms()) / 1000
+        remaining_s = (state.deadline_ms - now_ms()) / 1000
         if remaining_s <= 0:
-            err = guards.deadline(now_ms=now_ms(), deadline_ms=self.deadline_ms)
+            err = guards.deadline(now_ms=now_ms(), deadline_ms=state.deadline_ms)
             assert err is not None
             raise PortFailure("deadline", err)
         return CallOptions(
             identity_token=self._token,
-            request_id=self.record.request_id,
+            request_id=state.record.request_id,
             timeout_s=min(self.settings.call_timeout_s, remaining_s),
         )
 
@@ -127,7 +135,8 @@ class DownstreamCalls(Checkpoints):
                     delay *= 2
                     continue
                 raise PortFailure(what, err) from err
-            self.cursor.ctx_count = max(self.cursor.ctx_count, appended.index + 1)
+            cursor = self.state.cursor
+            cursor.ctx_count = max(cursor.ctx_count, appended.index + 1)
             if appended.already:
                 log.info("%s: already in the session log at %d", what, appended.index)
                 return 0
@@ -135,7 +144,7 @@ class DownstreamCalls(Checkpoints):
         raise AssertionError("unreachable")
 
     async def append_result(self, outcome: ToolOutcome) -> int:
-        session_id = self.record.session_id
+        session_id = self.state.record.session_id
         return await self.append_once(
             f"AppendToolResult({outcome.tool_name})",
             lambda o: self.ports.context.append_tool_result(session_id, outcome, o),
@@ -143,12 +152,12 @@ class DownstreamCalls(Checkpoints):
 
     async def fetch_outcome(self, index: int, cs: CallState) -> ToolOutcome:
         """Executes a call, or takes the outcome an approval delivered."""
-        record, c, call = self.record, self.cursor, cs.call
+        record, call = self.state.record, cs.call
         if cs.resolved is not None:
             outcome = cs.resolved
             cs.resolved = None
             return outcome
-        key = idempotency_key(record.task_id, c.step, index, call)
+        key = idempotency_key(record.task_id, self.state.cursor.step, index, call)
         outcome = await self.call(
             f"ExecuteTool({call.name})",
             lambda o: self.ports.tools.execute(
@@ -160,45 +169,46 @@ class DownstreamCalls(Checkpoints):
         return outcome
 
     async def reached(self, point: str) -> None:
-        if self.loop.hook is not None:
-            await self.loop.hook(point, self.record)
+        if self.hook is not None:
+            await self.hook(point, self.state.record)
 
     def tools_known(self) -> bool:
         """Whether `offer_tools` can answer without asking tool_svc."""
-        if self._discovered is None:
+        state = self.state
+        if state.discovered is None:
             return False
-        names = {t.name for t in self._discovered}
-        return self._all_tools is not None or all(name in names for name in self.cursor.pinned)
+        names = {t.name for t in state.discovered}
+        return state.all_tools is not None or all(name in names for name in state.cursor.pinned)
 
     async def offer_tools(self) -> list[ToolInfo]:
         """Top-k tools for the goal (asked once per run: the goal does not change), narrowed to the
         agent's list, plus the pinned ones (fallbacks, read_payload)."""
-        record, agent = self.record, self.agent
-        if self._discovered is None:
+        state = self.state
+        record, agent = state.record, state.agent
+        if state.discovered is None:
             found = await self.call(
                 "DiscoverTools", lambda o: self.ports.tools.discover(record.goal, agent.discover_k, o)
             )
             for info in found:
-                self._tools_seen[info.name] = info
-            self._discovered = [info for info in found if agent.allows_tool(info.name, info.group)]
-        offered = list(self._discovered)
+                state.tools_seen[info.name] = info
+            state.discovered = [info for info in found if agent.allows_tool(info.name, info.group)]
+        offered = list(state.discovered)
         names = {t.name for t in offered}
-        missing = [name for name in self.cursor.pinned if name not in names]
+        missing = [name for name in state.cursor.pinned if name not in names]
         if missing:
-            if self._all_tools is None:
-                self._all_tools = await self.call("ListTools", self.ports.tools.list_tools)
-                for info in self._all_tools:
-                    self._tools_seen.setdefault(info.name, info)
-            for info in self._all_tools:
+            if state.all_tools is None:
+                state.all_tools = await self.call("ListTools", self.ports.tools.list_tools)
+                for info in state.all_tools:
+                    state.tools_seen.setdefault(info.name, info)
+            for info in state.all_tools:
                 allowed = info.name == READ_PAYLOAD_TOOL or agent.allows_tool(info.name, info.group)
                 if info.name in missing and allowed:
                     offered.append(info)
         return offered
 
-    def fallback_for(self, tool: str, named: str) -> str:
-        if named:
-            return named
-        info = self._tools_seen.get(tool)
+    def fallback_for(self, tool: str) -> str:
+        """The registry's fallback for `tool` ("" when it names none or the tool was never seen)."""
+        info = self.state.tools_seen.get(tool)
         return info.fallback_tool if info is not None else ""
 
 

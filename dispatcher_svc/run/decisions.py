@@ -1,0 +1,124 @@
+"""The run's decisions, as pure functions of values: no I/O, no clock, no state of their own.
+
+Each answers one question a phase asks and returns a value: the guards before a step, before
+Generate and before a tool call; what follows a model reply; what a tool outcome's error class means
+for the call (`policy.decide`, turned into the run's next step); which exit an error takes. The
+phases do the I/O around them (phases.py, tool_calls.py); the unit tests call them on values
+(tests/unit/dispatcher/test_decisions.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from agentmesh.chat import Correction, ToolCall
+from agentmesh.chat import NextStep as ModelNextStep
+from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
+from dispatcher_svc import guards, policy
+from dispatcher_svc.model import ModelReply, Phase, TaskEvent, ToolOutcome
+from dispatcher_svc.run.next_step import Abort, Continue, Fail, Park, Succeed
+
+
+def exit_for(error: AgentmeshError, prefix: Sequence[TaskEvent] = ()) -> Fail | Abort:
+    """How an error ends the run: FATAL aborts (an incident, a human decides), any other class
+    fails (StartTask may resume the task)."""
+    if error.error_class == ErrorClass.FATAL:
+        return Abort(error, tuple(prefix))
+    return Fail(error, tuple(prefix))
+
+
+def before_step(
+    *, steps_done: int, max_steps: int, now_ms: int, deadline_ms: int, prefix: Sequence[TaskEvent] = ()
+) -> Abort | Fail | None:
+    """The guards before a step starts: all steps used aborts; a passed deadline fails. None: go on."""
+    used_up = guards.max_steps(steps_done=steps_done, limit=max_steps)
+    if used_up is not None:
+        return Abort(used_up, tuple(prefix))
+    late = guards.deadline(now_ms=now_ms, deadline_ms=deadline_ms)
+    if late is not None:
+        return exit_for(late, prefix)
+    return None
+
+
+def before_generate(*, spent: int, prompt_tokens: int, reserve_tokens: int, token_budget: int) -> Abort | None:
+    """The budget guard: a model call that could exceed the task's budget is never made."""
+    over = guards.budget(
+        spent=spent, prompt_tokens=prompt_tokens, reserve_tokens=reserve_tokens, token_budget=token_budget
+    )
+    return Abort(over) if over is not None else None
+
+
+def after_reply(reply: ModelReply, prefix: Sequence[TaskEvent] = ()) -> Continue | Succeed | Fail | Abort:
+    """Tool calls: act on them. Text alone: the answer. Neither: the task fails (INTERNAL)."""
+    if reply.tool_calls:
+        return Continue(Phase.ACTING)
+    if not reply.text.strip():
+        empty = AgentmeshError(
+            ErrorCode.INTERNAL,
+            "the model replied with neither text nor a tool call",
+            metadata={"reason": "empty_reply", "finish_reason": reply.finish_reason},
+        )
+        return exit_for(empty, prefix)
+    return Succeed(reply, tuple(prefix))
+
+
+def before_call(call: ToolCall, *, times: int, threshold: int, prefix: Sequence[TaskEvent] = ()) -> Abort | None:
+    """The loop guard: the `threshold`-th issue of the same call (tool and arguments) aborts."""
+    looping = guards.loop(call, times=times, threshold=threshold)
+    return Abort(looping, tuple(prefix)) if looping is not None else None
+
+
+def repeat_answer(call: ToolCall, failed_code: str, fallback: str) -> ToolOutcome:
+    """The outcome a repeat of an ENGINEERING failure gets without being run: the model hears why,
+    and which tool to use instead."""
+    error = policy.repeat_of_failure(call, failed_code, fallback)
+    not_repeated = Correction(ModelNextStep.NOT_REPEATED, fallback_tool=fallback, failed_with=error.code)
+    return ToolOutcome(call.id, call.name, error=error, correction=not_repeated)
+
+
+@dataclass(frozen=True)
+class OutcomeStep:
+    """What a tool outcome means for the run."""
+
+    decision: policy.Decision
+    outcome: ToolOutcome
+    """The outcome as the model sees it (its correction, and the fallback the registry named)."""
+    next: Continue | Park | Fail | Abort
+    """Continue: append the result and go on; Park: wait for an approval or a settlement."""
+
+
+def after_outcome(
+    outcome: ToolOutcome,
+    call: ToolCall,
+    *,
+    contract_failures: int,
+    max_contract_retries: int,
+    spec_fallback: str,
+    prefix: Sequence[TaskEvent] = (),
+) -> OutcomeStep:
+    """The error-class policy (policy.decide) applied to one call's outcome: OK, CONTRACT (a
+    correction, then as ENGINEERING), ENGINEERING (a fallback), FATAL (abort), a pending approval or
+    OUTCOME_UNKNOWN (park; without a settlement to wait for, the task fails). `prefix`: the events
+    an exit commits first (the TOOL_RESULT)."""
+    decision = policy.decide(
+        outcome,
+        contract_failures=contract_failures,
+        max_contract_retries=max_contract_retries,
+        spec_fallback=spec_fallback,
+    )
+    action = decision.action
+    if action == policy.Action.PARK:
+        pending = outcome.pending or policy.settlement_request(outcome, call)
+        if pending is None:
+            assert decision.error is not None
+            return OutcomeStep(decision, outcome, exit_for(decision.error, prefix))
+        return OutcomeStep(decision, outcome, Park(pending, call))
+    if action == policy.Action.FALLBACK and outcome.error is not None and decision.fallback_tool:
+        # The model sees the fallback even when only the registry named it.
+        outcome = replace(outcome, error=outcome.error.replace(fallback_tool=decision.fallback_tool))
+    shown = replace(outcome, correction=decision.correction)
+    if action == policy.Action.ABORT:
+        assert decision.error is not None
+        return OutcomeStep(decision, shown, Abort(decision.error, tuple(prefix)))
+    return OutcomeStep(decision, shown, Continue(Phase.ACTING))

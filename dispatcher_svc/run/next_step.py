@@ -1,0 +1,79 @@
+"""What a phase returns: the run's next step (a small union), and how a run ends (RunResult).
+
+Control flow is a value: a phase returns `Continue` (the cursor names the phase that comes next)
+or an exit, which `exits.finish` carries out. Exceptions mean errors; the loop turns the two that
+end a run (a downstream call failed for good, a stale fence) into `Fail` and `Stale`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from agentmesh.chat import ToolCall
+from agentmesh.errors import AgentmeshError
+from dispatcher_svc.model import ModelReply, PendingApproval, Phase, TaskEvent
+
+
+class RunResult(enum.Enum):
+    FINISHED = "finished"
+    """A terminal status was committed."""
+    PARKED = "parked"
+    """WAITING_APPROVAL: the task leaves the queue until ResolveApproval (or, once the approval
+    expired, the dispatcher's expiry sweeper) re-enqueues it."""
+    STALE = "stale"
+    """Another owner took over (a reclaim, or a cancellation): this run stops writing."""
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Go on with `phase` (the cursor says so already: it is what a resumed run reads)."""
+
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class Park:
+    """Park the task in WAITING_APPROVAL on `pending` (for `call`). Without `pending` the task is
+    parked already (a stray queue entry acquired it): the run ends without writing."""
+
+    pending: PendingApproval | None = None
+    call: ToolCall | None = None
+
+
+@dataclass(frozen=True)
+class Succeed:
+    """The final answer: commit SUCCEEDED with `reply`'s text after the events in `prefix`."""
+
+    reply: ModelReply
+    prefix: tuple[TaskEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Commit FAILED with `error` after the events in `prefix` (resumable by StartTask)."""
+
+    error: AgentmeshError
+    prefix: tuple[TaskEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Commit ABORTED with `error` and an incident after the events in `prefix` (a human decides)."""
+
+    error: AgentmeshError
+    prefix: tuple[TaskEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Stale:
+    """Another owner has the task: stop without writing."""
+
+    reason: str = ""
+
+
+Exit = Park | Succeed | Fail | Abort | Stale
+"""A step that ends the run."""
+
+NextStep = Continue | Exit
+"""What every phase returns."""

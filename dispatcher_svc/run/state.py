@@ -1,0 +1,45 @@
+"""The state of one run: a value the phases read and write, and the collaborators share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentmesh.chat import Usage
+from agentmesh.errors import AgentmeshError
+from dispatcher_svc.agents import AgentConfig
+from dispatcher_svc.model import TaskStatus
+from dispatcher_svc.ports import ToolInfo
+from dispatcher_svc.tasks import Cursor, TaskRecord
+
+
+@dataclass
+class RunState:
+    """What one run of one task knows: the record and its cursor (what a checkpoint stores), the
+    agent, the fence that makes its commits its own, usage, status, the tools seen."""
+
+    record: TaskRecord
+    agent: AgentConfig
+    deadline_ms: int
+    cursor: Cursor = field(init=False)
+    fence: int = field(init=False)
+    usage: Usage = field(init=False)
+    status: TaskStatus = TaskStatus.RUNNING
+    error: AgentmeshError | None = None
+    """The error the run ended with (FAILED or ABORTED), for the run's span."""
+    tools_seen: dict[str, ToolInfo] = field(default_factory=dict)
+    """Every tool tool_svc named this run (for registry fallbacks)."""
+    all_tools: list[ToolInfo] | None = None
+    """ListTools, once a pinned tool was not among the discovered ones."""
+    discovered: list[ToolInfo] | None = None
+    """DiscoverTools for the goal, narrowed to the agent's tools (asked once per run)."""
+    prompt: tuple[int, bytes] | None = None
+    """The step's provider request (prompts.py), written by the commit that checkpoints its reply."""
+
+    def __post_init__(self) -> None:
+        self.cursor = self.record.cursor
+        self.fence = self.record.fence
+        self.usage = self.record.usage
+
+    @classmethod
+    def of(cls, record: TaskRecord, agent: AgentConfig, *, task_timeout_s: float) -> RunState:
+        return cls(record, agent, deadline_ms=record.create_time_ms + int(task_timeout_s * 1000))

@@ -1,0 +1,124 @@
+"""One tool call of a step: issued after the loop guard, its outcome judged by the error-class
+policy (decisions.after_outcome) and recorded in the cursor. I/O is the phases' (phases.act)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from agentmesh.errors import AgentmeshError
+from dispatcher_svc import policy
+from dispatcher_svc.model import CallStage, EventKind, TaskEvent, ToolOutcome
+from dispatcher_svc.run import decisions
+from dispatcher_svc.run.context import Run
+from dispatcher_svc.run.names import READ_PAYLOAD_TOOL
+from dispatcher_svc.run.next_step import Abort, Continue, Fail, Park
+from dispatcher_svc.run.texts import clip, outcome_summary
+from dispatcher_svc.tasks import CallState
+
+
+def start_call(run: Run, index: int, *, prefix: Sequence[TaskEvent]) -> list[TaskEvent] | Abort:
+    """Marks call `index` as issued (its TOOL_CALL event, for the next commit) after the loop guard;
+    a repeat of an ENGINEERING failure is answered at once without running it."""
+    c, ckpt = run.state.cursor, run.checkpoints
+    cs = c.calls[index]
+    call = cs.call
+    signature = call.signature()
+    times = c.signatures.get(signature, 0) + 1
+    c.signatures[signature] = times
+    tool_event = ckpt.event(EventKind.TOOL_CALL, f"{call.name} {clip(call.arguments_json, 120)}", tool_call=call)
+    looping = decisions.before_call(
+        call, times=times, threshold=run.settings.loop_threshold, prefix=[*prefix, tool_event]
+    )
+    if looping is not None:
+        return looping
+    if signature not in c.failed:
+        cs.state = CallStage.RUNNING
+        return [tool_event]
+    # ENGINEERING: the same failing call is never re-issued; the model hears why.
+    fallback = run.downstream.fallback_for(call.name)
+    cs.outcome = decisions.repeat_answer(call, c.failed[signature], fallback)
+    cs.state = CallStage.DONE
+    fallback_event = ckpt.event(
+        EventKind.FALLBACK,
+        f"{call.name}: repeat of a failed call not run; "
+        + (f"fallback_tool: {fallback}" if fallback else "no fallback tool"),
+        tool_call=call,
+        error=cs.outcome.error,
+    )
+    return [tool_event, fallback_event]
+
+
+def apply(run: Run, cs: CallState, outcome: ToolOutcome) -> list[TaskEvent] | Park | Fail | Abort:
+    """Applies the policy to a tool outcome: the events to commit with it, or the exit it takes."""
+    c, call, ckpt = run.state.cursor, cs.call, run.checkpoints
+    if outcome.tool_call_id != call.id or outcome.tool_name != call.name:
+        outcome = replace(outcome, tool_call_id=call.id, tool_name=call.name)
+    result_event = ckpt.event(EventKind.TOOL_RESULT, outcome_summary(outcome), tool_call=call, tool_result=outcome)
+    step = decisions.after_outcome(
+        outcome,
+        call,
+        contract_failures=c.contract_failures.get(call.name, 0),
+        max_contract_retries=run.settings.max_contract_retries,
+        spec_fallback=run.downstream.fallback_for(call.name),
+        prefix=[result_event],
+    )
+    if step.decision.action == policy.Action.PARK:
+        # Parked (or failed: nothing to wait for) before the outcome is recorded: a resumed run
+        # takes the outcome its approval delivers.
+        assert not isinstance(step.next, Continue)
+        if isinstance(step.next, Park):
+            cs.state = CallStage.WAITING
+        return step.next
+    cs.outcome = step.outcome
+    cs.state = CallStage.DONE
+    if isinstance(step.next, Abort):
+        return step.next
+    assert isinstance(step.next, Continue)
+    return [result_event, *_record(run, cs, step)]
+
+
+def _record(run: Run, cs: CallState, step: decisions.OutcomeStep) -> list[TaskEvent]:
+    """Records a judged outcome in the cursor (contract retries, failed calls, pinned tools); the
+    events that say so."""
+    c, call, decision = run.state.cursor, cs.call, step.decision
+    action = decision.action
+    if action == policy.Action.OK:
+        c.contract_failures.pop(call.name, None)
+        output = step.outcome.output
+        if output is not None and output.ref is not None and READ_PAYLOAD_TOOL not in c.pinned:
+            c.pinned.append(READ_PAYLOAD_TOOL)
+        return []
+    if action == policy.Action.CORRECT:
+        err = decision.error
+        assert err is not None
+        c.contract_failures[call.name] = decision.retries_used
+        return [_correction_event(run, cs, err, decision.retries_used)]
+    assert action == policy.Action.FALLBACK, action
+    err = step.outcome.error
+    assert err is not None
+    c.contract_failures.pop(call.name, None)
+    c.failed[call.signature()] = err.code.name
+    if decision.fallback_tool and decision.fallback_tool not in c.pinned:
+        c.pinned.append(decision.fallback_tool)
+    fallback = decision.fallback_tool
+    return [
+        run.checkpoints.event(
+            EventKind.FALLBACK,
+            f"{call.name}: {err.code.name} ({err.error_class.name}); "
+            + (f"fallback_tool: {fallback}" if fallback else "no fallback tool"),
+            tool_call=call,
+            error=err,
+        )
+    ]
+
+
+def _correction_event(run: Run, cs: CallState, err: AgentmeshError, attempt: int) -> TaskEvent:
+    hints = "; ".join(f"{v.path} {v.rule}: {v.hint or v.expected}" for v in err.violations if v.hint or v.expected)
+    return run.checkpoints.event(
+        EventKind.CORRECTION,
+        f"{cs.call.name}: {err.code.name}, correction {attempt} of "
+        f"{run.settings.max_contract_retries}" + (f" ({clip(hints, 140)})" if hints else ""),
+        tool_call=cs.call,
+        error=err,
+    )
