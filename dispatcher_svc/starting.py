@@ -1,0 +1,255 @@
+"""StartTask: validates the request, authorizes the caller (access.py), attaches a continuing task to
+its session (continuation.py), creates and queues the task with its creator, or answers (and resumes)
+an existing one. `Dispatcher.start_task` (service.py) is its entry point.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from agentmesh.chat import Usage
+from agentmesh.config import Settings
+from agentmesh.errors import (
+    AgentmeshError,
+    ErrorCode,
+    FailedPreconditionError,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+    Violation,
+)
+from agentmesh.identity import Identity
+from agentmesh.telemetry import current_request_id
+from dispatcher_svc.access import Auditor, Creator, check_run, check_task, is_creator, is_operator
+from dispatcher_svc.agents import AgentRegistry
+from dispatcher_svc.continuation import Conversations, session_busy
+from dispatcher_svc.events import now_ms
+from dispatcher_svc.model import EventKind, Task, TaskEvent, TaskStatus
+from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, TaskStore, WrongStatusError, fields_of
+from dispatcher_svc.worker import Worker
+
+_TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+MAX_GOAL_CHARS = 32_000
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    agent_id: str
+    goal: str
+    token_budget: int | None = None
+    """None keeps the agent's."""
+    max_steps: int | None = None
+    """None keeps the agent's."""
+    task_id: str = ""
+    session_id: str = ""
+    """An existing session to continue (continuation.py); "" opens a new one whose id is the task id."""
+
+
+def check_task_id(task_id: str, field: str = "task_id") -> str:
+    if not task_id:
+        raise InvalidRequestError(field, "required")
+    if not _TASK_ID.match(task_id):
+        raise InvalidRequestError(field, "must match [A-Za-z0-9][A-Za-z0-9._:-]{0,127}", metadata={"field": field})
+    return task_id
+
+
+def creator_of(record: TaskRecord) -> Creator:
+    return Creator(subject=record.creator, agent_id=record.creator_agent)
+
+
+class Starter:
+    """StartTask for one replica's dispatcher (its parts are the Dispatcher's own)."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        agents: AgentRegistry,
+        tasks: TaskStore,
+        queue: TaskQueue,
+        worker: Worker,
+        conversations: Conversations,
+        auditor: Auditor,
+    ) -> None:
+        self.settings = settings
+        self.agents = agents
+        self.tasks = tasks
+        self.queue = queue
+        self.worker = worker
+        self.conversations = conversations
+        self.auditor = auditor
+
+    async def start(self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = "") -> Task:
+        """Creates and queues a task recording `caller` as its creator; idempotent on `task_id`; resumes a
+        FAILED task of that id. The caller must be allowed to run the agent, and an existing task is
+        answered (or resumed) for its creator and operators only (access.py)."""
+        if not request.agent_id:
+            raise InvalidRequestError("agent_id", "required: the id of a configured agent")
+        goal = request.goal.strip()
+        if not goal:
+            raise InvalidRequestError("goal", "must not be empty")
+        if len(goal) > MAX_GOAL_CHARS:
+            raise InvalidRequestError("goal", f"must be at most {MAX_GOAL_CHARS} characters, got {len(goal)}")
+        if request.token_budget is not None and request.token_budget <= 0:
+            raise InvalidRequestError(
+                "token_budget", f"must be > 0 (leave it unset to keep the agent's), got {request.token_budget}"
+            )
+        if request.max_steps is not None and request.max_steps <= 0:
+            raise InvalidRequestError(
+                "max_steps", f"must be > 0 (leave it unset to keep the agent's), got {request.max_steps}"
+            )
+        task_id = check_task_id(request.task_id) if request.task_id else f"t-{uuid.uuid4().hex}"
+        # Naming the task's own id is the default: a new session (Task.session_id, echoed back).
+        session_id = check_task_id(request.session_id, "session_id") if request.session_id else task_id
+        try:  # before the lookup: an unknown agent's NOT_FOUND lists the agents
+            check_run(caller, self.settings.environment, request.agent_id)
+        except PermissionDeniedError as err:
+            await self.auditor.refused(caller, "task.start", request.task_id or "(new)", err)
+            raise
+        agent = self.agents.get(request.agent_id)
+        if session_id != task_id:
+            if request.task_id and await self.tasks.exists(task_id):
+                # A retry of this StartTask (or a resume): the task has its session already.
+                return await self._start_existing(task_id, agent.id, goal, caller, session_id=session_id)
+            try:
+                # The caller's own token: context_svc admits the session's owner and operators only.
+                await self.conversations.claim(session_id, task_id, agent.id, request_id=request_id)
+            except AgentmeshError as err:
+                if err.code == ErrorCode.PERMISSION_DENIED:  # context_svc's refusal, as its status carried it
+                    await self.auditor.refused(caller, "task.start", task_id, err)
+                elif err.code == ErrorCode.NOT_FOUND:
+                    await self._not_opened_yet(session_id, caller)
+                raise
+        creator = Creator.of(caller)
+        now = now_ms()
+        fields = {
+            **creator.fields(),
+            **fields_of(
+                status=TaskStatus.PENDING,
+                step=0,
+                usage=Usage(),
+                update_ms=now,
+                task_id=task_id,
+                agent_id=agent.id,
+                goal=goal,
+                session_id=session_id,
+                request_id=request_id,
+                traceparent=traceparent,
+                token_budget=agent.token_budget if request.token_budget is None else request.token_budget,
+                max_steps=agent.max_steps if request.max_steps is None else request.max_steps,
+                create_ms=now,
+                runs=0,
+            ),
+        }
+        created = TaskEvent(
+            task_id=task_id,
+            sequence=0,
+            kind=EventKind.STATUS,
+            time_ms=now,
+            status=TaskStatus.PENDING,
+            message=f"status PENDING: task created for agent {agent.id}",
+            attributes={"agent_id": agent.id, "request_id": request_id},
+        )
+        with self.worker.slot() as take:
+            outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take)
+            # Spawned inside the block: the slot passes to the run without a gap.
+            self.worker.take(outcome.taken)
+        if not outcome.created:
+            return await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id)
+        continued = f", session {session_id}" if session_id != task_id else ""
+        await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}{continued}")
+        return Task(
+            task_id=task_id,
+            agent_id=agent.id,
+            goal=goal,
+            status=TaskStatus.PENDING,
+            session_id=session_id,
+            request_id=request_id,
+            last_sequence=1,
+            create_time_ms=now,
+            update_time_ms=now,
+            created_by=creator.subject,
+        )
+
+    async def _not_opened_yet(self, session_id: str, caller: Identity) -> None:
+        """No such session, but maybe its task has not run yet: FAILED_PRECONDITION for a caller who may see
+        that task (its creator, the session's owner to be, or an operator); the NOT_FOUND stands otherwise."""
+        try:
+            record = await self.tasks.load(session_id)
+        except NotFoundError:
+            return
+        if not record.status.terminal and (is_operator(caller) or is_creator(caller, creator_of(record))):
+            raise session_busy(session_id, session_id, record.status.name)
+
+    async def _start_existing(
+        self, task_id: str, agent_id: str, goal: str, caller: Identity, *, session_id: str = ""
+    ) -> Task:
+        record = await self.tasks.load(task_id)
+        failed = record.status == TaskStatus.FAILED
+        try:
+            check_task(caller, task_id, creator_of(record), "resume" if failed else "start")
+        except PermissionDeniedError as err:
+            await self.auditor.refused(caller, "task.resume" if failed else "task.start", task_id, err)
+            raise
+        # An empty session_id repeats nobody's choice: only another session is a conflict.
+        if record.agent_id != agent_id or record.goal != goal or session_id not in ("", record.session_id):
+            raise FailedPreconditionError(
+                f"task_id: task {task_id} exists with another agent, goal or session",
+                violations=[Violation(path="task_id", rule="unique", actual=repr(task_id))],
+                metadata={"field": "task_id"},
+            )
+        request_id = current_request_id() or record.request_id
+        if failed:
+            # A FAILED task is terminal until resumed: StartTask with its id resumes it.
+            event = TaskEvent(
+                task_id=task_id,
+                sequence=0,
+                kind=EventKind.STATUS,
+                time_ms=now_ms(),
+                status=TaskStatus.PENDING,
+                step=record.cursor.step,
+                message="status PENDING: resumed after failure",
+            )
+            try:
+                await self.tasks.commit(
+                    task_id,
+                    fence=record.fence,
+                    expect_status=TaskStatus.FAILED,
+                    fields=fields_of(status=TaskStatus.PENDING, error=None, update_ms=now_ms()),
+                    events=[event],
+                    ttl_s=-1,
+                    agent=record.agent_id,
+                )
+            except (StaleOwnerError, WrongStatusError):
+                return (await self.tasks.load(task_id)).view()
+            # Queued only once still its session's newest task (continuation.py): else undone.
+            await self._confirm_newest(record, request_id, undo=True)
+            await self.queue.enqueue(task_id)
+            await self.auditor.record(caller, "task.resume", task_id, detail=f"agent {agent_id}")
+        elif record.status == TaskStatus.PENDING:
+            # Maybe a retry of a StartTask whose queue entry was lost: a duplicate entry is harmless.
+            await self._confirm_newest(record, request_id, undo=False)
+            await self.queue.enqueue(task_id)
+        return (await self.tasks.load(task_id)).view()
+
+    async def _confirm_newest(self, record: TaskRecord, request_id: str, *, undo: bool) -> None:
+        """FAILED_PRECONDITION, the task failed again, when a newer task continued its session; with
+        `undo` (a resume just committed) any error fails it again too, so it never runs unconfirmed."""
+        try:
+            newer = await self.conversations.confirm(
+                record.session_id, record.task_id, record.agent_id, request_id=request_id
+            )
+        except AgentmeshError as err:
+            if undo:
+                await self.conversations.fail_again(record, err)
+            raise
+        if newer:
+            moved_on = FailedPreconditionError(
+                f"task {record.task_id} cannot run again: its session {record.session_id} continued with task {newer}",
+                metadata={"session_id": record.session_id, "task_id": newer},
+            )
+            await self.conversations.fail_again(record, moved_on)
+            raise moved_on
