@@ -304,3 +304,9 @@ def test_texts_of_replies_and_outcomes() -> None:
     assert "offloaded" in outcome_summary(offloaded)
     contract = failed(ErrorCode.SCHEMA_INVALID, violations=[Violation(path="id", rule="type")])
     assert outcome_summary(contract).startswith("lookup -> SCHEMA_INVALID (CONTRACT)")
+
+
+def test_every_phase_a_cursor_can_name_has_a_phase_function() -> None:
+    from dispatcher_svc.run.phases import PHASES
+
+    assert set(PHASES) == set(Phase), "a Phase without an entry in PHASES would stop a resumed run"
