@@ -40,9 +40,11 @@ _JWT = re2.compile(
 # Vendor prefixes with loose lengths: gitleaks' rules pin each format's exact length and checksum marker,
 # and a key of a newer or older generation (or cut short in a log line) must still be masked. The prefix
 # must start a token: after `-`, `.` or `/` it is inside a word or a path (`.../2018-250-xoxo-indieweb.jpg`).
+# A Slack token's first part is a team id of 8 to 14 digits (or a one-digit version: `xoxa-2-...`), in every
+# generation gitleaks knows: `xoxp-1234-1234-...` is a stand-in.
 _PREFIXED_KEY = re2.compile(
     r"(?:^|[^A-Za-z0-9_./-])(?P<secret>sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
-    r"|xox[abposr]-[A-Za-z0-9-]{10,}|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,})",
+    r"|xox[abposr]-(?:\d-[A-Za-z0-9]{10,}|\d{8,14}-[A-Za-z0-9-]{6,})|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,})",
     _OPTIONS,
 )
 # Google's API keys have had one length since they began (`AIza` and 35 more): a key cut short in a log

@@ -125,6 +125,19 @@ def test_the_google_key_prefix_takes_googles_length(text: str, changed: bool) ->
     assert redact_text(text)[1] is changed
 
 
+@pytest.mark.parametrize(
+    ("text", "changed"),
+    [
+        ("auth failed for xoxb-4711802254263-Xk9vQ2", True),  # a team id, then the rest cut short
+        ("auth failed for xoxa-2-Xk9vQ2mR7tLp4Wz8", True),  # a versioned token
+        ("auth failed for xoxp-1234-1234-1234-4ddbc191d40ee098cbaae6f3523ada2d", False),  # 4 digits: a stand-in
+        ("see xoxb-deprecated-scopes-list for why", False),  # a page name, not a token
+    ],
+)
+def test_the_loose_slack_prefix_wants_a_team_id(text: str, changed: bool) -> None:
+    assert redact_text(text)[1] is changed
+
+
 def test_lone_tokens_in_structured_values_and_error_metadata_are_ids() -> None:
     value, changed = redact_value({"order_id": TOKEN, "items": [TOKEN], "api_key": "k"})
     assert value == {"order_id": TOKEN, "items": [TOKEN], "api_key": MASK} and changed
