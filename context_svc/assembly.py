@@ -38,7 +38,7 @@ _INTENT_VIEW_CHARS = 400
 _OPEN_VIEW_CHARS = 200
 _MIN_SUMMARY_TOKENS = 48
 _OPEN_VIEW_ITEMS = 5
-RECALL_SHARE = 0.5
+RECALL_SHARE = 0.75
 """Of the summary block's share, what recall (older turns relevant to the newest message) may take;
 the summary has the rest and recall also what the summary leaves (issue 37)..."""
 _RESERVE_STEP = 64

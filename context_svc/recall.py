@@ -27,7 +27,7 @@ __all__ = ["RECALL_HEADER", "Recall", "Recalled"]
 RECALL_HEADER = "Earlier turns relevant to the newest message (verbatim, [#position role]):"
 _TEXT_CHARS = 1200
 """A recalled turn longer than this is shown clipped (its start), so one long turn cannot take the block."""
-_MAX_HITS = 64
+_MAX_HITS = 256
 _MIN_TOKENS = 24
 _MIN_QUERY_CHARS = 2
 _ROLES = (Role.USER, Role.ASSISTANT)
