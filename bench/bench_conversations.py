@@ -164,8 +164,9 @@ def table(tallies: dict[int, Tally]) -> str:
     for budget, t in tallies.items():
         kept, base = t.kept / max(1, t.evidence), t.baseline / max(1, t.evidence)
         use = t.use_when_cut or [0.0]
+        ratio = f"{kept / base:.1f}x" if base else "-"
         rows.append(
-            f"| {budget // 1000}k | {100 * kept:.1f} % | {100 * base:.1f} % | {kept / base if base else float('inf'):.1f}x "
+            f"| {budget // 1000}k | {100 * kept:.1f} % | {100 * base:.1f} % | {ratio} "
             f"| {100 * min(use):.0f} % / {100 * statistics.fmean(use):.0f} % "
             f"| {statistics.median(t.build_ms or [0.0]):.1f} ms |"
         )
