@@ -79,6 +79,7 @@ class Assembler:
         self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(settings.summary_cache_entries)
         self._tokens: LRU[tuple[str, str], int] = LRU(settings.token_cache_entries)
         self.recall = Recall()
+        self._held: LRU[tuple[str, str, int], Message] = LRU(settings.token_cache_entries)
 
     def _count(self, counter: TokenCounter, text: str) -> int:
         key = (counter.name, text)
@@ -158,7 +159,7 @@ class Assembler:
             first = extend_window(groups, window.first, spare)
             if first < window.first:
                 start = groups[first].start
-                older = await self.sessions.messages(session.session_id, start, first_kept - 1)
+                older = await self._window_messages(loaded, start, first_kept)
                 kept = older + kept
                 first_kept = start
                 window_tokens = sum(m.token_count for m in kept)
@@ -257,14 +258,18 @@ class Assembler:
                 tokens = self._message_tokens(counter, Role.SYSTEM, text)
         return text, tokens, cut
 
-    async def _window_messages(self, loaded: Loaded, first_kept: int) -> list[Message]:
-        """Messages first_kept.. of the log (the load read the last ones; older ones are read now)."""
-        n = loaded.session.message_count
-        held = [loaded.tail.get(index) for index in range(first_kept, n)]
+    async def _window_messages(self, loaded: Loaded, first_kept: int, end: int | None = None) -> list[Message]:
+        """Messages first_kept..end-1 of the log (default: to the newest); the load read the last
+        ones, this process holds those it read before (immutable per epoch), the rest is read now."""
+        session = loaded.session
+        n = session.message_count if end is None else end
+        key = (session.session_id, session.epoch)
+        held = [loaded.tail.get(index) or self._held.get((*key, index)) for index in range(first_kept, n)]
         missing = [first_kept + i for i, m in enumerate(held) if m is None]
         if missing:
-            for message in await self.sessions.messages(loaded.session.session_id, missing[0], missing[-1]):
+            for message in await self.sessions.messages(session.session_id, missing[0], missing[-1]):
                 held[message.index - first_kept] = message
+                self._held.put((*key, message.index), message)
         return [m for m in held if m is not None]
 
     def _clip_group(self, kept: list[Message], counter: TokenCounter, recent: int, available: int) -> list[Message]:

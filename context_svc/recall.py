@@ -42,6 +42,8 @@ class _Index:
     """index -> (role, content clipped) of the indexed user/assistant messages."""
     upto: int = 0
     """Messages 0..upto-1 have been seen (indexed or skipped)."""
+    costs: dict[int, int] = field(default_factory=dict)
+    """index -> tokens of its rendered line (counted once)."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class Recall:
 
     def __init__(self, entries: int = 256) -> None:
         self._indexes: LRU[tuple[str, str], _Index] = LRU(entries)
+        # A build repeated on an unchanged session (same window, budget and question) reuses its block.
+        self._blocks: LRU[tuple[object, ...], tuple[Recalled | None]] = LRU(entries * 4)
 
     async def _index(self, session_id: str, epoch: str, upto: int, held: dict[int, Message], fetch: Fetch) -> _Index:
         """The session's index covering messages 0..upto-1 (reading only what it never saw)."""
@@ -108,7 +112,22 @@ class Recall:
         """The best of messages 0..first_kept-1 for `query`, within `budget` tokens (None: nothing)."""
         if first_kept <= 0 or budget < _MIN_TOKENS or len(query.strip()) < _MIN_QUERY_CHARS:
             return None
+        key = (session_id, epoch, message_count, first_kept, budget, counter.name, query)
+        cached = self._blocks.get(key)
+        if cached is not None:
+            return cached[0]
         index = await self._index(session_id, epoch, message_count, held, fetch)
+        return self._blocks.put(key, (self._render(index, first_kept, query, budget, counter, count),))[0]
+
+    def _render(
+        self,
+        index: _Index,
+        first_kept: int,
+        query: str,
+        budget: int,
+        counter: TokenCounter,
+        count: Callable[[str], int],
+    ) -> Recalled | None:
         hits = index.retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
         if not hits:
             return None
@@ -119,17 +138,23 @@ class Recall:
             role, text = index.texts[i]
             return f"[#{i} {role}] {text}"
 
+        def cost_of(i: int) -> int:
+            cost = index.costs.get(i)
+            if cost is None:
+                cost = index.costs[i] = count(line(i)) + 1
+            return cost
+
         for hit in hits:
             pick = [hit.key]
             neighbour = next((j for j in (hit.key - 1, hit.key + 1) if j in index.texts and j < first_kept), None)
             if neighbour is not None:
                 pick.append(neighbour)
             new = [i for i in pick if i not in shown]
-            cost = sum(count(line(i)) + 1 for i in new)
+            cost = sum(cost_of(i) for i in new)
             if spent + cost > budget:
                 # The neighbour does not fit: the hit alone may.
                 new = [i for i in new if i == hit.key]
-                cost = sum(count(line(i)) + 1 for i in new)
+                cost = sum(cost_of(i) for i in new)
                 if spent + cost > budget:
                     continue
             shown.update(new)
