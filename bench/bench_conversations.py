@@ -3,8 +3,8 @@
 LoCoMo (snap-research/locomo, ACL 2024) has ten long multi-session conversations between two people
 (about 600 turns each) and question/answer pairs naming their evidence turns. For each question the
 conversation is appended to a fresh session (the first speaker's turns as user messages, the
-second's as assistant messages, each prefixed with the speaker's name, a session's first turn with
-its date), the question is appended as the newest user message, and BuildContext runs at 2k, 4k and
+second's as assistant messages, each prefixed with the speaker's name; each session opens with a
+system line giving its date), the question is appended as the newest user message, and BuildContext runs at 2k, 4k and
 8k tokens. Measured per budget: the share of the questions' evidence turns whose text is in the
 built context, beside the newest-turns baseline (the newest turns that fit the same budget less the
 reply reserve); the budget the view uses when turns were left out; BuildContext p50.
@@ -91,7 +91,8 @@ def load(path: Path) -> list[Conversation]:
                     if raw.get("blip_caption"):
                         content += f" [shares a photo: {raw['blip_caption']}]"
                     if i == 0:
-                        content = f"[session {n}, {date}] {content}"
+                        # The date opens each session as a system line, as a chat log shows it.
+                        turns.append(Turn(f"S{n}", Role.SYSTEM, f"[session {n}: {date}]", ""))
                     role = Role.USER if raw["speaker"] == a else Role.ASSISTANT
                     turns.append(Turn(str(raw["dia_id"]), role, content, text))
                 n += 1
