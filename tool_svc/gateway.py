@@ -132,7 +132,11 @@ class Gateway:
             allowlist=self.transport.allowlist,
             available_builtins=frozenset(found),
         )
-        self.approvals = ApprovalBook(store, tools.approval_ttl_s) if store is not None else None
+        # Separation of duties as the dispatcher applies it (dispatcher_svc.access): off with auth disabled.
+        separate = settings.auth.separation_of_duties and settings.auth.mode == "enabled"
+        self.approvals = (
+            ApprovalBook(store, tools.approval_ttl_s, separate_duties=separate) if store is not None else None
+        )
         self.audit = AuditLog(store, settings.audit) if store is not None else None
         b = tools.breaker
         breaker_config = BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries)
