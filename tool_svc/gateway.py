@@ -167,10 +167,12 @@ class Gateway:
         # The order of docs/architecture.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
             ResolveTool(self.registry),  # UNKNOWN_TOOL (with the closest names)
-            # ARGUMENTS_NOT_JSON, SCHEMA_INVALID
+            # PERMISSION_DENIED, from the verified token only: before any work on the arguments, so a
+            # caller without the grant costs no parsing nor schema check (issue 39)
+            CheckPermission(),
+            # ARGUMENTS_NOT_JSON, SCHEMA_INVALID (regexes by RE2: tool_svc.linear_regex)
             ValidateArgumentsInPool(tools.max_arguments_bytes, self.cpu, settings.server.max_json_depth),
             GuardArguments(DangerGuard()),  # DANGEROUS_OPERATION (FATAL) on x-agentmesh-kind fields
-            CheckPermission(),  # PERMISSION_DENIED, from the verified token only
             self.idempotency,  # replay of a finished outcome, IDEMPOTENCY_CONFLICT
             RequireApproval(self.approvals),  # PendingApproval for writes
             RateLimit(
