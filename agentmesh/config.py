@@ -313,6 +313,15 @@ class ServerSettings(_Section):
     every dispatcher RPC, the read-only RPCs of the others, through the same edge (agentmesh/rpc/connect.py)."""
     cors_allowed_origins: list[str] = []
     """Browser origins (e.g. `https://console.example.com`) allowed to call the HTTP listener; none by default."""
+    http_max_concurrent: int = Field(128, gt=0)
+    """HTTP calls (Connect, a service's own routes) in flight on the HTTP listener, counted apart from
+    gRPC's `max_concurrent_rpcs`: a slow HTTP client never takes a gRPC slot (agentmesh/rpc/httplimits.py)."""
+    http_max_per_identity: int = Field(16, gt=0)
+    """HTTP calls in flight per identity token (subject and agent); API keys are bounded by their quotas."""
+    http_body_grace_s: float = Field(5.0, gt=0)
+    """A request body may take this long before `http_min_body_rate` applies."""
+    http_min_body_rate: float = Field(1024.0, gt=0)
+    """Bytes per second a request body must keep up with after the grace; slower: 408, connection closed."""
     readiness_interval_s: float = Field(1.0, gt=0)
     """How often the host PINGs Redis for readiness: while it does not answer (within this but at least
     1 s, at most `redis.socket_timeout_s`) each service's health name is NOT_SERVING; "" (liveness)
