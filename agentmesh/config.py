@@ -318,6 +318,9 @@ class ServerSettings(_Section):
     gRPC's `max_concurrent_rpcs`: a slow HTTP client never takes a gRPC slot (agentmesh/rpc/httplimits.py)."""
     http_max_per_identity: int = Field(16, gt=0)
     """HTTP calls in flight per identity token (subject and agent); API keys are bounded by their quotas."""
+    http_header_timeout_s: float = Field(10.0, gt=0)
+    """A request's line and headers must arrive within this (from their first byte), else the connection
+    is closed (slowloris)."""
     http_body_grace_s: float = Field(5.0, gt=0)
     """A request body may take this long before `http_min_body_rate` applies."""
     http_min_body_rate: float = Field(1024.0, gt=0)

@@ -51,7 +51,7 @@ from agentmesh.rpc.connect import ConnectEdge, ContentTypeGuard, MethodTable, co
 from agentmesh.rpc.console import ConsoleApp
 from agentmesh.rpc.http import HttpListener, cors_middleware, http_routes
 from agentmesh.rpc.httpedge import HttpEdge
-from agentmesh.rpc.httplimits import BodyDeadline, HttpConcurrencyLimit
+from agentmesh.rpc.httplimits import BodyDeadline, HttpConcurrencyLimit, header_timeout_protocol
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
 from agentmesh.rpc.telemetry import OTLP, server_interceptors
@@ -265,6 +265,7 @@ class ServiceHost:
                     *cors_middleware(self.settings.server.cors_allowed_origins),
                 ],
                 tls=self.settings.tls,
+                protocol=header_timeout_protocol(self.settings.server.http_header_timeout_s),
             )
             try:
                 await listener.start(http_bind)

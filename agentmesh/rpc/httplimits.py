@@ -12,6 +12,8 @@ to fill the one concurrency count both ports shared, and the dispatcher's gRPC c
 - `BodyDeadline`: an ASGI middleware around the listener: the body must arrive at
   `server.http_min_body_rate` bytes per second after a grace of `server.http_body_grace_s` (a body read
   past that is cut: 408 and the connection closed), so a slot is never held by a trickle.
+- `header_timeout_protocol`: the request line and headers must be in within `server.http_header_timeout_s`
+  (uvicorn's h11 protocol with a timer), else the connection is closed: no route has run, no slot held.
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from collections import Counter
 from typing import Any
 
 import grpc.aio
+import h11
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentmesh.errors import OverloadedError
 from agentmesh.identity import current_identity
 from agentmesh.rpc.interceptors import CallInterceptor
 from agentmesh.rpc.status import abort
 
-__all__ = ["BodyDeadline", "BodyTooSlowError", "HttpConcurrencyLimit"]
+__all__ = ["BodyDeadline", "BodyTooSlowError", "HttpConcurrencyLimit", "header_timeout_protocol"]
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -155,3 +159,43 @@ class BodyDeadline:
                 }
             )
             await send({"type": "http.response.body", "body": str(exc).encode()})
+
+
+def header_timeout_protocol(timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a header read timeout (slowloris): a request whose line and headers
+    are not in within `timeout_s` of their first byte (or of the connection) has its connection closed.
+    uvicorn has only the keep-alive idle timeout."""
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _headers_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._headers_timer is None:
+                self._headers_timer = self.loop.call_later(timeout_s, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._headers_timer is not None:
+                self._headers_timer.cancel()
+                self._headers_timer = None
+
+        def _too_slow(self) -> None:
+            self._headers_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self.conn.their_state is h11.IDLE:
+                self._arm()  # a request begins: its headers are due within timeout_s
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutProtocol

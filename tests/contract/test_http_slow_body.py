@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.v1 import tool_pb2, tool_pb2_grpc
@@ -22,6 +23,7 @@ LIST_TOOLS = "/agentmesh.v1.ToolService/ListTools"
 
 LIMITS = {
     "server": {
+        "http_header_timeout_s": 0.5,
         "http_max_concurrent": 8,
         "http_max_per_identity": 4,
         "http_body_grace_s": 0.5,
@@ -151,3 +153,25 @@ async def test_a_body_at_a_fair_rate_is_served(start_service: Callable[..., Awai
         await asyncio.sleep(0.05)
     assert await status_of(reader) == 200
     writer.close()
+
+
+async def test_headers_that_never_end_have_their_connection_closed(
+    start_service: Callable[..., Awaitable[RunningService]],
+) -> None:
+    svc = await start_service(TOOL_SPEC, LIMITS, http=True)
+    port = svc.host.http_port
+    silent = await asyncio.open_connection("127.0.0.1", port)  # connects, sends nothing
+    trickle = await asyncio.open_connection("127.0.0.1", port)
+    trickle[1].write(b"POST " + LIST_TOOLS.encode() + b" HTTP/1.1\r\nhost: x\r\n")
+    await trickle[1].drain()
+    for reader, writer in (silent, trickle):
+        assert await asyncio.wait_for(reader.read(), 20) == b""  # closed by the server, nothing answered
+        writer.close()
+    # A prompt client on a kept-alive connection is served twice, idle past the header timeout between.
+    token = svc.token(("agent",), subject="prompt")
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", headers={"authorization": f"Bearer {token}"}
+    ) as http:
+        for _ in range(2):
+            assert (await http.post(LIST_TOOLS, json={})).status_code == 200
+            await asyncio.sleep(0.6)
