@@ -32,13 +32,15 @@ LIMITS = {
 }
 
 
-async def slow_post(port: int, token: str | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def slow_post(
+    port: int, token: str | None, path: str = LIST_TOOLS
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Opens a POST announcing 100,000 bytes of body and sends one."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     auth = f"authorization: Bearer {token}\r\n" if token else ""
     writer.write(
         (
-            f"POST {LIST_TOOLS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{auth}"
+            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{auth}"
             "content-length: 100000\r\n\r\n{"
         ).encode()
     )
