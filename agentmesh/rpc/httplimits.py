@@ -9,6 +9,8 @@ to fill the one concurrency count both ports shared, and the dispatcher's gRPC c
   HTTP calls in all and `server.http_max_per_identity` per identity token (subject and agent; an API
   key's calls are bounded by its quotas instead); beyond either the call is RESOURCE_EXHAUSTED
   (OVERLOADED, RetryInfo) at once.
+  A token with no grant and no operator role (`is_ungranted`: what the red team used) is refused
+  PERMISSION_DENIED there too, before it holds a slot.
 - `BodyDeadline`: an ASGI middleware around the listener: the body must arrive at
   `server.http_min_body_rate` bytes per second after a grace of `server.http_body_grace_s` (a body read
   past that is cut: 408 and the connection closed), so a slot is never held by a trickle.
@@ -29,8 +31,8 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentmesh.errors import OverloadedError
-from agentmesh.identity import current_identity
+from agentmesh.errors import OverloadedError, PermissionDeniedError
+from agentmesh.identity import Identity, current_identity
 from agentmesh.rpc.interceptors import CallInterceptor
 from agentmesh.rpc.status import abort
 
@@ -49,6 +51,18 @@ def _who() -> str:
     return f"{identity.subject}|{identity.agent_id}"
 
 
+def is_ungranted(identity: Identity | None) -> bool:
+    """A token that can do nothing: no role beyond `agent`, no grant, not a task's, not an API key."""
+    if identity is None:
+        return False  # auth disabled or an open method: nothing to judge
+    return (
+        not identity.permissions
+        and not identity.task_id
+        and not identity.api_key_id
+        and not identity.has_any_role(("operator", "admin"))
+    )
+
+
 class HttpConcurrencyLimit(CallInterceptor):
     """HTTP calls in flight, in all and per identity (module doc); never counts a gRPC call."""
 
@@ -61,6 +75,14 @@ class HttpConcurrencyLimit(CallInterceptor):
         self._held: dict[int, str] = {}
 
     async def enter(self, method: str, context: Context) -> None:
+        if is_ungranted(current_identity()):
+            # Refused before it holds a slot or sends its body: there is nothing such a token may do.
+            await abort(
+                context,
+                PermissionDeniedError(
+                    "grant:any", "the token holds no grant and no operator role: nothing here is open to it"
+                ),
+            )
         who = _who()
         if self.in_flight >= self.limit:
             await abort(

@@ -21,6 +21,9 @@ from tool_svc.server import SPEC as TOOL_SPEC
 
 LIST_TOOLS = "/agentmesh.v1.ToolService/ListTools"
 
+GRANT = ["dev:shop:read"]
+"""Some grant: a token with none is refused before it holds a slot (the last tests)."""
+
 LIMITS = {
     "server": {
         "http_header_timeout_s": 0.5,
@@ -69,7 +72,7 @@ async def test_slow_bodies_never_take_grpc_slots_and_are_cut(
     )
     host = svc.host
     port = host.http_port
-    tokens = [svc.token(("agent",), subject=f"attacker-{i}", permissions=[]) for i in range(12)]
+    tokens = [svc.token(("agent",), subject=f"attacker-{i}", permissions=GRANT) for i in range(12)]
     conns = [await slow_post(port, tokens[i]) for i in range(12)]
     await wait_for(lambda: host.http_limiter.in_flight == 8)
     assert host.limiter.in_flight == 0  # not one gRPC slot is held by them
@@ -105,7 +108,7 @@ async def test_slow_bodies_never_take_grpc_slots_and_are_cut(
 async def test_one_identity_holds_at_most_its_share(start_service: Callable[..., Awaitable[RunningService]]) -> None:
     svc = await start_service(TOOL_SPEC, LIMITS, http=True)
     host = svc.host
-    mine = svc.token(("agent",), subject="greedy")
+    mine = svc.token(("agent",), subject="greedy", permissions=GRANT)
     conns = [await slow_post(host.http_port, mine) for _ in range(5)]
     await wait_for(lambda: host.http_limiter.in_flight == 4)
     overs = []
@@ -114,7 +117,7 @@ async def test_one_identity_holds_at_most_its_share(start_service: Callable[...,
             overs.append(await status_of(reader, timeout=0.05))
     assert overs == [429]
     # Another identity still gets in, and its request is served.
-    other = svc.token(("agent",), subject="polite")
+    other = svc.token(("agent",), subject="polite", permissions=GRANT)
     reader, writer = await asyncio.open_connection("127.0.0.1", host.http_port)
     writer.write(
         f"POST {LIST_TOOLS} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -126,15 +129,19 @@ async def test_one_identity_holds_at_most_its_share(start_service: Callable[...,
         w.close()
 
 
-async def test_an_unauthenticated_caller_is_refused_before_its_body_and_holds_no_slot(
+async def test_an_unauthenticated_or_ungranted_caller_is_refused_before_its_body_and_holds_no_slot(
     start_service: Callable[..., Awaitable[RunningService]],
 ) -> None:
     svc = await start_service(TOOL_SPEC, LIMITS, http=True)
     host = svc.host
     conns = [await slow_post(host.http_port, None) for _ in range(3)]
     conns += [await slow_post(host.http_port, "not-a-token") for _ in range(3)]
+    ungranted = [await slow_post(host.http_port, svc.token(("agent",), subject=f"n{i}")) for i in range(10)]
     for reader, writer in conns:
         assert await status_of(reader, timeout=5) == 401  # answered with 99,999 bytes still unsent
+        writer.close()
+    for reader, writer in ungranted:
+        assert await status_of(reader, timeout=5) == 403
         writer.close()
     assert host.http_limiter.in_flight == 0 and host.limiter.in_flight == 0
 
@@ -142,7 +149,7 @@ async def test_an_unauthenticated_caller_is_refused_before_its_body_and_holds_no
 async def test_a_body_at_a_fair_rate_is_served(start_service: Callable[..., Awaitable[RunningService]]) -> None:
     """Above the minimum rate a body may take longer than the grace."""
     svc = await start_service(TOOL_SPEC, LIMITS, http=True)
-    token = svc.token(("agent",), subject="fair")
+    token = svc.token(("agent",), subject="fair", permissions=GRANT)
     body = b"{" + b" " * 118 + b"}"  # 120 bytes at ~400 bytes/s: 0.3 s, past nothing
     reader, writer = await asyncio.open_connection("127.0.0.1", svc.host.http_port)
     writer.write(
@@ -170,7 +177,7 @@ async def test_headers_that_never_end_have_their_connection_closed(
         assert await asyncio.wait_for(reader.read(), 20) == b""  # closed by the server, nothing answered
         writer.close()
     # A prompt client on a kept-alive connection is served twice, idle past the header timeout between.
-    token = svc.token(("agent",), subject="prompt")
+    token = svc.token(("agent",), subject="prompt", permissions=GRANT)
     async with httpx.AsyncClient(
         base_url=f"http://127.0.0.1:{port}", headers={"authorization": f"Bearer {token}"}
     ) as http:

@@ -15,7 +15,7 @@ from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from tests.contract.stack import AGENT, Stack
-from tests.contract.test_http_slow_body import slow_post, wait_for
+from tests.contract.test_http_slow_body import slow_post, status_of, wait_for
 
 SERVICES = ("dispatcher", "context", "tool", "provider")
 PATHS = {
@@ -32,14 +32,18 @@ async def test_300_slow_bodies_on_every_http_port_while_20_tasks_run(redis_url: 
         settings = stack.hosts["dispatcher"][0].settings
         auth = Authenticator(settings.auth, "dev")
         operator = ((IDENTITY_HEADER, auth.mint(subject="operator", roles=("operator",))),)
-        # Tokens with no grants, as the red team's; 20 of them, 15 connections each.
-        tokens = [auth.mint(subject=f"nobody-{i}", roles=("agent",)) for i in range(20)]
+        # 20 tokens, 15 connections each: the even ones with no grants, as the red team's (refused before
+        # they hold anything), the odd ones with a grant (they hold their HTTP slots for the whole run).
+        tokens = [
+            auth.mint(subject=f"attacker-{i}", roles=("agent",), permissions=["dev:x:read"] if i % 2 else [])
+            for i in range(20)
+        ]
         conns = []
         for i in range(300):
             service = SERVICES[i % 4]
             conns.append(await slow_post(stack.hosts[service][0].http_port, tokens[i % 20], PATHS[service]))
-        await wait_for(lambda: sum(stack.hosts[s][0].http_limiter.in_flight for s in SERVICES) == 300)
-        held = 300
+        await wait_for(lambda: sum(stack.hosts[s][0].http_limiter.in_flight for s in SERVICES) == 150)
+        held = 150
         assert all(stack.hosts[s][0].limiter.in_flight < 64 for s in SERVICES)
         assert stack.channel is not None
         stub = dispatcher_pb2_grpc.DispatcherServiceStub(stack.channel)  # type: ignore[no-untyped-call]
@@ -71,6 +75,8 @@ async def test_300_slow_bodies_on_every_http_port_while_20_tasks_run(redis_url: 
                 break
             await asyncio.sleep(0.1)
         assert not pending, pending
+        refused = [await status_of(reader, timeout=5) for i, (reader, _) in enumerate(conns) if i % 2 == 0]
+        assert refused == [403] * 150
         # The attack still holds its HTTP slots: it was never cut, only kept apart.
         assert sum(stack.hosts[s][0].http_limiter.in_flight for s in SERVICES) == held
         for _, writer in conns:
