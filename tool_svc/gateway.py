@@ -189,7 +189,7 @@ class Gateway:
         )
 
     async def start(self) -> None:
-        """Connects the MCP servers (waiting for their first listings); ConfigError on a name collision."""
+        """Connects the MCP servers (waiting for their first listings)."""
         if self.mcp is not None:
             await self.mcp.start()
 

@@ -296,3 +296,24 @@ def test_a_registry_tool_may_not_use_a_servers_prefix() -> None:
             registry=[ToolEntrySettings(name="shop__x", endpoint_url="http://h/x")],
             mcp_servers=[server()],
         )
+
+
+def test_a_collision_in_a_later_listing_marks_the_name_unavailable_and_a_fix_restores_it() -> None:
+    """Issue 39: the same for `list_changed` updates as at start-up: listed, unavailable, never run."""
+    registry = _registry()
+    settings = server(prefix="calc")
+    first = catalog([ListedTool("calculator", input_schema=SCHEMA)], settings, ToolRetrySettings())
+    assert registry.set_mcp_tools("shop", list(first.tools)) == []
+    clash = catalog(
+        [ListedTool("calculator", input_schema=SCHEMA), ListedTool("CALCULATOR", input_schema=SCHEMA)],
+        settings,
+        ToolRetrySettings(),
+    )
+    reasons = {c.name: c.describe("shop") for c in clash.collisions}
+    registry.set_mcp_tools("shop", list(clash.tools), "", reasons)
+    tool = registry.get("calc__calculator")
+    assert tool is not None and "'calculator'" in tool.collision and "'CALCULATOR'" in tool.collision
+    assert tool.unavailable == tool.collision
+    registry.set_mcp_tools("shop", list(first.tools))
+    fixed = registry.get("calc__calculator")
+    assert fixed is not None and not fixed.collision and not fixed.unavailable
