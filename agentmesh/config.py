@@ -173,12 +173,24 @@ class OidcIssuerSettings(_Section):
     """The environment its tokens act in (None: the service's own); a claim may say instead."""
     claims: OidcClaimSettings = OidcClaimSettings()
     role_map: dict[str, list[Literal["agent", "operator", "admin"]]] = {}
-    """Values of the roles claim (IdP groups) -> agentmesh roles. A value not listed counts only when it
-    is itself a role name."""
+    """Values of the roles claim (IdP groups) -> agentmesh roles: the only way a role is granted (an IdP
+    group named `admin` grants nothing unless mapped here)."""
     permission_map: dict[str, list[str]] = {}
     """Values of the roles claim -> grants the token also holds."""
-    subject_prefix: str = ""
-    """Prefixed to the subject (e.g. "idp:"), so no IdP user can take the name of a locally minted one."""
+    subject_prefix: str | None = None
+    """Prefixed to the subject, so no IdP user can take the name of a locally minted one (or of another
+    issuer's): None (the default) derives it from the issuer (`https://idp.example.com/x` ->
+    `idp.example.com/x:`); "" only on purpose, for subjects known not to collide."""
+
+    @property
+    def effective_subject_prefix(self) -> str:
+        """`subject_prefix`, or the one derived from the issuer."""
+        if self.subject_prefix is not None:
+            return self.subject_prefix
+        parsed = urlsplit(self.issuer)
+        bare = (parsed.netloc + parsed.path) if parsed.netloc else self.issuer
+        return bare.rstrip("/") + ":"
+
     jwks_cache_s: float = Field(300.0, gt=0)
     """How long fetched keys are used before they are fetched again."""
     jwks_refetch_min_s: float = Field(60.0, ge=0)
