@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from opentelemetry import trace
 
 from agentmesh.audit import AuditLog
-from agentmesh.chat import Usage
+from agentmesh.chat import MAX_GOAL_CHARS, Usage
 from agentmesh.config import Settings
 from agentmesh.errors import (
     AgentmeshError,
@@ -73,7 +73,6 @@ from dispatcher_svc.worker import Worker
 __all__ = ["MAX_GOAL_CHARS", "Dispatcher", "StartRequest", "approval_expired", "check_task_id", "settlement_expired"]
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-MAX_GOAL_CHARS = 32_000
 _RESOLVE_TIMEOUT_S = 30.0
 
 log = logging.getLogger("dispatcher_svc.service")
