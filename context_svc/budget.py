@@ -4,7 +4,9 @@ Priority: the system block (system prompt, goal, known facts) first, within `sys
 budget and at most `reserve_system_prompt_tokens`; then the recent turns, newest first, their
 user/assistant messages within `recent_ratio` and their tool results (observations) in what the
 other blocks leave; the summary of older turns within `summary_ratio`; `reply_ratio` is held back
-for the reply. `keep_recent_messages` caps the window's message count; the ratios govern.
+for the reply. The window is filled by tokens (issue 37); `keep_recent_messages` is a floor (the newest
+messages kept while they fit), not a ceiling, and room the other blocks leave unused is lent to older
+turns (`extend_window`).
 
 A turn group is the unit of selection: an assistant message with tool calls and the tool results
 answering them (and anything logged between them) are kept or left out together, so a tool result
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from context_svc.model import Budget, IndexEntry, Role
 
-__all__ = ["MIN_BUDGET_TOKENS", "BlockBudgets", "Group", "Window", "group_entries", "select_window"]
+__all__ = ["MIN_BUDGET_TOKENS", "BlockBudgets", "Group", "Window", "extend_window", "group_entries", "select_window"]
 
 MIN_BUDGET_TOKENS = 256
 """Below this a context cannot hold a system prompt and a turn; the request is refused."""
@@ -110,15 +112,17 @@ class Window:
 
 
 def select_window(groups: Sequence[Group], *, recent_budget: int, available: int, keep: int) -> Window:
-    """Newest groups first while the recent block stays within `recent_budget`, all kept messages
-    within `available` tokens, and at most `keep` messages (the newest group is never refused for
-    `keep` alone)."""
+    """Newest groups first while the recent block stays within `recent_budget` tokens and all kept
+    messages within `available` (issue 37: tokens decide, not a message count); `keep` is a floor:
+    the newest `keep` messages are kept while they fit in `available`, whatever the recent block's
+    share."""
     conversation = total = count = 0
     first = len(groups)
     for position in range(len(groups) - 1, -1, -1):
         group = groups[position]
-        fits = conversation + group.conversation_tokens <= recent_budget and total + group.tokens <= available
-        if not fits or (count and count + group.count > keep):
+        if total + group.tokens > available:
+            break
+        if conversation + group.conversation_tokens > recent_budget and count >= keep:
             break
         conversation += group.conversation_tokens
         total += group.tokens
@@ -127,3 +131,12 @@ def select_window(groups: Sequence[Group], *, recent_budget: int, available: int
     if first == len(groups) and groups:
         return Window(len(groups) - 1, clipped=True)
     return Window(first, clipped=False)
+
+
+def extend_window(groups: Sequence[Group], first: int, room: int) -> int:
+    """The window's new first group when the groups before `first` take up to `room` more tokens
+    (unused room of the other blocks is lent to older turns: a view under budget leaves none out)."""
+    while first > 0 and groups[first - 1].tokens <= room:
+        room -= groups[first - 1].tokens
+        first -= 1
+    return first

@@ -22,7 +22,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from context_svc.facts import Fact, find_facts
-from context_svc.labels import Segment, compatible, is_correction, is_question, label_before, read_segment
+from context_svc.labels import (
+    Segment,
+    compatible,
+    is_change,
+    is_correction,
+    is_question,
+    label_before,
+    read_segment,
+)
 
 __all__ = [
     "MAX_ENTITIES_SHOWN",
@@ -200,6 +208,7 @@ def _joined_key(
 def _clause_facts(clause: str, correcting: bool, drafts: dict[str, _Draft]) -> None:
     """Reads one clause's values into `drafts` (one per key; a later value of a key wins)."""
     question = is_question(clause)
+    changing = is_change(clause)
     # "Correction: ..." / "更正：..." opening the clause (or the message) corrects its labelled values;
     # a marker right before a value ("改为85折", "changed to 250 USD") corrects that value only.
     correcting = correcting or is_correction(clause[:_OPENING_CHARS])
@@ -207,6 +216,9 @@ def _clause_facts(clause: str, correcting: bool, drafts: dict[str, _Draft]) -> N
     for fact in find_facts(clause):
         before = clause[previous[0].end if previous else 0 : fact.start]
         segment = read_segment(before)
+        if segment.replaced and not changing:
+            # "went from X", "Alice from billing-svc": X is a value like any other, not a replaced one.
+            segment = Segment(segment.label)
         key = _joined_key(fact, segment, previous, drafts)
         negated, replaced = segment.negated, segment.replaced
         # A value joined to the one before ("not X but Y") is labelled as that one was.

@@ -19,7 +19,16 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["Segment", "compatible", "is_correction", "is_question", "label_before", "read_segment"]
+__all__ = [
+    "Segment",
+    "canonical",
+    "compatible",
+    "is_change",
+    "is_correction",
+    "is_question",
+    "label_before",
+    "read_segment",
+]
 
 _EN_HEADS: Final = {
     "amount": "amount", "total": "total", "price": "price", "cost": "cost", "budget": "budget", "cap": "cap",
@@ -124,6 +133,18 @@ _CORRECTION = re.compile(
     r"更正|纠正|修正|改为|改成|更改为|调整为|不对|说错|应该是|应为|改一下",
     re.IGNORECASE,
 )
+# "from X" replaces X only when the clause says something changed ("change the discount from 8折 to
+# 85折", "从8折改为85折"); "went from", "came from", "Alice from billing-svc" correct nothing (issue 37).
+_CHANGE = re.compile(
+    r"\b(?:chang(?:e|es|ed|ing)|updat(?:e|es|ed|ing)|correct(?:s|ed|ing)?|correction|fix(?:es|ed)?|"
+    r"adjust(?:s|ed)?|revis(?:e|es|ed)|amend(?:s|ed)?|modif(?:y|ies|ied)|switch(?:es|ed)?|lower(?:s|ed)?|"
+    r"rais(?:e|es|ed)|reduc(?:e|es|ed)|increas(?:e|es|ed)|decreas(?:e|es|ed)|mov(?:e|es|ed)|bump(?:s|ed)?|"
+    r"cut|set)\b|改|调整|更正|纠正|修正|修改|变更|调到|降到|升到|降为|升为",
+    re.IGNORECASE,
+)
+# "refund amount" is the refund: a head noun that is itself a money value, followed by "amount",
+# is one key, not two (issue 37).
+_SAME_AS_HEAD = frozenset({"amount", "total", "value", "sum"})
 _QUESTION = re.compile(r"[?？]\s*$|[吗呢么]\s*[。.!！]?\s*$|^\s*(?:是否|能否|能不能|请问)")
 
 
@@ -142,6 +163,13 @@ class Segment:
     the rejected one shares the label of the value before), "or" (X or Y: neither is certain)."""
 
 
+def canonical(modifier: str, head: str) -> str:
+    """The key of a modifier and a head noun: "refund amount" is "refund", "order amount" stays."""
+    if head in _SAME_AS_HEAD and _KINDS_BY_HEAD.get(modifier) == _MONEY:
+        return modifier
+    return f"{modifier} {head}" if modifier != head else head
+
+
 def _en_label(text: str) -> str:
     words = _EN_LAST_TWO.search(text)
     if words is None:
@@ -153,7 +181,7 @@ def _en_label(text: str) -> str:
     # "order amount", "refund cap": one known modifier right before the head noun.
     modifier = re.search(r"([A-Za-z][A-Za-z0-9]*)(?:'s)?\s+$", before)
     mod = _EN_MODIFIERS.get(modifier.group(1).lower()) if modifier else None
-    return f"{mod} {head}" if mod and mod != head else head
+    return canonical(mod, head) if mod else head
 
 
 def _cn_label(text: str) -> str:
@@ -164,7 +192,7 @@ def _cn_label(text: str) -> str:
     modifier = _CN_MOD_RE.search(text[: head.start()])
     if modifier is not None and " " not in key:
         mod = _CN_MODIFIERS[modifier.group().rstrip("的")]
-        return f"{mod} {key}" if mod != key else key
+        return canonical(mod, key)
     return key
 
 
@@ -213,6 +241,11 @@ def compatible(key: str, kind: str) -> bool:
 def is_correction(text: str) -> bool:
     """Whether `text` (a clause's opening, or the words before a value) corrects something said before."""
     return _CORRECTION.search(text[-_TAIL_CHARS:]) is not None
+
+
+def is_change(clause: str) -> bool:
+    """Whether a clause says a value changed (then its "from X" is the value replaced)."""
+    return _CHANGE.search(clause) is not None
 
 
 def is_question(clause: str) -> bool:

@@ -2,7 +2,8 @@
 
 A summary cut to its block used to keep the newest lines whoever wrote them, so a long run of
 near-identical assistant narration pushed the user's own constraints out. Now the order is: the
-user's lines that state values (amounts, dates, discounts, counts; newest first), the user's other
+user's lines that state values (amounts, dates, discounts, counts) or constraints and preferences in
+plain words ("not", "must", "prefer"; newest first), the user's other
 lines, the newest actions (up to a quarter of the room), tool calls and results, then the
 assistant's narration, then older actions. Lines that differ only in their facts
 ("Order ORD-1: ¥1,000 charged ..." / "Order ORD-2: ¥2,500 charged ...") are shown once, with the
@@ -16,6 +17,7 @@ Work is proportional to the lines shown (a long session's summary has thousands)
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,10 +31,21 @@ _USER, _USER_REFS, _TOOLS, _ASSISTANT = 0, 1, 2, 3
 _VALUE_KINDS = frozenset({"amount", "discount", "percent", "date", "datetime", "time", "number", "person", "service"})
 
 
+# A user's plain-word constraint, preference or decision ("on the Pro plan, not Enterprise", "we must
+# not restart prod", "I prefer email") counts as a value (issue 37).
+_CONSTRAINT = re.compile(
+    r"(?i)\b(?:not|never|must|mustn't|don't|do\s+not|cannot|can't|only|always|prefer(?:s|red)?|"
+    r"decided|decision|plan|require[sd]?|need(?:s|ed)?\s+to|should(?:n't)?|avoid|instead)\b|"
+    r"不是|不要|必须|只能|不能|别|希望|偏好|决定|需要|要求|而是|禁止"
+)
+
+
 @functools.lru_cache(maxsize=32768)
 def _tier(line: str) -> int:
     if line.startswith("user: "):
-        return _USER if any(f.kind in _VALUE_KINDS for f in find_facts(line[6:])) else _USER_REFS
+        body = line[6:]
+        stated = any(f.kind in _VALUE_KINDS for f in find_facts(body)) or _CONSTRAINT.search(body) is not None
+        return _USER if stated else _USER_REFS
     if line.startswith("assistant: "):
         return _ASSISTANT
     return _TOOLS  # calls, tool results, an LLM summary's lines
@@ -93,10 +106,17 @@ def _group_key(line: str, index: int) -> tuple[str, str]:
 
 
 def choose_lines(
-    key_data: Sequence[str], actions: Sequence[str], room: float, cost: Callable[[str], int]
+    key_data: Sequence[str],
+    actions: Sequence[str],
+    room: float,
+    cost: Callable[[str], int],
+    *,
+    user_room: float | None = None,
 ) -> tuple[Choice, list[tuple[str, int]]]:
     """The lines that fit `room` tokens by the order of the module docstring, near-duplicates
-    folded. Also returns the order they were taken in ((kind, index): "k" key data, "a" action), so
+    folded; the user's lines that state values or constraints may use up to `user_room` (issue 37:
+    they come before recalled turns, the other lines after). Also returns the order they were taken
+    in ((kind, index): "k" key data, "a" action), so
     a caller that must trim drops the least important first."""
     choice = Choice()
     taken: list[tuple[str, int]] = []
@@ -145,8 +165,9 @@ def choose_lines(
     # A user line that does not fit does not stop the others: a shorter older one may.
     for tier in (_USER, _USER_REFS):
         misses = 0
+        limit = max(room, user_room) if tier == _USER and user_room is not None else room
         for i in by_tier[tier]:
-            if not take_key(i, room):
+            if not take_key(i, limit):
                 misses += 1
                 if misses > 8:
                     break

@@ -9,7 +9,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from agentmesh.chat import Usage
+from agentmesh.chat import MAX_GOAL_CHARS, Usage
 from agentmesh.config import Settings
 from agentmesh.errors import (
     AgentmeshError,
@@ -32,7 +32,6 @@ from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, TaskStore, WrongSt
 from dispatcher_svc.worker import Worker
 
 _TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-MAX_GOAL_CHARS = 32_000
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,7 @@ def call_context(agent_id: str, identity: Identity | None = None) -> CallContext
     if identity is not None:
         ctx.subject = identity.subject
         ctx.key_id = identity.api_key_id
+        ctx.metric_agent = identity.agent_id
         ctx.model_patterns = identity.model_patterns
     return ctx
 

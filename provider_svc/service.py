@@ -442,8 +442,9 @@ class Providers:
                 api_key_id=ctx.key_id,
             )
         provider, _, model = response.model.partition("/")
+        label = ctx.metric_agent if ctx.metric_agent is not None else agent
         self.metrics.model_usage(
-            agent, provider, model, response.usage.input_tokens, response.usage.output_tokens, cost
+            label, provider, model, response.usage.input_tokens, response.usage.output_tokens, cost
         )
         return Generation(response=response, cost_usd=cost, attempts=tuple(ctx.attempts))
 

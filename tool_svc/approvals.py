@@ -4,7 +4,9 @@ An approval records the change plan (tool + arguments), the tool's impact statem
 (from its verified token) and the sha256 the arguments are bound to; it expires after
 `approval_ttl_s`. Deciding is one Lua script on Redis time, so two operators racing, or a decision
 racing the expiry, have exactly one outcome. The approver must differ from the requester and must have
-seen the same arguments (their hash); an approved call then runs once, as the requester.
+seen the same arguments (their hash); an approved call then runs once, as the requester. For a task's
+call (the requester's token names the task and its creator), separation of duties (`check_duties`) is
+applied here too, on every RPC that decides: the task's creator and its agent are refused.
 
 A run-time registration that needs review (`ToolRegistry.review`) is an approval too (kind
 `register_tool`): its plan is the tool spec (ToolDef JSON) and the replace flag, bound by their hash;
@@ -109,12 +111,31 @@ def is_requester(approver: Caller, requester: Caller) -> bool:
     return bool(mine & theirs)
 
 
+def check_duties(approval_id: str, approver: Caller, requester: Caller) -> None:
+    """Separation of duties, enforced where the decision is applied: a task's call may not be decided
+    by the subject that started the task (admins included) nor by any token of the task's agent; the
+    dispatcher applies the same rule (dispatcher_svc.access.check_resolver) but is not the only way in."""
+    if requester.creator and approver.subject == requester.creator:
+        raise PermissionDeniedError(
+            missing_permission="approver:not-task-creator",
+            message=f"{approver.subject} started task {requester.task_id or '(unknown)'} and may not decide "
+            f"approval {approval_id}: another operator must (separation of duties)",
+        )
+    if requester.task_id and approver.agent_id and approver.agent_id == requester.agent_id:
+        raise PermissionDeniedError(
+            missing_permission="approver:not-task-agent",
+            message=f"agent {approver.agent_id} runs task {requester.task_id} and may not decide approval "
+            f"{approval_id}",
+        )
+
+
 class ApprovalBook:
     """Approval records in Redis (`am:approval:{<id>}`)."""
 
-    def __init__(self, store: Store, ttl_s: float) -> None:
+    def __init__(self, store: Store, ttl_s: float, *, separate_duties: bool = True) -> None:
         self.store = store
         self.ttl_s = ttl_s
+        self.separate_duties = separate_duties
 
     async def create(self, call: CallState) -> Pending:
         spec = call.spec
@@ -264,6 +285,8 @@ class ApprovalBook:
                 missing_permission="approver:other-than-requester",
                 message=f"{approver.subject} requested approval {approval_id} and cannot approve or deny it",
             )
+        if self.separate_duties:
+            check_duties(approval_id, approver, record.caller)
         if record.kind == "register_tool" and "admin" not in approver.roles:
             raise PermissionDeniedError(
                 missing_permission="role:admin",

@@ -1,47 +1,21 @@
 """DiscoverTools: BM25 over each tool's name, description and examples (docs/architecture.md §5).
 
-Tokens: Latin words are lower-cased, stop words dropped and stemmed (Snowball English), so "restarting"
-finds "restart"; Chinese (CJK) runs become character bigrams (a single character stays a unigram),
-since Chinese has no spaces. The index is rebuilt only when the registry changes.
+The ranking is the shared one (`agentmesh.retrieval`: stemmed Latin words, CJK character bigrams),
+the one context_svc ranks older turns with. The index is rebuilt only when the registry changes.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import snowballstemmer  # type: ignore[import-untyped, unused-ignore]
-from rank_bm25 import BM25Okapi  # type: ignore[import-untyped, unused-ignore]
-
+from agentmesh.retrieval import BM25, tokenize
 from tool_svc.model import ToolDef
+
+__all__ = ["DEFAULT_K", "MAX_K", "Discovery", "Scored", "ToolIndex", "tokenize"]
 
 DEFAULT_K = 5
 MAX_K = 50
-
-_TOKEN_RE = re.compile(r"[a-z0-9]+|[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-_CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_STOP_WORDS_TEXT = """a an the and or of to in on at for from by with without is are was were be been being it its
-this that these those i me my we our you your he she they them their what which who whom whose when where why how
-do does did done can could should would will shall may might must use used using please want need get give show
-tell let into about as than then there here if so not no yes all any some"""
-_STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-_STEMMER = snowballstemmer.stemmer("english")
-
-
-def tokenize(text: str) -> list[str]:
-    """BM25 tokens of `text`: stemmed Latin words and CJK character bigrams."""
-    tokens: list[str] = []
-    for match in _TOKEN_RE.finditer(text.lower().replace("_", " ").replace("-", " ")):
-        run = match.group(0)
-        if _CJK_RE.match(run):
-            if len(run) == 1:
-                tokens.append(run)
-            else:
-                tokens.extend(run[i : i + 2] for i in range(len(run) - 1))
-        elif run not in _STOP_WORDS and (len(run) > 1 or run.isdigit()):
-            tokens.append(_STEMMER.stemWord(run))
-    return tokens
 
 
 def document(tool: ToolDef) -> str:
@@ -60,8 +34,11 @@ class ToolIndex:
 
     def __init__(self, tools: Sequence[ToolDef]) -> None:
         self.tools = list(tools)
-        corpus = [tokenize(document(tool)) or ["_"] for tool in self.tools]
-        self._bm25 = BM25Okapi(corpus) if corpus else None
+        self._bm25: BM25[int] | None = None
+        if self.tools:
+            self._bm25 = BM25()
+            for position, tool in enumerate(self.tools):
+                self._bm25.add_tokens(position, tokenize(document(tool)) or ["_"])
 
     def search(self, goal: str, k: int = DEFAULT_K, allow: Callable[[ToolDef], bool] | None = None) -> list[Scored]:
         """The k best tools for `goal`, best first (ties by name); `allow` filters (e.g. permitted only)."""
@@ -69,9 +46,9 @@ class ToolIndex:
         if self._bm25 is None:
             return []
         query = tokenize(goal)
-        scores = self._bm25.get_scores(query) if query else [0.0] * len(self.tools)
+        scores = self._bm25.scores(query)
         ranked = sorted(
-            (Scored(tool, float(score)) for tool, score in zip(self.tools, scores, strict=True)),
+            (Scored(tool, scores.get(position, 0.0)) for position, tool in enumerate(self.tools)),
             key=lambda s: (-s.score, s.tool.name),
         )
         if allow is not None:

@@ -132,7 +132,11 @@ class Gateway:
             allowlist=self.transport.allowlist,
             available_builtins=frozenset(found),
         )
-        self.approvals = ApprovalBook(store, tools.approval_ttl_s) if store is not None else None
+        # Separation of duties as the dispatcher applies it (dispatcher_svc.access): off with auth disabled.
+        separate = settings.auth.separation_of_duties and settings.auth.mode == "enabled"
+        self.approvals = (
+            ApprovalBook(store, tools.approval_ttl_s, separate_duties=separate) if store is not None else None
+        )
         self.audit = AuditLog(store, settings.audit) if store is not None else None
         b = tools.breaker
         breaker_config = BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries)
@@ -163,10 +167,12 @@ class Gateway:
         # The order of docs/architecture.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
             ResolveTool(self.registry),  # UNKNOWN_TOOL (with the closest names)
-            # ARGUMENTS_NOT_JSON, SCHEMA_INVALID
+            # PERMISSION_DENIED, from the verified token only: before any work on the arguments, so a
+            # caller without the grant costs no parsing nor schema check (issue 39)
+            CheckPermission(),
+            # ARGUMENTS_NOT_JSON, SCHEMA_INVALID (regexes by RE2: tool_svc.linear_regex)
             ValidateArgumentsInPool(tools.max_arguments_bytes, self.cpu, settings.server.max_json_depth),
             GuardArguments(DangerGuard()),  # DANGEROUS_OPERATION (FATAL) on x-agentmesh-kind fields
-            CheckPermission(),  # PERMISSION_DENIED, from the verified token only
             self.idempotency,  # replay of a finished outcome, IDEMPOTENCY_CONFLICT
             RequireApproval(self.approvals),  # PendingApproval for writes
             RateLimit(
@@ -183,7 +189,7 @@ class Gateway:
         )
 
     async def start(self) -> None:
-        """Connects the MCP servers (waiting for their first listings); ConfigError on a name collision."""
+        """Connects the MCP servers (waiting for their first listings)."""
         if self.mcp is not None:
             await self.mcp.start()
 

@@ -155,6 +155,10 @@ class Caller:
     environment: str = "dev"
     permissions: tuple[str, ...] = ()
     roles: frozenset[str] = frozenset()
+    creator: str = ""
+    """For a task's token: the subject that started the task (separation of duties, tool_svc.approvals)."""
+    task_id: str = ""
+    """For a task's token: the task's id."""
 
     @classmethod
     def from_identity(cls, identity: Identity) -> Caller:
@@ -165,6 +169,8 @@ class Caller:
             environment=identity.environment,
             permissions=tuple(identity.permissions),
             roles=frozenset(identity.roles),
+            creator=identity.creator,
+            task_id=identity.task_id,
         )
 
     @property
@@ -180,6 +186,8 @@ class Caller:
             "environment": self.environment,
             "permissions": list(self.permissions),
             "roles": sorted(self.roles),
+            **({"creator": self.creator} if self.creator else {}),
+            **({"task_id": self.task_id} if self.task_id else {}),
         }
 
     @classmethod
@@ -191,6 +199,8 @@ class Caller:
             environment=data.get("environment", "dev"),
             permissions=tuple(data.get("permissions", ())),
             roles=frozenset(data.get("roles", ())),
+            creator=data.get("creator", ""),
+            task_id=data.get("task_id", ""),
         )
 
 

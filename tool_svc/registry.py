@@ -56,6 +56,8 @@ class RegisteredTool:
     """Whether the input schema marks any field with x-agentmesh-kind (else the guard has nothing to do)."""
     unavailable: str = ""
     """Why the tool cannot run now ("" when it can): its MCP server is down (docs/architecture.md §16)."""
+    collision: str = ""
+    """For an MCP tool whose name another tool of its server maps to too: why neither runs (issue 39)."""
 
 
 def _retry(settings: ToolRetrySettings) -> RetryPolicy:
@@ -255,7 +257,9 @@ class ToolRegistry:
 
     # -- MCP servers' tools ------------------------------------------------------------------------
 
-    def set_mcp_tools(self, server: str, specs: list[ToolDef] | None, down: str = "") -> list[str]:
+    def set_mcp_tools(
+        self, server: str, specs: list[ToolDef] | None, down: str = "", collisions: Mapping[str, str] | None = None
+    ) -> list[str]:
         """The tools of MCP server `server` (None: keep the last ones), and why it is down ("" when up).
 
         Returns what was not mounted and why: a name another tool already has, a schema the registry
@@ -272,14 +276,19 @@ class ToolRegistry:
                     problems.append(f"{spec.name} (tool {spec.mcp_tool!r} of MCP server {server}): the name is taken")
                     continue
                 known = old.get(spec.name)
-                if known is not None and known.spec == spec:
+                if known is not None and known.spec == spec and not known.collision:
                     compiled[spec.name] = known  # a periodic re-listing: nothing to compile again
                     continue
                 try:
                     compiled[spec.name] = self.compile(spec, "mcp")
                 except InvalidRequestError as exc:
                     problems.append(f"{spec.name} (tool {spec.mcp_tool!r} of MCP server {server}): {exc.message}")
-            if {n: t.spec for n, t in compiled.items()} != {n: t.spec for n, t in old.items()}:
+            for name, reason in (collisions or {}).items():
+                if name in compiled:  # listed, unavailable with the reason, never run
+                    compiled[name] = replace(compiled[name], unavailable=reason, collision=reason)
+            if {n: (t.spec, t.collision) for n, t in compiled.items()} != {
+                n: (t.spec, t.collision) for n, t in old.items()
+            }:
                 self._mcp[server] = compiled
                 changed = True
         if changed:
@@ -428,5 +437,11 @@ class ResolveTool:
         tool = await self.registry.resolve(call.request.name)
         if tool is None:
             return self.registry.unknown(call.request.name)
+        if tool.collision:
+            return AgentmeshError(
+                ErrorCode.UPSTREAM_UNAVAILABLE,
+                f"{tool.spec.name} is unavailable: {tool.collision}; nothing was sent",
+                metadata={"sent": "no"},
+            )
         call.tool = tool
         return None

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc.aio
 
-from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, ToolCall
+from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, MAX_GOAL_CHARS, ToolCall
 from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
@@ -40,7 +40,6 @@ log = logging.getLogger("tool_svc.server")
 SERVICE_NAME = tool_pb2.DESCRIPTOR.services_by_name["ToolService"].full_name
 
 _MAX_CALL_ID = 256
-_MAX_GOAL_CHARS = 8192
 _KEYS = Keys()
 
 _RESULT_TYPE = {"structured": common_pb2.RESULT_TYPE_STRUCTURED, "text": common_pb2.RESULT_TYPE_TEXT}
@@ -283,8 +282,8 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
     ) -> tool_pb2.DiscoverToolsResponse:
         if not 0 <= request.k <= 50:
             raise InvalidRequestError("k", f"must be 1..50 (0 for the default 5), got {request.k}")
-        if len(request.goal) > _MAX_GOAL_CHARS:
-            raise InvalidRequestError("goal", f"is limited to {_MAX_GOAL_CHARS} characters")
+        if len(request.goal) > MAX_GOAL_CHARS:
+            raise InvalidRequestError("goal", f"is limited to {MAX_GOAL_CHARS} characters")
         caller = Caller.from_identity(require_identity())
         scored = await self.gateway.discover(
             request.goal, request.k, caller=caller, permitted_only=request.permitted_only
@@ -321,7 +320,7 @@ class ToolServicer(tool_pb2_grpc.ToolServiceServicer):
             arguments_json=request.call.arguments_json,
             session_id=request.session_id,
             idempotency_key=request.idempotency_key,
-            goal=request.goal[:_MAX_GOAL_CHARS],
+            goal=request.goal[:MAX_GOAL_CHARS],
         )
         result = await self.gateway.execute(call, caller)
         return tool_pb2.ExecuteToolResponse(result=result_to_pb(result))

@@ -25,13 +25,13 @@ from jsonschema.exceptions import SchemaError, ValidationError  # type: ignore[i
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate_path
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from tool_svc.call import CallState
+from tool_svc.linear_regex import LINEAR_FORMAT_CHECKER, LinearValidator, PatternError, check_schema_patterns, search
 from tool_svc.model import Outcome, arguments_sha256, call_sha256
 
 KIND_KEYWORD = "x-agentmesh-kind"
 KINDS = frozenset({"shell", "sql", "path", "code"})
 MAX_VIOLATIONS = 20
 _MAX_VALUE_CHARS = 200
-_FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
 
 
 def _clip(text: str, limit: int = _MAX_VALUE_CHARS) -> str:
@@ -145,6 +145,10 @@ def check_tool_schema(schema: Any, what: str, *, require_object: bool) -> None:
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.path) or "(root)"
         raise SchemaDefinitionError(f"{what} is not a valid Draft 2020-12 schema at {where}: {exc.message}") from None
+    try:
+        check_schema_patterns(schema)
+    except PatternError as exc:
+        raise SchemaDefinitionError(f"{what} {exc}") from None
     if require_object and schema.get("type") != "object":
         raise SchemaDefinitionError(f'{what} must describe an object ("type": "object"): arguments are a JSON object')
     for where, sub in _walk_schema(schema, "#"):
@@ -262,9 +266,9 @@ def _matches_any(patterns: Any, name: str) -> bool:
         return False
     for pattern in patterns:
         try:
-            if re.search(str(pattern), name):
+            if search(str(pattern), name):
                 return True
-        except re.error:
+        except PatternError:
             continue
     return False
 
@@ -412,11 +416,13 @@ def _hint_for_required(err: ValidationError, name: str) -> str:
 class SchemaCheck:
     """A compiled schema; `violations(value)` lists every error (at most MAX_VIOLATIONS)."""
 
-    validator: Draft202012Validator
+    validator: Any
+    """A `LinearValidator` (Draft 2020-12, regexes by RE2)."""
 
     @classmethod
     def compile(cls, schema: Mapping[str, Any]) -> SchemaCheck:
-        return cls(Draft202012Validator(schema, format_checker=_FORMAT_CHECKER))
+        # RE2 for every regex (tool_svc.linear_regex): the schema is trusted less than its author thinks.
+        return cls(LinearValidator(schema, format_checker=LINEAR_FORMAT_CHECKER))
 
     def violations(self, value: Any) -> list[Violation]:
         found: list[Violation] = []

@@ -40,9 +40,17 @@ _JWT = re2.compile(
 # Vendor prefixes with loose lengths: gitleaks' rules pin each format's exact length and checksum marker,
 # and a key of a newer or older generation (or cut short in a log line) must still be masked. The prefix
 # must start a token: after `-`, `.` or `/` it is inside a word or a path (`.../2018-250-xoxo-indieweb.jpg`).
+# A Slack token's first part is a team id of 8 to 14 digits (or a one-digit version: `xoxa-2-...`), in every
+# generation gitleaks knows: `xoxp-1234-1234-...` is a stand-in.
 _PREFIXED_KEY = re2.compile(
     r"(?:^|[^A-Za-z0-9_./-])(?P<secret>sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}"
-    r"|xox[abposr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{30,}|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,})",
+    r"|xox[abposr]-(?:\d-[A-Za-z0-9]{10,}|\d{8,14}-[A-Za-z0-9-]{6,})|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,})",
+    _OPTIONS,
+)
+# Google's API keys have had one length since they began (`AIza` and 35 more): a key cut short in a log
+# line is still one, a longer token that begins with `AIza` is something else (gitleaks' own near miss).
+_GOOGLE_KEY = re2.compile(
+    r"(?:^|[^A-Za-z0-9_./-])(?P<secret>AIza[0-9A-Za-z_-]{30,35})(?:[^0-9A-Za-z_-]|$)",
     _OPTIONS,
 )
 _AWS_SECRET = re2.compile(r"(?:^|[^A-Za-z0-9/+=])(?P<secret>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|$)", _OPTIONS)
@@ -118,9 +126,32 @@ def lone_token(text: str) -> list[Finding]:
     ):
         return []
     classes = sum((any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token)))
-    if (classes < 2 and _LONG_NUMBER.search(token) is None) or shannon_entropy(token) < 3.0:
+    if (classes < 2 and _LONG_NUMBER.search(token) is None) or shannon_entropy(token) < _entropy_floor(token):
         return []
     return [Finding(start, end, "context:lone-token")]
+
+
+# The entropy a random token of a small alphabet reaches is lower: 16 random digits have 2.9 bits per
+# character on average (2.6 one time in ten), 16 hex digits 3.4. The floor follows the alphabet so
+# that a client id of 16 digits or `hex8:hex8` counts; filler and sequences stay out (`is_placeholder`,
+# and 2.5 bits is still more than `1212...` or `2026120512000000` carry).
+_DIGITS = frozenset("0123456789")
+_HEX = frozenset("0123456789abcdefABCDEF:-")
+
+
+# A compact timestamp (`20261205171407123`, `20261205-171407`): digits that are not random.
+_COMPACT_DATE = re2.compile(r"^(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])", _OPTIONS)
+
+
+def _entropy_floor(token: str) -> float:
+    chars = set(token)
+    if chars <= _HEX and _COMPACT_DATE.search(token) is not None:
+        return 3.0
+    if chars <= _DIGITS:
+        return 2.5
+    if chars <= _HEX:
+        return 2.7
+    return 3.0
 
 
 def findings(text: str, *, whole_text: bool = True) -> list[Finding]:
@@ -133,6 +164,7 @@ def findings(text: str, *, whole_text: bool = True) -> list[Finding]:
         (_PRIVATE_KEY, "private-key"),
         (_JWT, "jwt"),
         (_PREFIXED_KEY, "vendor-prefix"),
+        (_GOOGLE_KEY, "vendor-prefix"),
     ):
         for m in pattern.finditer(text):
             start, end = m.span(1)

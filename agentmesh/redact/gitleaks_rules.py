@@ -19,6 +19,7 @@ repository, which says nothing about a text an upstream sent us.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ _MIN_PREFIX = 3
 # (`nrak`, `test_pub`) say nothing about one.
 _SEMI_GENERIC = "[\\w.-]{0,50}?"
 
+# A keyword's head before its first separator is a vendor's prefix too when it is at least this long.
+_MIN_HEAD = 6
+_WORD_HEADS = frozenset({"secret", "github", "bedrock", "private", "public", "access"})
+_LEADING_SYNTAX = re.compile(r"^(?:\(\?i\))?(?:\\b)?(?:\((?:\?:)?)?")
+
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 64 << 20  # the generic rule's DFA needs more than RE2's 8 MiB default to stay fast
 
@@ -52,6 +58,21 @@ def shannon_entropy(data: str) -> float:
         return 0.0
     inverse = 1.0 / len(data.encode("utf-8", "surrogatepass"))
     return -sum(count * inverse * math.log2(count * inverse) for count in Counter(data).values())
+
+
+def _prefixes(keywords: tuple[str, ...], pattern: str) -> list[str]:
+    """The vendor prefixes a rule's keywords give: each keyword of 3 characters or more, and the head of
+    one up to its first `_`/`-` when the rule's format begins with that head literally and it is long
+    enough to be a vendor's mark (`sntrys_eyjpyxqio` -> `sntrys_`, `pscale_tkn_` -> `pscale_`; not `sk-`,
+    `api_`, `secret_`: words and short heads begin other tokens)."""
+    out = [k for k in keywords if len(k) >= _MIN_PREFIX]
+    body = _LEADING_SYNTAX.sub("", pattern, count=1).lower()
+    for k in keywords:
+        cut = min((i for i in (k.find("_"), k.find("-")) if i >= 0), default=-1) + 1
+        head = k[:cut]
+        if _MIN_HEAD <= cut < len(k) and body.startswith(head) and head.rstrip("_-") not in _WORD_HEADS:
+            out.append(head)
+    return out
 
 
 def _compile(pattern: str) -> Any:
@@ -150,8 +171,7 @@ class RuleSet:
                 k
                 for rule, pattern in zip(self.rules, patterns, strict=True)
                 if rule.id != GENERIC and not pattern.removeprefix("(?i)").startswith(_SEMI_GENERIC)
-                for k in rule.keywords
-                if len(k) >= _MIN_PREFIX
+                for k in _prefixes(rule.keywords, pattern)
             }
         )
         self._vendor_prefix = _compile("^(?:" + "|".join(re2.escape(k) for k in prefixes) + ")") if prefixes else None

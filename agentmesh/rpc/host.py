@@ -37,6 +37,7 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
+from starlette.middleware import Middleware
 
 from agentmesh.apikeys import ApiKeys, KeyAuthenticator
 from agentmesh.audit import AuditLog
@@ -50,6 +51,7 @@ from agentmesh.rpc.connect import ConnectEdge, ContentTypeGuard, MethodTable, co
 from agentmesh.rpc.console import ConsoleApp
 from agentmesh.rpc.http import HttpListener, cors_middleware, http_routes
 from agentmesh.rpc.httpedge import HttpEdge
+from agentmesh.rpc.httplimits import BodyDeadline, HttpConcurrencyLimit, header_timeout_protocol
 from agentmesh.rpc.interceptors import CallInterceptor, ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.status import abort
 from agentmesh.rpc.telemetry import OTLP, server_interceptors
@@ -121,6 +123,10 @@ class ServiceHost:
     http: HttpListener | None = field(init=False, default=None)
     """The HTTP listener once started (None: `http_port` 0, or nothing to serve)."""
     chain: ChainedCallInterceptor = field(init=False)
+    http_limiter: HttpConcurrencyLimit = field(init=False)
+    """The HTTP listener's concurrency limits, apart from gRPC's `limiter`."""
+    http_chain: ChainedCallInterceptor = field(init=False)
+    """The HTTP listener's chain: as `chain`, but authentication first, then `http_limiter`."""
     """The edge's call interceptors: run by the gRPC server and by the HTTP listener's Connect edge."""
     methods: MethodTable = field(init=False, default_factory=MethodTable)
     """The servicers' method handlers, by full method name (what the Connect edge calls)."""
@@ -149,6 +155,13 @@ class ServiceHost:
                 self.auth,
                 *self.extra_interceptors,
             ]
+        )
+        # The HTTP listener's chain: its own limiter, after authentication (agentmesh/rpc/httplimits.py).
+        self.http_limiter = HttpConcurrencyLimit(
+            server_settings.http_max_concurrent, server_settings.http_max_per_identity
+        )
+        self.http_chain = ChainedCallInterceptor(
+            [*server_interceptors(self.telemetry), self.auth, self.http_limiter, *self.extra_interceptors]
         )
         options = [
             ("grpc.max_send_message_length", server_settings.max_message_bytes),
@@ -203,7 +216,7 @@ class ServiceHost:
     def http_edge(self) -> HttpEdge:
         """The edge's chain for a service's own HTTP routes (`agentmesh.rpc.httpedge`): run by each route
         before it reads its body."""
-        return HttpEdge(self.chain)
+        return HttpEdge(self.http_chain)
 
     def add_http_routes(self, routes: Sequence[Any]) -> None:
         """Adds a service's own HTTP routes (Starlette routes) to its HTTP listener (`http_edge` for them)."""
@@ -243,8 +256,16 @@ class ServiceHost:
                 self.name,
                 routes,
                 graceful_shutdown_s=self.settings.server.grace_period_s,
-                middleware=cors_middleware(self.settings.server.cors_allowed_origins),
+                middleware=[
+                    Middleware(
+                        BodyDeadline,
+                        grace_s=self.settings.server.http_body_grace_s,
+                        min_rate=self.settings.server.http_min_body_rate,
+                    ),
+                    *cors_middleware(self.settings.server.cors_allowed_origins),
+                ],
                 tls=self.settings.tls,
+                protocol=header_timeout_protocol(self.settings.server.http_header_timeout_s),
             )
             try:
                 await listener.start(http_bind)
@@ -272,7 +293,7 @@ class ServiceHost:
         """The Connect applications of the registered services (none when `server.connect` is off)."""
         if not self.settings.server.connect:
             return []
-        edge = ConnectEdge(self.chain)
+        edge = ConnectEdge(self.http_chain)
         apps = []
         for name in self._service_names:
             if not name.startswith("agentmesh.v1."):  # a test's own servicer: no generated Connect code

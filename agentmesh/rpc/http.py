@@ -179,8 +179,11 @@ class HttpListener:
         graceful_shutdown_s: float = 5.0,
         middleware: Sequence[Middleware] = (),
         tls: TlsSettings | None = None,
+        protocol: Any = "auto",
     ) -> None:
         self.name = name
+        self.protocol = protocol
+        """uvicorn's HTTP protocol: a name or a class (agentmesh.rpc.httplimits.header_timeout_protocol)."""
         self.app = Starlette(routes=routes, middleware=list(middleware))
         self.graceful_shutdown_s = graceful_shutdown_s
         self.tls = tls
@@ -199,6 +202,7 @@ class HttpListener:
             access_log=False,  # a scrape every few seconds is not news
             lifespan="off",
             server_header=False,
+            http=self.protocol,
             timeout_graceful_shutdown=max(1, round(self.graceful_shutdown_s)),
             **tls_options,
         )

@@ -212,6 +212,10 @@ class CallContext:
     """The API key the call was made with ("" for identity tokens): its quotas apply."""
     model_patterns: tuple[str, ...] = ()
     """The models the caller's API key may use (fnmatch patterns); empty: any."""
+    metric_agent: str | None = None
+    """The `agent` label of the usage metrics: from the verified identity only (its agent id, "" for a
+    token without one), never from a request field (issue 39: unbounded label values); None (no
+    identity: in-process callers) falls back to `agent_id`."""
     route: Mapping[str, Any] = field(default_factory=dict)
     """How the model was chosen (task tag, `cheapest`, the candidates): set on every GenAI span."""
 

@@ -34,7 +34,7 @@ class Slot:
 
 SLOTS = (
     Slot("order amount", "order amount", "订单金额", "money"),
-    Slot("refund amount", "refund amount", "退款金额", "money"),
+    Slot("refund", "refund amount", "退款金额", "money"),
     Slot("refund cap", "refund cap", "退款上限", "money"),
     Slot("discount", "discount", "折扣", "discount"),
     Slot("deadline", "deadline", "截止日期", "date"),

@@ -295,8 +295,8 @@ async def test_connect_timeout_ms_is_the_calls_deadline(stack: Stack) -> None:
 
 
 async def test_an_overloaded_server_sheds_http_calls_as_grpc_ones(stack: Stack) -> None:
-    limiter = stack.hosts["dispatcher"][0].limiter
-    limiter.in_flight = limiter.limit  # every slot taken (by gRPC or HTTP calls: one count)
+    limiter = stack.hosts["dispatcher"][0].http_limiter
+    limiter.in_flight = limiter.limit  # every HTTP slot taken (gRPC has its own count)
     try:
         async with httpx.AsyncClient(base_url=base_url(stack), headers=bearer(stack)) as http:
             reply = await http.post(f"{DISPATCHER}/ListAgents", json={})
@@ -357,8 +357,8 @@ async def test_cors_admits_the_configured_origins_only(stack: Stack) -> None:
     assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
 
 
-async def test_every_http_call_leaves_the_shared_concurrency_count_even_a_dropped_stream(stack: Stack) -> None:
-    limiter = stack.hosts["dispatcher"][0].limiter
+async def test_every_http_call_leaves_the_http_concurrency_count_even_a_dropped_stream(stack: Stack) -> None:
+    limiter = stack.hosts["dispatcher"][0].http_limiter
     headers = {**bearer(stack), "content-type": "application/connect+json"}
     body = envelope({"start": {"agentId": AGENT, "goal": "compute 8*8"}})
     async with httpx.AsyncClient(base_url=base_url(stack), timeout=60) as http:

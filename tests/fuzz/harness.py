@@ -44,6 +44,7 @@ from agentmesh.v1 import common_pb2, context_pb2, dispatcher_pb2, provider_pb2, 
 from context_svc.server import SPEC as CONTEXT_SPEC
 from dispatcher_svc.server import SPEC as DISPATCHER_SPEC
 from provider_svc.server import SPEC as PROVIDER_SPEC
+from tests.fuzz.hostile import EVIL_TOOL, redos_case, slow_body_case
 from tool_svc.server import SPEC as TOOL_SPEC
 
 __all__ = ["STREAM_OK", "Cluster", "Mutator", "Report", "RpcStats", "run_fuzz"]
@@ -109,9 +110,11 @@ class Cluster:
             "server": {"drain_delay_s": 0, "grace_period_s": 1},
             "telemetry": {"span_file": str(self.workdir / "spans.jsonl"), "log_level": "WARNING"},
             "tools": {
-                "http_allowlist": [],
                 "logs_dir": str(self.workdir / "logs"),
                 "sandbox": {"bwrap_path": str(self.workdir / "no-bwrap"), "timeout_s": 1},
+                # tests/fuzz/hostile.py's ReDoS case (nothing listens on port 9: never reached)
+                "http_allowlist": ["http://127.0.0.1:9/"],
+                "registry": [EVIL_TOOL],
             },
             "agents": [
                 {
@@ -141,7 +144,7 @@ class Cluster:
         )
         self.authenticator = host.authenticator
         cleanup = await spec.setup(host)
-        await host.start("127.0.0.1:0")
+        await host.start("127.0.0.1:0", http_address="127.0.0.1:0")
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{host.port}", options=_CHANNEL_OPTIONS)
         running = Running(spec=spec, host=host, channel=channel, cleanup=cleanup)
         self.running[spec.name] = running
@@ -623,10 +626,12 @@ class Report:
     per_rpc: int
     rpcs: list[RpcStats]
     seconds: float = 0.0
+    hostile: list[RpcStats] = field(default_factory=list)
+    """The resource attacks of tests/fuzz/hostile.py (ReDoS arguments, slow HTTP bodies)."""
 
     @property
     def failures(self) -> int:
-        return sum(s.failures for s in self.rpcs)
+        return sum(s.failures for s in [*self.rpcs, *self.hostile])
 
     def table(self) -> str:
         head = (
@@ -650,7 +655,7 @@ class Report:
                 str(s.bad_stream_status),
                 f"{s.unauth_wrong}/{s.unauth_sent}",
             )
-            for s in self.rpcs
+            for s in [*self.rpcs, *self.hostile]
         ]
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head, *rows]]
@@ -659,7 +664,7 @@ class Report:
             f"seed {self.seed}, {self.per_rpc} per RPC, {total} messages (each also sent without a token), "
             f"{self.seconds:.1f}s, {self.failures} failure(s)"
         )
-        for s in self.rpcs:
+        for s in [*self.rpcs, *self.hostile]:
             for text in s.problems:
                 lines.append(f"  {s.rpc}: {text}")
         return "\n".join(lines)
@@ -812,4 +817,16 @@ async def run_fuzz(
                     break
             if progress is not None:
                 progress(f"{name}: {rpc.sent} sent, {dict(rpc.statuses)}, failures {rpc.failures}")
-    return Report(seed=seed, per_rpc=per_rpc, rpcs=stats, seconds=time.monotonic() - started)
+        hostile: list[RpcStats] = []
+        if not only or only == "hostile":
+            redos = RpcStats(rpc="hostile: ReDoS arguments", streaming=False)
+            await redos_case(cluster, redos, random.Random(rng.randrange(2**32)), max(20, per_rpc // 10))
+            slow = RpcStats(rpc="hostile: slow HTTP bodies", streaming=False)
+            await slow_body_case(cluster, slow, per_port=max(8, min(75, per_rpc // 25)))
+            for case in (redos, slow):
+                health = await cluster.serving()
+                if not all(health.values()):
+                    case.crashes += 1
+                    case.problem("not SERVING: " + ", ".join(sorted(n for n, ok in health.items() if not ok)))
+            hostile = [redos, slow]
+    return Report(seed=seed, per_rpc=per_rpc, rpcs=stats, seconds=time.monotonic() - started, hostile=hostile)

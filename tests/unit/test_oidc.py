@@ -29,7 +29,7 @@ def idp() -> Iterator[Issuer]:
 
 def authenticator(idp: Issuer, environment: str = "dev", **extra: Any) -> Authenticator:
     entry = idp.settings(
-        role_map={"sre": ["operator"], "platform": ["admin"]},
+        role_map={"sre": ["operator"], "platform": ["admin"], "operator": ["operator"]},
         permission_map={"sre": ["dev:ops.*:read"]},
         **extra,
     )
@@ -43,11 +43,15 @@ async def refused(auth: Authenticator, token: str, reason: str) -> None:
     assert token not in info.value.message
 
 
+def auth_prefix(issuer: str) -> str:
+    return issuer.split("://", 1)[1].rstrip("/") + ":"
+
+
 async def test_a_jwt_is_accepted_and_its_claims_mapped(idp: Issuer) -> None:
     auth = authenticator(idp)
     token = idp.token(sub="alice", roles=["sre", "unknown-group"], agentmesh_permissions="dev:k8s:write", jti="j-1")
     identity = await auth.authenticate(token)
-    assert identity.subject == "alice"
+    assert identity.subject == f"{auth_prefix(ISSUER)}alice"
     assert identity.roles == frozenset({"operator"})
     assert set(identity.permissions) == {"dev:k8s:write", "dev:ops.*:read"}
     assert identity.environment == "dev" and identity.token_id == "j-1" and identity.agent_id == ""
@@ -90,7 +94,7 @@ async def test_refusals(idp: Issuer) -> None:
 
 
 async def test_an_issuer_for_another_environment_is_refused(idp: Issuer) -> None:
-    entry = OidcIssuerSettings.model_validate(idp.settings(environment="prod"))
+    entry = OidcIssuerSettings.model_validate(idp.settings(environment="prod", role_map={"operator": ["operator"]}))
     auth = Authenticator(AuthSettings(key=KEY, oidc=[entry]), "dev")
     await refused(auth, idp.token(roles=["operator"]), "environment 'prod'")
 
@@ -161,3 +165,17 @@ def test_issuer_settings_are_checked() -> None:
     assert entry.audience == [AUDIENCE] and entry.algorithms == ["RS256", "ES256", "EdDSA"]
     with pytest.raises(ValueError, match="configured twice"):
         AuthSettings(key=KEY, oidc=[entry, entry])
+
+
+async def test_roles_only_through_role_map_and_subjects_prefixed_by_the_issuer(idp: Issuer) -> None:
+    """Issue 39: an IdP group named `admin` granted admin unless mapped; an IdP `sub` equal to a locally
+    minted subject read that subject's tasks (the default prefix was empty)."""
+    auth = authenticator(idp)
+    await refused(auth, idp.token(sub="x", roles=["admin"]), "maps to no agentmesh role")
+    mapped = await auth.authenticate(idp.token(sub="operator", roles=["sre"]))
+    assert mapped.subject != "operator" and mapped.subject.endswith(":operator")
+    assert mapped.subject.startswith(auth_prefix(ISSUER))
+    chosen = await authenticator(idp, subject_prefix="idp:").authenticate(idp.token(sub="bob", roles=["sre"]))
+    assert chosen.subject == "idp:bob"
+    bare = await authenticator(idp, subject_prefix="").authenticate(idp.token(sub="bob", roles=["sre"]))
+    assert bare.subject == "bob"  # only when configured so

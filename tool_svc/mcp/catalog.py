@@ -142,4 +142,12 @@ def catalog(listed: Sequence[ListedTool], server: McpServerSettings, retry: Tool
             tools.append(tool_def(by_name[original], name, server, retry, server.tools.get(original, defaults)))
         except ValueError as exc:
             skipped.append(f"{original!r}: {exc}")
+    # A collided name stays listed (as its first tool), unavailable with the reason naming both: the
+    # operator sees it in ListTools; neither tool runs (registry.ResolveTool).
+    for collision in collisions:
+        try:
+            first = by_name[collision.first]
+            tools.append(tool_def(first, collision.name, server, retry, server.tools.get(first.name, defaults)))
+        except ValueError as exc:
+            skipped.append(f"{collision.first!r}: {exc}")
     return Catalog(tuple(tools), tuple(collisions), tuple(skipped))

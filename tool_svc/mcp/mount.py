@@ -3,8 +3,9 @@
 At start-up: each streamable HTTP URL must match `tools.http_allowlist` and each stdio command must exist
 (else ConfigError: tool_svc exits 2); every server is connected at once and tool_svc waits up to each
 server's `connect_timeout_s` for its first listing. Two tools of one server mapping to one registry name
-in that listing is a ConfigError naming both. A server that cannot be reached does not stop tool_svc
-(it stays SERVING): the server is retried with backoff, and its tools appear when it answers.
+(at start-up or in any later listing) leave that name listed but unavailable, with the reason naming
+both, and a warning: never a crash, never a refused start (issue 39). A server that cannot be reached
+does not stop tool_svc (it stays SERVING): the server is retried with backoff, and its tools appear when it answers.
 
 Later listings (a change notice, a reconnect) replace the server's entries; a collision or a refused
 schema then leaves those tools out and is logged. While a server is down its tools stay listed,
@@ -79,18 +80,12 @@ class McpMount:
         }
         self.problems: dict[str, list[str]] = {}
         """What the last listing of each server could not mount, and why."""
-        self._startup_collisions: list[str] = []
-        self._starting = True
 
     async def start(self) -> None:
-        """Connects every server and waits for the first listings; ConfigError on a name collision."""
+        """Connects every server and waits for the first listings."""
         for connection in self.connections.values():
             connection.start()
         await asyncio.gather(*(c.wait_listed(c.settings.connect_timeout_s + 1.0) for c in self.connections.values()))
-        self._starting = False
-        if self._startup_collisions:
-            await self.aclose()
-            raise ConfigError("tools.mcp_servers: " + "; ".join(self._startup_collisions))
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.connections.values()), return_exceptions=True)
@@ -102,14 +97,13 @@ class McpMount:
             self.registry.set_mcp_tools(server.name, None, reason)
             return
         found = catalog(tools, server, self.settings.retry)
-        problems = [c.describe(server.name) for c in found.collisions]
-        if self._starting and problems:
-            self._startup_collisions.extend(problems)
+        collided = {c.name: c.describe(server.name) for c in found.collisions}
+        problems = list(collided.values())
         problems += [f"MCP server {server.name}: {p}" for p in found.skipped]
-        problems += self.registry.set_mcp_tools(server.name, list(found.tools), "")
+        problems += self.registry.set_mcp_tools(server.name, list(found.tools), "", collided)
         if problems != self.problems.get(server.name, []):
             for problem in problems:
-                log.error("not mounted: %s", problem)
+                log.warning("not mounted: %s", problem)
         self.problems[server.name] = problems
 
     async def __call__(self, call: Invocation) -> Produced:

@@ -3,7 +3,8 @@
 - structuredContent -> structured output (the gateway checks it against the outputSchema);
 - text blocks only -> text output;
 - image, audio and embedded-resource blocks -> stored as session payloads with their media types (a
-  text resource is redacted first), listed in a structured output beside the text blocks;
+  text resource, or a blob whose bytes are UTF-8 text, is redacted first), listed in a structured
+  output beside the text blocks;
 - `isError: true` -> UPSTREAM_REJECTED (ENGINEERING) with the server's text;
 - a JSON-RPC error: INVALID_PARAMS -> SCHEMA_INVALID (CONTRACT) with the server's message as the hint;
   METHOD_NOT_FOUND -> UPSTREAM_NOT_FOUND; anything else the server answered -> UPSTREAM_UNAVAILABLE or
@@ -159,11 +160,18 @@ async def _block(
             return {"type": "resource", "uri": resource.uri, "redacted": redacted, **entry}
         content = _decode(resource.blob, tool, "a resource")
         media_type = resource.mime_type or "application/octet-stream"
-        return {
-            "type": "resource",
-            "uri": resource.uri,
-            **await _stored(payloads, session_id, content, media_type, tool),
-        }
+        # A blob that is text (whatever its media type says) goes through the redactor too: issue 39
+        # found a key in a base64 blob stored as is. Bytes that are not UTF-8 are binary: kept.
+        try:
+            decoded = content.decode("utf-8")
+        except UnicodeDecodeError:
+            decoded = None
+        head: dict[str, Any] = {"type": "resource", "uri": resource.uri}
+        if decoded is not None:
+            cleaned, was_redacted = redact_text(decoded)
+            content = cleaned.encode("utf-8", "replace")
+            head["redacted"] = was_redacted
+        return {**head, **await _stored(payloads, session_id, content, media_type, tool)}
     # A resource link: a pointer, kept as it is.
     link: dict[str, Any] = {"type": "resource_link", "uri": block.uri, "name": block.name}
     if block.mime_type:

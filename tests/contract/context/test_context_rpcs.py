@@ -197,13 +197,15 @@ async def test_five_hundred_turns_build_within_budget_and_ratios(ctx: Ctx) -> No
         system, summary = blocks[K.CONTEXT_BLOCK_KIND_SYSTEM], blocks[K.CONTEXT_BLOCK_KIND_SUMMARY]
         recent, observations = blocks[K.CONTEXT_BLOCK_KIND_RECENT], blocks[K.CONTEXT_BLOCK_KIND_OBSERVATIONS]
         assert system.budget_tokens == min(1500, int(total * 0.125)) and 0 < system.tokens <= system.budget_tokens
-        # The summary's share, plus what the recent window (capped at 20 messages here) leaves: since
-        # issue 23 unused budget is lent before summary lines are cut.
+        # The summary's share, plus what the recent window leaves: since issue 23 unused budget is lent
+        # before summary lines are cut.
         assert summary.budget_tokens >= int(total * 0.15) and 0 < summary.tokens <= summary.budget_tokens
         assert recent.budget_tokens == int(total * 0.65) and 0 < recent.tokens <= recent.budget_tokens
         assert observations.tokens <= observations.budget_tokens
         assert observations.budget_tokens == total - system.tokens - summary.tokens - recent.tokens - int(total * 0.05)
-        assert recent.message_count + observations.message_count <= 20  # keep_recent_messages
+        # Issue 37: keep_recent_messages (20) is a floor, not a ceiling; turns left out: the budget is used.
+        assert recent.message_count + observations.message_count >= 20
+        assert view.total_tokens >= 0.9 * total
         assert view.summarized_messages + recent.message_count + observations.message_count == 500
         assert view.dropped_messages == 0
         assert "### SYSTEM block" in view.debug_text and "### total" in view.debug_text
@@ -232,21 +234,24 @@ async def test_tool_result_never_separated_from_its_call(ctx: Ctx) -> None:
 
 
 async def test_compact_summarises_older_turns_now(ctx: Ctx) -> None:
-    await ctx.create(budget=K.BudgetSettings(keep_recent_messages=4))
+    # A small budget: the recent window is filled by tokens (issue 37), keep_recent_messages is a floor.
+    await ctx.create(budget=K.BudgetSettings(keep_recent_messages=4, max_context_tokens=400,
+                                             reserve_system_prompt_tokens=100))  # fmt: skip
     for i in range(12):
         await ctx.say("s1", USER, f"Is ORD-2025-{i:04d} refunded at 85折 on 2025年6月{i + 1}日?")
         await ctx.say("s1", ASSISTANT, f"Yes, ¥{i}00 refunded to ORD-2025-{i:04d}.")
     done = await ctx.stub.Compact(K.CompactRequest(session_id="s1"), metadata=ctx.agent_md)
-    assert done.summarized_messages == 20
+    n = done.summarized_messages
+    assert 0 < n <= 20 and n % 2 == 0
     summary = done.summary
-    assert (summary.first_index, summary.last_index, summary.summarizer) == (0, 19, "extractive")
+    assert (summary.first_index, summary.last_index, summary.summarizer) == (0, n - 1, "extractive")
     text = "\n".join([summary.user_intent, *summary.key_data, *summary.open_questions, *summary.actions_taken])
-    for i in range(10):
+    for i in range(n // 2):
         assert f"ORD-2025-{i:04d}" in text and f"2025年6月{i + 1}日" in text and f"¥{i}00" in text
     again = await ctx.stub.Compact(K.CompactRequest(session_id="s1"), metadata=ctx.agent_md)
-    assert again.summarized_messages == 0 and again.summary.last_index == 19
+    assert again.summarized_messages == 0 and again.summary.last_index == n - 1
     view = await ctx.build()
-    assert view.summarized_messages == 20 and not view.compacted
+    assert view.summarized_messages == n and not view.compacted
 
 
 async def test_agents_cannot_touch_other_agents_sessions(ctx: Ctx) -> None:

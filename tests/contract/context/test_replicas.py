@@ -48,7 +48,7 @@ async def test_fifty_concurrent_appends_through_two_replicas_lose_nothing_and_ke
 
 async def test_both_replicas_build_the_same_context(start_context: Callable[..., Awaitable[Ctx]]) -> None:
     a, b = await start_context(), await start_context()
-    await a.create("s1", budget=context_pb2.BudgetSettings(summary_trigger_tokens=800))
+    await a.create("s1", budget=context_pb2.BudgetSettings(summary_trigger_tokens=800, max_context_tokens=2000))
     await a.play("s1", ops_session(30, big=False))
     view_a = await a.build()  # compacts
     view_b = await b.build()
@@ -58,7 +58,7 @@ async def test_both_replicas_build_the_same_context(start_context: Callable[...,
 
 async def test_session_survives_a_context_svc_restart(start_context: Callable[..., Awaitable[Ctx]]) -> None:
     first = await start_context()
-    await first.create("s1", budget=context_pb2.BudgetSettings(summary_trigger_tokens=800))
+    await first.create("s1", budget=context_pb2.BudgetSettings(summary_trigger_tokens=800, max_context_tokens=2000))
     await first.play("s1", ops_session(20, big=False))
     before = await first.build()
     await first.svc.host.stop(grace=0, drain_delay=0)

@@ -126,7 +126,10 @@ async def fake_provider() -> AsyncIterator[Callable[[str], Awaitable[tuple[FakeP
 
 
 async def _session_with_discounts(ctx: Ctx) -> None:
-    await ctx.create(budget=K.BudgetSettings(keep_recent_messages=4))
+    # A small budget: the recent window is filled by tokens (issue 37), so older turns need one.
+    await ctx.create(
+        budget=K.BudgetSettings(keep_recent_messages=4, max_context_tokens=400, reserve_system_prompt_tokens=100)
+    )
     for i in range(8):
         await ctx.say("s1", USER, f"订单ORD-2025-{i:04d}的折扣是85折还是8折？金额¥{i + 1},000，2025年6月{i + 1}日")
         await ctx.say("s1", ASSISTANT, f"ORD-2025-{i:04d}: 85折, refund ¥{i + 1},000 on 2025-06-{i + 1:02d}")
@@ -191,7 +194,11 @@ async def test_slow_llm_summarizer_leaves_build_context_time_to_answer(
     ctx = await start_context(
         {"services": {"provider": {"port": port}}, "context": {"summary_model": "fake/summarizer"}}
     )
-    await ctx.create(budget=K.BudgetSettings(keep_recent_messages=4, summary_trigger_tokens=100))
+    await ctx.create(
+        budget=K.BudgetSettings(
+            keep_recent_messages=4, summary_trigger_tokens=100, max_context_tokens=400, reserve_system_prompt_tokens=100
+        )
+    )
     for i in range(8):
         await ctx.say("s1", USER, f"order ORD-2025-{i:04d} costs ¥{i + 1},000 " + "detail " * 30)
     started = time.monotonic()

@@ -239,16 +239,23 @@ def test_an_http_server_off_the_allowlist_fails_start_up_with_exit_2(
     assert "remote" in err and "http_allowlist" in err
 
 
-async def test_a_name_collision_is_a_config_error_naming_both(
+async def test_a_name_collision_leaves_the_name_unavailable_naming_both_and_never_stops_start_up(
     start_service: Any, http_upstream: HttpUpstream, tmp_path: Path
 ) -> None:
+    """Issue 39: two listed tools mapping to one name used to make tool_svc exit 2 (and never restart
+    until the config changed). Now the name is listed, unavailable with the reason, and neither runs."""
     args = [str(UPSTREAM), "--transport", "stdio", "--effects", str(tmp_path / "e.txt"), "--collide"]
     overrides = mcp_overrides(http_upstream, tmp_path / "e.txt", args=args)
     overrides["tools"]["mcp_servers"] = overrides["tools"]["mcp_servers"][:1]  # the stdio server alone
-    with pytest.raises(ConfigError) as raised:
-        await start_service(SPEC, overrides)
-    assert "'Dup.Name'" in str(raised.value) and "'dup-name'" in str(raised.value)
-    assert "local__dup_name" in str(raised.value)
+    tools = Tools(await start_service(SPEC, overrides))
+    listing = await tools.listing()
+    reason = listing["local__dup_name"].unavailable_reason
+    assert "'Dup.Name'" in reason and "'dup-name'" in reason and "local__dup_name" in reason
+    assert "local__dup_name" not in await tools.discover("dup name one two", k=50)
+    refused = _error(await tools.call("local__dup_name", {}))
+    assert refused.code == common_pb2.ERROR_CODE_UPSTREAM_UNAVAILABLE and refused.metadata["sent"] == "no"
+    # The server's other tools are mounted and run.
+    assert (await tools.call("local__echo_text", {"text": "x"})).output.inline == "echo:x"
 
 
 def test_mcp_server_settings_are_checked_at_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

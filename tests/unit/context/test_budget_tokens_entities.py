@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentmesh.config import ConfigError, ContextSettings, load_settings
-from context_svc.budget import BlockBudgets, Group, group_entries, select_window
+from context_svc.budget import BlockBudgets, Group, extend_window, group_entries, select_window
 from context_svc.entities import extract_entities
 from context_svc.known import public_entities
 from context_svc.model import Budget, IndexEntry, Role
@@ -42,16 +42,27 @@ def test_groups_keep_calls_with_their_results() -> None:
 
 def test_window_newest_first_within_budgets_and_keep() -> None:
     groups = [Group(i, i, 100, 0) for i in range(10)]
-    assert select_window(groups, recent_budget=350, available=10_000, keep=20).first == 7
+    assert select_window(groups, recent_budget=350, available=10_000, keep=2).first == 7
     assert select_window(groups, recent_budget=10_000, available=250, keep=20).first == 8
-    assert select_window(groups, recent_budget=10_000, available=10_000, keep=4).first == 6
+    # Issue 37: keep_recent_messages is a floor, not a ceiling: tokens decide...
+    assert select_window(groups, recent_budget=10_000, available=10_000, keep=4).first == 0
+    # ...and the newest `keep` messages stay while they fit, even past the recent block's share.
+    assert select_window(groups, recent_budget=350, available=10_000, keep=5).first == 5
+    assert select_window(groups, recent_budget=350, available=450, keep=5).first == 6
     big = [Group(0, 0, 100, 0), Group(1, 30, 100, 3000)]
-    # The newest group is never refused for keep alone...
-    assert select_window(big, recent_budget=10_000, available=10_000, keep=5).first == 1
-    # ...and when it is over the token budget it is kept clipped rather than dropped.
-    window = select_window(big, recent_budget=50, available=10_000, keep=20)
+    # The newest group is never refused for its share alone...
+    assert select_window(big, recent_budget=50, available=10_000, keep=5).first == 1
+    # ...and when it is over the whole budget it is kept clipped rather than dropped.
+    window = select_window(big, recent_budget=50, available=1_000, keep=20)
     assert (window.first, window.clipped) == (1, True)
     assert select_window([], recent_budget=1, available=1, keep=1).first == 0
+
+
+def test_extend_window_lends_unused_room_to_older_turns() -> None:
+    groups = [Group(i, i, 100, 0) for i in range(10)]
+    assert extend_window(groups, 7, 250) == 5
+    assert extend_window(groups, 7, 99) == 7
+    assert extend_window(groups, 2, 10_000) == 0
 
 
 def test_token_counter_offline_only() -> None:

@@ -37,7 +37,7 @@ async def test_cached_state_never_leaks_into_a_recreated_session(store: Store) -
     engine = ContextEngine(ContextSettings(summary_trigger_tokens=500), store)
     await engine.create_session(OPERATOR, session_id="s1", goal="first life")
     await play(engine, "s1", 12)
-    first = await engine.build_context(OPERATOR, "s1")
+    first = await engine.build_context(OPERATOR, "s1", budget_tokens=1000)
     assert first.compacted
     assert await engine.delete_session(OPERATOR, "s1")
     assert await store.redis.keys("*{s1}*") == []  # the session, its summary and its payloads
@@ -90,7 +90,9 @@ async def test_two_replicas_compacting_at_once_summarise_once(store: Store) -> N
     a, b = ContextEngine(settings, store), ContextEngine(settings, store)
     await a.create_session(OPERATOR, session_id="s1", goal="g")
     await play(a, "s1", 20)
-    views = await asyncio.gather(a.build_context(OPERATOR, "s1"), b.build_context(OPERATOR, "s1"))
+    views = await asyncio.gather(
+        a.build_context(OPERATOR, "s1", budget_tokens=1000), b.build_context(OPERATOR, "s1", budget_tokens=1000)
+    )
     session, _ = await a.get_session(OPERATOR, "s1")
     assert session.summary_count == 1
     assert [m.content for m in views[0].messages[2:]] == [m.content for m in views[1].messages[2:]]
@@ -100,14 +102,29 @@ async def test_two_replicas_compacting_at_once_summarise_once(store: Store) -> N
 async def test_older_turns_below_the_trigger_are_summarised_in_the_view_not_dropped(store: Store) -> None:
     engine = ContextEngine(ContextSettings(keep_recent_messages=4, summary_trigger_tokens=100_000), store)
     await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    for i in range(120):
+        await engine.append_message(OPERATOR, "s1", Message(Role.USER, f"order ORD-2025-{i:04d} is 85折"))
+    view = await engine.build_context(OPERATOR, "s1", budget_tokens=1500)
+    assert view.dropped_messages == 0 and view.summarized_messages > 0
+    assert view.total_tokens >= 1500 * 0.9  # turns were left out: the budget is used
+    text = "\n".join(m.content for m in view.messages)
+    _, summary = await engine.compact(OPERATOR, "s1")
+    assert summary is not None
+    full = "\n".join(summary.key_data)
+    # Every older turn is in the view or in the summary its footer points to, none is dropped.
+    for i in range(view.summarized_messages):
+        assert f"ORD-2025-{i:04d}" in text or f"ORD-2025-{i:04d}" in full
+
+
+async def test_keep_recent_messages_is_a_floor_not_a_ceiling(store: Store) -> None:
+    """Issue 37: ten short turns and 12k tokens allowed: all ten verbatim, nothing summarised."""
+    engine = ContextEngine(ContextSettings(keep_recent_messages=4, summary_trigger_tokens=100_000), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
     for i in range(10):
         await engine.append_message(OPERATOR, "s1", Message(Role.USER, f"order ORD-2025-{i:04d} is 85折"))
     view = await engine.build_context(OPERATOR, "s1")
-    assert not view.compacted and view.dropped_messages == 0 and view.summarized_messages == 6
-    for i in range(6):
-        assert f"ORD-2025-{i:04d}" in view.messages[1].content
-    session, _ = await engine.get_session(OPERATOR, "s1")
-    assert session.summary_count == 0  # nothing persisted until the trigger
+    assert (view.summarized_messages, view.dropped_messages) == (0, 0)
+    assert [m.index for m in view.messages[1:]] == list(range(10))
 
 
 async def test_session_budget_is_fixed_at_creation(store: Store) -> None:

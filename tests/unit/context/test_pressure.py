@@ -43,11 +43,11 @@ async def test_unused_window_budget_is_lent_to_the_summary_before_lines_are_cut(
     engine = ContextEngine(ContextSettings(keep_recent_messages=4, summary_trigger_tokens=100_000), store)
     messages = [(Role.USER, c) for c in CONSTRAINTS] + [(Role.ASSISTANT, narration(i)) for i in range(40)]
     await _session(engine, "s1", messages)
-    view = await engine.build_context(OPERATOR, "s1", budget_tokens=3000)
+    view = await engine.build_context(OPERATOR, "s1", budget_tokens=1500)
     blocks = {b.kind: b for b in view.blocks}
-    # The window holds 4 short messages: what it leaves goes to the summary (share: 450 tokens).
-    assert blocks[BlockKind.SUMMARY].budget_tokens > 450 < blocks[BlockKind.SUMMARY].tokens
-    assert view.total_tokens <= 3000 - 150
+    # The summary gets its share (225 tokens) and what the window and the system block leave.
+    assert blocks[BlockKind.SUMMARY].budget_tokens > 225 < blocks[BlockKind.SUMMARY].tokens
+    assert 1500 * 0.9 <= view.total_tokens <= 1500 - 75
     summary = view.messages[1].content
     for fact in ("250 USD", "400 USD", "两千五百元", "June first", "85折", "three thousand two hundred"):
         assert fact in summary
@@ -70,19 +70,19 @@ async def test_near_duplicate_lines_fold_into_one_listing_the_varying_parts(stor
     engine = ContextEngine(ContextSettings(keep_recent_messages=4, summary_trigger_tokens=100_000), store)
     same = [f"Checked pod checkout-{i:04d}-abcde: restarted {i + 3} times, memory {256 + i}Mi." for i in range(300)]
     await _session(engine, "s1", [(Role.ASSISTANT, text) for text in same])
-    view = await engine.build_context(OPERATOR, "s1", budget_tokens=3000)
+    view = await engine.build_context(OPERATOR, "s1", budget_tokens=8000)
     summary = view.messages[1].content
     folded = [line for line in summary.splitlines() if line.startswith("- assistant")]
     assert len(folded) == 1, summary
     match = re.match(r'- assistant ×(\d+): "Checked pod \{\}: restarted \{\} times, memory \{\}\." with ', folded[0])
-    assert match is not None and int(match.group(1)) > 100, folded[0][:200]
+    assert match is not None and int(match.group(1)) > 50, folded[0][:200]
     rows = re.findall(r"\(checkout-(\d{4})-abcde, (\d+), (\d+)Mi\)", folded[0])
     assert len(rows) == int(match.group(1))  # one row per message, its facts verbatim and together
     assert all(int(n) + 3 == int(restarts) and int(n) + 256 == int(mem) for n, restarts, mem in rows)
 
 
 async def test_a_full_context_keeps_the_default_ratios(store: Store) -> None:
-    settings = ContextSettings(keep_recent_messages=500, summary_trigger_tokens=100_000)
+    settings = ContextSettings(keep_recent_messages=1, summary_trigger_tokens=100_000)
     engine = ContextEngine(settings, store)
     long = "lorem ipsum dolor sit amet, " * 12
     messages = []

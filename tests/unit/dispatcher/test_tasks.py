@@ -168,6 +168,8 @@ async def test_start_task_is_idempotent_on_task_id(make_rig: MakeRig) -> None:
         (StartRequest("", "goal"), ErrorCode.INVALID_REQUEST, "agent_id"),
         (StartRequest("ops", "   "), ErrorCode.INVALID_REQUEST, "goal"),
         (StartRequest("ops", "x" * 40_000), ErrorCode.INVALID_REQUEST, "goal"),
+        # Issue 39: one goal limit, DiscoverTools' (a longer goal used to start, then FAIL there).
+        (StartRequest("ops", "x" * 8193), ErrorCode.INVALID_REQUEST, "goal"),
         (StartRequest("ops", "goal", token_budget=-1), ErrorCode.INVALID_REQUEST, "token_budget"),
         (StartRequest("ops", "goal", max_steps=-3), ErrorCode.INVALID_REQUEST, "max_steps"),
         (StartRequest("ops", "goal", task_id="bad id{x}"), ErrorCode.INVALID_REQUEST, "task_id"),

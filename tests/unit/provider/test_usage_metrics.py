@@ -47,3 +47,22 @@ async def test_tokens_and_cost_per_agent_and_model() -> None:
     assert first.cost_usd == pytest.approx(
         (first.response.usage.input_tokens * 2 + first.response.usage.output_tokens * 8) / 1e6
     )
+
+
+async def test_the_agent_label_comes_from_the_identity_never_the_request() -> None:
+    """Issue 39: an operator's request named any `agent_id` (300 characters, unbounded values) and it
+    became the metric's label. With an identity, the label is its agent id ("" for an operator)."""
+    got = recorded_metrics()
+    settings = ProvidersSettings.model_validate(
+        {"default_model": "scripted/default", "backends": [{"name": "scripted", "type": "scripted"}]}
+    )
+    providers = Providers(settings, metrics=got.metrics)
+    request = ModelRequest((Message(Role.USER, "say hello"),))
+    try:
+        await providers.generate(request, CallContext(agent_id="x" * 300, metric_agent=""))
+        await providers.generate(request, CallContext(agent_id="ops", metric_agent="ops"))
+    finally:
+        await providers.aclose()
+    assert got.value("agentmesh.gen_ai.tokens", agent="x" * 300, type="input") == 0
+    assert got.value("agentmesh.gen_ai.tokens", agent="", type="input") > 0
+    assert got.value("agentmesh.gen_ai.tokens", agent="ops", type="input") > 0

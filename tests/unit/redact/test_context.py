@@ -75,6 +75,69 @@ def test_ids_digests_and_placeholders_standing_alone_are_kept(text: str) -> None
     assert redact_text(text) == (text, False)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1672546621574813",  # a client id of 16 random digits (2.9 bits per character)
+        "9882352431515891",  # 2.7 bits: under the 3.0 a mixed alphabet needs, random for digits
+        "1e2eeb71:4e1cc713",  # hex8:hex8 (2.9 bits)
+        "9c00a003:99190d77",
+    ],
+)
+def test_a_lone_token_of_a_small_alphabet_has_its_own_entropy_floor(text: str) -> None:
+    assert redact_text(text) == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026120517140700123",  # a compact timestamp: digits, but not random ones
+        "20261205-171407-000",
+        "4111111111111111",  # filler
+        "1212121212121212",
+        "1234567890123456",  # a run of the digits: a stand-in
+    ],
+)
+def test_dates_filler_and_runs_of_digits_standing_alone_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
+
+
+def test_a_vendor_prefix_is_also_the_head_of_a_longer_keyword() -> None:
+    rules = default_rules()
+    # sentry-org-token's keyword is `sntrys_eyjpyxqio` (the format's fixed start); `sntrys_` is the mark.
+    look_alike = "sntrys_o911smUGfhE1QfdYfsZSyM8zcSCFw3CutOckbJ2F6D4mEr4RLEzxt5VwwPHzQGZd"
+    assert rules.vendor_prefix(look_alike) and rules.vendor_prefix("pscale_tkn_x")
+    assert redact_text(look_alike) == (look_alike, False)
+    # Heads that are words or too short begin other tokens: still judged as lone tokens.
+    assert not rules.vendor_prefix("github_Xk9vQ2mR7tLp4Wz8Ns3Yd6") and not rules.vendor_prefix("api_Xk9vQ2mR7t")
+    assert redact_text("github_Xk9vQ2mR7tLp4Wz8Ns3Yd6") == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    ("text", "changed"),
+    [
+        ("key=AIzaSyB3xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg&q=1", True),  # exact, where gitleaks' end anchor fails
+        ("key=AIzaSyB3xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1J&q=1", True),  # cut short
+        ("id AIzaTesb6Tscfcni8vIpWZqNCXFDFslJtVSvFDqXk9vQ2m done", False),  # longer: not Google's format
+    ],
+)
+def test_the_google_key_prefix_takes_googles_length(text: str, changed: bool) -> None:
+    assert redact_text(text)[1] is changed
+
+
+@pytest.mark.parametrize(
+    ("text", "changed"),
+    [
+        ("auth failed for xoxb-4711802254263-Xk9vQ2", True),  # a team id, then the rest cut short
+        ("auth failed for xoxa-2-Xk9vQ2mR7tLp4Wz8", True),  # a versioned token
+        ("auth failed for xoxp-1234-1234-1234-4ddbc191d40ee098cbaae6f3523ada2d", False),  # 4 digits: a stand-in
+        ("see xoxb-deprecated-scopes-list for why", False),  # a page name, not a token
+    ],
+)
+def test_the_loose_slack_prefix_wants_a_team_id(text: str, changed: bool) -> None:
+    assert redact_text(text)[1] is changed
+
+
 def test_lone_tokens_in_structured_values_and_error_metadata_are_ids() -> None:
     value, changed = redact_value({"order_id": TOKEN, "items": [TOKEN], "api_key": "k"})
     assert value == {"order_id": TOKEN, "items": [TOKEN], "api_key": MASK} and changed

@@ -88,12 +88,13 @@ def test_changed_only_when_every_finding_is_masked_whole(samples: tuple[Sample, 
                 assert value not in out, (f.rule, value, out[:160])
 
 
-# What bench/bench_redaction.py measured (seed 40) after issue 40's second pass, less a little slack.
+# What bench/bench_redaction.py measured (seed 40) after issue 40's third pass (held-out bare 91.4 %,
+# near misses masked 12.7 % / tune 12.5 %), less a little slack.
 FLOORS = {
-    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.89},
-    "tune": {"generated": 0.99, "handwritten": 0.99, "bare": 0.96},
+    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.90},
+    "tune": {"generated": 0.99, "handwritten": 0.99, "bare": 0.97},
 }
-FP_CEILINGS = {"heldout": 0.16, "tune": 0.15}
+FP_CEILINGS = {"heldout": 0.14, "tune": 0.14}
 
 
 @pytest.mark.parametrize("half", ["heldout", "tune"])

@@ -28,9 +28,9 @@ def test_the_pipeline_is_in_the_documented_order() -> None:
     gateway = Gateway(Settings(auth={"mode": "disabled"}), None)
     assert [type(step).__name__ for step in gateway.pipeline] == [
         "ResolveTool",
+        "CheckPermission",
         "ValidateArgumentsInPool",
         "GuardArguments",
-        "CheckPermission",
         "Idempotency",
         "RequireApproval",
         "RateLimit",

@@ -296,3 +296,56 @@ def test_a_registry_tool_may_not_use_a_servers_prefix() -> None:
             registry=[ToolEntrySettings(name="shop__x", endpoint_url="http://h/x")],
             mcp_servers=[server()],
         )
+
+
+def test_a_collision_in_a_later_listing_marks_the_name_unavailable_and_a_fix_restores_it() -> None:
+    """Issue 39: the same for `list_changed` updates as at start-up: listed, unavailable, never run."""
+    registry = _registry()
+    settings = server(prefix="calc")
+    first = catalog([ListedTool("calculator", input_schema=SCHEMA)], settings, ToolRetrySettings())
+    assert registry.set_mcp_tools("shop", list(first.tools)) == []
+    clash = catalog(
+        [ListedTool("calculator", input_schema=SCHEMA), ListedTool("CALCULATOR", input_schema=SCHEMA)],
+        settings,
+        ToolRetrySettings(),
+    )
+    reasons = {c.name: c.describe("shop") for c in clash.collisions}
+    registry.set_mcp_tools("shop", list(clash.tools), "", reasons)
+    tool = registry.get("calc__calculator")
+    assert tool is not None and "'calculator'" in tool.collision and "'CALCULATOR'" in tool.collision
+    assert tool.unavailable == tool.collision
+    registry.set_mcp_tools("shop", list(first.tools))
+    fixed = registry.get("calc__calculator")
+    assert fixed is not None and not fixed.collision and not fixed.unavailable
+
+
+async def test_a_text_blob_resource_is_redacted_before_it_is_stored() -> None:
+    """Issue 39: blob resources were stored as payloads unredacted."""
+    stored: list[bytes] = []
+
+    class Payloads:
+        async def put(self, session_id: str, content: bytes, media_type: str) -> Any:
+            stored.append(content)
+            return types_ns(ref_id="r1", media_type=media_type, size_bytes=len(content), sha256="x")
+
+    secret = "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\npassword=hunter2\n"
+    blob = base64.b64encode(secret.encode()).decode()
+    binary = base64.b64encode(b"\x89PNG\x00\xff\xfe password=hunter2").decode()
+    result = types.CallToolResult(
+        content=[
+            types.EmbeddedResource(resource=types.BlobResourceContents(uri="file:///cfg", blob=blob)),
+            types.EmbeddedResource(
+                resource=types.BlobResourceContents(uri="file:///img", blob=binary, mime_type="image/png")
+            ),
+        ]
+    )
+    value = (await results.produced(_tool(), result, Payloads(), "s")).value  # type: ignore[arg-type]
+    assert value["content"][0]["redacted"] is True
+    assert b"hunter2" not in stored[0] and b"wJalrXUtnFEMI" not in stored[0]
+    assert "redacted" not in value["content"][1] and stored[1] == base64.b64decode(binary)
+
+
+def types_ns(**fields: Any) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**fields)

@@ -1,0 +1,179 @@
+"""Recall: the older turns the newest user message needs, shown verbatim (docs/architecture.md §4, issue 37).
+
+A summary keeps what an old span says in general; a question about one detail ("what did Caroline
+paint last summer?") needs the turn that says it. Every user and assistant message older than the
+recent window is a candidate; each is scored (`agentmesh.retrieval`, BM25 with CJK bigrams, behind
+the `Retriever` interface a semantic retriever can implement) against the newest user message and
+the goal, and the best are shown verbatim with a neighbour turn (the one before, else the one after)
+and their position, in log order, inside the summary block's share.
+
+The index of a session grows with its log (messages are immutable): each build adds the messages it
+already holds (its tail and recent window) and reads only what it never saw, so a build costs the
+query's postings, not the session's length. Indexes are kept per (session, epoch) in a small LRU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from agentmesh.retrieval import BM25, Retriever
+from context_svc.lru import LRU
+from context_svc.model import Message, Role
+from context_svc.tokens import TokenCounter
+
+__all__ = ["RECALL_HEADER", "Recall", "Recalled"]
+
+RECALL_HEADER = "Earlier turns relevant to the newest message (verbatim, [#position role]):"
+_TEXT_CHARS = 1200
+"""A recalled turn longer than this is shown clipped (its start), so one long turn cannot take the block."""
+_MAX_HITS = 256
+_MIN_TOKENS = 24
+_MIN_QUERY_CHARS = 2
+_ROLES = (Role.USER, Role.ASSISTANT)
+
+Fetch = Callable[[int, int], Awaitable[list[Message]]]
+
+
+@dataclass
+class _Index:
+    retriever: Retriever[int] = field(default_factory=BM25)
+    texts: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """index -> (role, content clipped) of the indexed user/assistant messages."""
+    upto: int = 0
+    """Messages 0..upto-1 have been seen (indexed or skipped)."""
+    costs: dict[int, int] = field(default_factory=dict)
+    """index -> tokens of its rendered line (counted once)."""
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """The recall part of the summary block."""
+
+    text: str
+    tokens: int
+    shown: tuple[int, ...]
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 1] + "…"
+
+
+def query_of(goal: str, messages: Sequence[Message]) -> str:
+    """The newest user message (and the goal): what the recalled turns must be relevant to."""
+    newest = next((m.content for m in reversed(messages) if m.role is Role.USER and m.content.strip()), "")
+    return f"{newest}\n{goal}".strip()
+
+
+class Recall:
+    """Per-session retrieval indexes and the recall block (see the module docstring)."""
+
+    def __init__(self, entries: int = 256) -> None:
+        self._indexes: LRU[tuple[str, str], _Index] = LRU(entries)
+        # A build repeated on an unchanged session (same window, budget and question) reuses its block.
+        self._blocks: LRU[tuple[object, ...], tuple[Recalled | None]] = LRU(entries * 4)
+
+    async def _index(self, session_id: str, epoch: str, upto: int, held: dict[int, Message], fetch: Fetch) -> _Index:
+        """The session's index covering messages 0..upto-1 (reading only what it never saw)."""
+        key = (session_id, epoch)
+        index = self._indexes.get(key)
+        if index is None:
+            index = self._indexes.put(key, _Index())
+        if index.upto >= upto:
+            return index
+        missing = [i for i in range(index.upto, upto) if i not in held]
+        read: dict[int, Message] = {}
+        if missing:
+            read = {m.index: m for m in await fetch(missing[0], missing[-1])}
+        for i in range(index.upto, upto):
+            message = held.get(i) or read.get(i)
+            if message is None or message.role not in _ROLES or not message.content.strip():
+                continue
+            index.retriever.add(i, message.content)
+            index.texts[i] = (message.role.value, _clip(message.content))
+        index.upto = max(index.upto, upto)
+        return index
+
+    async def block(
+        self,
+        *,
+        session_id: str,
+        epoch: str,
+        message_count: int,
+        first_kept: int,
+        query: str,
+        budget: int,
+        counter: TokenCounter,
+        held: dict[int, Message],
+        fetch: Fetch,
+        count: Callable[[str], int],
+    ) -> Recalled | None:
+        """The best of messages 0..first_kept-1 for `query`, within `budget` tokens (None: nothing)."""
+        if first_kept <= 0 or budget < _MIN_TOKENS or len(query.strip()) < _MIN_QUERY_CHARS:
+            return None
+        key = (session_id, epoch, message_count, first_kept, budget, counter.name, query)
+        cached = self._blocks.get(key)
+        if cached is not None:
+            return cached[0]
+        index = await self._index(session_id, epoch, message_count, held, fetch)
+        return self._blocks.put(key, (self._render(index, first_kept, query, budget, counter, count),))[0]
+
+    def _render(
+        self,
+        index: _Index,
+        first_kept: int,
+        query: str,
+        budget: int,
+        counter: TokenCounter,
+        count: Callable[[str], int],
+    ) -> Recalled | None:
+        hits = index.retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
+        if not hits:
+            return None
+        overhead = counter.message(Role.SYSTEM.value, "") + count(RECALL_HEADER) + 2
+        spent, shown = overhead, set[int]()
+
+        def line(i: int) -> str:
+            role, text = index.texts[i]
+            return f"[#{i} {role}] {text}"
+
+        def cost_of(i: int) -> int:
+            cost = index.costs.get(i)
+            if cost is None:
+                cost = index.costs[i] = count(line(i)) + 1
+            return cost
+
+        for hit in hits:
+            pick = [hit.key]
+            neighbour = next((j for j in (hit.key - 1, hit.key + 1) if j in index.texts and j < first_kept), None)
+            if neighbour is not None:
+                pick.append(neighbour)
+            new = [i for i in pick if i not in shown]
+            cost = sum(cost_of(i) for i in new)
+            if spent + cost > budget:
+                # The neighbour does not fit: the hit alone may.
+                new = [i for i in new if i == hit.key]
+                cost = sum(cost_of(i) for i in new)
+                if spent + cost > budget:
+                    continue
+            shown.update(new)
+            spent += cost
+        if not shown:
+            return None
+        order = sorted(shown)
+        text = "\n".join([RECALL_HEADER, *(line(i) for i in order)])
+        tokens = counter.message(Role.SYSTEM.value, "") + counter.count(text)
+        while tokens > budget and order:
+            # Joined text may count a little differently from its lines: the lowest-ranked goes first.
+            ranked = [h.key for h in hits if h.key in shown]
+            drop = ranked[-1] if ranked else order[-1]
+            shown.discard(drop)
+            shown.discard(drop - 1)
+            shown.discard(drop + 1)
+            order = sorted(shown)
+            text = "\n".join([RECALL_HEADER, *(line(i) for i in order)])
+            tokens = counter.message(Role.SYSTEM.value, "") + counter.count(text)
+        if not order:
+            return None
+        return Recalled(text, tokens, tuple(order))
