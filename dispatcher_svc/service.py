@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 from opentelemetry import trace
 
 from agentmesh.audit import AuditLog
+from agentmesh.chat import MAX_GOAL_CHARS
 from agentmesh.config import Settings
 from agentmesh.errors import (
     AgentmeshError,
@@ -53,7 +54,7 @@ from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.loop import AgentLoop, Hook
 from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
-from dispatcher_svc.starting import MAX_GOAL_CHARS, Starter, StartRequest, check_task_id, creator_of
+from dispatcher_svc.starting import Starter, StartRequest, check_task_id, creator_of
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import (
     StaleOwnerError,
