@@ -3,7 +3,8 @@
 
 What is served: the built console (`agentmesh/console_dist/`, made by scripts/build-console.sh from
 console/ and committed) read once at start-up, and `/console/config.json`, the few settings a browser
-needs (where tool_svc's and provider_svc's Connect edges are, the Jaeger UI, the OIDC login's public parameters). Nothing
+needs (where tool_svc's and provider_svc's Connect edges are, the Jaeger UI, the OIDC login's public
+parameters). Nothing
 here reads or changes data: the files are the same for everyone and carry no secret, so, like
 `/metrics`, they need no token. The console itself reads data only through the Connect edges with its
 user's token.
