@@ -57,7 +57,7 @@ def console_stack(
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
     (logs / "hostile-svc.log").write_text(f"2026-01-01T00:00:00Z ERROR [hostile-svc] {HOSTILE}\n", encoding="utf-8")
-    port, tool_port = free_port(), free_port()
+    port, tool_port, provider_port = free_port(), free_port(), free_port()
     origin = f"http://127.0.0.1:{port}"
     overrides: dict[str, Any] = {
         "providers": {
@@ -123,12 +123,17 @@ def console_stack(
         workdir,
         overrides,
         http=True,
-        http_addresses={"dispatcher": f"127.0.0.1:{port}", "tool": f"127.0.0.1:{tool_port}"},
+        http_addresses={
+            "dispatcher": f"127.0.0.1:{port}",
+            "tool": f"127.0.0.1:{tool_port}",
+            "provider": f"127.0.0.1:{provider_port}",
+        },
         service_overrides={
-            # The console finds tool_svc's edge on the page's host at services.tool.http_port ...
-            "dispatcher": {"services": {"tool": {"http_port": tool_port}}},
-            # ... which lets the console's origin call it.
+            # The console finds tool_svc's and provider_svc's edges on the page's host at their http_port ...
+            "dispatcher": {"services": {"tool": {"http_port": tool_port}, "provider": {"http_port": provider_port}}},
+            # ... which let the console's origin call them.
             "tool": {"server": {"cors_allowed_origins": [origin]}},
+            "provider": {"server": {"cors_allowed_origins": [origin]}},
         },
     )
     return stack, port
