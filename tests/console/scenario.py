@@ -67,7 +67,12 @@ def console_stack(
                     "type": "scripted",
                     "models": [
                         {"name": "smoke", "policy": "tests.contract.stack:policy"},
-                        {"name": "console", "policy": "tests.console.scenario:policy"},
+                        {
+                            "name": "console",
+                            "policy": "tests.console.scenario:policy",
+                            "input_price_per_mtok": 0.5,
+                            "output_price_per_mtok": 1.5,
+                        },
                     ],
                 }
             ]
@@ -101,6 +106,8 @@ def console_stack(
                 "token_budget": 2_000_000,
             },
         ],
+        # The Spend page shows the console agent's daily budget (far above what the tests spend).
+        "gateway": {"agents": {CONSOLE_AGENT: {"budget_usd_day": 50.0}}},
         **(extra or {}),
     }
     if note_upstream:
