@@ -427,12 +427,16 @@ class ConsoleSettings(_Section):
     """tool_svc's Connect edge as browsers reach it, e.g. `https://tools.example.com`; "" means the
     console's own host on `services.tool.http_port`. Its `server.cors_allowed_origins` must list the
     console's origin."""
+    provider_url: str = ""
+    """provider_svc's Connect edge as browsers reach it (the Spend page: GetSpendSummary, ListBudgets); ""
+    means the console's own host on `services.provider.http_port`. Its `server.cors_allowed_origins` must
+    list the console's origin."""
     jaeger_url: str = ""
     """The Jaeger UI, e.g. `http://localhost:16686`: the Task page links each request's trace there."""
     oidc: ConsoleOidcSettings | None = None
     """The OIDC login; without it the console asks for a pasted token only."""
 
-    @field_validator("tool_url", "jaeger_url")
+    @field_validator("tool_url", "provider_url", "jaeger_url")
     @classmethod
     def _url(cls, url: str) -> str:
         return _browser_url(url.rstrip("/"), empty_ok=True)

@@ -378,7 +378,10 @@ class Quotas:
         return tenant if sep and tenant else ""
 
     def tenant_scope(self, subject: str) -> Scope | None:
-        tenant = self.tenant_of(subject)
+        return self.tenant_named(self.tenant_of(subject))
+
+    def tenant_named(self, tenant: str) -> Scope | None:
+        """The scope of tenant `tenant` (None when it has no limits)."""
         limits = self.settings.tenants.get(tenant) if tenant else None
         if limits is None or not limits.any():
             return None

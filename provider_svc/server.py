@@ -21,6 +21,7 @@ import grpc.aio
 from google.protobuf import timestamp_pb2
 
 from agentmesh import callctx
+from agentmesh.apikeys import ApiKeys
 from agentmesh.audit import AuditLog
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Usage
 from agentmesh.errors import AgentmeshError, InvalidRequestError, PermissionDeniedError
@@ -47,6 +48,7 @@ from provider_svc.models.base import (
 )
 from provider_svc.recording import RequestRecorder
 from provider_svc.service import Generation, Providers
+from provider_svc.spend import GROUPS, KINDS, BudgetPage, BudgetView, GroupSum, SpendFilter, SpendReports
 
 __all__ = ["SERVICE_NAME", "SPEC", "ProviderServicer"]
 
@@ -215,6 +217,73 @@ def _date(ts: timestamp_pb2.Timestamp, field: str) -> dt.date:
     return dt.datetime.fromtimestamp(codec.seconds(ts, field), dt.UTC).date()
 
 
+_GROUPS = {provider_pb2.SPEND_GROUP_UNSPECIFIED: "day"} | {
+    provider_pb2.SpendGroup.Value(f"SPEND_GROUP_{g.upper()}"): g for g in GROUPS
+}
+_KINDS = {provider_pb2.BUDGET_SCOPE_KIND_UNSPECIFIED: ""} | {
+    provider_pb2.BudgetScopeKind.Value(f"BUDGET_SCOPE_KIND_{k.upper()}"): k for k in KINDS
+}
+
+
+def spend_filter(pb: provider_pb2.GetSpendSummaryRequest) -> SpendFilter:
+    """The domain filter of a GetSpendSummaryRequest (an unknown group_by is INVALID_REQUEST)."""
+    group = _GROUPS.get(pb.group_by)
+    if group is None:
+        raise InvalidRequestError("group_by", f"unknown dimension {pb.group_by}")
+    return SpendFilter(
+        group=group,  # type: ignore[arg-type]
+        agent_id=pb.agent_id,
+        api_key_id=pb.api_key_id,
+        model=pb.model,
+        start=_date(pb.start_time, "start_time") if pb.HasField("start_time") else None,
+        end=_date(pb.end_time, "end_time") if pb.HasField("end_time") else None,
+    )
+
+
+def _group_pb(g: GroupSum) -> provider_pb2.SpendGroupRow:
+    return provider_pb2.SpendGroupRow(
+        key=g.key,
+        calls=g.calls,
+        usage=codec.usage_to_pb(Usage(g.input_tokens, g.output_tokens)),
+        cost_usd=g.cost_usd,
+        total_latency=codec.duration(max(g.total_latency_s, 0.0)),
+    )
+
+
+def _budget_pb(b: BudgetView) -> provider_pb2.Budget:
+    pb = provider_pb2.Budget(
+        kind=f"BUDGET_SCOPE_KIND_{b.kind.upper()}",
+        scope=b.scope,
+        name=b.name,
+        agent_id=b.agent_id,
+        spent_day_usd=b.spent_day_usd,
+        spent_month_usd=b.spent_month_usd,
+        reserved_usd=b.reserved_usd,
+        revoked=b.revoked,
+    )
+    limits = b.limits
+    if limits.budget_usd_day is not None:
+        pb.budget_usd_day = limits.budget_usd_day
+    if limits.budget_usd_month is not None:
+        pb.budget_usd_month = limits.budget_usd_month
+    if limits.rpm is not None:
+        pb.rpm = limits.rpm
+    if limits.tpm is not None:
+        pb.tpm = limits.tpm
+    if b.expires_ms:
+        pb.expire_time.FromMilliseconds(b.expires_ms)
+    return pb
+
+
+def budgets_pb(page: BudgetPage) -> provider_pb2.ListBudgetsResponse:
+    return provider_pb2.ListBudgetsResponse(
+        budgets=[_budget_pb(b) for b in page.budgets],
+        next_page_token=page.next_page_token,
+        day=page.day,
+        month=page.month,
+    )
+
+
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     """The ProviderService servicer."""
 
@@ -224,10 +293,12 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         *,
         max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
         recorder: RequestRecorder | None = None,
+        spend: SpendReports | None = None,
     ) -> None:
         self.providers = providers
         self.max_json_depth = max_json_depth
         self.recorder = recorder or RequestRecorder()
+        self.spend = spend or SpendReports(providers.ledger, providers.quotas, None, providers.gateway, None)
 
     async def _response(self, generation: Generation, include_request: bool) -> provider_pb2.GenerateResponse:
         pb = generation_pb(generation)
@@ -330,6 +401,28 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             ]
         )
 
+    async def GetSpendSummary(
+        self, request: provider_pb2.GetSpendSummaryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> provider_pb2.GetSpendSummaryResponse:
+        summary = await self.spend.summary(
+            require_identity(), spend_filter(request), request.page_size, request.page_token
+        )
+        return provider_pb2.GetSpendSummaryResponse(
+            rows=[_group_pb(g) for g in summary.rows],
+            total=_group_pb(summary.total),
+            next_page_token=summary.next_page_token,
+            total_groups=summary.total_groups,
+        )
+
+    async def ListBudgets(
+        self, request: provider_pb2.ListBudgetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> provider_pb2.ListBudgetsResponse:
+        kind = _KINDS.get(request.kind)
+        if kind is None:
+            raise InvalidRequestError("kind", f"unknown scope kind {request.kind}")
+        page = await self.spend.budgets(require_identity(), kind, request.page_size, request.page_token)
+        return budgets_pb(page)
+
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Builds every configured model, registers ProviderService on the host and, with
@@ -358,6 +451,13 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
             recorder=RequestRecorder(
                 max_entries=host.settings.providers.request_cache_entries,
                 max_chars=host.settings.providers.request_cache_chars,
+            ),
+            spend=SpendReports(
+                providers.ledger,
+                providers.quotas,
+                ApiKeys(host.store) if host.store is not None else None,
+                settings.gateway,
+                settings.auth.key.get_secret_value() if settings.auth.key is not None else None,
             ),
         ),
     )

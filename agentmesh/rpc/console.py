@@ -3,13 +3,14 @@
 
 What is served: the built console (`agentmesh/console_dist/`, made by scripts/build-console.sh from
 console/ and committed) read once at start-up, and `/console/config.json`, the few settings a browser
-needs (where tool_svc's Connect edge is, the Jaeger UI, the OIDC login's public parameters). Nothing
+needs (where tool_svc's and provider_svc's Connect edges are, the Jaeger UI, the OIDC login's public
+parameters). Nothing
 here reads or changes data: the files are the same for everyone and carry no secret, so, like
 `/metrics`, they need no token. The console itself reads data only through the Connect edges with its
 user's token.
 
 Every answer carries a Content-Security-Policy that allows scripts, styles and images from this origin
-only (no inline script or style, no eval), network calls to this origin, tool_svc's edge and the
+only (no inline script or style, no eval), network calls to this origin, tool_svc's and provider_svc's edges and the
 IdP's token endpoint only, no framing, no forms posting anywhere, no base URI; and nosniff, no
 referrer, same-origin opener and resource policies.
 """
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 from agentmesh import __version__
 from agentmesh.config import Settings
 
-__all__ = ["ASSETS_DIR", "ConsoleApp", "console_config", "security_headers"]
+__all__ = ["ASSETS_DIR", "ConsoleApp", "console_config", "provider_url", "security_headers", "tool_url"]
 
 log = logging.getLogger("agentmesh.rpc.console")
 
@@ -83,6 +84,19 @@ def tool_url(settings: Settings, scope: Any) -> str:
     return f"{scheme}://{host}:{port}"
 
 
+def provider_url(settings: Settings, scope: Any) -> str:
+    """provider_svc's Connect edge as this browser reaches it: `console.provider_url`, else the page's host
+    on provider_svc's `http_port` ("" when neither is known)."""
+    if settings.console.provider_url:
+        return settings.console.provider_url
+    port = settings.services.provider.http_port
+    host = _request_host(scope)
+    if not port or not host:
+        return ""
+    scheme = "https" if settings.tls.enabled else "http"
+    return f"{scheme}://{host}:{port}"
+
+
 def console_config(settings: Settings, scope: Any) -> dict[str, Any]:
     """`/console/config.json`: public values only (no key, no secret)."""
     oidc = settings.console.oidc
@@ -90,6 +104,7 @@ def console_config(settings: Settings, scope: Any) -> dict[str, Any]:
         "environment": settings.environment,
         "version": __version__,
         "tool_url": tool_url(settings, scope),
+        "provider_url": provider_url(settings, scope),
         "jaeger_url": settings.console.jaeger_url,
         "oidc": None
         if oidc is None
@@ -108,7 +123,8 @@ def console_config(settings: Settings, scope: Any) -> dict[str, Any]:
 def security_headers(settings: Settings, scope: Any) -> list[tuple[bytes, bytes]]:
     """The headers of every console answer (module doc)."""
     connect = ["'self'"]
-    for url in (tool_url(settings, scope), settings.console.oidc.token_endpoint if settings.console.oidc else ""):
+    oidc_token = settings.console.oidc.token_endpoint if settings.console.oidc else ""
+    for url in (tool_url(settings, scope), provider_url(settings, scope), oidc_token):
         origin = _origin(url)
         if origin and origin not in connect:
             connect.append(origin)

@@ -96,7 +96,8 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
         ),
         ErrorCode.INVALID_REQUEST: (
             "Fix the request field named in BadRequest; the same request fails again. A bad `page_token` of "
-            "ListTasks / ListApprovals says why in ErrorInfo metadata `reason`: `page_token.malformed`, "
+            "ListTasks / ListApprovals / GetSpendSummary / ListBudgets says why in ErrorInfo metadata `reason`: "
+            "`page_token.malformed`, "
             "`page_token.signature` (tampered with), `page_token.filter` (send the first page's filters with it) "
             "or `page_token.expired` (after an hour): list again from the first page."
         ),

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .provider_pb2 import GenerateRequest, GenerateResponse, GenerateStreamRequest, GenerateStreamResponse, GetUsageRequest, GetUsageResponse, ListModelsRequest, ListModelsResponse
+from .provider_pb2 import GenerateRequest, GenerateResponse, GenerateStreamRequest, GenerateStreamResponse, GetSpendSummaryRequest, GetSpendSummaryResponse, GetUsageRequest, GetUsageResponse, ListBudgetsRequest, ListBudgetsResponse, ListModelsRequest, ListModelsResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -62,6 +62,20 @@ class ProviderService(Protocol):
     async def get_usage(self, request: GetUsageRequest, ctx: RequestContext[GetUsageRequest, GetUsageResponse], /) -> GetUsageResponse:
         """
         Aggregates recorded usage and cost.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_spend_summary(self, request: GetSpendSummaryRequest, ctx: RequestContext[GetSpendSummaryRequest, GetSpendSummaryResponse], /) -> GetSpendSummaryResponse:
+        """
+        Spend (calls, tokens, USD) summed by day, agent, API key, model or task tag, with the total, paged.
+        An operator sees every agent's; an agent its own; an API key the calls made with it.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_budgets(self, request: ListBudgetsRequest, ctx: RequestContext[ListBudgetsRequest, ListBudgetsResponse], /) -> ListBudgetsResponse:
+        """
+        The quota scopes (API keys, agents, tenants) with their budgets and their spend of the current UTC
+        day and month, paged. An operator sees all; an agent its own agent and keys; an API key itself.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -122,6 +136,28 @@ class ProviderServiceASGIApplication(ConnectASGIApplication[ProviderService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.get_usage,
+                ),
+                "/agentmesh.v1.ProviderService/GetSpendSummary": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetSpendSummary",
+                        service_name="agentmesh.v1.ProviderService",
+                        input=GetSpendSummaryRequest,
+                        output=GetSpendSummaryResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_spend_summary,
+                ),
+                "/agentmesh.v1.ProviderService/ListBudgets": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListBudgets",
+                        service_name="agentmesh.v1.ProviderService",
+                        input=ListBudgetsRequest,
+                        output=ListBudgetsResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_budgets,
                 ),
             },
             interceptors=interceptors,
@@ -253,6 +289,58 @@ class ProviderServiceClient(ConnectClient):
                 service_name="agentmesh.v1.ProviderService",
                 input=GetUsageRequest,
                 output=GetUsageResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
+        )
+    async def get_spend_summary(
+        self,
+        request: GetSpendSummaryRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> GetSpendSummaryResponse:
+        """
+        Spend (calls, tokens, USD) summed by day, agent, API key, model or task tag, with the total, paged.
+        An operator sees every agent's; an agent its own; an API key the calls made with it.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetSpendSummary",
+                service_name="agentmesh.v1.ProviderService",
+                input=GetSpendSummaryRequest,
+                output=GetSpendSummaryResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
+        )
+    async def list_budgets(
+        self,
+        request: ListBudgetsRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> ListBudgetsResponse:
+        """
+        The quota scopes (API keys, agents, tenants) with their budgets and their spend of the current UTC
+        day and month, paged. An operator sees all; an agent its own agent and keys; an API key itself.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListBudgets",
+                service_name="agentmesh.v1.ProviderService",
+                input=ListBudgetsRequest,
+                output=ListBudgetsResponse,
                 idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
                 stream_type=StreamType.UNARY,
             ),

@@ -28,6 +28,22 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
     FINISH_REASON_TOOL_CALLS: _ClassVar[FinishReason]
     FINISH_REASON_CONTENT_FILTER: _ClassVar[FinishReason]
+
+class SpendGroup(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPEND_GROUP_UNSPECIFIED: _ClassVar[SpendGroup]
+    SPEND_GROUP_DAY: _ClassVar[SpendGroup]
+    SPEND_GROUP_AGENT: _ClassVar[SpendGroup]
+    SPEND_GROUP_API_KEY: _ClassVar[SpendGroup]
+    SPEND_GROUP_MODEL: _ClassVar[SpendGroup]
+    SPEND_GROUP_TASK_TAG: _ClassVar[SpendGroup]
+
+class BudgetScopeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BUDGET_SCOPE_KIND_UNSPECIFIED: _ClassVar[BudgetScopeKind]
+    BUDGET_SCOPE_KIND_API_KEY: _ClassVar[BudgetScopeKind]
+    BUDGET_SCOPE_KIND_AGENT: _ClassVar[BudgetScopeKind]
+    BUDGET_SCOPE_KIND_TENANT: _ClassVar[BudgetScopeKind]
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
 TOOL_CHOICE_MODE_AUTO: ToolChoiceMode
 TOOL_CHOICE_MODE_NONE: ToolChoiceMode
@@ -38,6 +54,16 @@ FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_TOOL_CALLS: FinishReason
 FINISH_REASON_CONTENT_FILTER: FinishReason
+SPEND_GROUP_UNSPECIFIED: SpendGroup
+SPEND_GROUP_DAY: SpendGroup
+SPEND_GROUP_AGENT: SpendGroup
+SPEND_GROUP_API_KEY: SpendGroup
+SPEND_GROUP_MODEL: SpendGroup
+SPEND_GROUP_TASK_TAG: SpendGroup
+BUDGET_SCOPE_KIND_UNSPECIFIED: BudgetScopeKind
+BUDGET_SCOPE_KIND_API_KEY: BudgetScopeKind
+BUDGET_SCOPE_KIND_AGENT: BudgetScopeKind
+BUDGET_SCOPE_KIND_TENANT: BudgetScopeKind
 
 class ToolChoice(_message.Message):
     __slots__ = ("mode", "tool_name")
@@ -227,3 +253,101 @@ class GetUsageResponse(_message.Message):
     ROWS_FIELD_NUMBER: _ClassVar[int]
     rows: _containers.RepeatedCompositeFieldContainer[UsageRow]
     def __init__(self, rows: _Optional[_Iterable[_Union[UsageRow, _Mapping]]] = ...) -> None: ...
+
+class GetSpendSummaryRequest(_message.Message):
+    __slots__ = ("group_by", "agent_id", "api_key_id", "model", "start_time", "end_time", "page_size", "page_token")
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    group_by: SpendGroup
+    agent_id: str
+    api_key_id: str
+    model: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    page_size: int
+    page_token: str
+    def __init__(self, group_by: _Optional[_Union[SpendGroup, str]] = ..., agent_id: _Optional[str] = ..., api_key_id: _Optional[str] = ..., model: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SpendGroupRow(_message.Message):
+    __slots__ = ("key", "calls", "usage", "cost_usd", "total_latency")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    COST_USD_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LATENCY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    calls: int
+    usage: _common_pb2.TokenUsage
+    cost_usd: float
+    total_latency: _duration_pb2.Duration
+    def __init__(self, key: _Optional[str] = ..., calls: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., cost_usd: _Optional[float] = ..., total_latency: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class GetSpendSummaryResponse(_message.Message):
+    __slots__ = ("rows", "total", "next_page_token", "total_groups")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[SpendGroupRow]
+    total: SpendGroupRow
+    next_page_token: str
+    total_groups: int
+    def __init__(self, rows: _Optional[_Iterable[_Union[SpendGroupRow, _Mapping]]] = ..., total: _Optional[_Union[SpendGroupRow, _Mapping]] = ..., next_page_token: _Optional[str] = ..., total_groups: _Optional[int] = ...) -> None: ...
+
+class ListBudgetsRequest(_message.Message):
+    __slots__ = ("kind", "page_size", "page_token")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    kind: BudgetScopeKind
+    page_size: int
+    page_token: str
+    def __init__(self, kind: _Optional[_Union[BudgetScopeKind, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class Budget(_message.Message):
+    __slots__ = ("kind", "scope", "name", "agent_id", "budget_usd_day", "budget_usd_month", "spent_day_usd", "spent_month_usd", "reserved_usd", "rpm", "tpm", "revoked", "expire_time")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_USD_DAY_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_USD_MONTH_FIELD_NUMBER: _ClassVar[int]
+    SPENT_DAY_USD_FIELD_NUMBER: _ClassVar[int]
+    SPENT_MONTH_USD_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_USD_FIELD_NUMBER: _ClassVar[int]
+    RPM_FIELD_NUMBER: _ClassVar[int]
+    TPM_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    kind: BudgetScopeKind
+    scope: str
+    name: str
+    agent_id: str
+    budget_usd_day: float
+    budget_usd_month: float
+    spent_day_usd: float
+    spent_month_usd: float
+    reserved_usd: float
+    rpm: int
+    tpm: int
+    revoked: bool
+    expire_time: _timestamp_pb2.Timestamp
+    def __init__(self, kind: _Optional[_Union[BudgetScopeKind, str]] = ..., scope: _Optional[str] = ..., name: _Optional[str] = ..., agent_id: _Optional[str] = ..., budget_usd_day: _Optional[float] = ..., budget_usd_month: _Optional[float] = ..., spent_day_usd: _Optional[float] = ..., spent_month_usd: _Optional[float] = ..., reserved_usd: _Optional[float] = ..., rpm: _Optional[int] = ..., tpm: _Optional[int] = ..., revoked: _Optional[bool] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListBudgetsResponse(_message.Message):
+    __slots__ = ("budgets", "next_page_token", "day", "month")
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DAY_FIELD_NUMBER: _ClassVar[int]
+    MONTH_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[Budget]
+    next_page_token: str
+    day: str
+    month: str
+    def __init__(self, budgets: _Optional[_Iterable[_Union[Budget, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., day: _Optional[str] = ..., month: _Optional[str] = ...) -> None: ...

@@ -55,6 +55,16 @@ class ProviderServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_provider__pb2.GetUsageRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_provider__pb2.GetUsageResponse.FromString,
                 _registered_method=True)
+        self.GetSpendSummary = channel.unary_unary(
+                '/agentmesh.v1.ProviderService/GetSpendSummary',
+                request_serializer=agentmesh_dot_v1_dot_provider__pb2.GetSpendSummaryRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_provider__pb2.GetSpendSummaryResponse.FromString,
+                _registered_method=True)
+        self.ListBudgets = channel.unary_unary(
+                '/agentmesh.v1.ProviderService/ListBudgets',
+                request_serializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsResponse.FromString,
+                _registered_method=True)
 
 
 class ProviderServiceServicer:
@@ -89,6 +99,22 @@ class ProviderServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSpendSummary(self, request, context):
+        """Spend (calls, tokens, USD) summed by day, agent, API key, model or task tag, with the total, paged.
+        An operator sees every agent's; an agent its own; an API key the calls made with it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBudgets(self, request, context):
+        """The quota scopes (API keys, agents, tenants) with their budgets and their spend of the current UTC
+        day and month, paged. An operator sees all; an agent its own agent and keys; an API key itself.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProviderServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +137,16 @@ def add_ProviderServiceServicer_to_server(servicer, server):
                     servicer.GetUsage,
                     request_deserializer=agentmesh_dot_v1_dot_provider__pb2.GetUsageRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_provider__pb2.GetUsageResponse.SerializeToString,
+            ),
+            'GetSpendSummary': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSpendSummary,
+                    request_deserializer=agentmesh_dot_v1_dot_provider__pb2.GetSpendSummaryRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_provider__pb2.GetSpendSummaryResponse.SerializeToString,
+            ),
+            'ListBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBudgets,
+                    request_deserializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +258,60 @@ class ProviderService:
             '/agentmesh.v1.ProviderService/GetUsage',
             agentmesh_dot_v1_dot_provider__pb2.GetUsageRequest.SerializeToString,
             agentmesh_dot_v1_dot_provider__pb2.GetUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSpendSummary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ProviderService/GetSpendSummary',
+            agentmesh_dot_v1_dot_provider__pb2.GetSpendSummaryRequest.SerializeToString,
+            agentmesh_dot_v1_dot_provider__pb2.GetSpendSummaryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ProviderService/ListBudgets',
+            agentmesh_dot_v1_dot_provider__pb2.ListBudgetsRequest.SerializeToString,
+            agentmesh_dot_v1_dot_provider__pb2.ListBudgetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

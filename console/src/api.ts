@@ -1,12 +1,14 @@
 // The console's only way to the services: their Connect edges, with the caller's token. The dispatcher
 // is this page's own origin (every dispatcher RPC is served there); tool_svc's edge serves its read-only
-// RPCs (ListTools) at `tool_url`, whose origin must list the console's in server.cors_allowed_origins.
+// RPCs (ListTools) at `tool_url`, provider_svc's (GetSpendSummary, ListBudgets) at `provider_url`; each
+// edge's server.cors_allowed_origins must list the console's origin.
 // The edges authenticate and authorize every call exactly as they do gRPC calls.
 
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-web";
 import { ErrorClass, ErrorCode, ErrorDetailSchema } from "../gen/agentmesh/v1/common_pb";
 import { DispatcherService } from "../gen/agentmesh/v1/dispatcher_pb";
+import { ProviderService } from "../gen/agentmesh/v1/provider_pb";
 import { ToolService } from "../gen/agentmesh/v1/tool_pb";
 import { currentToken } from "./auth";
 import type { ConsoleConfig } from "./config";
@@ -15,6 +17,8 @@ export interface Api {
   dispatcher: Client<typeof DispatcherService>;
   tools: Client<typeof ToolService>;
   toolUrl: string;
+  provider: Client<typeof ProviderService>;
+  providerUrl: string;
 }
 
 /** The clients, each call carrying `authorization: Bearer`; `onUnauthenticated` when a token is refused. */
@@ -34,10 +38,13 @@ export function makeApi(config: ConsoleConfig, onUnauthenticated: (reason: strin
     createConnectTransport({ baseUrl, useBinaryFormat: true, interceptors: [bearer], fetch: (input, init) =>
       fetch(input, { ...init, credentials: "omit", referrerPolicy: "no-referrer" }) });
   const toolUrl = config.tool_url.replace(/\/+$/, "");
+  const providerUrl = (config.provider_url ?? "").replace(/\/+$/, "");
   return {
     dispatcher: createClient(DispatcherService, transport(location.origin)),
     tools: createClient(ToolService, transport(toolUrl)),
     toolUrl,
+    provider: createClient(ProviderService, transport(providerUrl)),
+    providerUrl,
   };
 }
 

@@ -16,6 +16,8 @@ export interface ConsoleConfig {
   version: string;
   /** Base URL of tool_svc's Connect edge (ListTools). */
   tool_url: string;
+  /** Base URL of provider_svc's Connect edge (GetSpendSummary, ListBudgets). */
+  provider_url: string;
   /** The Jaeger UI, "" when none is configured. */
   jaeger_url: string;
   oidc: OidcConfig | null;

@@ -68,6 +68,9 @@ async function run(cmd) {
     case "fill":
       await page.fill(cmd.selector, cmd.value, { timeout: TIMEOUT });
       return {};
+    case "select":
+      await page.selectOption(cmd.selector, cmd.value, { timeout: TIMEOUT });
+      return {};
     case "press":
       if (cmd.selector) await page.press(cmd.selector, cmd.key, { timeout: TIMEOUT });
       else await page.keyboard.press(cmd.key);

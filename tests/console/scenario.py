@@ -57,7 +57,7 @@ def console_stack(
     logs = workdir / "logs"
     logs.mkdir(exist_ok=True)
     (logs / "hostile-svc.log").write_text(f"2026-01-01T00:00:00Z ERROR [hostile-svc] {HOSTILE}\n", encoding="utf-8")
-    port, tool_port = free_port(), free_port()
+    port, tool_port, provider_port = free_port(), free_port(), free_port()
     origin = f"http://127.0.0.1:{port}"
     overrides: dict[str, Any] = {
         "providers": {
@@ -67,7 +67,12 @@ def console_stack(
                     "type": "scripted",
                     "models": [
                         {"name": "smoke", "policy": "tests.contract.stack:policy"},
-                        {"name": "console", "policy": "tests.console.scenario:policy"},
+                        {
+                            "name": "console",
+                            "policy": "tests.console.scenario:policy",
+                            "input_price_per_mtok": 0.5,
+                            "output_price_per_mtok": 1.5,
+                        },
                     ],
                 }
             ]
@@ -101,6 +106,8 @@ def console_stack(
                 "token_budget": 2_000_000,
             },
         ],
+        # The Spend page shows the console agent's daily budget (far above what the tests spend).
+        "gateway": {"agents": {CONSOLE_AGENT: {"budget_usd_day": 50.0}}},
         **(extra or {}),
     }
     if note_upstream:
@@ -123,12 +130,17 @@ def console_stack(
         workdir,
         overrides,
         http=True,
-        http_addresses={"dispatcher": f"127.0.0.1:{port}", "tool": f"127.0.0.1:{tool_port}"},
+        http_addresses={
+            "dispatcher": f"127.0.0.1:{port}",
+            "tool": f"127.0.0.1:{tool_port}",
+            "provider": f"127.0.0.1:{provider_port}",
+        },
         service_overrides={
-            # The console finds tool_svc's edge on the page's host at services.tool.http_port ...
-            "dispatcher": {"services": {"tool": {"http_port": tool_port}}},
-            # ... which lets the console's origin call it.
+            # The console finds tool_svc's and provider_svc's edges on the page's host at their http_port ...
+            "dispatcher": {"services": {"tool": {"http_port": tool_port}, "provider": {"http_port": provider_port}}},
+            # ... which let the console's origin call them.
             "tool": {"server": {"cors_allowed_origins": [origin]}},
+            "provider": {"server": {"cors_allowed_origins": [origin]}},
         },
     )
     return stack, port

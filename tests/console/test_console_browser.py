@@ -12,7 +12,8 @@ One session, as operators would live it:
   finish live, and the CLI exits 0 with the answer; then its trace as a waterfall;
 - the hostile task's page renders every hostile string as text (no script runs, no javascript: link,
   bidi overrides shown as markers) and its 1 MB line clamped, then whole on demand;
-- Tools and Settlements; keyboard navigation; times in the viewer's zone; copyable ids; the token
+- Tools, Spend (the console agent's budget and spend, over provider_svc's edge) and Settlements; keyboard
+  navigation; times in the viewer's zone; copyable ids; the token
   only in sessionStorage.
 Every page: axe-core finds no critical or serious violation, no CSP violation, no horizontal overflow.
 Screenshots of each page go to docs/console/ with CONSOLE_SCREENSHOTS=1 (`make console-screenshots`).
@@ -238,6 +239,19 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
         assert perms == ["*:ops.write:write"], perms
         findings["tools"] = await page_is_clean(browser, "alice", "tools")
         await screenshot(browser, "alice", "tools", shots)
+        # -- Spend (over provider_svc's own Connect edge): the console agent's budget and spend --------
+        await browser.call("click", "alice", selector='nav a[href="#/spend"]')
+        await browser.call("wait", "alice", selector="h1", text="Spend")
+        budget = 'table.budgets tr[data-scope="console"]'
+        await browser.call("wait", "alice", selector=f"{budget} .col-day", text="of $50.0000")
+        await browser.call("select", "alice", selector="#s-by", value="agent")
+        await browser.call("click", "alice", selector="form.filters button[type=submit]")
+        await browser.call("wait", "alice", selector='table.spend tr[data-key="console"] .col-cost', text="$")
+        assert await browser.call("eval", "alice", expression="location.hash.startsWith('#/spend?by=agent')")
+        cost = (await browser.call("text", "alice", selector='table.spend tr[data-key="console"] .col-cost'))[0]
+        assert float(cost.strip().lstrip("$")) > 0, cost  # the tasks above were paid for
+        findings["spend"] = await page_is_clean(browser, "alice", "spend")
+        await screenshot(browser, "alice", "spend", shots)
         # -- a write whose outcome is unknown: bob checks the upstream and settles it as ran ---------
         note_id = await start_note_task(stack)
         await browser.call("click", "bob", selector='nav a[href="#/settlements"]')
@@ -291,6 +305,7 @@ async def test_operators_watch_approve_and_inspect_tasks_in_the_console(
 
 def test_the_screenshots_in_docs_are_the_readmes() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for name in ("login", "tasks", "task", "trace", "approvals", "settlements", "tools", "tasks-phone", "task-refused"):
+    names = ("login", "tasks", "task", "trace", "approvals", "settlements", "tools", "spend", "tasks-phone")
+    for name in (*names, "task-refused"):
         assert (ROOT / "docs" / "console" / f"{name}.png").exists(), name
         assert f"docs/console/{name}.png" in readme, name

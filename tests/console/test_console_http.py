@@ -1,7 +1,8 @@
 """The console's server side without a browser: `/console` on the dispatcher's HTTP listener (files,
-config.json, security headers, refusals), and the two RPCs the console added, over the Connect edge
+config.json, security headers, refusals), and the RPCs the console added, over the Connect edges
 as the console calls them: GetTaskTrace (spans from the span file, GetTask's visibility rule, FAILED_
-PRECONDITION without a span file) and ListTools' breaker states."""
+PRECONDITION without a span file), ListTools' breaker states, and the Spend page's GetSpendSummary and
+ListBudgets on provider_svc's edge (CORS for the console's origin, visibility, typed errors)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,7 @@ def bearer(stack: Stack, subject: str = "operator", roles: tuple[str, ...] = ("o
 
 async def test_the_console_is_served_with_a_strict_policy(stack: Stack) -> None:
     tool_port = stack.hosts["tool"][0].http_port
+    provider_port = stack.hosts["provider"][0].http_port
     async with httpx.AsyncClient(base_url=base(stack)) as http:
         redirect = await http.get("/console")
         assert redirect.status_code == 308 and redirect.headers["location"] == "/console/"
@@ -80,8 +82,8 @@ async def test_the_console_is_served_with_a_strict_policy(stack: Stack) -> None:
         csp = page.headers["content-security-policy"]
         assert "script-src 'self';" in csp and "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp
         assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "base-uri 'none'" in csp
-        # The browser may call this origin and tool_svc's edge (on the host it used), nothing else.
-        assert f"connect-src 'self' http://127.0.0.1:{tool_port};" in csp
+        # The browser may call this origin, tool_svc's and provider_svc's edges (on the host it used), nothing else.
+        assert f"connect-src 'self' http://127.0.0.1:{tool_port} http://127.0.0.1:{provider_port};" in csp
         assert page.headers["x-content-type-options"] == "nosniff"
         assert page.headers["referrer-policy"] == "no-referrer"
         assert page.headers["x-frame-options"] == "DENY"
@@ -101,6 +103,7 @@ async def test_the_console_is_served_with_a_strict_policy(stack: Stack) -> None:
         # Another name for this host: the tool URL and the policy follow it; a hostile Host header does not.
         other = (await http.get("/console/config.json", headers={"host": "localhost:1"})).json()
         assert other["tool_url"] == f"http://localhost:{tool_port}"
+        assert other["provider_url"] == f"http://localhost:{provider_port}"
         hostile = await http.get("/console/", headers={"host": "evil.example; script-src *"})
         assert "evil" not in hostile.headers["content-security-policy"]
 
@@ -195,3 +198,44 @@ async def test_list_tools_reports_breakers_that_are_not_closed(stack: Stack) -> 
     assert listed.json()["breakers"] == [{"tool": "flaky_lookup", "state": "BREAKER_STATE_OPEN", "count": 1}]
     answer = tool_pb2.ListToolsResponse()
     assert answer.breakers == []  # the field is additive: an old server's answer reads as "all closed"
+
+
+async def test_the_spend_page_reads_provider_svc_over_connect_with_cors(stack: Stack) -> None:
+    """What the Spend page calls: provider_svc's edge (config.json's provider_url), allowed to the console's
+    origin by CORS, with the caller's token; an operator sees every agent's spend, an agent its own."""
+    await stack.run("compute 6*7")  # spend of agent smoke (operator's task)
+    dispatcher = base(stack)
+    provider = f"http://127.0.0.1:{stack.hosts['provider'][0].http_port}"
+    async with httpx.AsyncClient() as http:
+        config = (await http.get(f"{dispatcher}/console/config.json")).json()
+        assert config["provider_url"] == provider
+        csp = (await http.get(f"{dispatcher}/console/")).headers["content-security-policy"]
+        assert provider in csp
+        url = f"{provider}/agentmesh.v1.ProviderService/GetSpendSummary"
+        preflight = await http.options(
+            url,
+            headers={
+                "origin": dispatcher,
+                "access-control-request-method": "POST",
+                "access-control-request-headers": "authorization,content-type,connect-protocol-version",
+            },
+        )
+        assert preflight.headers.get("access-control-allow-origin") == dispatcher, preflight.headers
+        summary = await http.post(url, json={"groupBy": "SPEND_GROUP_AGENT"}, headers=bearer(stack))
+        assert summary.status_code == 200, summary.text
+        body = summary.json()
+        assert [r["key"] for r in body["rows"]] == ["smoke"] and int(body["total"]["calls"]) >= 2
+        budgets = await http.post(
+            f"{provider}/agentmesh.v1.ProviderService/ListBudgets", json={}, headers=bearer(stack)
+        )
+        assert budgets.status_code == 200 and budgets.json()["month"], budgets.text
+        # An agent naming another agent is refused; a forged page token is a typed INVALID_ARGUMENT.
+        agent = bearer(stack, "audit", ("agent",))
+        agent["authorization"] = "Bearer " + Authenticator(stack.hosts["dispatcher"][0].settings.auth, "dev").mint(
+            subject="audit", roles=("agent",), agent_id="audit"
+        )
+        refused = await http.post(url, json={"agentId": "smoke"}, headers=agent)
+        assert refused.status_code == 403, refused.text
+        forged = await http.post(url, json={"pageToken": "e30.e30"}, headers=bearer(stack))
+        assert forged.status_code == 400 and "page_token" in forged.json()["message"]
+        assert (await http.post(url, json={})).status_code == 401

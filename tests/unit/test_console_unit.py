@@ -119,3 +119,15 @@ def test_config_json_and_the_policy_name_only_public_values(tmp_path: Path) -> N
     assert tool_url(loaded, {"headers": [(b"host", b"[::1]:50061")]}) == "http://[::1]:50063"
     assert tool_url(loaded, {"headers": [(b"host", b"a b")]}) == ""
     assert tool_url(loaded, {"headers": []}) == ""
+    # provider_svc's edge (the Spend page) the same way: explicit, else the page's host on its http_port.
+    path.write_text(
+        OIDC_AUTH + "services: {provider: {port: 50054, http_port: 50064}}\n"
+        "console: {tool_url: 'https://tools.example.com'}\n",
+        encoding="utf-8",
+    )
+    spend = load_settings(path)
+    assert console_config(spend, scope)["provider_url"] == "http://agents.example.com:50064"
+    policy = dict(security_headers(spend, scope))[b"content-security-policy"].decode()
+    assert "connect-src 'self' https://tools.example.com http://agents.example.com:50064;" in policy
+    path.write_text(OIDC_AUTH + "console: {provider_url: 'https://gateway.example.com/'}\n", encoding="utf-8")
+    assert console_config(load_settings(path), scope)["provider_url"] == "https://gateway.example.com"
