@@ -117,7 +117,12 @@ class Conversations:
 
     async def fail_again(self, record: TaskRecord, why: AgentmeshError) -> None:
         """Undoes a resume (or a start) that must not run: the task, PENDING (or RUNNING, from a stray
-        queue entry), is FAILED again with its previous error, and a run that took it is fenced out."""
+        queue entry), is FAILED again with its previous error, and a run that took it is fenced out.
+
+        A stray entry's run may even have parked it (WAITING_APPROVAL) before the confirm failed: it is
+        failed too, its pending approval cleared, since a turn the session moved on from must not wait
+        to run beside the newer one. Its call stays WAITING in the cursor; a later resume sends it again
+        with its key (run.decisions.taken_up), so nothing runs twice (chaos-1-6-170)."""
         error = record.error or why
         for _ in range(8):
             current = await self.tasks.load(record.task_id)
@@ -139,7 +144,9 @@ class Conversations:
                     fence=current.fence,
                     expect_status=current.status,
                     bump_fence=True,  # a run that took it meanwhile stops at its next write
-                    fields=fields_of(status=TaskStatus.FAILED, error=error, update_ms=now_ms(), lease_until=0),
+                    fields=fields_of(
+                        status=TaskStatus.FAILED, error=error, pending=None, update_ms=now_ms(), lease_until=0
+                    ),
                     events=[event],
                     ttl_s=self.task_ttl_s,
                 )

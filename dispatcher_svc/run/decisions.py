@@ -16,7 +16,7 @@ from agentmesh.chat import Correction, ToolCall
 from agentmesh.chat import NextStep as ModelNextStep
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from dispatcher_svc import guards, policy
-from dispatcher_svc.model import ModelReply, Phase, TaskEvent, ToolOutcome
+from dispatcher_svc.model import CallStage, ModelReply, Phase, TaskEvent, ToolOutcome
 from dispatcher_svc.run.next_step import Abort, Continue, Fail, Park, Succeed
 
 
@@ -26,6 +26,18 @@ def exit_for(error: AgentmeshError, prefix: Sequence[TaskEvent] = ()) -> Fail | 
     if error.error_class == ErrorClass.FATAL:
         return Abort(error, tuple(prefix))
     return Fail(error, tuple(prefix))
+
+
+def taken_up(stage: CallStage) -> CallStage:
+    """The stage a run takes a call up at. WAITING is sent again with its idempotency key (RUNNING).
+
+    A parked task is never acquired (tasks.acquire) and settling one turns its WAITING call into
+    RUNNING, so a run that meets a WAITING call runs a task that was moved off its parked status by
+    something else (a resume undone over it, a settlement that expired: FAILED) and then resumed.
+    Ending that run without a write left it RUNNING for good (chaos-1-6-170). Asked again with its
+    key, tool_svc never runs the call twice: it answers the same pending approval or settlement (the
+    run parks again, fenced, with its events), the outcome it was settled to, or a new settlement."""
+    return CallStage.RUNNING if stage is CallStage.WAITING else stage
 
 
 def before_step(

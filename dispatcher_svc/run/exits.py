@@ -1,7 +1,7 @@
 """The exits of a run: what each `next_step.Exit` writes before the run ends.
 
 Succeed, Fail and Abort commit a terminal status (with the events the phase gathered first);
-Park indexes the approval and commits WAITING_APPROVAL; Stale writes nothing.
+Park indexes the approval and commits WAITING_APPROVAL; Stale (another owner has the task) writes nothing.
 """
 
 from __future__ import annotations
@@ -111,11 +111,8 @@ async def _succeed(run: Run, step: Succeed) -> None:
 
 async def _park(run: Run, step: Park) -> None:
     """WAITING_APPROVAL on the pending approval (indexed first: the expiry sweeper must find every
-    parked task); nothing to write when the task is parked already."""
+    parked task)."""
     pending, call = step.pending, step.call
-    if pending is None:
-        return
-    assert call is not None
     status, event = TaskStatus.WAITING_APPROVAL, run.checkpoints.event
     await run.checkpoints.index_approval(pending)
     await run.checkpoints.commit(

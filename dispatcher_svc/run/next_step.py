@@ -34,11 +34,11 @@ class Continue:
 
 @dataclass(frozen=True)
 class Park:
-    """Park the task in WAITING_APPROVAL on `pending` (for `call`). Without `pending` the task is
-    parked already (a stray queue entry acquired it): the run ends without writing."""
+    """Park the task in WAITING_APPROVAL on `pending` (for `call`). Always a write: a run holds its
+    task RUNNING, and a run that ended without writing would leave it so for good (chaos-1-6-170)."""
 
-    pending: PendingApproval | None = None
-    call: ToolCall | None = None
+    pending: PendingApproval
+    call: ToolCall
 
 
 @dataclass(frozen=True)

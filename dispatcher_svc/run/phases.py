@@ -27,7 +27,7 @@ from dispatcher_svc.run import decisions, tool_calls
 from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.downstream import PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
-from dispatcher_svc.run.next_step import Continue, NextStep, Park
+from dispatcher_svc.run.next_step import Continue, NextStep
 from dispatcher_svc.run.texts import raw_tokens_of, reply_text
 from dispatcher_svc.tasks import CallState
 
@@ -207,9 +207,9 @@ async def act(run: Run) -> NextStep:
     for index, cs in enumerate(c.calls):
         if cs.state is CallStage.APPENDED:
             continue
-        if cs.state is CallStage.WAITING:
-            # Acquired while still parked (a stray queue entry): park again without writing.
-            return Park()
+        # A WAITING call here belongs to a task resumed after it was failed while parked: it is sent
+        # again with its key, never left parked in a RUNNING task (decisions.taken_up).
+        cs.state = decisions.taken_up(cs.state)
         events: list[TaskEvent] = []
         try:
             if cs.state is CallStage.NEW:

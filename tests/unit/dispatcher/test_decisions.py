@@ -15,6 +15,7 @@ from agentmesh.chat import ToolCall, Usage
 from agentmesh.errors import ERROR_CLASS, AgentmeshError, ErrorClass, ErrorCode, Violation
 from dispatcher_svc import policy
 from dispatcher_svc.model import (
+    CallStage,
     EventKind,
     ModelReply,
     PayloadRef,
@@ -74,7 +75,17 @@ def test_exit_for_copies_the_prefix() -> None:
 def test_the_union_names_every_exit() -> None:
     assert set(typing.get_args(Exit)) == {Park, Succeed, Fail, Abort, Stale}
     assert set(typing.get_args(NextStep)) == {Continue, Park, Succeed, Fail, Abort, Stale}
-    assert Park() == Park(None, None), "a bare Park: parked already, nothing to write"
+    # No bare Park: every exit but Stale writes, so a run never leaves its task RUNNING (chaos-1-6-170).
+    with pytest.raises(TypeError):
+        Park()  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("stage", list(CallStage))
+def test_a_waiting_call_is_taken_up_by_sending_it_again(stage: CallStage) -> None:
+    """A run meets a WAITING call only in a task failed while parked and then resumed: it is sent again
+    with its key (RUNNING), not left waiting in a RUNNING task; every other stage is taken up as it is."""
+    taken = decisions.taken_up(stage)
+    assert taken is (CallStage.RUNNING if stage is CallStage.WAITING else stage)
 
 
 # -- guards ------------------------------------------------------------------------------------

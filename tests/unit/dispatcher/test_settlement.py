@@ -30,6 +30,8 @@ class UnknownTools(FakeTools):
     effect: bool = True
     ttl_ms: int = 60_000
     effects: int = 0
+    sends: int = 0
+    """ExecuteTool requests for `charge` (replays and repeats included)."""
     settlements: dict[str, tuple[PendingApproval, str, str]] = field(default_factory=dict)
 
     async def execute(
@@ -39,8 +41,13 @@ class UnknownTools(FakeTools):
             return await super().execute(
                 call, session_id=session_id, idempotency_key=idempotency_key, goal=goal, opts=opts
             )
+        self.sends += 1
         if idempotency_key in self.keys:
             return self.keys[idempotency_key]
+        open_ = [p for p, state, key in self.settlements.values() if key == idempotency_key and state == "PENDING"]
+        if open_ and now_ms() < open_[-1].expire_time_ms:
+            # A repeat while its settlement is open: tool_svc names that one (idempotency._unknown).
+            return self._unknown(call, open_[-1])
         sid = f"stl_{len(self.settlements)}"
         if not self.settlements:
             self.effects += 1 if self.effect else 0
@@ -48,6 +55,10 @@ class UnknownTools(FakeTools):
             sid, call, "may have run", call.arguments_sha256(), now_ms() + self.ttl_ms, kind="settlement"
         )
         self.settlements[sid] = (pending, "PENDING", idempotency_key)
+        return self._unknown(call, pending)
+
+    def _unknown(self, call: ToolCall, pending: PendingApproval) -> ToolOutcome:
+        sid = pending.approval_id
         err = AgentmeshError(
             ErrorCode.OUTCOME_UNKNOWN,
             "charge may have reached its upstream; its outcome is unknown",
