@@ -5,6 +5,7 @@ are fakes."""
 
 from __future__ import annotations
 
+import asyncio
 import types
 
 import pytest
@@ -344,3 +345,50 @@ async def test_expired_approval_answers_expired_and_releases(env: Env) -> None:
     assert isinstance(answer, AgentmeshError) and answer.code == ErrorCode.APPROVAL_EXPIRED
     assert answer.metadata == {"approval_id": pending.approval_id} and "expired" in answer.message
     assert await env.record("k17") is None
+
+
+class BeatSleeps:
+    """The heartbeat's asyncio.sleep: records each wait and yields once."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.beat = asyncio.Event()
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.beat.set()
+        await asyncio.sleep(0)
+
+    async def next(self, count: int = 2) -> None:
+        """Until the heartbeat has gone round `count` more times (each round: a refresh, then a wait)."""
+        for _ in range(count):
+            self.beat.clear()
+            await asyncio.wait_for(self.beat.wait(), 10)
+
+
+@pytest.fixture
+def beats(monkeypatch: pytest.MonkeyPatch) -> BeatSleeps:
+    fake = BeatSleeps()
+    proxy = types.SimpleNamespace(
+        create_task=asyncio.create_task, sleep=fake.sleep, CancelledError=asyncio.CancelledError
+    )
+    monkeypatch.setattr(idem_module, "asyncio", proxy)
+    return fake
+
+
+async def test_the_heartbeat_refreshes_until_the_key_is_no_longer_ours(env: Env, beats: BeatSleeps) -> None:
+    call = make_call("hb1")
+    idem = env.idem(lease_s=3.0, heartbeat_s=2.0)
+    await idem(call)
+    await env.store.redis.pexpire(env.record_key("hb1") + ":hb", 100)
+    await beats.next()
+    assert beats.waits and set(beats.waits) == {1.0}
+    assert 2500 < await env.heartbeat_pttl("hb1") <= 3000  # refreshed to the whole lease
+    assert await env.heartbeat("hb1") == call.owner
+    task = [t for t in asyncio.all_tasks() if t.get_name() == "idempotency heartbeat hb1"]
+    assert len(task) == 1
+    # Another owner took the key: the heartbeat stops by itself and leaves theirs alone.
+    await env.put("hb1", {"s": "run", "h": call.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
+    await asyncio.wait_for(task[0], 10)  # it returned by itself
+    assert await env.heartbeat("hb1") == "t_other"
+    await finish(call, None)
