@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme litellm-venv test-litellm bench-gateway console console-screenshots
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -77,6 +77,14 @@ demo: venv
 
 bench: venv
 	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$b"; $(PY) -m bench.$$m || exit 1; done
+
+# Mutation testing (scripts/mutate.py, issue 50) of the modules that keep a promise, each with its fast
+# tests: the score per module (equivalent mutants of scripts/mutate_equivalent.txt excluded) and the
+# survivors; results under var/mutate/<module>/. `make mutate MODULE=lease` runs one module. CPU-heavy:
+# one module and one mutant at a time, under nice.
+MODULE ?=
+mutate: venv
+	nice -n 10 $(PY) scripts/mutate.py $(MODULE)
 
 # Hostile and mutated messages to every RPC of every service (tests/fuzz): never UNKNOWN or INTERNAL.
 fuzz: venv

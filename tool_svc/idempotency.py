@@ -253,10 +253,6 @@ class Idempotency:
             )
         return bool(done)
 
-    async def settle(self, key: str, owner: str, record: dict[str, Any] | None, ttl_ms: int) -> bool:
-        """Compare-and-set of the record owned by `owner` (None deletes it)."""
-        return await self.cas(key, owner, record, ttl_ms)
-
     # -- unknown outcomes ------------------------------------------------------------------------
 
     async def go_unknown(

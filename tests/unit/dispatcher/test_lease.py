@@ -1,0 +1,110 @@
+"""The run's lease (dispatcher_svc/lease.py): what a renewal sends, when a run must renew, and what a
+refused renewal leaves behind. A fake TaskStore counts the fenced commits; a fake clock is the monotonic
+time the lease reads (no sleeps)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+from dispatcher_svc import lease as lease_module
+from dispatcher_svc.lease import Lease
+from dispatcher_svc.tasks import StaleOwnerError, TaskStore
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class Tasks:
+    """Records every commit; the clock moves while a commit is in flight (a round trip to Redis)."""
+
+    def __init__(self, clock: Clock, *, refuse: bool = False, trip_s: float = 0.25) -> None:
+        self.clock = clock
+        self.refuse = refuse
+        self.trip_s = trip_s
+        self.commits: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    async def commit(self, *args: Any, **kwargs: Any) -> None:
+        self.commits.append((args, kwargs))
+        self.clock.now += self.trip_s
+        if self.refuse:
+            raise StaleOwnerError("the task has another owner")
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock(100.0)
+    monkeypatch.setattr(lease_module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    return fake
+
+
+def make(tasks: Tasks, *, claim_idle_s: float = 4.0, confirmed_at: float = 100.0) -> Lease:
+    store: TaskStore = tasks  # type: ignore[assignment]
+    return Lease(store, "task-7", fence=42, claim_idle_s=claim_idle_s, confirmed_at=confirmed_at)
+
+
+async def test_renew_sends_a_fenced_commit_of_the_whole_lease(clock: Clock) -> None:
+    tasks = Tasks(clock)
+    await make(tasks, claim_idle_s=4.5).renew()
+    assert tasks.commits == [(("task-7",), {"fence": 42, "lease_ms": 4500})]
+
+
+async def test_renew_counts_the_confirmation_from_when_it_was_sent(clock: Clock) -> None:
+    # The lease runs from when Redis applied the renewal, which is no earlier than when it was sent:
+    # counting from the answer would overstate how long the lease has left.
+    tasks = Tasks(clock, trip_s=0.25)
+    lease = make(tasks, confirmed_at=50.0)
+    await lease.renew()
+    assert lease.confirmed_at == 100.0
+    assert clock.now == 100.25
+
+
+async def test_refused_renewal_raises_and_keeps_the_old_confirmation(clock: Clock) -> None:
+    tasks = Tasks(clock, refuse=True)
+    lease = make(tasks, confirmed_at=97.0)
+    with pytest.raises(StaleOwnerError):
+        await lease.renew()
+    assert lease.confirmed_at == 97.0
+    # A stale owner keeps learning it: every later check renews again (and is refused again).
+    with pytest.raises(StaleOwnerError):
+        await lease.ensure()
+    assert len(tasks.commits) == 2
+
+
+async def test_ensure_trusts_a_confirmation_up_to_half_the_idle_time(clock: Clock) -> None:
+    tasks = Tasks(clock)
+    lease = make(tasks, claim_idle_s=4.0, confirmed_at=98.0)  # exactly 2.0 s = claim_idle_s / 2 old
+    await lease.ensure()
+    assert tasks.commits == []
+    assert lease.confirmed_at == 98.0
+
+
+async def test_ensure_renews_past_half_the_idle_time(clock: Clock) -> None:
+    tasks = Tasks(clock)
+    lease = make(tasks, claim_idle_s=4.0, confirmed_at=97.99)  # 2.01 s old
+    await lease.ensure()
+    assert tasks.commits == [(("task-7",), {"fence": 42, "lease_ms": 4000})]
+    assert lease.confirmed_at == 100.0
+
+
+async def test_ensure_does_not_renew_a_fresh_confirmation(clock: Clock) -> None:
+    tasks = Tasks(clock)
+    lease = make(tasks, claim_idle_s=4.0, confirmed_at=99.5)
+    await lease.ensure()
+    await lease.ensure()
+    assert tasks.commits == []
+
+
+async def test_ensure_never_renews_a_confirmation_from_the_future(clock: Clock) -> None:
+    # A confirmation newer than now (sent, then the clock read again) is fresh, not 'old by its size'.
+    tasks = Tasks(clock)
+    lease = make(tasks, claim_idle_s=4.0, confirmed_at=103.0)
+    await lease.ensure()
+    assert tasks.commits == []
