@@ -28,7 +28,7 @@ from context_svc.known import known_facts, render_known
 from context_svc.lines import choose_lines
 from context_svc.lru import LRU
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
-from context_svc.recall import Recall, Recalled, query_of
+from context_svc.recall import Recall, Recalled, newest_user_text, query_of
 from context_svc.sessions import Loaded, SessionStore
 from context_svc.tokens import TokenCounter, counter_for
 
@@ -39,12 +39,14 @@ _OPEN_VIEW_CHARS = 200
 _MIN_SUMMARY_TOKENS = 48
 _OPEN_VIEW_ITEMS = 5
 RECALL_SHARE = 0.75
-"""Of the summary block's share, what recall (older turns relevant to the newest message) may take;
-the summary has the rest and recall also what the summary leaves (issue 37)..."""
+"""Of the summary block, what recall (older turns relevant to the newest message) may take."""
+STRONG_RECALL_SHARE = 0.25
+"""Of the summary block, what recall's strong hits (turns holding most of the newest message's words,
+recall.STRONG_OVERLAP) are reserved before the user's lines stating values or constraints; those
+lines take the rest of the block first, and recall fills what they leave (issue 37: a planted user
+fact must not give way to turns that only share the goal's words)."""
 _RESERVE_STEP = 64
 """Recall's reserve is rounded up to this, so the summary's budget (a cache key) changes seldom."""
-USER_LINES_SHARE = 0.75
-"""...except that the user's lines stating values or constraints may take up to this share first."""
 
 
 @dataclass(frozen=True)
@@ -130,13 +132,17 @@ class Assembler:
                 compacted = True
 
         summary_view: SummaryView | None = None
-        user_budget = math.floor(summary_budget * USER_LINES_SHARE)
         if first_kept > 0:
-            # Recall takes up to its share of the block (only what its hits need), the summary the
-            # rest (its user lines stating values up to USER_LINES_SHARE), recall what is left.
+            # Recall's strong hits are reserved up to their share (only what they need); the user's
+            # lines stating values or constraints take the rest first, the other summary lines up to
+            # what recall may leave them; recall fills what is left.
+            strong_share = math.floor(summary_budget * STRONG_RECALL_SHARE)
+            strong = await self._recall(loaded, kept, first_kept, strong_share, strong_only=True)
+            reserve = -(-strong.tokens // _RESERVE_STEP) * _RESERVE_STEP if strong is not None else 0
+            user_budget = summary_budget - min(reserve, strong_share)
             recalled = await self._recall(loaded, kept, first_kept, math.floor(summary_budget * RECALL_SHARE))
             reserve = -(-recalled.tokens // _RESERVE_STEP) * _RESERVE_STEP if recalled is not None else 0
-            rest = summary_budget - min(reserve, math.floor(summary_budget * RECALL_SHARE))
+            rest = min(user_budget, summary_budget - min(reserve, math.floor(summary_budget * RECALL_SHARE)))
             summary_view = await self._summary_view(
                 session, version, upto, first_kept - 1, rest, counter, loaded.tail, user_budget
             )
@@ -173,8 +179,11 @@ class Assembler:
             session, budgets, counter, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug
         )
 
-    async def _recall(self, loaded: Loaded, kept: list[Message], first_kept: int, budget: int) -> Recalled | None:
-        """Older turns relevant to the newest user message, within `budget` tokens."""
+    async def _recall(
+        self, loaded: Loaded, kept: list[Message], first_kept: int, budget: int, *, strong_only: bool = False
+    ) -> Recalled | None:
+        """Older turns relevant to the newest user message, within `budget` tokens (`strong_only`:
+        only those holding most of its words)."""
         session = loaded.session
         held = dict(loaded.tail)
         held.update((m.index, m) for m in kept)
@@ -190,6 +199,8 @@ class Assembler:
             message_count=session.message_count,
             first_kept=first_kept,
             query=query_of(session.goal, newest),
+            focus=newest_user_text(newest),
+            strong_only=strong_only,
             budget=budget,
             counter=counter_for(session.budget.encoding),
             held=held,

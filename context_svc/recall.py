@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentmesh.retrieval import BM25, Retriever
+from agentmesh.retrieval import BM25, Retriever, tokenize
 from context_svc.lru import LRU
 from context_svc.model import Message, Role
 from context_svc.tokens import TokenCounter
 
-__all__ = ["RECALL_HEADER", "Recall", "Recalled"]
+__all__ = ["RECALL_HEADER", "STRONG_OVERLAP", "Recall", "Recalled", "newest_user_text", "query_of"]
 
 RECALL_HEADER = "Earlier turns relevant to the newest message (verbatim, [#position role]):"
 _TEXT_CHARS = 1200
@@ -31,6 +31,12 @@ _MAX_HITS = 256
 _MIN_TOKENS = 24
 _MIN_QUERY_CHARS = 2
 _ROLES = (Role.USER, Role.ASSISTANT)
+STRONG_OVERLAP = 0.6
+"""A hit holding at least this share of the newest message's distinct terms answers it, not just the
+goal's words: it is ranked first and may be reserved room before the summary's user lines (issue 37)."""
+STRONG_MAX = 3
+"""More strong hits than this are a recurring phrasing ("pod X keeps restarting", asked about many
+pods), not the one turn the newest message needs: none is reserved room."""
 
 Fetch = Callable[[int, int], Awaitable[list[Message]]]
 
@@ -44,6 +50,8 @@ class _Index:
     """Messages 0..upto-1 have been seen (indexed or skipped)."""
     costs: dict[int, int] = field(default_factory=dict)
     """index -> tokens of its rendered line (counted once)."""
+    terms: dict[int, frozenset[str]] = field(default_factory=dict)
+    """index -> its distinct retrieval terms."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +68,14 @@ def _clip(text: str) -> str:
     return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 1] + "…"
 
 
+def newest_user_text(messages: Sequence[Message]) -> str:
+    """The newest user message's text ("" when none)."""
+    return next((m.content for m in reversed(messages) if m.role is Role.USER and m.content.strip()), "")
+
+
 def query_of(goal: str, messages: Sequence[Message]) -> str:
     """The newest user message (and the goal): what the recalled turns must be relevant to."""
-    newest = next((m.content for m in reversed(messages) if m.role is Role.USER and m.content.strip()), "")
-    return f"{newest}\n{goal}".strip()
+    return f"{newest_user_text(messages)}\n{goal}".strip()
 
 
 class Recall:
@@ -91,6 +103,7 @@ class Recall:
             if message is None or message.role not in _ROLES or not message.content.strip():
                 continue
             index.retriever.add(i, message.content)
+            index.terms[i] = frozenset(tokenize(message.content))
             index.texts[i] = (message.role.value, _clip(message.content))
         index.upto = max(index.upto, upto)
         return index
@@ -108,16 +121,23 @@ class Recall:
         held: dict[int, Message],
         fetch: Fetch,
         count: Callable[[str], int],
+        focus: str = "",
+        strong_only: bool = False,
     ) -> Recalled | None:
-        """The best of messages 0..first_kept-1 for `query`, within `budget` tokens (None: nothing)."""
+        """The best of messages 0..first_kept-1 for `query`, within `budget` tokens (None: nothing).
+        Hits holding `STRONG_OVERLAP` of `focus`'s (the newest message's) terms rank first;
+        `strong_only` shows only those."""
         if first_kept <= 0 or budget < _MIN_TOKENS or len(query.strip()) < _MIN_QUERY_CHARS:
             return None
-        key = (session_id, epoch, message_count, first_kept, budget, counter.name, query)
+        key = (session_id, epoch, message_count, first_kept, budget, counter.name, query, focus, strong_only)
         cached = self._blocks.get(key)
         if cached is not None:
             return cached[0]
         index = await self._index(session_id, epoch, message_count, held, fetch)
-        return self._blocks.put(key, (self._render(index, first_kept, query, budget, counter, count),))[0]
+        rendered = self._render(
+            index, first_kept, query, budget, counter, count, frozenset(tokenize(focus)), strong_only
+        )
+        return self._blocks.put(key, (rendered,))[0]
 
     def _render(
         self,
@@ -127,8 +147,20 @@ class Recall:
         budget: int,
         counter: TokenCounter,
         count: Callable[[str], int],
+        focus: frozenset[str],
+        strong_only: bool,
     ) -> Recalled | None:
         hits = index.retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
+
+        def strong(i: int) -> bool:
+            return bool(focus) and len(focus & index.terms.get(i, frozenset())) >= STRONG_OVERLAP * len(focus)
+
+        # Stable: strong hits first, each part in score order.
+        hits.sort(key=lambda h: not strong(h.key))
+        if strong_only:
+            hits = [h for h in hits if strong(h.key)]
+            if len(hits) > STRONG_MAX:
+                return None
         if not hits:
             return None
         overhead = counter.message(Role.SYSTEM.value, "") + count(RECALL_HEADER) + 2

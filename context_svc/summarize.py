@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentmesh.chat import lone_surrogate_path
+from agentmesh.retrieval import tokenize
 from context_svc.facts import Fact, find_facts, missing_facts
 from context_svc.model import Message, OpenItem, Role, Summary
 
@@ -32,6 +33,7 @@ __all__ = [
     "check_faithful",
     "known_facts",
     "message_notes",
+    "salient_clause",
     "source_texts",
 ]
 
@@ -45,6 +47,13 @@ _QUESTION_CHARS = 200
 # Clause ends: newline, CJK and ASCII sentence punctuation ("." only before whitespace: decimals,
 # versions and hosts keep their dots).
 _CLAUSE_RE = re.compile(r"[^\n。！？；!?;]+?(?:[。！？；!?;]|\.(?=\s)|(?=\n)|$)")
+# A clause that is only a greeting, thanks or filler ("Hey Sam!", "Wow, great!", "谢谢！") never
+# stands for what the user wants (issue 37: LoCoMo's summaries were each session's "Hey Sam!").
+_FILLER_RE = re.compile(
+    r"(?i)^\W*(?:(?:hi|hey|hello|yo|thanks|thank\s+you|wow|great|awesome|cool|nice|ok(?:ay)?|sure|yes|yeah|yep|"
+    r"no|nope|haha|lol|oh|ah|hmm|well|good\s+(?:morning|afternoon|evening|night)|bye|see\s+you|"
+    r"你好|您好|谢谢|多谢|好的|好吧|嗯|哈哈|太好了|没问题|早上好|晚上好|再见)\b\W*)+(?:\w+\W*)?$"
+)
 _QUESTION_RE = re.compile(r"[?？]|[吗呢么][。.!！]?\s*$|^\s*(?:请问|是否|能否|能不能|为什么|怎么)", re.M)
 
 
@@ -112,6 +121,25 @@ class MessageNotes:
     facts: tuple[str, ...] = field(default=())
 
 
+def _clause_weight(clause: str) -> int:
+    if _FILLER_RE.match(clause):
+        return 0
+    return len(set(tokenize(clause))) + 3 * sum(1 for _ in find_facts(clause)) + 2 * bool(_QUESTION_RE.search(clause))
+
+
+def salient_clause(text: str) -> str:
+    """The clause of `text` that says the most: distinct content words, facts weighing more and a
+    question a little; greetings and fillers weigh nothing; ties go to the earliest clause. Empty
+    when every clause is a greeting or filler: such a message states no intent."""
+    clauses = [m.group().strip() for m in _CLAUSE_RE.finditer(text.strip())]
+    clauses = [c for c in clauses if c]
+    if not clauses:
+        return text
+    if all(_FILLER_RE.match(c) for c in clauses):
+        return ""
+    return max(clauses, key=_clause_weight)
+
+
 def message_notes(message: Message) -> MessageNotes:
     """The notes of one message (its index must be set)."""
     pieces: list[_Piece] = []
@@ -126,8 +154,7 @@ def message_notes(message: Message) -> MessageNotes:
     facts = tuple(dict.fromkeys(f.text for p in pieces for f in p.facts))
     intent = question = outcome = ""
     if message.role is Role.USER and message.content:
-        first = _CLAUSE_RE.search(message.content.strip())
-        intent = _clip(first.group() if first else message.content, _INTENT_CHARS)
+        intent = _clip(salient_clause(message.content), _INTENT_CHARS)
         if _QUESTION_RE.search(message.content):
             question = _clip(message.content, _QUESTION_CHARS)
     if message.role is Role.TOOL:

@@ -56,6 +56,17 @@ def test_generated_sessions_never_state_a_wrong_fact(
     assert problems == []
 
 
+# `make fuzz-context` sessions that once lost a planted user fact at 3k (issue 37 regression: recall of
+# turns sharing only the goal's words took the room of the user's stated values): (seed, lang, turns,
+# plants) as that run generated them.
+FUZZ_REGRESSIONS = [(152, "zh", 128, 14), (228, "mixed", 196, 13), (284, "zh", 101, 9), (288, "mixed", 126, 12)]
+
+
+def test_fuzz_sessions_that_once_lost_a_user_fact_keep_it(redis_url: str) -> None:
+    for seed, lang, turns, plants in FUZZ_REGRESSIONS:
+        assert asyncio.run(_scenario(redis_url, seed, lang, turns, plants)) == []
+
+
 def test_the_checker_catches_a_wrong_fact() -> None:
     """The checks are not vacuous: a Known-facts line stating a rejected value is reported."""
     gen = generate(3, lang="en", turns=10, plants=6)

@@ -17,6 +17,7 @@ from context_svc.summarize import (
     SummaryRejectedError,
     check_faithful,
     message_notes,
+    salient_clause,
     source_texts,
 )
 
@@ -166,3 +167,30 @@ async def test_llm_reply_that_is_not_a_summary_is_rejected(reply: str) -> None:
 async def test_llm_call_failure_propagates_for_the_caller_to_fall_back() -> None:
     with pytest.raises(UnavailableError):
         await LLMSummarizer(FakeModel(UnavailableError("down")), "m").summarize(None, MESSAGES)
+
+
+@pytest.mark.parametrize(
+    ("text", "intent"),
+    [
+        # Issue 37: LoCoMo's extractive summary was each session's opening "Hey Sam!".
+        (
+            "Hey Sam! How are you? I just adopted a puppy named Max last week.",
+            "I just adopted a puppy named Max last week.",
+        ),
+        ("Hi Mel, long time no see! I'm moving to Berlin on 2023-06-01.", "I'm moving to Berlin on 2023-06-01."),
+        ("你好！我想退款1250元。", "我想退款1250元。"),
+        ("订单ORD-2025-5337的状态怎么样？", "订单ORD-2025-5337的状态怎么样？"),
+        # A message of greetings and thanks only states no intent.
+        ("Wow, great! Thanks!", ""),
+        ("谢谢！", ""),
+    ],
+)
+def test_the_intent_is_the_clause_that_says_the_most_never_a_greeting(text: str, intent: str) -> None:
+    assert salient_clause(text) == intent
+
+
+def test_greetings_do_not_push_the_real_intents_out_of_the_summary() -> None:
+    texts = ["Please migrate the billing database to Postgres 16.", "Hey!", "Thanks!", "Great, cheers!", "Hello Sam"]
+    notes = [message_notes(Message(Role.USER, text, index=i)) for i, text in enumerate(texts)]
+    summary = ExtractiveSummarizer().summarize(None, notes)
+    assert summary.intents == ("Please migrate the billing database to Postgres 16.",)
