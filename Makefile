@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway console console-screenshots
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -95,6 +95,11 @@ fuzz: venv
 # while it fits. `make test` runs a bounded sample; `python -m tests.contextgen --help` for the knobs.
 fuzz-context: venv
 	$(PY) -m tests.contextgen --sessions 300 --turns 40-240
+
+# context_svc's resident memory over 10,000 task attempts against its own process (issue 39): the
+# per-process caches fill, then RSS stays flat; the growth over the second half is printed.
+soak-context: venv
+	$(PY) -m bench.soak_context --attempts 10000
 
 # Random kill -9 and SIGSTOP of the services and Redis during tasks whose side effects the upstreams
 # count (tests/chaos, issue 18): 10 rounds x 30 tasks, 10 kill -9 per round (100 in all), then the
