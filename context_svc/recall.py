@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from agentmesh.retrieval import BM25, Retriever, tokenize
+from agentmesh.retrieval import BM25, Hit, Retriever, tokenize
 from context_svc.lru import LRU
 from context_svc.model import Message, Role
 from context_svc.tokens import TokenCounter
@@ -30,6 +30,8 @@ _TEXT_CHARS = 1200
 _MAX_HITS = 256
 _MIN_TOKENS = 24
 _MIN_QUERY_CHARS = 2
+_MIN_LINE_TOKENS = 6
+"""No recalled line costs less ("[#1 user] x" and its newline)."""
 _ROLES = (Role.USER, Role.ASSISTANT)
 STRONG_OVERLAP = 0.6
 """A hit holding at least this share of the newest message's distinct terms answers it, not just the
@@ -85,6 +87,8 @@ class Recall:
         self._indexes: LRU[tuple[str, str], _Index] = LRU(entries)
         # A build repeated on an unchanged session (same window, budget and question) reuses its block.
         self._blocks: LRU[tuple[object, ...], tuple[Recalled | None]] = LRU(entries * 4)
+        # One build asks for its strong hits and then for all: one search serves both.
+        self._hits: LRU[tuple[object, ...], tuple[list[Hit[int]], frozenset[int]]] = LRU(entries)
 
     async def _index(self, session_id: str, epoch: str, upto: int, held: dict[int, Message], fetch: Fetch) -> _Index:
         """The session's index covering messages 0..upto-1 (reading only what it never saw)."""
@@ -134,33 +138,38 @@ class Recall:
         if cached is not None:
             return cached[0]
         index = await self._index(session_id, epoch, message_count, held, fetch)
-        rendered = self._render(
-            index, first_kept, query, budget, counter, count, frozenset(tokenize(focus)), strong_only
-        )
-        return self._blocks.put(key, (rendered,))[0]
+        hits_key = (session_id, epoch, message_count, first_kept, query, focus)
+        ranked = self._hits.get(hits_key)
+        if ranked is None:
+            ranked = self._hits.put(hits_key, self._rank(index, first_kept, query, frozenset(tokenize(focus))))
+        hits, strong = ranked
+        if strong_only:
+            if len(strong) > STRONG_MAX:
+                return self._blocks.put(key, (None,))[0]
+            hits = [h for h in hits if h.key in strong]
+        return self._blocks.put(key, (self._render(index, first_kept, hits, budget, counter, count),))[0]
+
+    @staticmethod
+    def _rank(
+        index: _Index, first_kept: int, query: str, focus: frozenset[str]
+    ) -> tuple[list[Hit[int]], frozenset[int]]:
+        """The hits for `query` older than the window, strong ones first (each part in score order),
+        and the strong ones' keys."""
+        hits = index.retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
+        need = STRONG_OVERLAP * len(focus)
+        strong = frozenset(h.key for h in hits if focus and len(focus & index.terms.get(h.key, frozenset())) >= need)
+        hits.sort(key=lambda h: h.key not in strong)  # stable
+        return hits, strong
 
     def _render(
         self,
         index: _Index,
         first_kept: int,
-        query: str,
+        hits: list[Hit[int]],
         budget: int,
         counter: TokenCounter,
         count: Callable[[str], int],
-        focus: frozenset[str],
-        strong_only: bool,
     ) -> Recalled | None:
-        hits = index.retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
-
-        def strong(i: int) -> bool:
-            return bool(focus) and len(focus & index.terms.get(i, frozenset())) >= STRONG_OVERLAP * len(focus)
-
-        # Stable: strong hits first, each part in score order.
-        hits.sort(key=lambda h: not strong(h.key))
-        if strong_only:
-            hits = [h for h in hits if strong(h.key)]
-            if len(hits) > STRONG_MAX:
-                return None
         if not hits:
             return None
         overhead = counter.message(Role.SYSTEM.value, "") + count(RECALL_HEADER) + 2
@@ -177,6 +186,8 @@ class Recall:
             return cost
 
         for hit in hits:
+            if budget - spent < _MIN_LINE_TOKENS:
+                break  # full: no line is shorter than this
             pick = [hit.key]
             neighbour = next((j for j in (hit.key - 1, hit.key + 1) if j in index.texts and j < first_kept), None)
             if neighbour is not None:
