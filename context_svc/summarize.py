@@ -121,23 +121,28 @@ class MessageNotes:
     facts: tuple[str, ...] = field(default=())
 
 
-def _clause_weight(clause: str) -> int:
-    if _FILLER_RE.match(clause):
-        return 0
-    return len(set(tokenize(clause))) + 3 * sum(1 for _ in find_facts(clause)) + 2 * bool(_QUESTION_RE.search(clause))
-
-
-def salient_clause(text: str) -> str:
+def salient_clause(text: str, facts: Sequence[Fact] | None = None) -> str:
     """The clause of `text` that says the most: distinct content words, facts weighing more and a
     question a little; greetings and fillers weigh nothing; ties go to the earliest clause. Empty
-    when every clause is a greeting or filler: such a message states no intent."""
-    clauses = [m.group().strip() for m in _CLAUSE_RE.finditer(text.strip())]
-    clauses = [c for c in clauses if c]
-    if not clauses:
+    when every clause is a greeting or filler: such a message states no intent. `facts`: those of
+    `text` when the caller found them already (positions in `text`)."""
+    starts = sorted(f.start for f in (find_facts(text) if facts is None else facts))
+    best, best_weight, fillers = "", -1, True
+    for match in _CLAUSE_RE.finditer(text):
+        clause = match.group().strip()
+        if not clause:
+            continue
+        if _FILLER_RE.match(clause):
+            weight = 0
+        else:
+            fillers = False
+            in_clause = bisect.bisect_left(starts, match.end()) - bisect.bisect_left(starts, match.start())
+            weight = len(set(tokenize(clause))) + 3 * in_clause + 2 * bool(_QUESTION_RE.search(clause))
+        if weight > best_weight:
+            best, best_weight = clause, weight
+    if best_weight < 0:
         return text
-    if all(_FILLER_RE.match(c) for c in clauses):
-        return ""
-    return max(clauses, key=_clause_weight)
+    return "" if fillers else best
 
 
 def message_notes(message: Message) -> MessageNotes:
@@ -154,7 +159,7 @@ def message_notes(message: Message) -> MessageNotes:
     facts = tuple(dict.fromkeys(f.text for p in pieces for f in p.facts))
     intent = question = outcome = ""
     if message.role is Role.USER and message.content:
-        intent = _clip(salient_clause(message.content), _INTENT_CHARS)
+        intent = _clip(salient_clause(message.content, pieces[0].facts), _INTENT_CHARS)
         if _QUESTION_RE.search(message.content):
             question = _clip(message.content, _QUESTION_CHARS)
     if message.role is Role.TOOL:
