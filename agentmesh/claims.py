@@ -143,7 +143,9 @@ _NOT_DONE = re.compile(
     r"needed|want|wants|let me|i'll|we'll|i'd|to be|if|once|unless|whether|recommend|recommended|suggest|"
     r"suggested|propose|proposed|please|ready to|about to|try|trying|attempt|attempting|asked|ask|request|"
     r"requested|requesting|awaiting|pending|waiting|requires|require|required|until|expect|expected|intend|"
-    r"scheduled to|supposed to|whenever|when|how|what|which|who|why|whether)\b",
+    r"scheduled to|supposed to|whenever|when|how|what|which|who|why|whether|"
+    # Reported speech: someone else's statement or a record, not what this task did.
+    r"says|said|say|claims|claimed|reports|reported|according to|shows|show|showed|history)\b",
     re.IGNORECASE,
 )
 _AGENT = re.compile(
@@ -153,6 +155,8 @@ _AGENT = re.compile(
 )
 _OBSERVED_AFTER = re.compile(
     r"^\W*(?:\w+\W+){0,3}?(\d+\s*(times|x)\b|times\b|automatically|on its own|by itself|"
+    # Done by someone or something else ("by the autoscaler"), not "by running restart_service".
+    r"by (?!(me|us|myself|ourselves|running|calling|using|executing|invoking)\b)|"
     r"by (the )?(kubelet|kubernetes|k8s|system|scheduler|orchestrator|operator|user|someone|another|cron|"
     r"health ?check|watchdog|oom|autoscaler|platform|"
     r"customer|team|admin|on-call|previous|ci|pipeline|job|nightly job)|due to|because of|after (an? )?(crash|oom)|"

@@ -11,7 +11,7 @@ import pytest
 from agentmesh.claims import LedgerEntry, cited_gaps, detect, tools_for, unsupported
 
 OPS = ["restart_pod", "delete_pod", "send_notification"]
-CORPUS = Path(__file__).parents[2] / "bench" / "data" / "claims_corpus.json"
+DATA = Path(__file__).parents[2] / "bench" / "data"
 
 
 @pytest.mark.parametrize(
@@ -92,11 +92,14 @@ def test_citations_are_checked_against_the_ledger() -> None:
     assert cited_gaps([], ledger, OPS).verdict == "none"
 
 
-def test_the_committed_corpus_meets_the_targets() -> None:
-    cases = json.loads(CORPUS.read_text())["cases"]
+@pytest.mark.parametrize(
+    ("name", "size"), [("claims_corpus.json", 150), ("claims_heldout.json", 60), ("claims_fresh.json", 40)]
+)
+def test_the_committed_corpora_meet_the_targets(name: str, size: int) -> None:
+    cases = json.loads((DATA / name).read_text())["cases"]
     claims = [c for c in cases if c["unsupported_claim"]]
     others = [c for c in cases if not c["unsupported_claim"]]
-    assert len(claims) >= 50 and len(others) >= 100 and {c["lang"] for c in cases} == {"en", "zh"}
+    assert len(cases) >= size and claims and others and {c["lang"] for c in cases} == {"en", "zh"}
 
     def flagged(case: dict[str, Any]) -> bool:
         ledger = [LedgerEntry(e[0], e[1], e[2], bool(e[3]) if len(e) > 3 else True) for e in case["ledger"]]

@@ -186,6 +186,23 @@ async def test_response_schema(fake_and_model: tuple[FakeProvider, Model]) -> No
         assert sent["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
 
 
+async def test_a_strict_compatible_schema_is_sent_strict(fake_and_model: tuple[FakeProvider, Model]) -> None:
+    # Closed objects whose properties are all required: OpenAI's strict structured output takes them (issue 41).
+    fake, model = fake_and_model
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    await model.request(_req(response_schema=schema), CallContext())
+    sent = fake.requests()[-1].json()
+    if fake.kind == "openai":
+        assert sent["response_format"]["json_schema"] == {"name": "response", "schema": schema, "strict": True}
+    else:
+        assert sent["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+
+
 @pytest.mark.parametrize(
     ("reply", "code"),
     [
