@@ -971,6 +971,10 @@ class ProviderBackendSettings(_Section):
     """Opt-in sampling parameters the protocol's current API lacks but this endpoint takes (the
     Anthropic Messages API as the pinned SDK types it has no temperature/top_p; an Anthropic-compatible
     server that still takes them lists them here, temperature then mapped into 0-1)."""
+    structured_output: Literal["native", "tool"] = "native"
+    """anthropic: how a response schema is asked for. `native`: `output_config.format` (structured
+    outputs); `tool`: a forced final tool `final_answer` whose input schema is the response schema (for
+    endpoints without structured outputs), its input returned as the reply's text (issue 41)."""
     headers: dict[str, str] = {}
     """Extra static request headers (e.g. OpenAI-Organization); treated as secrets, never logged."""
 
