@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from pydantic import BaseModel
 
 from agentmesh.cli.run_view import RunOutcome, stream_task
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
+from tests.e2e.conftest import REPO
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Mesh
 
 pytestmark = pytest.mark.e2e
@@ -129,6 +131,16 @@ async def test_typed_answers_and_claims_across_processes(mesh_env: Mesh, tmp_pat
     result, streamed = await asyncio.to_thread(client_run)
     assert result.status == "SUCCEEDED" and isinstance(result.output, Report) and isinstance(streamed, Report)
     assert json.loads(result.output_json) == result.output.model_dump()
+
+    # The CLI prints the typed answer as JSON.
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentmesh.cli", "run", "typed", "report on payment-svc", "--wait", "0",
+        env=mesh_env.env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode == 0, (out, err)
+    printed = out.decode().split("\noutput:\n", 1)[1].split("\nsession:", 1)[0]
+    assert set(json.loads(printed)) >= {"answer", "service"}
 
     # An answer that keeps breaking the schema: two corrections with violations, then OUTPUT_INVALID.
     bad = await _run(mesh_env, "typed_bad", "report on payment-svc")
