@@ -231,3 +231,31 @@ async def test_cited_actions_are_verified(make_rig: MakeRig) -> None:
     assert task.status == TaskStatus.SUCCEEDED and json.loads(task.output_json)["actions"][0]["tool"] == "restart_pod"
     # The runtime added the actions field to the schema the provider was asked for.
     assert "actions" in json.loads(rig.provider.schemas[0])["properties"]
+
+
+def test_the_protobuf_mapping_carries_the_typed_answer() -> None:
+    # server.py: the answer as JSON text and as a Value (Connect shows an object); ListAgents shows the schema.
+    from google.protobuf import json_format
+
+    from agentmesh.config import AgentSettings
+    from dispatcher_svc.agents import AgentRegistry
+    from dispatcher_svc.model import Task, TaskEvent
+    from dispatcher_svc.server import agent_pb, event_pb, task_pb
+
+    agent = AgentRegistry([AgentSettings(id="typed", output_schema=REPORT)]).get("typed")
+    assert json.loads(agent_pb(agent).output_schema_json) == REPORT
+    task = task_pb(
+        Task(
+            "t",
+            "typed",
+            "g",
+            TaskStatus.SUCCEEDED,
+            output_json='{"service": "a", "healthy": true}',
+            output_schema_json="{}",
+        )
+    )
+    assert json_format.MessageToDict(task.output) == {"service": "a", "healthy": True}
+    assert json.loads(json_format.MessageToJson(task))["output"] == {"service": "a", "healthy": True}
+    assert not task_pb(Task("t", "typed", "g", TaskStatus.SUCCEEDED)).HasField("output")
+    event = event_pb(TaskEvent("t", 5, EventKind.ANSWER, 0, output_json="[1, 2]"))
+    assert event.output_json == "[1, 2]" and json_format.MessageToDict(event.output) == [1, 2]
