@@ -258,4 +258,4 @@ def test_the_protobuf_mapping_carries_the_typed_answer() -> None:
     assert json.loads(json_format.MessageToJson(task))["output"] == {"service": "a", "healthy": True}
     assert not task_pb(Task("t", "typed", "g", TaskStatus.SUCCEEDED)).HasField("output")
     event = event_pb(TaskEvent("t", 5, EventKind.ANSWER, 0, output_json="[1, 2]"))
-    assert event.output_json == "[1, 2]" and json_format.MessageToDict(event.output) == [1, 2]
+    assert event.output_json == "[1, 2]" and json.loads(json_format.MessageToJson(event.output)) == [1, 2]
