@@ -30,6 +30,16 @@ __all__ = [
 
 DEFAULT_MAX_JSON_DEPTH = 64
 MAX_GOAL_CHARS = 8192
+ANSWER_CORRECTION_PREFIX = "[agentmesh] Your final answer was not accepted"
+"""How the dispatcher's correction of a final answer begins (issue 41): a user message that continues the
+turn rather than starting one (a policy such as the scripted model keeps working on the turn's goal)."""
+
+
+def is_answer_correction(role: Role, content: str) -> bool:
+    """Whether a message is the dispatcher's correction of a rejected final answer."""
+    return role == Role.USER and content.startswith(ANSWER_CORRECTION_PREFIX)
+
+
 """The one limit on a task's goal: StartTask refuses a longer one, and DiscoverTools / ExecuteTool take
 the same (issue 39: StartTask took 32,000 and the task then FAILED at DiscoverTools' 8,192)."""
 """`server.max_json_depth`'s default: the deepest JSON nesting a request's JSON text may have."""

@@ -494,6 +494,31 @@ class AgentSettings(_Section):
     """Tools offered per step (DiscoverTools top-k)."""
     max_context_tokens: int = Field(0, ge=0)
     """Context budget per model call; 0 takes context_svc's default."""
+    output_schema: dict[str, Any] | str | None = None
+    """The JSON Schema (Draft 2020-12) final answers follow: inline, or the path of a JSON file holding it
+    (relative paths from the working directory). None: free-text answers. `x-agentmesh-actions: true` adds
+    an `actions` field whose entries cite the tool calls that did what the answer claims (§7)."""
+    claims: Literal["check", "warn", "off"] = "check"
+    """Claims of completed actions in final answers, checked against the task's tool calls: `check`
+    corrects an unsupported claim once, then fails the task CLAIM_UNSUPPORTED; `warn` records the verdict
+    only; `off` skips the check."""
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema(cls, value: dict[str, Any] | str | None) -> dict[str, Any] | None:
+        from agentmesh.answers import SchemaProblem, parse_schema
+
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                value = Path(value).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"output_schema: cannot read {value}: {exc.strerror}") from None
+        try:
+            return parse_schema(value, trusted=True)
+        except SchemaProblem as exc:
+            raise ValueError(f"output_schema {exc}") from None
 
     @field_validator("permissions")
     @classmethod
@@ -849,8 +874,13 @@ class ScriptedFaultSettings(_Section):
     schema_violation: float = Field(0.0, ge=0, le=1)
     unknown_tool: float = Field(0.0, ge=0, le=1)
     dangerous_command: float = Field(0.0, ge=0, le=1)
+    false_claim: float = Field(0.0, ge=0, le=1)
+    """Per final answer: it claims a restart that never ran (the claims check's fault, issue 41)."""
+    invalid_answer: float = Field(0.0, ge=0, le=1)
+    """Per final answer asked for in a schema: it breaks the schema (the output check's fault, issue 41)."""
     on_corrections: bool = False
-    """Also inject into a reply that answers a tool error (default: corrections are clean)."""
+    """Also inject into a reply that answers a tool error or a rejected final answer (default: corrections
+    are clean)."""
 
 
 class ProviderModelSettings(_Section):
@@ -941,6 +971,10 @@ class ProviderBackendSettings(_Section):
     """Opt-in sampling parameters the protocol's current API lacks but this endpoint takes (the
     Anthropic Messages API as the pinned SDK types it has no temperature/top_p; an Anthropic-compatible
     server that still takes them lists them here, temperature then mapped into 0-1)."""
+    structured_output: Literal["native", "tool"] = "native"
+    """anthropic: how a response schema is asked for. `native`: `output_config.format` (structured
+    outputs); `tool`: a forced final tool `final_answer` whose input schema is the response schema (for
+    endpoints without structured outputs), its input returned as the reply's text (issue 41)."""
     headers: dict[str, str] = {}
     """Extra static request headers (e.g. OpenAI-Organization); treated as secrets, never logged."""
 

@@ -73,6 +73,7 @@ class ErrorCode(enum.IntEnum):
     DEADLINE_EXCEEDED = 122
     FAILED_PRECONDITION = 123
     OUTCOME_UNKNOWN = 124
+    CLAIM_UNSUPPORTED = 125
     # FATAL (200-299)
     DANGEROUS_OPERATION = 200
     BUDGET_EXHAUSTED = 201
@@ -124,6 +125,7 @@ def _table() -> dict[ErrorCode, ErrorClass]:
         ErrorCode.DEADLINE_EXCEEDED: e,
         ErrorCode.FAILED_PRECONDITION: e,
         ErrorCode.OUTCOME_UNKNOWN: e,
+        ErrorCode.CLAIM_UNSUPPORTED: e,
         ErrorCode.DANGEROUS_OPERATION: f,
         ErrorCode.BUDGET_EXHAUSTED: f,
         ErrorCode.MAX_STEPS_EXCEEDED: f,

@@ -186,6 +186,7 @@ def tool_info(spec: common_pb2.ToolSpec) -> ToolInfo:
         description=spec.description,
         fallback_tool=spec.fallback_tool,
         spec=spec,
+        write=spec.permission.access == common_pb2.ACCESS_MODE_WRITE,
     )
 
 
@@ -418,6 +419,7 @@ class GrpcProvider:
         agent_id: str,
         opts: CallOptions,
         include_request: bool = False,
+        response_schema: str = "",
     ) -> ModelReply:
         sampling = provider_pb2.SamplingParams(max_tokens=max_tokens)
         if temperature is not None:
@@ -431,6 +433,7 @@ class GrpcProvider:
             sampling=sampling,
             agent_id=agent_id,
             include_request=include_request,
+            response_schema_json=response_schema,
         )
         reply = await _rpc(self.clients.provider().Generate(request, metadata=_metadata(opts), timeout=opts.timeout_s))
         return model_reply(reply)

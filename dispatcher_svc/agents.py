@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from agentmesh.answers import with_actions
 from agentmesh.config import AgentSettings, ConfigError
 from agentmesh.errors import NotFoundError, Violation, echo
 
@@ -27,6 +29,10 @@ class AgentConfig:
     max_steps: int
     discover_k: int
     max_context_tokens: int
+    output_schema: Mapping[str, Any] | None = None
+    """The schema final answers follow (with the runtime's `actions` field when it asks for it)."""
+    claims: str = "check"
+    """check | warn | off: the claims check of final answers (agentmesh/claims.py)."""
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> AgentConfig:
@@ -45,6 +51,8 @@ class AgentConfig:
             max_steps=settings.max_steps,
             discover_k=settings.discover_k,
             max_context_tokens=settings.max_context_tokens,
+            output_schema=with_actions(settings.output_schema) if isinstance(settings.output_schema, dict) else None,
+            claims=settings.claims,
         )
 
     def allows_tool(self, name: str, group: str) -> bool:

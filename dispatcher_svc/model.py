@@ -25,6 +25,9 @@ class Phase(enum.StrEnum):
     """A step has started: context, tools and the model's reply come next."""
     ACTING = "acting"
     """The reply is checkpointed: its tool calls run in order."""
+    CORRECTING = "correcting"
+    """A final answer was sent back (output schema or claims, issue 41): the cursor holds it and the
+    correction; both are appended to the session, then the next step starts."""
 
 
 class CallStage(enum.StrEnum):
@@ -80,6 +83,8 @@ class EventKind(enum.IntEnum):
     INCIDENT = 11
     ANSWER = 12
     CONTEXT = 13
+    CLAIM_CHECK = 14
+    """The final answer's claims checked against the task's tool calls (issue 41)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +215,8 @@ class TaskEvent:
     pending_approval: PendingApproval | None = None
     usage: Usage | None = None
     attributes: dict[str, str] = field(default_factory=dict)
+    output_json: str = ""
+    """For ANSWER of a task with an output schema: the answer as JSON text."""
 
     def with_sequence(self, sequence: int) -> TaskEvent:
         return replace(self, sequence=sequence)
@@ -235,6 +242,10 @@ class Task:
     update_time_ms: int = 0
     created_by: str = ""
     """The subject that started the task ("" for tasks started before creators were recorded)."""
+    output_json: str = ""
+    """The final answer as JSON text, for a task with an output schema (issue 41)."""
+    output_schema_json: str = ""
+    """The schema the final answer follows ("" for free text)."""
 
 
 # --- JSON codecs (checkpoint and event log) -----------------------------------------------------
@@ -372,6 +383,8 @@ def event_to_json(event: TaskEvent) -> str:
         data["usage"] = event.usage.to_json()
     if event.attributes:
         data["attrs"] = event.attributes
+    if event.output_json:
+        data["out"] = event.output_json
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -391,4 +404,5 @@ def event_from_json(task_id: str, sequence: int, text: str | bytes) -> TaskEvent
         pending_approval=pending_from_json(data["pending"]) if "pending" in data else None,
         usage=Usage.from_json(data["usage"]) if "usage" in data else None,
         attributes=dict(data.get("attrs", {})),
+        output_json=data.get("out", ""),
     )

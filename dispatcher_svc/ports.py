@@ -36,6 +36,8 @@ class ToolInfo:
     description: str = ""
     fallback_tool: str = ""
     spec: object = None
+    write: bool = False
+    """The tool changes something (access write): what the claims check counts as an action."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +185,10 @@ class ProviderPort(Protocol):
         agent_id: str,
         opts: CallOptions,
         include_request: bool = False,
+        response_schema: str = "",
     ) -> ModelReply:
-        """With `include_request`, the reply's `sent` is the request as provider_svc sent it (masked)."""
+        """With `include_request`, the reply's `sent` is the request as provider_svc sent it (masked);
+        `response_schema` (JSON text) asks for provider-native structured output."""
         ...
 
 

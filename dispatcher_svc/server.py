@@ -6,9 +6,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc.aio
-from google.protobuf import timestamp_pb2
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentmesh.answers import canonical
 from agentmesh.errors import InvalidRequestError
 from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
@@ -43,7 +44,15 @@ def start_request(pb: dispatcher_pb2.StartTaskRequest) -> StartRequest:
         max_steps=pb.max_steps if pb.HasField("max_steps") else None,
         task_id=pb.task_id,
         session_id=pb.session_id,
+        output_schema_json=pb.output_schema_json,
     )
+
+
+def _json_value(text: str) -> struct_pb2.Value:
+    """A JSON text as a protobuf Value (Connect and other JSON clients read it as JSON, not a string)."""
+    value = struct_pb2.Value()
+    json_format.Parse(text, value)
+    return value
 
 
 def task_pb(task: Task) -> dispatcher_pb2.Task:
@@ -59,7 +68,11 @@ def task_pb(task: Task) -> dispatcher_pb2.Task:
         request_id=task.request_id,
         last_sequence=task.last_sequence,
         created_by=task.created_by,
+        output_json=task.output_json,
+        output_schema_json=task.output_schema_json,
     )
+    if task.output_json:
+        pb.output.CopyFrom(_json_value(task.output_json))
     if task.error is not None:
         pb.error.CopyFrom(to_detail(task.error))
     if task.pending_approval is not None:
@@ -80,7 +93,10 @@ def event_pb(event: TaskEvent) -> dispatcher_pb2.TaskEvent:
         step=event.step,
         message=event.message,
         attributes=event.attributes,
+        output_json=event.output_json,
     )
+    if event.output_json:
+        pb.output.CopyFrom(_json_value(event.output_json))
     pb.time.CopyFrom(codec.timestamp_ms(event.time_ms))
     if event.tool_call is not None:
         pb.tool_call.CopyFrom(codec.tool_call_to_pb(event.tool_call))
@@ -155,6 +171,7 @@ def agent_pb(agent: AgentConfig) -> dispatcher_pb2.Agent:
         capabilities=list(agent.capabilities),
         token_budget=agent.token_budget,
         max_steps=agent.max_steps,
+        output_schema_json=canonical(agent.output_schema) if agent.output_schema is not None else "",
     )
 
 

@@ -9,6 +9,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from agentmesh.answers import SchemaProblem, canonical, narrow, parse_schema
 from agentmesh.chat import MAX_GOAL_CHARS, Usage
 from agentmesh.config import Settings
 from agentmesh.errors import (
@@ -23,7 +24,7 @@ from agentmesh.errors import (
 from agentmesh.identity import Identity
 from agentmesh.telemetry import current_request_id
 from dispatcher_svc.access import Auditor, Creator, check_run, check_task, is_creator, is_operator
-from dispatcher_svc.agents import AgentRegistry
+from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import EventKind, Task, TaskEvent, TaskStatus
@@ -45,6 +46,19 @@ class StartRequest:
     task_id: str = ""
     session_id: str = ""
     """An existing session to continue (continuation.py); "" opens a new one whose id is the task id."""
+    output_schema_json: str = ""
+    """A JSON Schema the final answer must follow; it may only narrow the agent's (agentmesh.answers.narrow)."""
+
+
+def output_schema_of(agent: AgentConfig, task_schema_json: str) -> str:
+    """The schema a task's answer follows, as stored with the task ("" for free text); INVALID_ARGUMENT
+    naming `output_schema_json` when the task's is no schema or widens the agent's."""
+    try:
+        task = parse_schema(task_schema_json, trusted=False) if task_schema_json else None
+        schema = narrow(agent.output_schema, task)
+    except SchemaProblem as exc:
+        raise InvalidRequestError("output_schema_json", str(exc)) from None
+    return canonical(schema) if schema is not None else ""
 
 
 def check_task_id(task_id: str, field: str = "task_id") -> str:
@@ -109,6 +123,7 @@ class Starter:
             await self.auditor.refused(caller, "task.start", request.task_id or "(new)", err)
             raise
         agent = self.agents.get(request.agent_id)
+        output_schema = output_schema_of(agent, request.output_schema_json)
         if session_id != task_id:
             if request.task_id and await self.tasks.exists(task_id):
                 # A retry of this StartTask (or a resume): the task has its session already.
@@ -141,6 +156,7 @@ class Starter:
                 max_steps=agent.max_steps if request.max_steps is None else request.max_steps,
                 create_ms=now,
                 runs=0,
+                output_schema=output_schema,
             ),
         }
         created = TaskEvent(

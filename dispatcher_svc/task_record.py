@@ -134,6 +134,15 @@ class Cursor:
     """Tools offered on every later step (fallbacks, read_payload after an offload)."""
     raw_tokens: int = 0
     """Tokens the session would hold had every tool output been appended raw (for the comparison)."""
+    ledger: dict[str, list[Any]] = field(default_factory=dict)
+    """The task's action ledger: tool_call_id -> [tool, result, write] for every call that got an outcome
+    (result OK, an error code's name, or APPROVAL_REQUIRED while it waits), in call order."""
+    answer_corrections: int = 0
+    """Final answers sent back for breaking the output schema (at most 2, then OUTPUT_INVALID)."""
+    claim_corrections: int = 0
+    """Final answers sent back for an unsupported claim (at most 1, then CLAIM_UNSUPPORTED)."""
+    fix: str = ""
+    """In phase CORRECTING: the correction the model reads after its rejected answer (`reply`)."""
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -149,6 +158,15 @@ class Cursor:
             "pinned": self.pinned,
             "raw": self.raw_tokens,
         }
+        # Written only once used: a checkpoint of a task without them reads as before.
+        if self.ledger:
+            data["ledger"] = self.ledger
+        if self.answer_corrections:
+            data["answer_fix"] = self.answer_corrections
+        if self.claim_corrections:
+            data["claim_fix"] = self.claim_corrections
+        if self.fix:
+            data["fix"] = self.fix
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -168,6 +186,10 @@ class Cursor:
             failed=dict(data.get("failed", {})),
             pinned=list(data.get("pinned", [])),
             raw_tokens=int(data.get("raw", 0)),
+            ledger={str(k): list(v) for k, v in data.get("ledger", {}).items()},
+            answer_corrections=int(data.get("answer_fix", 0)),
+            claim_corrections=int(data.get("claim_fix", 0)),
+            fix=str(data.get("fix", "")),
         )
 
 
@@ -205,6 +227,11 @@ class TaskRecord:
     recorded (such a task is for operators only: dispatcher_svc/access.py)."""
     creator_agent: str = ""
     """The agent id of that token when it was an agent's ("" for operators and old tasks)."""
+    output_schema: str = ""
+    """The JSON Schema the final answer follows, as JSON text (the agent's narrowed by the task's at
+    StartTask); "" for free-text answers."""
+    output_json: str = ""
+    """The final answer as JSON text, when SUCCEEDED with an output schema."""
 
     def view(self) -> Task:
         return Task(
@@ -223,6 +250,8 @@ class TaskRecord:
             create_time_ms=self.create_time_ms,
             update_time_ms=self.update_time_ms,
             created_by=self.creator,
+            output_json=self.output_json,
+            output_schema_json=self.output_schema,
         )
 
     @classmethod
@@ -261,6 +290,8 @@ class TaskRecord:
             cursor=Cursor.from_json(h.get("cursor", "")),
             creator=h.get("creator", ""),
             creator_agent=h.get("creator_agent", ""),
+            output_schema=h.get("output_schema", ""),
+            output_json=h.get("output_json", ""),
         )
 
 

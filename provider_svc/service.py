@@ -293,6 +293,7 @@ class Providers:
                 ),
                 on_unsupported=on_unsupported,
                 extra_params=frozenset(backend.extra_params),
+                structured_output=backend.structured_output,
             )
         return OpenAIModel(
             http,

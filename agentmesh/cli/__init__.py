@@ -193,8 +193,20 @@ def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -
         max_steps=args.max_steps,
         task_id=args.task_id,
         session_id=args.session,
+        output_schema_json=_schema_text(args.output_schema),
         approver_token=args.approver_token,
     )
+
+
+def _schema_text(given: str) -> str:
+    """--output-schema: inline JSON, or @FILE holding it."""
+    if given.startswith("@"):
+        try:
+            return Path(given[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"agentmesh run: --output-schema {given}: {exc.strerror}", file=sys.stderr)
+            raise SystemExit(2) from None
+    return given
 
 
 def cmd_trace(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
@@ -454,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--task-id", default="", help="task id (idempotent; resumes a FAILED task)")
     run.add_argument(
         "--session", default="", help="continue this session (the next turn of a conversation; printed by run)"
+    )
+    run.add_argument(
+        "--output-schema",
+        default="",
+        metavar="JSON|@FILE",
+        help="a JSON Schema the final answer must follow (narrows the agent's output_schema); printed as JSON",
     )
     run.add_argument(
         "--approver-token",

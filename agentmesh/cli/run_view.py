@@ -50,6 +50,7 @@ _KIND_LABEL = {
     D.TASK_EVENT_KIND_APPROVAL_RESOLVED: "approved",
     D.TASK_EVENT_KIND_INCIDENT: "INCIDENT",
     D.TASK_EVENT_KIND_ANSWER: "ANSWER",
+    D.TASK_EVENT_KIND_CLAIM_CHECK: "CLAIMS",
 }
 _COLOR = {
     D.TASK_EVENT_KIND_CORRECTION: "33",  # yellow: CONTRACT
@@ -144,6 +145,8 @@ class RunOutcome:
     session_id: str = ""
     status: int = 0
     answer: str = ""
+    output_json: str = ""
+    """The typed answer as JSON, for a task with an output schema."""
     request_id: str = ""
     events: list[D.TaskEvent] = field(default_factory=list)
     error: str = ""
@@ -263,6 +266,7 @@ async def stream_task(
         task = (await stub.GetTask(D.GetTaskRequest(task_id=outcome.task_id), metadata=metadata, timeout=10)).task
         outcome.status = task.status
         outcome.answer = task.answer
+        outcome.output_json = task.output_json
         outcome.request_id = task.request_id
         outcome.session_id = task.session_id
         if task.HasField("error"):
@@ -296,6 +300,7 @@ def run_command(
     max_steps: int = 0,
     task_id: str = "",
     session_id: str = "",
+    output_schema_json: str = "",
     token: str | None = None,
     approver_token: str | None = None,
     out: TextIO | None = None,
@@ -358,6 +363,7 @@ def run_command(
                 max_steps=max_steps or None,
                 task_id=task_id,
                 session_id=session_id,
+                output_schema_json=output_schema_json,
             )
             return await stream_task(
                 stub,
@@ -394,7 +400,11 @@ def run_command(
     if outcome.error:
         out.write(f" ({outcome.error})")
     out.write("\n")
-    if outcome.answer:
+    if outcome.output_json:
+        # The typed answer, as JSON (one value, indented): what a script reads.
+        shown = json.dumps(json.loads(outcome.output_json), ensure_ascii=False, indent=2)
+        out.write("output:\n" + shown + "\n")
+    elif outcome.answer:
         out.write(f"answer: {outcome.answer}\n")
     if outcome.session_id:
         again = f"agentmesh run {agent_id} GOAL --session {outcome.session_id}"

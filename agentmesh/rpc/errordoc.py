@@ -80,7 +80,9 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.APPROVAL_DENIED: "A human denied the change: do not retry it; report it or choose another plan.",
         ErrorCode.APPROVAL_EXPIRED: "Nobody resolved the approval in time: call again to request a new approval.",
         ErrorCode.OUTPUT_INVALID: (
-            "The tool answered outside its output schema: report it to the tool's owner; `fallback_tool`."
+            "The tool answered outside its output schema: report it to the tool's owner; `fallback_tool`. "
+            "Metadata `reason: final_answer`: the task's final answer still broke its output schema after its "
+            "corrections; `violations` say where. Resume it (StartTask), or loosen the schema."
         ),
         ErrorCode.SANDBOX_UNAVAILABLE: (
             "The sandbox could not be set up and the code did not run: retry later or where bubblewrap works."
@@ -127,6 +129,11 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
         ErrorCode.OUTCOME_UNKNOWN: (
             "A write may have reached its upstream but its outcome is unknown; it is never re-sent on its own. "
             "An operator settles it: `agentmesh settle <task> --ran|--not-ran` (ResolveApproval with `settlement`)."
+        ),
+        ErrorCode.CLAIM_UNSUPPORTED: (
+            "The model's final answer claimed an action no successful write of the task did, again after a "
+            "correction (metadata `claim`, `gap`): nothing the answer says was done was; read the task's tool "
+            "calls (WatchTask) and resume it or act yourself."
         ),
         ErrorCode.DANGEROUS_OPERATION: "A call would do something destructive; the task stopped. A human reviews it.",
         ErrorCode.BUDGET_EXHAUSTED: (

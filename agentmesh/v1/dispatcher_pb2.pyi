@@ -2,6 +2,7 @@ import datetime
 
 from agentmesh.v1 import common_pb2 as _common_pb2
 from google.api import field_behavior_pb2 as _field_behavior_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -39,6 +40,7 @@ class TaskEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_EVENT_KIND_INCIDENT: _ClassVar[TaskEventKind]
     TASK_EVENT_KIND_ANSWER: _ClassVar[TaskEventKind]
     TASK_EVENT_KIND_CONTEXT: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_CLAIM_CHECK: _ClassVar[TaskEventKind]
 
 class TaskApprovalKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -82,6 +84,7 @@ TASK_EVENT_KIND_APPROVAL_RESOLVED: TaskEventKind
 TASK_EVENT_KIND_INCIDENT: TaskEventKind
 TASK_EVENT_KIND_ANSWER: TaskEventKind
 TASK_EVENT_KIND_CONTEXT: TaskEventKind
+TASK_EVENT_KIND_CLAIM_CHECK: TaskEventKind
 TASK_APPROVAL_KIND_UNSPECIFIED: TaskApprovalKind
 TASK_APPROVAL_KIND_APPROVAL: TaskApprovalKind
 TASK_APPROVAL_KIND_SETTLEMENT: TaskApprovalKind
@@ -96,7 +99,7 @@ TRACE_SPAN_STATUS_OK: TraceSpanStatus
 TRACE_SPAN_STATUS_ERROR: TraceSpanStatus
 
 class Agent(_message.Message):
-    __slots__ = ("agent_id", "description", "model", "tools", "capabilities", "token_budget", "max_steps")
+    __slots__ = ("agent_id", "description", "model", "tools", "capabilities", "token_budget", "max_steps", "output_schema_json")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -104,6 +107,7 @@ class Agent(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     description: str
     model: str
@@ -111,10 +115,11 @@ class Agent(_message.Message):
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     token_budget: int
     max_steps: int
-    def __init__(self, agent_id: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ...) -> None: ...
+    output_schema_json: str
+    def __init__(self, agent_id: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time", "created_by")
+    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time", "created_by", "output_json", "output", "output_schema_json")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +135,9 @@ class Task(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     agent_id: str
     goal: str
@@ -145,23 +153,28 @@ class Task(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
     created_by: str
-    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ...) -> None: ...
+    output_json: str
+    output: _struct_pb2.Value
+    output_schema_json: str
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ..., output_json: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
 
 class StartTaskRequest(_message.Message):
-    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id")
+    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id", "output_schema_json")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     goal: str
     token_budget: int
     max_steps: int
     task_id: str
     session_id: str
-    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+    output_schema_json: str
+    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ..., session_id: _Optional[str] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
 
 class StartTaskResponse(_message.Message):
     __slots__ = ("task",)
@@ -176,7 +189,7 @@ class RunTaskRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[StartTaskRequest, _Mapping]] = ...) -> None: ...
 
 class TaskEvent(_message.Message):
-    __slots__ = ("task_id", "sequence", "kind", "time", "status", "step", "message", "tool_call", "tool_result", "error", "pending_approval", "usage", "attributes")
+    __slots__ = ("task_id", "sequence", "kind", "time", "status", "step", "message", "tool_call", "tool_result", "error", "pending_approval", "usage", "attributes", "output_json", "output")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -197,6 +210,8 @@ class TaskEvent(_message.Message):
     PENDING_APPROVAL_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     sequence: int
     kind: TaskEventKind
@@ -210,7 +225,9 @@ class TaskEvent(_message.Message):
     pending_approval: _common_pb2.PendingApproval
     usage: _common_pb2.TokenUsage
     attributes: _containers.ScalarMap[str, str]
-    def __init__(self, task_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[TaskEventKind, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., message: _Optional[str] = ..., tool_call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    output_json: str
+    output: _struct_pb2.Value
+    def __init__(self, task_id: _Optional[str] = ..., sequence: _Optional[int] = ..., kind: _Optional[_Union[TaskEventKind, str]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., message: _Optional[str] = ..., tool_call: _Optional[_Union[_common_pb2.ToolCall, _Mapping]] = ..., tool_result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
 
 class RunTaskResponse(_message.Message):
     __slots__ = ("event",)

@@ -9,15 +9,19 @@ phases do the I/O around them (phases.py, tool_calls.py); the unit tests call th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
-from agentmesh.chat import Correction, ToolCall
+from agentmesh import answers
+from agentmesh import claims as claim_check
+from agentmesh.chat import ANSWER_CORRECTION_PREFIX, Correction, ToolCall
 from agentmesh.chat import NextStep as ModelNextStep
-from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
+from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode, Violation
 from dispatcher_svc import guards, policy
 from dispatcher_svc.model import CallStage, ModelReply, Phase, TaskEvent, ToolOutcome
 from dispatcher_svc.run.next_step import Abort, Continue, Fail, Park, Succeed
+from dispatcher_svc.run.texts import clip
 
 
 def exit_for(error: AgentmeshError, prefix: Sequence[TaskEvent] = ()) -> Fail | Abort:
@@ -134,3 +138,130 @@ def after_outcome(
         assert decision.error is not None
         return OutcomeStep(decision, shown, Abort(decision.error, tuple(prefix)))
     return OutcomeStep(decision, shown, Continue(Phase.ACTING))
+
+
+# --- the final answer: output schema and claims (issue 41) -------------------------------------------------
+
+MAX_ANSWER_CORRECTIONS = 2
+"""Answers sent back for breaking the output schema before the task fails OUTPUT_INVALID."""
+MAX_CLAIM_CORRECTIONS = 1
+"""Answers sent back for an unsupported claim before the task fails CLAIM_UNSUPPORTED."""
+
+
+@dataclass(frozen=True)
+class AnswerVerdict:
+    """What a final answer gets: accepted (`output_json` and `answer` for a typed one), sent back with
+    `error` as its correction, or the task fails with `error`. `claims` is the claims check's verdict
+    (None when not checked), recorded as an event and a span attribute whatever follows."""
+
+    action: str
+    """"accept", "correct" or "fail"."""
+    output_json: str = ""
+    answer: str = ""
+    error: AgentmeshError | None = None
+    claims: claim_check.Verdict | None = None
+    claims_mode: str = "off"
+
+
+def _answer_error(violations: Sequence[Violation], attempt: int) -> AgentmeshError:
+    first = violations[0]
+    more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
+    return AgentmeshError(
+        ErrorCode.OUTPUT_INVALID,
+        f"the final answer violates the task's output schema: {first.path} {first.rule}{more}",
+        violations=list(violations),
+        metadata={"reason": "final_answer", "attempt": str(attempt)},
+    )
+
+
+def _claim_error(verdict: claim_check.Verdict, attempt: int) -> AgentmeshError:
+    return AgentmeshError(
+        ErrorCode.CLAIM_UNSUPPORTED,
+        f"the final answer claims what no tool call of this task did: {verdict.gap}",
+        violations=[
+            Violation(
+                path="$",
+                rule="claim",
+                expected="a succeeded write call for every action claimed",
+                actual=clip("; ".join(verdict.claims), 200),
+                hint=clip(verdict.gap, 400),
+            )
+        ],
+        metadata={
+            "claim": clip("; ".join(verdict.claims), 200),
+            "gap": clip(verdict.gap, 400),
+            "attempt": str(attempt),
+        },
+    )
+
+
+def judge_answer(
+    text: str,
+    *,
+    schema: Mapping[str, Any] | None,
+    ledger: Sequence[claim_check.LedgerEntry],
+    write_tools: Iterable[str],
+    claims_mode: str,
+    answer_corrections: int,
+    claim_corrections: int,
+) -> AnswerVerdict:
+    """The verdicts on a final answer, in order: the output schema (at most MAX_ANSWER_CORRECTIONS
+    corrections, then OUTPUT_INVALID), then its claims against the ledger (`claims_mode` check: at most
+    MAX_CLAIM_CORRECTIONS, then CLAIM_UNSUPPORTED; warn: recorded only; off: not checked)."""
+    output_json, answer, prose, cited = "", "", text, None
+    if schema is not None:
+        checked = answers.check_answer(schema, text)
+        if not checked.ok:
+            attempt = answer_corrections + 1
+            err = _answer_error(checked.violations, attempt)
+            if answer_corrections >= MAX_ANSWER_CORRECTIONS:
+                return AnswerVerdict("fail", error=err)
+            return AnswerVerdict("correct", error=err)
+        output_json = answers.canonical(checked.value)
+        if isinstance(checked.value, Mapping):
+            cited = checked.value.get(answers.ACTIONS_FIELD)
+            rest = {k: v for k, v in checked.value.items() if k != answers.ACTIONS_FIELD}
+            prose = answers.render(rest)
+        else:
+            prose = answers.render(checked.value)
+        answer = answers.render(checked.value)
+    if claims_mode == "off":
+        return AnswerVerdict("accept", output_json, answer)
+    writes = list(write_tools)
+    by_text = claim_check.unsupported(prose, ledger, writes)
+    by_cite = claim_check.cited_gaps(cited, ledger, writes)
+    verdict = _combine(by_text, by_cite)
+    if verdict.verdict != "unsupported":
+        return AnswerVerdict("accept", output_json, answer, claims=verdict, claims_mode=claims_mode)
+    if claims_mode == "warn":
+        warned = claim_check.Verdict("warned", verdict.claims, verdict.gap)
+        return AnswerVerdict("accept", output_json, answer, claims=warned, claims_mode=claims_mode)
+    err = _claim_error(verdict, claim_corrections + 1)
+    action = "fail" if claim_corrections >= MAX_CLAIM_CORRECTIONS else "correct"
+    return AnswerVerdict(action, error=err, claims=verdict, claims_mode=claims_mode)
+
+
+def _combine(*verdicts: claim_check.Verdict) -> claim_check.Verdict:
+    claims = tuple(c for v in verdicts for c in v.claims)
+    gaps = "; ".join(v.gap for v in verdicts if v.gap)
+    if any(v.verdict == "unsupported" for v in verdicts):
+        return claim_check.Verdict("unsupported", claims, gaps)
+    if claims:
+        return claim_check.Verdict("supported", claims)
+    return claim_check.Verdict("none")
+
+
+def correction_text(err: AgentmeshError) -> str:
+    """What the model reads after a rejected final answer: the rule it broke, the violations in the
+    format of tool arguments, and what to do."""
+    lines = [f"{ANSWER_CORRECTION_PREFIX}: {err.code.name}: {err.message}"]
+    if err.violations:
+        lines.append(answers.violations_text(err.violations))
+    if err.code == ErrorCode.CLAIM_UNSUPPORTED:
+        lines.append(
+            "Say only what the tool calls of this task did: report the action as not done (and why), "
+            "or do it first with its tool."
+        )
+    else:
+        lines.append("Answer again with JSON only, following the output schema.")
+    return "\n".join(lines)

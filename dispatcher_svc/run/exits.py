@@ -85,14 +85,16 @@ async def _abort(run: Run, step: Abort) -> None:
 async def _succeed(run: Run, step: Succeed) -> None:
     """The final answer: checkpointed with the reply, then recorded in the session (best effort)."""
     reply, status, event = step.reply, TaskStatus.SUCCEEDED, run.checkpoints.event
+    answer = step.answer or reply.text
     await run.checkpoints.commit(
         [
             *step.prefix,
-            event(EventKind.ANSWER, reply.text, status=status),
+            event(EventKind.ANSWER, answer, status=status, output_json=step.output_json),
             event(EventKind.STATUS, "status SUCCEEDED", status=status),
         ],
         status=status,
-        answer=reply.text,
+        answer=answer,
+        output_json=step.output_json,
         error=None,
     )
     record, down = run.state.record, run.downstream

@@ -47,6 +47,10 @@ class Succeed:
 
     reply: ModelReply
     prefix: tuple[TaskEvent, ...] = ()
+    output_json: str = ""
+    """With an output schema: the answer's JSON (Task.output_json)."""
+    answer: str = ""
+    """With an output schema: the rendering for humans (Task.answer); "" keeps the reply's text."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
 
 from agentmesh.chat import Usage
+from agentmesh.claims import LedgerEntry
+from agentmesh.errors import ErrorCode
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, ToolOutcome
 from dispatcher_svc.ports import ContextView, SessionSpec, ToolInfo
@@ -27,8 +32,8 @@ from dispatcher_svc.run import decisions, tool_calls
 from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.downstream import PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
-from dispatcher_svc.run.next_step import Continue, NextStep
-from dispatcher_svc.run.texts import raw_tokens_of, reply_text
+from dispatcher_svc.run.next_step import Continue, NextStep, Succeed
+from dispatcher_svc.run.texts import clip, raw_tokens_of, reply_text
 from dispatcher_svc.tasks import CallState
 
 log = logging.getLogger("dispatcher_svc.loop")
@@ -115,6 +120,8 @@ async def think(run: Run) -> NextStep:
     reply = await _generate(run, view, offered)
     events = _reply_events(run, view, offered, reply)
     after = decisions.after_reply(reply, prefix=events)
+    if isinstance(after, Succeed):
+        return await _judge(run, after)
     if not isinstance(after, Continue):
         return after
     c.reply = reply
@@ -145,6 +152,7 @@ async def _generate(run: Run, view: ContextView, offered: list[ToolInfo]) -> Mod
             agent_id=agent.id,
             opts=o,
             include_request=run.settings.record_prompts,
+            response_schema=state.record.output_schema,
         ),
     )
     step = state.cursor.step
@@ -184,6 +192,107 @@ def _reply_events(run: Run, view: ContextView, offered: list[ToolInfo], reply: M
             attributes={"model": reply.model, "finish_reason": reply.finish_reason, "cost_usd": repr(reply.cost_usd)},
         ),
     ]
+
+
+async def _judge(run: Run, done: Succeed) -> NextStep:
+    """The verdicts on a final answer (decisions.judge_answer): accepted, the task fails, or the answer
+    goes back to the model with its correction (phase CORRECTING, checkpointed before the appends)."""
+    state, c, event = run.state, run.state.cursor, run.checkpoints.event
+    reply = done.reply
+    verdict = decisions.judge_answer(
+        reply.text,
+        schema=state.output_schema,
+        ledger=ledger_of(c.ledger),
+        write_tools=[name for name, info in state.tools_seen.items() if info.write],
+        claims_mode=state.agent.claims,
+        answer_corrections=c.answer_corrections,
+        claim_corrections=c.claim_corrections,
+    )
+    events = list(done.prefix)
+    if verdict.claims is not None:
+        claims = verdict.claims
+        trace.get_current_span().set_attributes(
+            {"agentmesh.claims.verdict": claims.verdict, "agentmesh.claims.mode": verdict.claims_mode}
+        )
+    if verdict.claims is not None and verdict.claims.verdict != "none":
+        # An event for every answer that claims something (supported, unsupported or warned).
+        claims = verdict.claims
+        events.append(
+            event(
+                EventKind.CLAIM_CHECK,
+                f"claims {claims.verdict}" + (f": {clip(claims.gap, 200)}" if claims.gap else ""),
+                attributes={
+                    "verdict": claims.verdict,
+                    "mode": verdict.claims_mode,
+                    "claims": clip("; ".join(claims.claims), 400),
+                    "gap": clip(claims.gap, 400),
+                },
+            )
+        )
+    if verdict.action == "accept":
+        return Succeed(reply, tuple(events), output_json=verdict.output_json, answer=verdict.answer)
+    err = verdict.error
+    assert err is not None
+    if verdict.action == "fail":
+        return decisions.exit_for(err, events)
+    if err.code == ErrorCode.OUTPUT_INVALID:
+        c.answer_corrections += 1
+        used, limit = c.answer_corrections, decisions.MAX_ANSWER_CORRECTIONS
+    else:
+        c.claim_corrections += 1
+        used, limit = c.claim_corrections, decisions.MAX_CLAIM_CORRECTIONS
+    hints = "; ".join(f"{v.path} {v.rule}: {v.hint or v.expected}" for v in err.violations)
+    events.append(
+        event(
+            EventKind.CORRECTION,
+            f"final answer: {err.code.name}, correction {used} of {limit}"
+            + (f" ({clip(hints, 140)})" if hints else ""),
+            error=err,
+        )
+    )
+    c.reply, c.reply_appended, c.calls = reply, False, []
+    c.fix = decisions.correction_text(err)
+    c.phase = Phase.CORRECTING
+    await run.checkpoints.commit(events)
+    return await correct(run)
+
+
+def ledger_of(ledger: Mapping[str, list[Any]]) -> list[LedgerEntry]:
+    """The cursor's ledger as the claims check reads it."""
+    return [
+        LedgerEntry(call_id, str(entry[0]), str(entry[1]), bool(entry[2]) if len(entry) > 2 else False)
+        for call_id, entry in ledger.items()
+    ]
+
+
+async def correct(run: Run) -> NextStep:
+    """Phase CORRECTING: the rejected answer and its correction go to the session (each once, by its
+    message id), then the next step starts, where the model answers again."""
+    record, c, down = run.state.record, run.state.cursor, run.downstream
+    reply = c.reply
+    assert reply is not None
+    if not c.reply_appended:
+        c.raw_tokens += await down.append_once(
+            "AppendMessage(rejected answer)",
+            lambda o: down.ports.context.append_message(
+                record.session_id,
+                "assistant",
+                reply.text,
+                (),
+                o,
+                client_message_id=message_id(record.task_id, f"{c.step}:reply"),
+            ),
+        )
+        c.reply_appended = True
+    fix = c.fix
+    c.raw_tokens += await down.append_once(
+        "AppendMessage(correction)",
+        lambda o: down.ports.context.append_message(
+            record.session_id, "user", fix, (), o, client_message_id=message_id(record.task_id, f"{c.step}:fix")
+        ),
+    )
+    c.fix = ""
+    return await begin_step(run)
 
 
 async def act(run: Run) -> NextStep:
@@ -264,5 +373,6 @@ PHASES: Mapping[Phase, PhaseFn] = {
     Phase.INIT: setup,
     Phase.THINKING: think,
     Phase.ACTING: act,
+    Phase.CORRECTING: correct,
 }
 """The phase function for each phase a cursor can name."""

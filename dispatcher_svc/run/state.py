@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentmesh.chat import Usage
 from agentmesh.errors import AgentmeshError
@@ -34,11 +36,14 @@ class RunState:
     """DiscoverTools for the goal, narrowed to the agent's tools (asked once per run)."""
     prompt: tuple[int, bytes] | None = None
     """The step's provider request (prompts.py), written by the commit that checkpoints its reply."""
+    output_schema: dict[str, Any] | None = field(init=False)
+    """The schema the final answer follows (the record's, fixed at StartTask); None: free text."""
 
     def __post_init__(self) -> None:
         self.cursor = self.record.cursor
         self.fence = self.record.fence
         self.usage = self.record.usage
+        self.output_schema = json.loads(self.record.output_schema) if self.record.output_schema else None
 
     @classmethod
     def of(cls, record: TaskRecord, agent: AgentConfig, *, task_timeout_s: float) -> RunState:

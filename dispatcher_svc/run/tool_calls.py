@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError
 from dispatcher_svc import policy
 from dispatcher_svc.model import CallStage, EventKind, TaskEvent, ToolOutcome
@@ -55,6 +56,7 @@ def apply(run: Run, cs: CallState, outcome: ToolOutcome) -> list[TaskEvent] | Pa
     if outcome.tool_call_id != call.id or outcome.tool_name != call.name:
         outcome = replace(outcome, tool_call_id=call.id, tool_name=call.name)
     result_event = ckpt.event(EventKind.TOOL_RESULT, outcome_summary(outcome), tool_call=call, tool_result=outcome)
+    _enter_ledger(run, call, outcome)
     step = decisions.after_outcome(
         outcome,
         call,
@@ -76,6 +78,21 @@ def apply(run: Run, cs: CallState, outcome: ToolOutcome) -> list[TaskEvent] | Pa
         return step.next
     assert isinstance(step.next, Continue)
     return [result_event, *_record(run, cs, step)]
+
+
+def _enter_ledger(run: Run, call: ToolCall, outcome: ToolOutcome) -> None:
+    """The call's result in the task's action ledger (what the claims check reads, issue 41): OK, the
+    error's code, or APPROVAL_REQUIRED while it waits; a later outcome of the same call replaces it."""
+    if outcome.output is not None:
+        result = "OK"
+    elif outcome.error is not None:
+        result = outcome.error.code.name
+    else:
+        result = "APPROVAL_REQUIRED"
+    info = run.state.tools_seen.get(call.name)
+    write = info.write if info is not None else bool(outcome.pending is not None)
+    run.state.cursor.ledger.pop(call.id, None)
+    run.state.cursor.ledger[call.id] = [call.name, result, write]
 
 
 def _record(run: Run, cs: CallState, step: decisions.OutcomeStep) -> list[TaskEvent]:

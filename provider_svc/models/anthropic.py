@@ -5,8 +5,11 @@ Only translates: system messages go to the top-level `system`; tool calls and re
 requires alternation); `max_tokens` is always sent (the request's, else the configured default);
 temperature is mapped into 0-1 where the backend enables it (`extra_params`: the current API, as
 the pinned SDK types it, has no temperature/top_p); response_schema becomes
-`output_config.format` (structured outputs). Streaming reads `message_start`, `content_block_start/delta/stop`
-(`text_delta`, `input_json_delta`), `message_delta`, `message_stop` and mid-stream `error` events.
+`output_config.format` (structured outputs), or with `structured_output="tool"` a forced final tool
+(`final_answer`, its input schema the response schema; tool_choice names it, or `any` beside other
+tools) whose input comes back as the reply's text (issue 41). Streaming reads `message_start`,
+`content_block_start/delta/stop` (`text_delta`, `input_json_delta`), `message_delta`, `message_stop`
+and mid-stream `error` events.
 
 Tool inputs are JSON objects on this wire: they are parsed and written with their numbers verbatim
 (no float round trip), so large integer ids survive both ways.
@@ -106,6 +109,7 @@ def build_body(
     default_max_tokens: int,
     on_unsupported: Literal["drop", "reject"] = "drop",
     extra_params: frozenset[str] = frozenset(),
+    structured_output: Literal["native", "tool"] = "native",
 ) -> dict[str, Any]:
     """The Messages API request body for `request` (tool inputs hold RawNumber: write with dumps_raw)."""
     system = "\n\n".join(m.content for m in request.messages if m.role == Role.SYSTEM and m.content)
@@ -134,11 +138,45 @@ def build_body(
     params = map_sampling("anthropic", request.sampling, on_unsupported=on_unsupported, enabled=extra_params).params
     params.setdefault("max_tokens", default_max_tokens)
     body.update(params)
-    if request.response_schema is not None:
+    if final_tool(request, structured_output):
+        assert request.response_schema is not None
+        tools = list(body.get("tools", []))
+        tools.append(
+            {
+                "name": FINAL_ANSWER_TOOL,
+                "description": FINAL_ANSWER_DESCRIPTION,
+                "input_schema": dict(request.response_schema),
+            }
+        )
+        body["tools"] = tools
+        # Forced: the final tool alone, or some tool (never prose) beside the others.
+        body["tool_choice"] = {"type": "tool", "name": FINAL_ANSWER_TOOL} if len(tools) == 1 else {"type": "any"}
+    elif request.response_schema is not None:
         body["output_config"] = {"format": {"type": "json_schema", "schema": dict(request.response_schema)}}
     if stream:
         body["stream"] = True
     return body
+
+
+FINAL_ANSWER_TOOL = "final_answer"
+FINAL_ANSWER_DESCRIPTION = (
+    "Give your final answer with this tool, once, when you are done: its input is the answer, following "
+    "its schema. Call the other tools first if you need them."
+)
+
+
+def final_tool(request: ModelRequest, structured_output: str) -> bool:
+    """Whether the schema is asked for as a forced final tool: tool mode, an object schema (a tool's input
+    is an object), no tool of that name already, and a tool choice that lets the model call it."""
+    schema = request.response_schema
+    choice = request.tool_choice
+    return (
+        structured_output == "tool"
+        and schema is not None
+        and schema.get("type", "object") == "object"
+        and all(t.name != FINAL_ANSWER_TOOL for t in request.tools)
+        and (choice is None or choice.mode == "auto")
+    )
 
 
 def _usage(provider: str, raw: Any, base: Usage | None = None) -> Usage:
@@ -177,7 +215,7 @@ def _refused(provider: str, name: str) -> UpstreamError:
 
 
 def parse_response(
-    provider: str, name: str, data: Mapping[str, Any], *, status: int, latency_s: float
+    provider: str, name: str, data: Mapping[str, Any], *, status: int, latency_s: float, final: str = ""
 ) -> ModelResponse:
     """Our response from a Messages API body; malformed-response errors, never KeyError."""
     if data.get("type") == "error":
@@ -198,6 +236,10 @@ def parse_response(
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input"), dict):
                 raise malformed(provider, f"content[{i}] tool_use lacks name or input")
+            if final and block["name"] == final:
+                # The forced final tool: its input is the answer.
+                text.append(dumps_raw(block["input"]))
+                continue
             calls.append(
                 ToolCall(
                     id=str(block.get("id") or f"toolu_{i}"),
@@ -207,6 +249,8 @@ def parse_response(
             )
         # thinking / redacted_thinking / server tool blocks are not part of our reply.
     finish = _stop(provider, data.get("stop_reason"))
+    if final and not calls and finish == FinishReason.TOOL_CALLS:
+        finish = FinishReason.STOP
     if finish == FinishReason.CONTENT_FILTER and not text and not calls:
         raise _refused(provider, name)
     return ModelResponse(
@@ -242,8 +286,10 @@ class AnthropicModel:
         default_max_tokens: int = 1024,
         on_unsupported: Literal["drop", "reject"] = "drop",
         extra_params: frozenset[str] = frozenset(),
+        structured_output: Literal["native", "tool"] = "native",
     ) -> None:
         self.extra_params = extra_params
+        self.structured_output = structured_output
         self._backend = backend
         self._provider = ProviderInfo(provider_name, "anthropic")
         self.model_id = model_id
@@ -267,14 +313,20 @@ class AnthropicModel:
             default_max_tokens=self.default_max_tokens,
             on_unsupported=self.on_unsupported,
             extra_params=self.extra_params,
+            structured_output=self.structured_output,
         )
         return dumps_raw(body).encode()
+
+    def _final(self, request: ModelRequest) -> str:
+        return FINAL_ANSWER_TOOL if final_tool(request, self.structured_output) else ""
 
     async def request(self, request: ModelRequest, ctx: CallContext) -> ModelResponse:
         body = self._body(request, False)
         status, data, latency = await self._backend.post_json("v1/messages", body, ctx)
         try:
-            response = parse_response(self._provider.name, self._name, data, status=status, latency_s=latency)
+            response = parse_response(
+                self._provider.name, self._name, data, status=status, latency_s=latency, final=self._final(request)
+            )
         except AgentmeshError as err:
             raise self._backend.scrubbed(err) from None
         return replace(response, sent=SentRequest(FORMAT_ANTHROPIC_MESSAGES, lambda: body))
@@ -296,6 +348,7 @@ class AnthropicModel:
         calls_seen = 0
         started = time.monotonic()
         body = self._body(request, True)
+        final = self._final(request)
         async with self._backend.stream_sse("v1/messages", body, ctx) as events:
             async for event in events:
                 kind = event.event
@@ -319,7 +372,10 @@ class AnthropicModel:
                         raise malformed(provider, "content_block_start without index or content_block")
                     current = _Block(kind=str(block.get("type")))
                     blocks[index] = current
-                    if current.kind == "tool_use":
+                    if current.kind == "tool_use" and final and block.get("name") == final:
+                        # The forced final tool streams the answer as text.
+                        current.kind, current.initial_input = "final", block.get("input")
+                    elif current.kind == "tool_use":
                         current.call_index, calls_seen = calls_seen, calls_seen + 1
                         current.id, current.name = str(block.get("id") or ""), str(block.get("name") or "")
                         current.initial_input = block.get("input")
@@ -337,7 +393,9 @@ class AnthropicModel:
                         yield TextDelta(delta["text"])
                     elif delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
                         current_block.parts.append(delta["partial_json"])
-                        if delta["partial_json"]:
+                        if delta["partial_json"] and current_block.kind == "final":
+                            yield TextDelta(delta["partial_json"])
+                        elif delta["partial_json"]:
                             yield ToolCallDelta(index=current_block.call_index, arguments_delta=delta["partial_json"])
                 elif kind == "message_delta":
                     delta = data.get("delta")
@@ -349,12 +407,18 @@ class AnthropicModel:
                     break
         if not stopped:
             raise malformed(provider, "stream ended before message_stop")
-        text = "".join("".join(b.parts) for _, b in sorted(blocks.items()) if b.kind == "text")
+        text = "".join(
+            "".join(b.parts) if b.kind == "text" else self._arguments(b)
+            for _, b in sorted(blocks.items())
+            if b.kind in ("text", "final")
+        )
         calls = tuple(
             ToolCall(id=b.id or f"toolu_{b.call_index}", name=b.name, arguments_json=self._arguments(b))
             for _, b in sorted(blocks.items())
             if b.kind == "tool_use"
         )
+        if final and not calls and finish == FinishReason.TOOL_CALLS:
+            finish = FinishReason.STOP
         if finish == FinishReason.CONTENT_FILTER and not text and not calls:
             raise _refused(provider, self._name)
         yield StreamFinal(

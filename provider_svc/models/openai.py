@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from agentmesh.answers import strict_compatible
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.exceptions import UpstreamError, malformed
 from provider_svc.models._http import HttpBackend, dumps_raw, event_json
@@ -84,10 +85,11 @@ def build_body(
     if choice is not None:
         body["tool_choice"] = choice
     if request.response_schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "response", "schema": dict(request.response_schema)},
-        }
+        json_schema: dict[str, Any] = {"name": "response", "schema": dict(request.response_schema)}
+        if strict_compatible(request.response_schema):
+            # Strict decoding guarantees the schema; OpenAI accepts it only for closed, all-required objects.
+            json_schema["strict"] = True
+        body["response_format"] = {"type": "json_schema", "json_schema": json_schema}
     body.update(map_sampling("openai", request.sampling, on_unsupported=on_unsupported).params)
     if stream:
         body["stream"] = True

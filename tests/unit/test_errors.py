@@ -70,7 +70,8 @@ RPC_ENGINEERING = [
     "FAILED_PRECONDITION",
 ]
 # Issue 18: a write's outcome unknown; an operator settles it (ENGINEERING: the model cannot fix it).
-ISSUE_ENGINEERING = ["OUTCOME_UNKNOWN"]
+# Issue 41: a final answer claimed an action no write did, again after its correction (the task fails).
+ISSUE_ENGINEERING = ["OUTCOME_UNKNOWN", "CLAIM_UNSUPPORTED"]
 # Issue 43: a spend budget of a key, agent or tenant is used up (FATAL: a task aborts).
 ISSUE_FATAL = ["BUDGET_EXCEEDED"]
 REPO_ROOT = Path(__file__).resolve().parents[2]

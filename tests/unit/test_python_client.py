@@ -4,6 +4,7 @@ status packing (agentmesh.rpc.status) writes, and a Run resumes broken streams w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -310,3 +311,38 @@ def test_a_unary_failure_is_typed_and_names_its_request_id() -> None:
             client.get_task("t-1", request_id="r-1")
     assert caught.value.request_id == "r-1" and "r-1" in str(caught.value)
     assert "authorization" not in stub.calls[0][2]  # no token, no header
+
+
+def test_typed_output_parsed_or_as_a_pydantic_model() -> None:
+    # Issue 41: Task.output / Answer.output are the typed answer; with an output_type, an instance of it.
+    from pydantic import BaseModel
+
+    from agentmesh_client.events import Answer, Task, output_schema_json, parse_output
+
+    class Report(BaseModel):
+        service: str
+        healthy: bool
+
+    raw = D.Task(task_id="t", status=D.TASK_STATUS_SUCCEEDED, output_json='{"service": "a", "healthy": true}')
+    assert Task.of(raw).output == {"service": "a", "healthy": True}
+    typed = Task.of(raw, Report).output
+    assert isinstance(typed, Report) and typed.healthy is True
+    assert Task.of(D.Task(task_id="t")).output is None
+    event = to_event(D.TaskEvent(task_id="t", sequence=3, kind=D.TASK_EVENT_KIND_ANSWER, output_json="[1]"))
+    assert isinstance(event, Answer) and event.output == [1]
+    assert json.loads(output_schema_json(Report))["required"] == ["service", "healthy"]
+    assert output_schema_json({"type": "object"}) == '{"type": "object"}'
+    assert output_schema_json(None) == "" and parse_output("") is None
+
+
+def test_a_claim_check_event_is_typed() -> None:
+    from agentmesh_client import ClaimCheck
+
+    raw = D.TaskEvent(
+        task_id="t",
+        sequence=4,
+        kind=D.TASK_EVENT_KIND_CLAIM_CHECK,
+        attributes={"verdict": "unsupported", "claims": "restart: restarted", "gap": "no restart_pod call"},
+    )
+    event = to_event(raw)
+    assert isinstance(event, ClaimCheck) and (event.verdict, event.gap) == ("unsupported", "no restart_pod call")

@@ -14,7 +14,7 @@ import grpc
 
 from agentmesh_client import errors
 from agentmesh_client._v1 import dispatcher_pb2
-from agentmesh_client.events import Answer, Event, StatusChanged, TaskStatus, to_event
+from agentmesh_client.events import Answer, Event, StatusChanged, TaskStatus, output_schema_json, parse_output, to_event
 
 D = dispatcher_pb2
 REQUEST_ID_HEADER = "x-request-id"
@@ -98,8 +98,10 @@ def start_request(
     task_id: str | None,
     token_budget: int | None,
     max_steps: int | None,
+    output_schema: Any = None,
 ) -> dispatcher_pb2.StartTaskRequest:
     return D.StartTaskRequest(
+        output_schema_json=output_schema_json(output_schema),
         agent_id=agent,
         goal=goal,
         task_id=task_id or new_task_id(),
@@ -112,8 +114,9 @@ def start_request(
 class RunState:
     """The progress of one run: what was yielded, and how to resume (`Run`, `AsyncRun`).
 
-    Meanwhile and afterwards: `task_id`, `status`, `answer`, `last_sequence`, `request_id` (of every
-    call of this run), `reconnects` (streams resumed) and `done`.
+    Meanwhile and afterwards: `task_id`, `status`, `answer`, `output` (the typed answer, parsed, or an
+    instance of the run's `output_type`), `last_sequence`, `request_id` (of every call of this run),
+    `reconnects` (streams resumed) and `done`.
     """
 
     def __init__(
@@ -125,8 +128,11 @@ class RunState:
         after_sequence: int,
         timeout: float | None,
         request_id: str,
+        output_type: Any = None,
     ) -> None:
         self._options = options
+        self._output_type = output_type
+        self.output: Any = None
         self._start = start
         self.task_id = task_id
         self.last_sequence = after_sequence
@@ -165,6 +171,7 @@ class RunState:
         self._failures = 0
         if isinstance(event, Answer):
             self.answer = event.text
+            self.output = parse_output(event.output_json, self._output_type)
         if isinstance(event, StatusChanged) and event.terminal:
             self.done = True
         return event

@@ -47,7 +47,7 @@ class AsyncRun(RunState):
         """Consumes the remaining events, then reads the task (GetTask)."""
         async for _ in self:
             pass
-        return await self._client.get_task(self.task_id, request_id=self.request_id)
+        return await self._client.get_task(self.task_id, request_id=self.request_id, output_type=self._output_type)
 
     async def _events(self) -> AsyncGenerator[Event, None]:
         while not self.done:
@@ -133,10 +133,19 @@ class AsyncClient:
         max_steps: int | None = None,
         timeout: float | None = None,
         request_id: str | None = None,
+        output_schema: Any = None,
+        output_type: Any = None,
     ) -> AsyncRun:
-        """Starts a task of `agent` (RunTask); its events as an `AsyncRun` (see `Client.run`)."""
+        """Starts a task of `agent` (RunTask); its events as an `AsyncRun` (see `Client.run`, also for
+        `output_schema` and `output_type`)."""
         start = start_request(
-            agent, goal, session_id=session_id, task_id=task_id, token_budget=token_budget, max_steps=max_steps
+            agent,
+            goal,
+            session_id=session_id,
+            task_id=task_id,
+            token_budget=token_budget,
+            max_steps=max_steps,
+            output_schema=output_schema if output_schema is not None else output_type,
         )
         return AsyncRun(
             self,
@@ -145,6 +154,7 @@ class AsyncClient:
             after_sequence=0,
             timeout=self._options.run_timeout if timeout is None else timeout,
             request_id=request_id_or_new(request_id),
+            output_type=output_type,
         )
 
     def watch(
@@ -160,9 +170,10 @@ class AsyncClient:
             request_id=request_id_or_new(request_id),
         )
 
-    async def get_task(self, task_id: str, *, request_id: str | None = None) -> Task:
+    async def get_task(self, task_id: str, *, request_id: str | None = None, output_type: Any = None) -> Task:
+        """The task; its `output` is the typed answer, as an `output_type` (a pydantic model) when given."""
         reply = await self._unary(self._stub.GetTask, D.GetTaskRequest(task_id=task_id), request_id)
-        return Task.of(reply.task)
+        return Task.of(reply.task, output_type)
 
     async def cancel(self, task_id: str, reason: str = "", *, request_id: str | None = None) -> Task:
         request = D.CancelTaskRequest(task_id=task_id, reason=reason)

@@ -53,10 +53,11 @@ class Run(RunState):
             self._iterator.close()
 
     def result(self) -> Task:
-        """Consumes the remaining events, then reads the task (GetTask)."""
+        """Consumes the remaining events, then reads the task (GetTask); its `output` is the typed answer
+        (an instance of the run's `output_type` when one was given)."""
         for _ in self:
             pass
-        return self._client.get_task(self.task_id, request_id=self.request_id)
+        return self._client.get_task(self.task_id, request_id=self.request_id, output_type=self._output_type)
 
     def _events(self) -> Generator[Event, None, None]:
         while not self.done:
@@ -151,14 +152,24 @@ class Client:
         max_steps: int | None = None,
         timeout: float | None = None,
         request_id: str | None = None,
+        output_schema: Any = None,
+        output_type: Any = None,
     ) -> Run:
         """Starts a task of `agent` (RunTask) and returns its events as a `Run` to iterate.
 
         `session_id` continues a conversation (the session of an earlier task). `task_id` makes the
         start idempotent (one is chosen when omitted). `timeout`: the deadline of the whole run
-        (default `run_timeout`)."""
+        (default `run_timeout`). `output_schema` (a JSON Schema as a mapping or JSON text) asks for a
+        typed answer (it may only narrow the agent's); `output_type`, a pydantic model class, does the
+        same with its schema, and the run's `output` and `result().output` are instances of it."""
         start = start_request(
-            agent, goal, session_id=session_id, task_id=task_id, token_budget=token_budget, max_steps=max_steps
+            agent,
+            goal,
+            session_id=session_id,
+            task_id=task_id,
+            token_budget=token_budget,
+            max_steps=max_steps,
+            output_schema=output_schema if output_schema is not None else output_type,
         )
         return Run(
             self,
@@ -167,6 +178,7 @@ class Client:
             after_sequence=0,
             timeout=self._options.run_timeout if timeout is None else timeout,
             request_id=request_id_or_new(request_id),
+            output_type=output_type,
         )
 
     def watch(
@@ -182,9 +194,10 @@ class Client:
             request_id=request_id_or_new(request_id),
         )
 
-    def get_task(self, task_id: str, *, request_id: str | None = None) -> Task:
+    def get_task(self, task_id: str, *, request_id: str | None = None, output_type: Any = None) -> Task:
+        """The task; its `output` is the typed answer, as an `output_type` (a pydantic model) when given."""
         reply = self._unary(self._stub.GetTask, D.GetTaskRequest(task_id=task_id), request_id)
-        return Task.of(reply.task)
+        return Task.of(reply.task, output_type)
 
     def cancel(self, task_id: str, reason: str = "", *, request_id: str | None = None) -> Task:
         reply = self._unary(self._stub.CancelTask, D.CancelTaskRequest(task_id=task_id, reason=reason), request_id)

@@ -22,6 +22,7 @@ __all__ = [
     "Answer",
     "ApprovalRequired",
     "ApprovalResolved",
+    "ClaimCheck",
     "ContextBuilt",
     "Correction",
     "Event",
@@ -233,9 +234,22 @@ class Incident(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Answer(Event):
-    """The final answer (`text`)."""
+    """The final answer (`text`); for a task with an output schema, `output` is the answer parsed from
+    JSON (`output_json`), else None."""
 
     text: str
+    output: Any = None
+    output_json: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimCheck(Event):
+    """The final answer's claims checked against the task's tool calls: `verdict` (supported,
+    unsupported, warned), the `claims` found and the `gap` (what no successful call backs)."""
+
+    verdict: str
+    claims: str
+    gap: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,7 +317,12 @@ def to_event(event: dispatcher_pb2.TaskEvent) -> Event:
     if kind == D.TASK_EVENT_KIND_INCIDENT:
         return Incident(**base, error=_failure(event))
     if kind == D.TASK_EVENT_KIND_ANSWER:
-        return Answer(**base, text=event.message)
+        return Answer(**base, text=event.message, output=parse_output(event.output_json), output_json=event.output_json)
+    if kind == D.TASK_EVENT_KIND_CLAIM_CHECK:
+        attrs = event.attributes
+        return ClaimCheck(
+            **base, verdict=attrs.get("verdict", ""), claims=attrs.get("claims", ""), gap=attrs.get("gap", "")
+        )
     return UnknownEvent(**base, kind=int(kind))
 
 
@@ -324,9 +343,13 @@ class Task:
     created_by: str
     usage: Usage
     raw: dispatcher_pb2.Task = field(repr=False, compare=False)
+    output: Any = None
+    """The typed answer (a task with an output schema): parsed from `output_json`, or an instance of the
+    pydantic model the caller passed (`output_type`); None for free-text answers."""
+    output_json: str = ""
 
     @classmethod
-    def of(cls, task: dispatcher_pb2.Task) -> Task:
+    def of(cls, task: dispatcher_pb2.Task, output_type: Any = None) -> Task:
         return cls(
             task_id=task.task_id,
             agent_id=task.agent_id,
@@ -341,7 +364,31 @@ class Task:
             created_by=task.created_by,
             usage=Usage.of(task.usage),
             raw=task,
+            output=parse_output(task.output_json, output_type),
+            output_json=task.output_json,
         )
+
+
+def parse_output(text: str, output_type: Any = None) -> Any:
+    """A typed answer's JSON as a value, or as `output_type` (a pydantic model class: its
+    `model_validate_json`); None when there is none."""
+    if not text:
+        return None
+    if output_type is not None and hasattr(output_type, "model_validate_json"):
+        return output_type.model_validate_json(text)
+    return json.loads(text)
+
+
+def output_schema_json(output_schema: Any) -> str:
+    """The JSON Schema text of `output_schema`: a mapping (a JSON Schema), JSON text, or a pydantic model
+    class (its `model_json_schema()`)."""
+    if output_schema is None:
+        return ""
+    if isinstance(output_schema, str):
+        return output_schema
+    if hasattr(output_schema, "model_json_schema"):
+        return json.dumps(output_schema.model_json_schema())
+    return json.dumps(dict(output_schema))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ Configured per scripted model (agentmesh.yaml, `providers.backends[].models[]`):
   in the working directory, then in `provider_svc/scenarios/`;
 - neither: `GenericPolicy()` (answers the goal, calls the most relevant tool whose schema it can
   fill, fixes violations using their hints, takes an error's fallback_tool).
-- `faults: {seed, malformed_json, schema_violation, unknown_tool, dangerous_command, on_corrections}`.
+- `faults: {seed, malformed_json, schema_violation, unknown_tool, dangerous_command, false_claim,
+  invalid_answer, on_corrections}` (the last two on final answers, issue 41).
 
 Tool results are read as errors when their content is `agentmesh.errors.model_text` output
 ("error CODE (CLASS): message" + "- path; rule ...; expected ...; got ...; hint: ..." lines) or a

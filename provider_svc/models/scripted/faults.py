@@ -8,6 +8,7 @@ exactly. Separate from the policies: any policy (Python, scenario or generic) ge
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,12 +32,39 @@ class FaultConfig(_Strict):
     schema_violation: float = Field(0.0, ge=0, le=1)
     unknown_tool: float = Field(0.0, ge=0, le=1)
     dangerous_command: float = Field(0.0, ge=0, le=1)
+    false_claim: float = Field(0.0, ge=0, le=1)
+    """A final answer claims a restart it never ran ("I restarted the pod", "Pod 已重启成功"): the
+    claims check's fault (issue 41). Per final answer."""
+    invalid_answer: float = Field(0.0, ge=0, le=1)
+    """A final answer asked for in a schema (response_format) breaks it. Per final answer."""
     on_corrections: bool = False
-    """Also inject into a reply that answers an error (False: corrections are always clean)."""
+    """Also inject into a reply that answers an error or a rejected final answer (False: corrections
+    are always clean)."""
 
     @property
     def active(self) -> bool:
         return any((self.malformed_json, self.schema_violation, self.unknown_tool, self.dangerous_command))
+
+
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+def inject_answer_faults(text: str, req: ScriptedRequest, faults: FaultConfig, rng: random.Random) -> str:
+    """A final answer with its seeded fault: a false claim of a restart, or one that breaks the schema
+    the request asked for. A corrected answer is clean unless `on_corrections`."""
+    if not (faults.false_claim or faults.invalid_answer) or (req.answer_corrections and not faults.on_corrections):
+        return text
+    draw = rng.random()
+    if req.request.response_schema is not None and draw < faults.invalid_answer:
+        # An array where the schema wants an object (or a value it does not list): a fixable violation.
+        return "[]" if req.request.response_schema.get("type", "object") == "object" else '{"not": "in the schema"}'
+    if draw < faults.invalid_answer + faults.false_claim:
+        chinese = bool(_HAN.search(req.goal))
+        claim = "Pod 已重启成功。" if chinese else "I restarted the pod and it is healthy now."
+        if req.request.response_schema is not None:
+            return text  # a typed answer's claims are its `actions`: left to the policy
+        return f"{text}\n{claim}" if text else claim
+    return text
 
 
 _DANGEROUS = "rm -rf / --no-preserve-root"

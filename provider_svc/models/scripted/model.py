@@ -37,7 +37,7 @@ from provider_svc.models.base import (
     Usage,
 )
 from provider_svc.models.openai import build_body
-from provider_svc.models.scripted.faults import FaultConfig, inject_faults
+from provider_svc.models.scripted.faults import FaultConfig, inject_answer_faults, inject_faults
 from provider_svc.models.scripted.generic import GenericPolicy
 from provider_svc.models.scripted.jsonio import _dump
 from provider_svc.models.scripted.policy import Policy, ScriptedReply, ScriptedRequest
@@ -149,6 +149,8 @@ class ScriptedModel:
             for i, c in enumerate(calls)
         )
         text = reply.text
+        if not tool_calls and text:
+            text = inject_answer_faults(text, req, self.faults, random.Random(seed ^ 0xA5))
         limit = request.sampling.max_tokens
         finish = (
             FinishReason(reply.finish_reason)

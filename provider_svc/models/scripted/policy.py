@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agentmesh.chat import is_answer_correction
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.models.base import Message, ModelRequest, Role, ToolCall, ToolDef
 
@@ -103,9 +104,15 @@ class ScriptedRequest:
         it holds no user message). A task's goal is its only user message; a conversation that continues
         (a session's next task) adds one per turn, and the policy works on the latest."""
         for i in range(len(self.messages) - 1, -1, -1):
-            if self.messages[i].role == Role.USER:
+            message = self.messages[i]
+            if message.role == Role.USER and not is_answer_correction(message.role, message.content):
                 return self.messages[i:]
         return self.messages
+
+    @property
+    def answer_corrections(self) -> int:
+        """Final answers of this turn the dispatcher sent back (output schema or claims, issue 41)."""
+        return sum(1 for m in self.turn if is_answer_correction(m.role, m.content))
 
     @property
     def goal(self) -> str:
@@ -115,7 +122,14 @@ class ScriptedRequest:
     @property
     def last_user(self) -> str:
         """The latest user message."""
-        return next((m.content for m in reversed(self.messages) if m.role == Role.USER), "")
+        return next(
+            (
+                m.content
+                for m in reversed(self.messages)
+                if m.role == Role.USER and not is_answer_correction(m.role, m.content)
+            ),
+            "",
+        )
 
     @property
     def last_calls(self) -> tuple[ToolCall, ...]:

@@ -186,6 +186,23 @@ async def test_response_schema(fake_and_model: tuple[FakeProvider, Model]) -> No
         assert sent["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
 
 
+async def test_a_strict_compatible_schema_is_sent_strict(fake_and_model: tuple[FakeProvider, Model]) -> None:
+    # Closed objects whose properties are all required: OpenAI's strict structured output takes them (issue 41).
+    fake, model = fake_and_model
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    await model.request(_req(response_schema=schema), CallContext())
+    sent = fake.requests()[-1].json()
+    if fake.kind == "openai":
+        assert sent["response_format"]["json_schema"] == {"name": "response", "schema": schema, "strict": True}
+    else:
+        assert sent["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+
+
 @pytest.mark.parametrize(
     ("reply", "code"),
     [
@@ -319,3 +336,42 @@ async def test_anthropic_specifics() -> None:
         finally:
             await http.aclose()
         assert not fake.errors, fake.errors
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("with_tools", [False, True])
+async def test_anthropic_structured_output_as_a_forced_final_tool(stream: bool, with_tools: bool) -> None:
+    # `structured_output: tool` (issue 41): the schema is the input schema of a forced `final_answer` tool, whose
+    # input comes back as the reply's text; the request passes the official SDK's types (the fake validates it).
+    fake = FakeProvider("anthropic").start()
+    http = HttpBackend("anthropic", fake.base_url, auth_headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    model = AnthropicModel(http, "anthropic", "m1", structured_output="tool")
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    answer = '{"answer": "it ships today"}'
+    try:
+        fake.push(Reply(text="", tool_calls=[("final_answer", answer)], finish_reason="tool_use"))
+        request = _req(response_schema=schema, tools=(TOOL,) if with_tools else ())
+        if stream:
+            events = await _stream(model, request)
+            final = events[-1]
+            assert isinstance(final, StreamFinal)
+            response = final.response
+            assert "".join(e.text for e in events if isinstance(e, TextDelta)) == response.message.content
+            assert not [e for e in events if isinstance(e, ToolCallDelta)]
+        else:
+            response = await model.request(request, CallContext())
+        assert json.loads(response.message.content) == json.loads(answer)
+        assert response.message.tool_calls == () and response.finish_reason == FinishReason.STOP
+        sent = fake.requests()[-1].json()
+        assert "output_config" not in sent
+        assert sent["tools"][-1] == {
+            "name": "final_answer",
+            "description": sent["tools"][-1]["description"],
+            "input_schema": schema,
+        }
+        forced = {"type": "any"} if with_tools else {"type": "tool", "name": "final_answer"}
+        assert sent["tool_choice"] == forced
+    finally:
+        await http.aclose()
+        fake.stop()
+    assert not fake.errors, "\n".join(fake.errors)

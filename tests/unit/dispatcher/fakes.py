@@ -187,10 +187,18 @@ class FakeTools:
     needs_approval: set[str] = field(default_factory=set)
     identities: list[str] = field(default_factory=list)
     rpc_failures: list[AgentmeshError] = field(default_factory=list)
+    writes: set[str] = field(default_factory=set)
+    """Tools of access write (the claims check's actions, issue 41)."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def info(self, name: str) -> ToolInfo:
-        return ToolInfo(name=name, group="test", description=f"{name} tool", fallback_tool=self.fallbacks.get(name, ""))
+        return ToolInfo(
+            name=name,
+            group="test",
+            description=f"{name} tool",
+            fallback_tool=self.fallbacks.get(name, ""),
+            write=name in self.writes or name in self.needs_approval,
+        )
 
     async def discover(self, goal: str, k: int, opts: CallOptions) -> list[ToolInfo]:
         return [self.info(n) for n in sorted(self.handlers)][:k]
@@ -291,6 +299,8 @@ class FakeProvider:
     prompts: list[Prompt] = field(default_factory=list)
     rpc_failures: list[AgentmeshError] = field(default_factory=list)
     delay_s: float = 0.0
+    schemas: list[str] = field(default_factory=list)
+    """The response_schema of every Generate (issue 41)."""
 
     async def generate(
         self,
@@ -304,7 +314,9 @@ class FakeProvider:
         agent_id: str,
         opts: CallOptions,
         include_request: bool = False,
+        response_schema: str = "",
     ) -> ModelReply:
+        self.schemas.append(response_schema)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.rpc_failures:

@@ -487,3 +487,36 @@ def test_the_malformed_json_fault_is_always_repaired(arguments: dict[str, Any]) 
         broken = _apply_fault("malformed_json", call, req).arguments_json
         assert _not_json(broken), broken
         assert _repair_json(broken) == arguments, broken
+
+
+_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+_FIX = "[agentmesh] Your final answer was not accepted: CLAIM_UNSUPPORTED: you say 'restarted'"
+
+
+async def test_the_false_claim_fault_claims_a_restart_until_corrected() -> None:
+    # Issue 41: the claims check's fault; a corrected answer is clean (unless on_corrections).
+    model = ScriptedModel("scripted", "default", faults=FaultConfig(false_claim=1.0))
+    asked = (Message(Role.USER, "how is payment-svc?"),)
+    first = await model.request(ModelRequest(messages=asked), CallContext())
+    assert first.message.content.endswith("I restarted the pod and it is healthy now.")
+    corrected = (*asked, Message(Role.ASSISTANT, first.message.content), Message(Role.USER, _FIX))
+    second = await model.request(ModelRequest(messages=corrected), CallContext())
+    assert "restarted" not in second.message.content
+    # The correction is part of the turn: the policy still answers the goal, not the correction.
+    assert "payment-svc" in second.message.content and "CLAIM_UNSUPPORTED" not in second.message.content
+    chinese = await model.request(ModelRequest(messages=(Message(Role.USER, "检查 payment-svc"),)), CallContext())
+    assert chinese.message.content.endswith("Pod 已重启成功。")
+
+
+async def test_the_invalid_answer_fault_breaks_the_schema() -> None:
+    asked = (Message(Role.USER, "report on payment-svc"),)
+    clean = await ScriptedModel("scripted", "default").request(
+        ModelRequest(messages=asked, response_schema=_SCHEMA), CallContext()
+    )
+    assert "answer" in json.loads(clean.message.content)
+    faulty = ScriptedModel("scripted", "default", faults=FaultConfig(invalid_answer=1.0, on_corrections=True))
+    bad = await faulty.request(ModelRequest(messages=asked, response_schema=_SCHEMA), CallContext())
+    assert bad.message.content == "[]"
+    again = (*asked, Message(Role.ASSISTANT, "[]"), Message(Role.USER, _FIX))
+    still = await faulty.request(ModelRequest(messages=again, response_schema=_SCHEMA), CallContext())
+    assert still.message.content == "[]"
