@@ -20,8 +20,9 @@ from agentmesh.spans import Span
 from agentmesh.telemetry import current_request_id
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc import testhooks
-from dispatcher_svc.adapters import SETTLEMENT_PB, grpc_ports, pending_pb, tool_result_pb
+from dispatcher_svc.adapters import grpc_ports
 from dispatcher_svc.agents import AgentConfig
+from dispatcher_svc.codec import SETTLEMENT_PB, pending_pb, tool_result_pb
 from dispatcher_svc.listing import ApprovalFilter, TaskApproval, TaskFilter
 from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent, TaskStatus
 from dispatcher_svc.prompts import StepPrompt
