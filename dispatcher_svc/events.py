@@ -22,7 +22,8 @@ from typing import Any
 
 from agentmesh.errors import NotFoundError
 from agentmesh.store import Store
-from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus, event_from_json
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
+from dispatcher_svc.model_json import event_from_json
 from dispatcher_svc.tasks import STATUS_FIELDS, TaskStore, parse_status
 
 FOREIGN_POLL_S = 0.5

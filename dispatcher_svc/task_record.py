@@ -18,14 +18,8 @@ from agentmesh.errors import (
     error_from_json,
     error_to_json,
 )
-from dispatcher_svc.model import (
-    CallStage,
-    ModelReply,
-    PendingApproval,
-    Phase,
-    Task,
-    TaskStatus,
-    ToolOutcome,
+from dispatcher_svc.model import CallStage, ModelReply, PendingApproval, Phase, Task, TaskStatus, ToolOutcome
+from dispatcher_svc.model_json import (
     outcome_from_json,
     outcome_to_json,
     pending_from_json,

@@ -25,11 +25,8 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from dispatcher_svc.feed import LocalFeed
-from dispatcher_svc.model import (
-    TaskEvent,
-    TaskStatus,
-    event_to_json,
-)
+from dispatcher_svc.model import TaskEvent, TaskStatus
+from dispatcher_svc.model_json import event_to_json
 from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue, taken_entries
 from dispatcher_svc.task_record import (
     STATUS_FIELDS,

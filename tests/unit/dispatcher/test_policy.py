@@ -20,9 +20,8 @@ from dispatcher_svc.model import (
     TaskStatus,
     ToolOutcome,
     ToolOutput,
-    event_from_json,
-    event_to_json,
 )
+from dispatcher_svc.model_json import event_from_json, event_to_json
 from dispatcher_svc.tasks import CallState, Cursor
 
 CALL = ToolCall("c1", "lookup", '{"id": 12345678901234567890}')
