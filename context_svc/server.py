@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from opentelemetry import trace
 
 from agentmesh.callctx import remaining_time
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Role, json_depth_exceeds
@@ -431,6 +432,16 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             brief_domain(request.brief),
             child_session_id=request.child_session_id,
             max_tokens=request.max_tokens if request.HasField("max_tokens") else None,
+        )
+        # The check's outcome on the RPC's span: a trace shows what each hop confirmed and demoted.
+        trace.get_current_span().set_attributes(
+            {
+                "agentmesh.handoff.confirmed": hop.confirmed,
+                "agentmesh.handoff.inferred": hop.inferred,
+                "agentmesh.handoff.demoted": hop.demoted,
+                "agentmesh.handoff.tokens": hop.token_count,
+                "agentmesh.handoff.omitted": hop.omitted,
+            }
         )
         return hop_pb(hop, request)
 

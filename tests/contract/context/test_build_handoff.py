@@ -8,7 +8,10 @@ typed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import grpc
 
@@ -249,3 +252,21 @@ async def test_who_may_build_a_hop_and_to_which_child(ctx: Ctx) -> None:
     response = await ctx.stub.BuildHandoff(request, metadata=ctx.agent_md)
     assert pods in response.granted_ref_ids
     await ctx.stub.GetPayload(K.GetPayloadRequest(session_id="c3", ref_id=pods), metadata=sibling)
+
+
+async def test_the_rpc_span_counts_confirmed_inferred_and_demoted_facts(
+    start_context: Callable[..., Awaitable[Ctx]], tmp_path: Path
+) -> None:
+    ctx = await start_context({"telemetry": {"span_file": str(tmp_path / "spans.jsonl")}})
+    pods, log, _ = await parent_session(ctx)
+    response = await ctx.stub.BuildHandoff(
+        K.BuildHandoffRequest(session_id="s1", brief=brief(pods, log)), metadata=ctx.agent_md
+    )
+    ctx.svc.host.telemetry.force_flush()
+    text = await asyncio.to_thread((tmp_path / "spans.jsonl").read_text)
+    spans = [json.loads(line) for line in text.splitlines()]
+    [span] = [s for s in spans if s["name"].endswith("ContextService/BuildHandoff")]
+    attributes = span["attributes"]
+    assert (attributes["agentmesh.handoff.confirmed"], attributes["agentmesh.handoff.demoted"]) == (3, 2)
+    assert attributes["agentmesh.handoff.inferred"] == 3
+    assert attributes["agentmesh.handoff.tokens"] == response.token_count
