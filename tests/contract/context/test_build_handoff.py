@@ -132,6 +132,36 @@ async def test_build_handoff_checks_facts_adds_constraints_offloads_the_record_a
         grpc.StatusCode.NOT_FOUND,
     )
 
+    # The child hands over in turn, citing the parent's payload it was granted: the fact is confirmed and
+    # the grandchild's grant points where the payload is stored (a relay carries citations to its end).
+    relay = K.HandoffBrief(
+        facts=[
+            K.HandoffFact(
+                statement="api-7 restarts",
+                value="2259",
+                citation=K.HandoffCitation(ref_id=pods, json_path="$.pods[?@.name == 'api-7'].restarts"),
+            )
+        ]
+    )
+    hop2 = await ctx.stub.BuildHandoff(
+        K.BuildHandoffRequest(session_id="s1-child", child_session_id="s1-grandchild", brief=relay),
+        metadata=child_md,
+    )
+    assert hop2.confirmed_count == 1 and pods in hop2.granted_ref_ids
+    grandchild_md = ctx.svc.metadata(
+        ("agent",), agent_id="fix-agent", subject="fix-agent", task_id="t-grandchild", creator="alice"
+    )
+    await ctx.stub.CreateSession(K.CreateSessionRequest(session_id="s1-grandchild", goal="fix"), metadata=grandchild_md)
+    for ref in (pods, hop2.record_ref_id):
+        got = await ctx.stub.GetPayload(
+            K.GetPayloadRequest(session_id="s1-grandchild", ref_id=ref), metadata=grandchild_md
+        )
+        assert got.ref.session_id in ("s1", "s1-child")
+    await expect_error(
+        ctx.stub.GetPayload(K.GetPayloadRequest(session_id="s1-grandchild", ref_id=log), metadata=grandchild_md),
+        grpc.StatusCode.NOT_FOUND,
+    )
+
     # The same request again: the same record, nothing more granted; deleting the child drops its grants.
     again = await ctx.stub.BuildHandoff(request, metadata=ctx.agent_md)
     assert again.record_ref_id == response.record_ref_id and again.text == response.text
