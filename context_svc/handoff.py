@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import jsonpath_rfc9535
+
 from agentmesh.errors import InvalidRequestError, NotFoundError, PermissionDeniedError, echo
 from agentmesh.payloads import StoredPayload, check_selectors, parse_ref_id, select
 from context_svc.facts import find_facts, kept, occurs
@@ -64,6 +66,9 @@ _MAX_TEXT_CHARS = 1000
 _MAX_VALUE_CHARS = 500
 _MAX_JSON_PATH_CHARS = 500
 _MAX_BRIEF_BYTES = 64 * 1024
+_MAX_CITED_CHARS = 256 * 1024
+"""A citation points at a part: a larger one (a whole big payload) is MALFORMED, asked to narrow it."""
+_MAX_SPELLING_SCAN_CHARS = 16 * 1024
 _MAX_USER_MESSAGES = 200
 """The newest user messages read for constraints: bounded work whatever the session's length."""
 
@@ -225,10 +230,13 @@ def normalize(text: str) -> str:
 def holds(value: str, content: str) -> bool:
     """Whether `content` contains `value`: normalized (`normalize`), as a whole token ("12" is not in
     "120"). A value that is one fact (facts.py) also holds in another spelling of the same value
-    ("three thousand dollars" and "$3,000"); other numbers in words are not recognised."""
+    ("three thousand dollars" and "$3,000") when the cited part is at most 16 KiB; other numbers in
+    words are not recognised."""
     wanted = normalize(value)
     if wanted and occurs(wanted, normalize(content)):
         return True
+    if len(content) > _MAX_SPELLING_SCAN_CHARS:
+        return False  # finding every fact of a large text takes seconds: normalized text only
     stripped = value.strip()
     facts = list(find_facts(stripped))
     return len(facts) == 1 and facts[0].text == stripped and kept(facts[0], content)
@@ -260,6 +268,8 @@ class _Checker:
 
     sources: HandoffSources
     payloads: dict[str, tuple[StoredPayload, bytes] | Exception] = field(default_factory=dict)
+    parsed: dict[str, Any] = field(default_factory=dict)
+    """Each JSON payload parsed once per hop, however many facts cite it by JSONPath."""
 
     async def payload(self, ref_id: str) -> tuple[StoredPayload, bytes]:
         found = self.payloads.get(ref_id)
@@ -290,6 +300,13 @@ class _Checker:
             # Lines past the end are a citation of nothing; other selector errors (JSONPath on text).
             reason = Demotion.CITATION_NOT_FOUND if exc.field == "line_range.start" else Demotion.MALFORMED
             return _demoted(fact, reason, exc.message)
+        if len(content) > _MAX_CITED_CHARS:
+            return _demoted(
+                fact,
+                Demotion.MALFORMED,
+                f"{citation.label()} is {len(content):,} characters, over {_MAX_CITED_CHARS:,}: "
+                "cite the part that holds the value (a narrower json_path or line_range)",
+            )
         if not holds(fact.value, content):
             return _demoted(
                 fact, Demotion.VALUE_NOT_IN_SOURCE, f"{citation.label()} does not contain {echo(fact.value)!r}"
@@ -307,15 +324,26 @@ class _Checker:
                 )[0].decode("utf-8", "replace")
             return "", text
         meta, content = await self.payload(citation.ref_id)
-        selected, _ = select(
-            content, meta.ref_id, json_path=citation.json_path, line_range=citation.line_range, byte_range=None
-        )
         if citation.json_path is not None:
-            values = json.loads(selected)
+            values = [
+                node.value for node in jsonpath_rfc9535.compile(citation.json_path).find(self._json(meta, content))
+            ]
             if not values:
                 raise NotFoundError(f"{citation.json_path} matches nothing in {meta.ref_id}")
             return meta.session_id, _flatten(values)
+        selected, _ = select(content, meta.ref_id, json_path=None, line_range=citation.line_range, byte_range=None)
         return meta.session_id, selected.decode("utf-8", "replace")
+
+    def _json(self, meta: StoredPayload, content: bytes) -> Any:
+        """The payload's JSON value (parsed once); InvalidRequestError (json_path) when it is not JSON."""
+        if meta.ref_id not in self.parsed:
+            try:
+                self.parsed[meta.ref_id] = json.loads(content.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                raise InvalidRequestError(
+                    "json_path", f"payload {meta.ref_id} is not JSON ({type(exc).__name__}); cite it by line_range"
+                ) from exc
+        return self.parsed[meta.ref_id]
 
 
 def _malformed(fact: Fact, citation: Citation) -> str:

@@ -102,6 +102,9 @@ def test_values_match_across_whitespace_thousands_separators_and_case_as_whole_t
     assert not holds("", "anything")
     # A value that is one fact also holds in another spelling of the same value (facts.py normal forms).
     assert holds("three thousand dollars", "refund of $3,000 approved")
+    # ...in a cited part of at most 16 KiB: finding every fact of a large text would take seconds.
+    assert not holds("three thousand dollars", "refund of $3,000 approved " + "." * 20_000)
+    assert holds("$3,000", "refund of $3,000 approved " + "." * 20_000)
 
 
 # -- the check ---------------------------------------------------------------------------------------
@@ -173,6 +176,8 @@ async def test_no_child_means_no_grant() -> None:
         ({"message_index": -1}, "x", Demotion.MALFORMED, ">= 0"),
         ({}, "x", Demotion.MALFORMED, "ref_id or a message_index"),
         ({"ref": "log"}, " ", Demotion.MALFORMED, "needs the value"),
+        # A whole big payload is not a citation of a part: narrow it (and checking it stays bounded).
+        ({"ref": "huge"}, "db-7", Demotion.MALFORMED, "narrower json_path or line_range"),
     ],
 )
 async def test_a_citation_that_does_not_hold_demotes_the_fact_with_its_reason(
@@ -180,6 +185,7 @@ async def test_a_citation_that_does_not_hold_demotes_the_fact_with_its_reason(
 ) -> None:
     sources = FakeSources(messages=[("user", "the refund is $500")])
     refs = {"pods": sources.add(PODS, MEDIA_JSON), "log": sources.add(LOG), "refused": sources.add("db-7 secret")}
+    refs["huge"] = sources.add("db-7 " + "x" * 300_000)
     sources.refused.add(refs["refused"])
     if "ref" in citation:
         citation = {**{k: v for k, v in citation.items() if k != "ref"}, "ref_id": refs[str(citation["ref"])]}
