@@ -1,19 +1,19 @@
 """Session-scoped payloads: large content stored once in Redis, and digests that fit in a prompt.
 
-Used by tool_svc (offload at the source) and context_svc (anything large that still arrives, and
-`GetPayload`). docs/architecture.md §4:
+Used by tool_svc (offload at the source) and context_svc (anything large that still arrives, and `GetPayload`).
+docs/architecture.md §4:
 
-- content-addressed within a session: `am:payload:{<session>}:<sha256>` with a TTL, so the same
-  bytes are stored once per session and one session can never read another's (the session is part
-  of the key, never a field a caller could point elsewhere);
+- content-addressed within a session: `am:payload:{<session>}:<sha256>` with a TTL, so the same bytes are stored
+  once per session and one session can never read another's (the session is part of the key, never a field a
+  caller could point elsewhere) unless a hop granted it that one ref (payload_grants.py);
 - `put` is one MULTI/EXEC (all or nothing) and refuses content over `max_bytes` before writing;
-- `read` selects by JSONPath (RFC 9535, the `jsonpath-rfc9535` library), 1-based inclusive line
-  range or 0-based half-open byte range; content that is not UTF-8 is returned as raw bytes;
-- a digest says what it kept and what it cut: structured content keeps the first N non-empty
-  records (empty/null ones are filtered first), text keeps error/warning/goal lines and neighbours.
+- `read` selects by JSONPath (RFC 9535, the `jsonpath-rfc9535` library), 1-based inclusive line range or 0-based
+  half-open byte range; content that is not UTF-8 is returned as raw bytes;
+- a digest says what it kept and what it cut: structured content keeps the first N non-empty records (empty/null
+  ones are filtered first), text keeps error/warning/goal lines and neighbours.
 
-Besides the payload keys, `put` keeps a set of the session's payload digests at
-`am:sess:{<session>}:payloads` (same hash slot) so DeleteSession can remove them without SCAN.
+Besides the payload keys, `put` keeps a set of the session's payload digests at `am:sess:{<session>}:payloads`
+(same hash slot) so DeleteSession can remove them without SCAN.
 
 Domain code: no grpc, no protobuf.
 """
@@ -35,6 +35,7 @@ import jsonpath_rfc9535
 from jsonpath_rfc9535.exceptions import JSONPathError
 
 from agentmesh.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from agentmesh.payload_grants import granted_fields
 from agentmesh.store import Store
 
 __all__ = [
@@ -64,8 +65,7 @@ MEDIA_TEXT: Final = "text/plain; charset=utf-8"
 REF_PREFIX: Final = "pl_"
 _REF_RE = re.compile(r"pl_([0-9a-f]{64})")
 _MAX_MEDIA_TYPE_LEN = 255
-# The part of the session's keys (am:sess:{<session>}:payloads) listing its payloads.
-PAYLOAD_INDEX_PART: Final = "payloads"
+PAYLOAD_INDEX_PART: Final = "payloads"  # the part of the session's keys (am:sess:{<session>}:payloads) listing them
 
 # KEYS: the payload hash, the session's index (one hash tag). ARGV: content, media type, size, expire_at,
 # ttl s, sha256. Each put sets now + ttl on the index: never earlier than a previous payload's expiry.
@@ -81,15 +81,12 @@ Range = tuple[int, int]
 class StoredPayload:
     """Domain mirror of common.proto PayloadRef."""
 
-    ref_id: str
-    """"pl_" + sha256 hex."""
-    session_id: str
+    ref_id: str  # "pl_" + sha256 hex
+    session_id: str  # the session storing it (for a granted ref, not the reader's: payload_grants.py)
     size_bytes: int
-    media_type: str
-    """"application/json" or "text/plain; charset=utf-8" ..."""
+    media_type: str  # "application/json" or "text/plain; charset=utf-8" ...
     sha256: str
-    expire_at: float
-    """Unix seconds."""
+    expire_at: float  # Unix seconds
 
 
 def ref_id_for(sha256: str) -> str:
@@ -176,6 +173,9 @@ class PayloadStore:
         # The client is created with decode_responses=False: keys and values are bytes.
         fields: Mapping[Any, Any] = await self.store.call("get payload", self.store.redis.hgetall(key))
         content = fields.get(b"content")
+        if content is None:  # not its own: a ref a hop granted it (payload_grants.py), stored in another session
+            session_id, fields = await granted_fields(self.store, session_id, sha, ref_id)
+            content = fields.get(b"content")
         if content is None:
             # One message for all three cases: telling them apart would confirm another session's refs.
             raise NotFoundError(

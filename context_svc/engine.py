@@ -44,6 +44,7 @@ from context_svc.attach import Attachment, Attachments
 from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, select_window
 from context_svc.compaction import Compactor
 from context_svc.entities import extract_entities, pending_corrections, with_previous
+from context_svc.handoff_sources import Handoffs
 from context_svc.known import public_entities
 from context_svc.lru import LRU
 from context_svc.model import (
@@ -102,6 +103,7 @@ class ContextEngine:
         )
         self.payloads = PayloadStore(store, ttl_s=settings.payload_ttl_s, max_bytes=settings.max_payload_bytes)
         self.attachments = Attachments(store, session_ttl_s=settings.session_ttl_s)
+        self.handoffs = Handoffs(self.sessions, self.payloads)  # BuildHandoff (handoff.py)
         self.compaction = Compactor(settings, self.sessions, summary_model=summary_model)
         self.assembly = Assembler(settings, self.sessions, self.payloads, self.compaction)
         self._encodings: LRU[str, str] = LRU(settings.session_cache_entries)

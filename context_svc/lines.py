@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from context_svc.facts import find_facts
 
-__all__ = ["Choice", "choose_lines", "render_group", "skeleton"]
+__all__ = ["Choice", "choose_lines", "render_group", "skeleton", "states_value"]
 
 _USER, _USER_REFS, _TOOLS, _ASSISTANT = 0, 1, 2, 3
 # What a user states (an amount, a date, a discount, a count) before what a user only points at (an
@@ -49,6 +49,12 @@ def _tier(line: str) -> int:
     if line.startswith("assistant: "):
         return _ASSISTANT
     return _TOOLS  # calls, tool results, an LLM summary's lines
+
+
+def states_value(user_line: str) -> bool:
+    """Whether a user's line states a value or a constraint (the lines a summary keeps first; also
+    the user constraints a hop summary adds verbatim, handoff.py)."""
+    return _tier("user: " + user_line) == _USER
 
 
 @functools.lru_cache(maxsize=32768)

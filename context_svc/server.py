@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from opentelemetry import trace
 
 from agentmesh.callctx import remaining_time
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Role, json_depth_exceeds
@@ -27,6 +28,8 @@ from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2
 from context_svc.engine import BudgetRequest, ContextEngine
+from context_svc.handoff import Brief, Citation, Demotion, FactKind, Hop
+from context_svc.handoff import Fact as HandoffFact
 from context_svc.model import (
     BlockKind,
     Caller,
@@ -224,6 +227,75 @@ def _range(message: context_pb2.LineRange | context_pb2.ByteRange) -> tuple[int,
     return int(message.start), int(message.end)
 
 
+_DEMOTION_TO_PB = {
+    Demotion.CITATION_NOT_FOUND: context_pb2.HANDOFF_DEMOTION_REASON_CITATION_NOT_FOUND,
+    Demotion.VALUE_NOT_IN_SOURCE: context_pb2.HANDOFF_DEMOTION_REASON_VALUE_NOT_IN_SOURCE,
+    Demotion.NO_ACCESS: context_pb2.HANDOFF_DEMOTION_REASON_NO_ACCESS,
+    Demotion.MALFORMED: context_pb2.HANDOFF_DEMOTION_REASON_MALFORMED,
+}
+_FACT_KIND_TO_PB = {
+    FactKind.CONFIRMED: context_pb2.HANDOFF_FACT_KIND_CONFIRMED,
+    FactKind.INFERRED: context_pb2.HANDOFF_FACT_KIND_INFERRED,
+}
+
+
+def citation_domain(citation: context_pb2.HandoffCitation) -> Citation:
+    source, selector = citation.WhichOneof("source"), citation.WhichOneof("selector")
+    return Citation(
+        ref_id=citation.ref_id if source == "ref_id" else None,
+        message_index=int(citation.message_index) if source == "message_index" else None,
+        json_path=citation.json_path if selector == "json_path" else None,
+        line_range=_range(citation.line_range) if selector == "line_range" else None,
+    )
+
+
+def brief_domain(brief: context_pb2.HandoffBrief) -> Brief:
+    facts = []
+    for fact in brief.facts:
+        support = fact.WhichOneof("support")
+        facts.append(
+            HandoffFact(
+                statement=fact.statement,
+                value=fact.value,
+                citation=citation_domain(fact.citation) if support == "citation" else None,
+                basis=fact.basis if support == "basis" else None,
+            )
+        )
+    return Brief(
+        summary=brief.summary,
+        facts=tuple(facts),
+        open_questions=tuple(brief.open_questions),
+        risks=tuple(brief.risks),
+        artifacts=tuple(brief.artifacts),
+    )
+
+
+def hop_pb(hop: Hop, request: context_pb2.BuildHandoffRequest) -> context_pb2.BuildHandoffResponse:
+    return context_pb2.BuildHandoffResponse(
+        text=hop.text,
+        token_count=hop.token_count,
+        facts=[
+            context_pb2.CheckedHandoffFact(
+                fact=given,
+                kind=_FACT_KIND_TO_PB[checked.kind],
+                demotion_reason=_DEMOTION_TO_PB[checked.reason] if checked.reason is not None else None,
+                detail=checked.detail,
+                shown=checked.shown,
+            )
+            for given, checked in zip(request.brief.facts, hop.facts, strict=True)
+        ],
+        confirmed_count=hop.confirmed,
+        inferred_count=hop.inferred,
+        demoted_count=hop.demoted,
+        record_ref_id=hop.record_ref_id,
+        user_constraints=list(hop.user_constraints),
+        granted_ref_ids=list(hop.granted_ref_ids),
+        missing_artifacts=list(hop.missing_artifacts),
+        omitted_count=hop.omitted,
+        summary_clipped=hop.summary_clipped,
+    )
+
+
 class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     """The ContextService servicer: one domain call per RPC."""
 
@@ -348,6 +420,30 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             generation=attached.generation,
             newest_age=codec.duration(attached.newest_age_s),
         )
+
+    async def BuildHandoff(
+        self, request: context_pb2.BuildHandoffRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> context_pb2.BuildHandoffResponse:
+        if not request.HasField("brief"):
+            raise InvalidRequestError("brief", "required")
+        hop = await self.engine.handoffs.build(
+            _caller(),
+            request.session_id,
+            brief_domain(request.brief),
+            child_session_id=request.child_session_id,
+            max_tokens=request.max_tokens if request.HasField("max_tokens") else None,
+        )
+        # The check's outcome on the RPC's span: a trace shows what each hop confirmed and demoted.
+        trace.get_current_span().set_attributes(
+            {
+                "agentmesh.handoff.confirmed": hop.confirmed,
+                "agentmesh.handoff.inferred": hop.inferred,
+                "agentmesh.handoff.demoted": hop.demoted,
+                "agentmesh.handoff.tokens": hop.token_count,
+                "agentmesh.handoff.omitted": hop.omitted,
+            }
+        )
+        return hop_pb(hop, request)
 
     async def DeleteSession(
         self, request: context_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext[Any, Any]

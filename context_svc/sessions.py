@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from agentmesh.errors import NotFoundError, PermissionDeniedError, echo
+from agentmesh.payload_grants import GRANTS_PART
 from agentmesh.payloads import PAYLOAD_INDEX_PART
 from agentmesh.store import Store
 from context_svc.access import decode_tasks, encode_tasks
@@ -547,7 +548,8 @@ class SessionStore:
 
     async def delete(self, session_id: str, payload_shas: Sequence[str]) -> bool:
         """Deletes the session, its payloads and leases in one transaction; whether it existed."""
-        keys = [*self.keys(session_id), self.key(session_id, "compact"), self.key(session_id, PAYLOAD_INDEX_PART)]
+        parts = ("compact", PAYLOAD_INDEX_PART, GRANTS_PART)  # grants: payload_grants.py
+        keys = [*self.keys(session_id), *(self.key(session_id, part) for part in parts)]
         keys += [self.store.keys.payload(session_id, sha) for sha in payload_shas]
         async with self.store.guard("delete session"):
             pipe = self.store.redis.pipeline(transaction=True)

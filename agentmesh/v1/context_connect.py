@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .context_pb2 import AppendMessageRequest, AppendMessageResponse, AppendToolResultRequest, AppendToolResultResponse, AttachTaskRequest, AttachTaskResponse, BuildContextRequest, BuildContextResponse, CompactRequest, CompactResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetPayloadRequest, GetPayloadResponse, GetSessionRequest, GetSessionResponse
+from .context_pb2 import AppendMessageRequest, AppendMessageResponse, AppendToolResultRequest, AppendToolResultResponse, AttachTaskRequest, AttachTaskResponse, BuildContextRequest, BuildContextResponse, BuildHandoffRequest, BuildHandoffResponse, CompactRequest, CompactResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetPayloadRequest, GetPayloadResponse, GetSessionRequest, GetSessionResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -95,6 +95,17 @@ class ContextService(Protocol):
         may then use the session. A compare-and-set on the newest task: it happens only when the newest task
         is the one expected (or task_id is the newest already), else nothing changes and the response names
         the newest. For the session's owner and operators; the task must run the session's agent.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def build_handoff(self, request: BuildHandoffRequest, ctx: RequestContext[BuildHandoffRequest, BuildHandoffResponse], /) -> BuildHandoffResponse:
+        """
+        Builds the hop summary an agent hands to the next one (issue 44): checks every confirmed fact of the
+        brief against its citation (demoting to inferred what does not hold), adds the parent session's
+        user constraints verbatim, caps the text, offloads the full record as a payload of the parent
+        session and, with a child session, grants it read access to exactly the cited payloads and the
+        record. For the callers who may use the parent session. The same request again gives the same
+        record (content-addressed) and grants nothing more.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -210,6 +221,17 @@ class ContextServiceASGIApplication(ConnectASGIApplication[ContextService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.attach_task,
+                ),
+                "/agentmesh.v1.ContextService/BuildHandoff": Endpoint.unary(
+                    method=MethodInfo(
+                        name="BuildHandoff",
+                        service_name="agentmesh.v1.ContextService",
+                        input=BuildHandoffRequest,
+                        output=BuildHandoffResponse,
+                        idempotency_level=IdempotencyLevel.IDEMPOTENT,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.build_handoff,
                 ),
             },
             interceptors=interceptors,
@@ -460,6 +482,34 @@ class ContextServiceClient(ConnectClient):
                 service_name="agentmesh.v1.ContextService",
                 input=AttachTaskRequest,
                 output=AttachTaskResponse,
+                idempotency_level=IdempotencyLevel.IDEMPOTENT,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def build_handoff(
+        self,
+        request: BuildHandoffRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> BuildHandoffResponse:
+        """
+        Builds the hop summary an agent hands to the next one (issue 44): checks every confirmed fact of the
+        brief against its citation (demoting to inferred what does not hold), adds the parent session's
+        user constraints verbatim, caps the text, offloads the full record as a payload of the parent
+        session and, with a child session, grants it read access to exactly the cited payloads and the
+        record. For the callers who may use the parent session. The same request again gives the same
+        record (content-addressed) and grants nothing more.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="BuildHandoff",
+                service_name="agentmesh.v1.ContextService",
+                input=BuildHandoffRequest,
+                output=BuildHandoffResponse,
                 idempotency_level=IdempotencyLevel.IDEMPOTENT,
                 stream_type=StreamType.UNARY,
             ),

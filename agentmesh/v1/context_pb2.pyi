@@ -20,11 +20,33 @@ class ContextBlockKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONTEXT_BLOCK_KIND_SUMMARY: _ClassVar[ContextBlockKind]
     CONTEXT_BLOCK_KIND_RECENT: _ClassVar[ContextBlockKind]
     CONTEXT_BLOCK_KIND_OBSERVATIONS: _ClassVar[ContextBlockKind]
+
+class HandoffFactKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HANDOFF_FACT_KIND_UNSPECIFIED: _ClassVar[HandoffFactKind]
+    HANDOFF_FACT_KIND_CONFIRMED: _ClassVar[HandoffFactKind]
+    HANDOFF_FACT_KIND_INFERRED: _ClassVar[HandoffFactKind]
+
+class HandoffDemotionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HANDOFF_DEMOTION_REASON_UNSPECIFIED: _ClassVar[HandoffDemotionReason]
+    HANDOFF_DEMOTION_REASON_CITATION_NOT_FOUND: _ClassVar[HandoffDemotionReason]
+    HANDOFF_DEMOTION_REASON_VALUE_NOT_IN_SOURCE: _ClassVar[HandoffDemotionReason]
+    HANDOFF_DEMOTION_REASON_NO_ACCESS: _ClassVar[HandoffDemotionReason]
+    HANDOFF_DEMOTION_REASON_MALFORMED: _ClassVar[HandoffDemotionReason]
 CONTEXT_BLOCK_KIND_UNSPECIFIED: ContextBlockKind
 CONTEXT_BLOCK_KIND_SYSTEM: ContextBlockKind
 CONTEXT_BLOCK_KIND_SUMMARY: ContextBlockKind
 CONTEXT_BLOCK_KIND_RECENT: ContextBlockKind
 CONTEXT_BLOCK_KIND_OBSERVATIONS: ContextBlockKind
+HANDOFF_FACT_KIND_UNSPECIFIED: HandoffFactKind
+HANDOFF_FACT_KIND_CONFIRMED: HandoffFactKind
+HANDOFF_FACT_KIND_INFERRED: HandoffFactKind
+HANDOFF_DEMOTION_REASON_UNSPECIFIED: HandoffDemotionReason
+HANDOFF_DEMOTION_REASON_CITATION_NOT_FOUND: HandoffDemotionReason
+HANDOFF_DEMOTION_REASON_VALUE_NOT_IN_SOURCE: HandoffDemotionReason
+HANDOFF_DEMOTION_REASON_NO_ACCESS: HandoffDemotionReason
+HANDOFF_DEMOTION_REASON_MALFORMED: HandoffDemotionReason
 
 class BudgetSettings(_message.Message):
     __slots__ = ("max_context_tokens", "reserve_system_prompt_tokens", "summary_trigger_tokens", "keep_recent_messages", "encoding")
@@ -310,3 +332,95 @@ class AttachTaskResponse(_message.Message):
     generation: int
     newest_age: _duration_pb2.Duration
     def __init__(self, attached: _Optional[bool] = ..., newest_task_id: _Optional[str] = ..., generation: _Optional[int] = ..., newest_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class HandoffCitation(_message.Message):
+    __slots__ = ("ref_id", "message_index", "json_path", "line_range")
+    REF_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    JSON_PATH_FIELD_NUMBER: _ClassVar[int]
+    LINE_RANGE_FIELD_NUMBER: _ClassVar[int]
+    ref_id: str
+    message_index: int
+    json_path: str
+    line_range: LineRange
+    def __init__(self, ref_id: _Optional[str] = ..., message_index: _Optional[int] = ..., json_path: _Optional[str] = ..., line_range: _Optional[_Union[LineRange, _Mapping]] = ...) -> None: ...
+
+class HandoffFact(_message.Message):
+    __slots__ = ("statement", "value", "citation", "basis")
+    STATEMENT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    CITATION_FIELD_NUMBER: _ClassVar[int]
+    BASIS_FIELD_NUMBER: _ClassVar[int]
+    statement: str
+    value: str
+    citation: HandoffCitation
+    basis: str
+    def __init__(self, statement: _Optional[str] = ..., value: _Optional[str] = ..., citation: _Optional[_Union[HandoffCitation, _Mapping]] = ..., basis: _Optional[str] = ...) -> None: ...
+
+class HandoffBrief(_message.Message):
+    __slots__ = ("summary", "facts", "open_questions", "risks", "artifacts")
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    OPEN_QUESTIONS_FIELD_NUMBER: _ClassVar[int]
+    RISKS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    summary: str
+    facts: _containers.RepeatedCompositeFieldContainer[HandoffFact]
+    open_questions: _containers.RepeatedScalarFieldContainer[str]
+    risks: _containers.RepeatedScalarFieldContainer[str]
+    artifacts: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, summary: _Optional[str] = ..., facts: _Optional[_Iterable[_Union[HandoffFact, _Mapping]]] = ..., open_questions: _Optional[_Iterable[str]] = ..., risks: _Optional[_Iterable[str]] = ..., artifacts: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BuildHandoffRequest(_message.Message):
+    __slots__ = ("session_id", "child_session_id", "brief", "max_tokens")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHILD_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    BRIEF_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    child_session_id: str
+    brief: HandoffBrief
+    max_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., child_session_id: _Optional[str] = ..., brief: _Optional[_Union[HandoffBrief, _Mapping]] = ..., max_tokens: _Optional[int] = ...) -> None: ...
+
+class CheckedHandoffFact(_message.Message):
+    __slots__ = ("fact", "kind", "demotion_reason", "detail", "shown")
+    FACT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DEMOTION_REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    SHOWN_FIELD_NUMBER: _ClassVar[int]
+    fact: HandoffFact
+    kind: HandoffFactKind
+    demotion_reason: HandoffDemotionReason
+    detail: str
+    shown: bool
+    def __init__(self, fact: _Optional[_Union[HandoffFact, _Mapping]] = ..., kind: _Optional[_Union[HandoffFactKind, str]] = ..., demotion_reason: _Optional[_Union[HandoffDemotionReason, str]] = ..., detail: _Optional[str] = ..., shown: _Optional[bool] = ...) -> None: ...
+
+class BuildHandoffResponse(_message.Message):
+    __slots__ = ("text", "token_count", "facts", "confirmed_count", "inferred_count", "demoted_count", "record_ref_id", "user_constraints", "granted_ref_ids", "missing_artifacts", "omitted_count", "summary_clipped")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    INFERRED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEMOTED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_REF_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    GRANTED_REF_IDS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    OMITTED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_CLIPPED_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    token_count: int
+    facts: _containers.RepeatedCompositeFieldContainer[CheckedHandoffFact]
+    confirmed_count: int
+    inferred_count: int
+    demoted_count: int
+    record_ref_id: str
+    user_constraints: _containers.RepeatedScalarFieldContainer[str]
+    granted_ref_ids: _containers.RepeatedScalarFieldContainer[str]
+    missing_artifacts: _containers.RepeatedScalarFieldContainer[str]
+    omitted_count: int
+    summary_clipped: bool
+    def __init__(self, text: _Optional[str] = ..., token_count: _Optional[int] = ..., facts: _Optional[_Iterable[_Union[CheckedHandoffFact, _Mapping]]] = ..., confirmed_count: _Optional[int] = ..., inferred_count: _Optional[int] = ..., demoted_count: _Optional[int] = ..., record_ref_id: _Optional[str] = ..., user_constraints: _Optional[_Iterable[str]] = ..., granted_ref_ids: _Optional[_Iterable[str]] = ..., missing_artifacts: _Optional[_Iterable[str]] = ..., omitted_count: _Optional[int] = ..., summary_clipped: _Optional[bool] = ...) -> None: ...

@@ -80,6 +80,11 @@ class ContextServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskResponse.FromString,
                 _registered_method=True)
+        self.BuildHandoff = channel.unary_unary(
+                '/agentmesh.v1.ContextService/BuildHandoff',
+                request_serializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -152,6 +157,18 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BuildHandoff(self, request, context):
+        """Builds the hop summary an agent hands to the next one (issue 44): checks every confirmed fact of the
+        brief against its citation (demoting to inferred what does not hold), adds the parent session's
+        user constraints verbatim, caps the text, offloads the full record as a payload of the parent
+        session and, with a child session, grants it read access to exactly the cited payloads and the
+        record. For the callers who may use the parent session. The same request again gives the same
+        record (content-addressed) and grants nothing more.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -199,6 +216,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.AttachTask,
                     request_deserializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_context__pb2.AttachTaskResponse.SerializeToString,
+            ),
+            'BuildHandoff': grpc.unary_unary_rpc_method_handler(
+                    servicer.BuildHandoff,
+                    request_deserializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +467,33 @@ class ContextService:
             '/agentmesh.v1.ContextService/AttachTask',
             agentmesh_dot_v1_dot_context__pb2.AttachTaskRequest.SerializeToString,
             agentmesh_dot_v1_dot_context__pb2.AttachTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BuildHandoff(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ContextService/BuildHandoff',
+            agentmesh_dot_v1_dot_context__pb2.BuildHandoffRequest.SerializeToString,
+            agentmesh_dot_v1_dot_context__pb2.BuildHandoffResponse.FromString,
             options,
             channel_credentials,
             insecure,
