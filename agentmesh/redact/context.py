@@ -6,7 +6,9 @@
 - JWTs, signed or not (`alg: none` tokens end with a dot);
 - AWS secret access keys: 40 characters of mixed-case base64 near an access key id or a label;
 - a text that is a single high-entropy token and nothing else (a tool that prints one credential), unless
-  it starts with a vendor's prefix: then gitleaks' rule for that vendor decides.
+  it starts with a vendor's prefix: then gitleaks' rule for that vendor decides. The token may hold a
+  password's punctuation (`!#$&*@|`, inside it, not beside a path, a `:`, a `$VARIABLE` or `user@`) and
+  be as short as 10 characters when it mixes both cases and digits, has few vowels and is no words.
 All patterns are RE2 (linear time on hostile text).
 """
 
@@ -64,15 +66,29 @@ _PREFILTER = re2.compile(
     _OPTIONS,
 )
 
-# A lone token: what a whole text is when a tool printed one credential.
-_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:-]{16,512})[ \t\r\n\"'`]*$", _OPTIONS)
-# `trace_id=<uuid>`, `sha256:<digest>`: a named field, not one token.
+# A lone token: what a whole text is when a tool printed one credential. Passwords and keys hold
+# punctuation (`P@ssw0rd$1`, `sk_...#P7r5&@*x`, `app_id|secret`, `...zLx!t`), not only base64's; quotes,
+# brackets, `,` and `;` are markup or lists, `%` URL encoding and `?` a query.
+_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
+# `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`: a named field, not one token.
 _FIELD_PREFIX = re2.compile(r"^(?:[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# The punctuation passwords hold (`!#$&*@|`) is one only inside a token without `/` or `:`: at an end,
+# or beside a path, it is a shebang, a fragment, a package spec (`x@npm:2.0.0`) or a cut query (`...&`);
+# `$NAME` is a variable, `name@host` an address.
+_PUNCTUATION = frozenset("!#$&*@|")
+_VARIABLE = re2.compile(r"\$\{?[A-Z_][A-Z0-9_]{2,}", _OPTIONS)
+_USER_AT = re2.compile(r"^[A-Za-z0-9._+-]{3,}@", _OPTIONS)
 # Git object ids, container ids, SHA-256 digests: what `git rev-parse`, `docker run -d` or `sha256sum`
 # print alone all the time. (32 hex digits stand alone as often as API keys as MD5 sums: masked.)
 _HEX_DIGEST = re2.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64}|[0-9A-F]{40}|[0-9A-F]{64})$", _OPTIONS)
 _LONG_NUMBER = re2.compile(r"^[0-9]{16,}$", _OPTIONS)
 _PATH_OR_WORDS = re2.compile(r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\d{1,15}$|\d+(?:[.:-]\d+)+$)", _OPTIONS)
+# Under 16 characters a token is judged harder: no `.` or `:` (versions, times, hosts), letters, digits
+# and both cases, and few vowels (words and product names have about 40 %, random letters 19 %).
+_MIN_LONG = 16
+_SHORT_TOKEN = re2.compile(r"^[A-Za-z0-9_~+/=!#$&*@|-]{10,15}$", _OPTIONS)
+_MAX_SHORT_VOWELS = 0.4
+_CAMEL_WORDS = re2.compile(r"^[a-z]?(?:[A-Z]?[a-z]{2,})+[0-9]{0,4}$", _OPTIONS)  # HelloWorld2024
 
 
 def _aws_secret_like(token: str) -> bool:
@@ -106,6 +122,48 @@ def _up_to_space(text: str, start: int, end: int) -> str:
     return text[start:end]
 
 
+def _random_token(token: str) -> bool:
+    """Whether one token looks random: not a digest, path, word, number, placeholder or a vendor's
+    look-alike, with enough character classes and entropy for its alphabet (and, under 16 characters,
+    the stricter `_SHORT_TOKEN` tests)."""
+    if (
+        _HEX_DIGEST.search(token)
+        or _PATH_OR_WORDS.search(token)
+        or is_placeholder(token)
+        # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
+        # is a look-alike (a wrong length, a missing checksum), as its own tests' near misses are.
+        or default_rules().vendor_prefix(token)
+    ):
+        return False
+    lower, upper = any(c.islower() for c in token), any(c.isupper() for c in token)
+    digit = any(c.isdigit() for c in token)
+    if len(token) < _MIN_LONG:
+        letters = [c for c in token if c.isalpha()]
+        vowels = sum(c in "aeiouAEIOU" for c in letters)
+        if not (lower and upper and digit) or _SHORT_TOKEN.search(token) is None:
+            return False
+        if vowels >= _MAX_SHORT_VOWELS * len(letters) or _CAMEL_WORDS.search(token) is not None:
+            return False
+    classes = lower + upper + digit
+    if classes < 2 and _LONG_NUMBER.search(token) is None:
+        return False
+    return shannon_entropy(token) >= _entropy_floor(token)
+
+
+def _odd_punctuation(token: str) -> bool:
+    """Whether the token's password punctuation says it is something else (see `_PUNCTUATION`)."""
+    if not _PUNCTUATION.intersection(token):
+        return False
+    return (
+        token[0] in _PUNCTUATION
+        or token[-1] in _PUNCTUATION
+        or "/" in token
+        or ":" in token
+        or _VARIABLE.search(token) is not None
+        or _USER_AT.search(token) is not None
+    )
+
+
 def lone_token(text: str) -> list[Finding]:
     """The whole text, when it is one random-looking token (not a UUID, digest, path, number or word)."""
     if len(text) > 600:
@@ -115,18 +173,7 @@ def lone_token(text: str) -> list[Finding]:
         return []
     start, end = m.span(1)
     token = text[start:end]
-    if (
-        _HEX_DIGEST.search(token)
-        or _PATH_OR_WORDS.search(token)
-        or _FIELD_PREFIX.search(token)
-        or is_placeholder(token)
-        # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
-        # is a look-alike (a wrong length, a missing checksum), as its own tests' near misses are.
-        or default_rules().vendor_prefix(token)
-    ):
-        return []
-    classes = sum((any(c.islower() for c in token), any(c.isupper() for c in token), any(c.isdigit() for c in token)))
-    if (classes < 2 and _LONG_NUMBER.search(token) is None) or shannon_entropy(token) < _entropy_floor(token):
+    if _FIELD_PREFIX.search(token) or _odd_punctuation(token) or not _random_token(token):
         return []
     return [Finding(start, end, "context:lone-token")]
 

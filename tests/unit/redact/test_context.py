@@ -240,3 +240,46 @@ def test_hostile_inputs_stay_linear() -> None:
     for text in ("password=" * 20000, '"token": "' * 20000, "eyJ" * 50000, "<password>" * 20000, "a" * 200000):
         out, _ = redact_text(text)
         assert isinstance(out, str)
+
+
+# Issue 40, fourth pass: a lone token may hold a password's punctuation, and may be short.
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Zq7#Wm2&Xk9@Lp4*Rt",  # punctuation inside a random token
+        "sk_ubb4yN3mzqGR2x8#P7r5&@*xC$utE",
+        "911602140448729|AY-lRJZq9BoDLobvAiP25L7RcMg",  # app id | app secret
+        "Tm3!Kx8$Vq2Rw",
+        "Sk94HG7f6KB",  # 11 characters: both cases, digits, few vowels
+        "YnJvd3Nlcjo=",
+    ],
+)
+def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
+    assert redact_text(text) == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "#!/registries/5/portainer.demo~2Fportainerregistrytesting~2Falpine",  # a shebang and a path
+        "$GItHUB_API_URL/$GIT_COMMIT",  # variables
+        "$DEPLOY_TOKEN_Xk9vQ2mR",
+        "@HWI-ST565_0092:4:1101:7621:5770#ACTTGA/1",  # punctuation at an end, `:` and `/`
+        "vjoePbUBJ7&",  # a cut query string
+        "strict-uri-encode@npm:2.0.0",  # a package spec
+        "USK@u2vn3Lh6Kte2-TgBSNKorbsKkuAt34ckoLmgx0ndXO0",  # name@...: an address
+        "john.doe42@example.com",
+        "iv:2qF98ZkchgfWF4tZo8fok6zY0ZLNRV3wFpl8n2iyC7I=",  # a named field (SOPS metadata)
+        "refreshInterval:",
+        "HelloWorld2024",  # short: words and a year
+        "iPhone15Pro",  # short: vowels of words
+        "Python3.11",  # short: a version
+        "a1b2c3d4e5f6",  # short: one case only
+        "ORD-48213-XK",
+        "%2Fxk9vQ2mR7tLp4Wz8Ns",  # `%`: URL encoding, not taken
+    ],
+)
+def test_a_lone_token_with_odd_punctuation_or_short_words_is_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)

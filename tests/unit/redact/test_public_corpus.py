@@ -88,10 +88,10 @@ def test_changed_only_when_every_finding_is_masked_whole(samples: tuple[Sample, 
                 assert value not in out, (f.rule, value, out[:160])
 
 
-# What bench/bench_redaction.py measured (seed 40) after issue 40's third pass (held-out bare 91.4 %,
+# What bench/bench_redaction.py measured (seed 40) after issue 40's fourth pass (held-out bare 92.2 %,
 # near misses masked 12.7 % / tune 12.5 %), less a little slack.
 FLOORS = {
-    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.90},
+    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.91},
     "tune": {"generated": 0.99, "handwritten": 0.99, "bare": 0.97},
 }
 FP_CEILINGS = {"heldout": 0.14, "tune": 0.14}
