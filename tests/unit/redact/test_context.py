@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.redact import MASK, find_secrets, redact_error, redact_text, redact_value
+from agentmesh.redact import MASK, find_secrets, redact_error, redact_str, redact_text, redact_value
 from agentmesh.redact.gitleaks_rules import default_rules, shannon_entropy
 from agentmesh.redact.spans import Finding, mask, widen
 
@@ -283,3 +283,17 @@ def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
 )
 def test_a_lone_token_with_odd_punctuation_or_short_words_is_kept(text: str) -> None:
     assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "my aws secret is wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY ok",
+        "export creds: AKIA2OGYBAH6STMMNXNN then 4hT8+qLm2Rz9vXw/1nBc7JkP0sYd3Fg6Ue5Ha2Qo",
+        "aws_secret 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.",
+    ],
+)
+def test_a_raw_aws_secret_key_in_free_text_is_masked(text: str) -> None:
+    """Issue 39 (red team, low): a 40-character AWS secret access key in prose, with no assignment."""
+    masked = redact_str(text)
+    assert "4hT8+qLm2Rz9vXw" not in masked and "wJalrXUtnFEMI" not in masked, masked
