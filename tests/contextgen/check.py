@@ -2,8 +2,8 @@
 
 The acceptance checks, per budget:
 - wrong: a Known-facts line states, for a planted key, a value other than its current one (a
-  rejected or replaced value, or another key's value); or, under any other key, a value that was
-  only ever rejected or replaced;
+  rejected or replaced value, or another key's value), or says it was "corrected from" a value the
+  key never had; or, under any other key, a value that was only ever rejected or replaced;
 - missing_known: a planted, unambiguously labelled key with a current value has no Known-facts line
   with that value and its source message; a corrected one also says "corrected from" its old value;
 - missing_fit: the planted statements fit in half the budget, yet a planted value is nowhere in the
@@ -160,6 +160,11 @@ def check_view(view: ContextView, gen: GenSession, budget: int, raw: int, build_
             old = planted.corrected_from
             if "corrected from" not in found.notes or not (old.text in found.notes or _norm_in(old, found.notes)):
                 report.missing_known.append(f"{key}: 'corrected from {old.text}' missing ({found.notes!r})")
+        if found is not None and "corrected from" in found.notes:
+            # Spurious: the value it was "corrected from" was never an earlier value of this key.
+            earlier = [*planted.rejected.values(), *([planted.corrected_from] if planted.corrected_from else [])]
+            if not any(old.text in found.notes or _norm_in(old, found.notes) for old in earlier):
+                report.wrong.append(f"{key}: spurious correction ({found.notes!r})")
 
     values = [(f"{k}={p.current.text}", p.current) for k, p in truth.items() if p.current is not None]
     values += [(f"#{i} {v.text}", v) for i, v in gen.facts]

@@ -77,3 +77,15 @@ def test_the_checker_catches_a_wrong_fact() -> None:
     view = ContextView((Message(Role.SYSTEM, system),), (), 10, 3000, 0, 0, False)
     report = check_view(view, gen, 3000, 1000, 1.0)
     assert any(key in problem and "shown" in problem for problem in report.wrong)
+
+
+def test_the_checker_catches_a_spurious_correction() -> None:
+    """A Known-facts line saying "corrected from" a value its key never had is reported (issue 37)."""
+    gen = generate(3, lang="en", turns=10, plants=6)
+    key, planted = next((k, p) for k, p in gen.truth.items() if p.current is not None and not p.ambiguous)
+    assert planted.current is not None
+    line = f"- {key}: {planted.current.text} (corrected from 424,242 KRW) [#{planted.index}]"
+    system = f"Goal: g\n\nKnown facts (latest values; [#n] is the message each comes from):\n{line}"
+    view = ContextView((Message(Role.SYSTEM, system),), (), 10, 3000, 0, 0, False)
+    report = check_view(view, gen, 3000, 1000, 1.0)
+    assert any("spurious correction" in problem for problem in report.wrong), report.wrong
