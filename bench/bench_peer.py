@@ -134,7 +134,7 @@ class System:
         return sum(len(s.latencies) for s in (*self.c1, *self.c32))
 
     def per_task(self, attr: str) -> float:
-        return sum(getattr(s, attr) for s in (*self.c1, *self.c32)) / self.tasks()
+        return float(sum(getattr(s, attr) for s in (*self.c1, *self.c32))) / self.tasks()
 
     def p50_ms(self) -> float:
         return statistics.median(percentile(s.latencies, 0.5) for s in self.c1) * 1000
