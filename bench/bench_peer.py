@@ -46,7 +46,7 @@ from agentmesh.config import AuthSettings
 from agentmesh.identity import Authenticator
 from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
-from bench.bench_scale import AUTH_KEY, REPO, Mesh, RedisSnapshot
+from bench.bench_scale import AUTH_KEY, REPO, SERVICES, Mesh, RedisSnapshot
 from bench.common import percentile, table
 from provider_svc.models.base import Role
 from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
@@ -119,6 +119,8 @@ class Sample:
     cpu_s: float
     redis_cpu_s: float = 0.0
     commands: int = 0
+    services: dict[str, float] = field(default_factory=dict)
+    """agentmesh: CPU seconds of each service."""
 
 
 @dataclass
@@ -135,6 +137,10 @@ class System:
 
     def per_task(self, attr: str) -> float:
         return float(sum(getattr(s, attr) for s in (*self.c1, *self.c32))) / self.tasks()
+
+    def service_ms(self, service: str) -> float:
+        """CPU-ms per task of one agentmesh service."""
+        return sum(s.services.get(service, 0.0) for s in (*self.c1, *self.c32)) / self.tasks() * 1000
 
     def p50_ms(self) -> float:
         return statistics.median(percentile(s.latencies, 0.5) for s in self.c1) * 1000
@@ -214,6 +220,7 @@ class Agentmesh:
             sum(cpu_after.values()) - sum(cpu_before.values()),
             spent.cpu_main_s,
             sum(spent.commands.values()) - 3,  # less our own INFO commands
+            {s: cpu_after[s] - cpu_before[s] for s in SERVICES},
         )
 
 
@@ -338,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             [s.name, f"{s.p50_ms():.1f}", f"{s.throughput():.1f}", f"{s.per_task('cpu_s') * 1000:.1f}", *redis_cells]
         )
     print(table(header, body))
+    meshes = [s for s in systems if s.name.startswith("agentmesh")]
+    print(
+        "agentmesh CPU-ms per task by service: "
+        + "; ".join(f"{s.name}: " + ", ".join(f"{v} {s.service_ms(v):.1f}" for v in SERVICES) for s in meshes)
+    )
     mesh, peer = systems[0], systems[-1]
     print(
         f"agentmesh / langgraph: c1 p50 {mesh.p50_ms() / peer.p50_ms():.2f}x (target <= 2.5x), "
