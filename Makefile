@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway console console-screenshots
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway bench-peer console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -160,6 +160,13 @@ test-litellm: venv litellm-venv
 # The compatible endpoint beside LiteLLM's proxy on the same fake upstream (added p50, requests/s at c1 and c32).
 bench-gateway: venv litellm-venv
 	$(PY) -m bench.bench_gateway
+
+# One task (model -> calculator -> model -> answer, scripted model) through agentmesh's four services and
+# through LangGraph with its SQLite checkpointer, alternating rounds: c1 p50, c32 tasks/s, CPU-ms and Redis
+# commands per task, and their ratios (issue 45). BEFORE=<checkout> also runs another agentmesh checkout.
+BEFORE ?=
+bench-peer: venv
+	$(PY) -m bench.bench_peer $(if $(BEFORE),--before $(BEFORE))
 
 up: venv
 	$(BIN)/agentmesh up

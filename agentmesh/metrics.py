@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.metrics import CallbackOptions, MeterProvider, NoOpMeterProvider, Observation
 
@@ -45,6 +45,7 @@ __all__ = [
 
 METRICS_EXPORTER_ENV = "OTEL_METRICS_EXPORTER"
 OTLP_METRICS_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+EXEMPLAR_FILTER_ENV = "OTEL_METRICS_EXEMPLAR_FILTER"
 
 # Histogram boundaries in seconds (the SDK's defaults are for milliseconds).
 _CALL_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -370,5 +371,13 @@ def build_meter_provider(
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
         readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
-    provider = SdkMeterProvider(resource=resource, metric_readers=readers)
+    # No exemplars unless OTEL_METRICS_EXEMPLAR_FILTER asks for them (the SDK's default, trace_based,
+    # offers every measurement of a sampled span to a reservoir): half the cost of a histogram record,
+    # paid by every RPC and Redis operation, for data the Prometheus endpoint never shows (issue 45).
+    exemplars: dict[str, Any] = {}
+    if not os.environ.get(EXEMPLAR_FILTER_ENV):
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
+
+        exemplars["exemplar_filter"] = AlwaysOffExemplarFilter()
+    provider = SdkMeterProvider(resource=resource, metric_readers=readers, **exemplars)
     return MeterSetup(provider, registry, Metrics(provider))

@@ -168,13 +168,24 @@ class Mesh:
     upstream: str
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    settings: dict[str, Any] | None = None
+    """The configuration; None: this bench's (config(upstream))."""
+    repo: Path = REPO
+    """The checkout whose services run (bench_peer runs a baseline checkout beside this one)."""
+    tag: str = ""
 
     def start(self) -> None:
-        cfg = self.workdir / f"agentmesh-scale-{self.dispatchers}.yaml"
-        cfg.write_text(yaml.safe_dump(config(self.upstream), sort_keys=False))
+        cfg = self.workdir / f"agentmesh-scale-{self.tag}{self.dispatchers}.yaml"
+        settings = self.settings if self.settings is not None else config(self.upstream)
+        cfg.write_text(yaml.safe_dump(settings, sort_keys=False))
         labels = ["context", "tool", "provider", *(f"dispatcher-{i}" for i in range(1, self.dispatchers + 1))]
         self.ports = {label: free_port() for label in labels}
-        services = {s: {"host": "127.0.0.1", "port": self.ports[s]} for s in ("context", "tool", "provider")}
+        # Free HTTP listener ports too: the defaults (50061-50064) may be taken by another mesh on this machine.
+        http = {label: free_port() for label in labels}
+        services = {
+            s: {"host": "127.0.0.1", "port": self.ports[s], "http_port": http[s]}
+            for s in ("context", "tool", "provider")
+        }
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
         env.update(
             {
@@ -182,17 +193,17 @@ class Mesh:
                 "AGENTMESH_CONFIG": str(cfg),
                 "AGENTMESH_REDIS_URL": self.redis_url,
                 "AGENTMESH_TELEMETRY_SPAN_FILE": str(self.workdir / "spans.jsonl"),
-                "PYTHONPATH": str(REPO),
+                "PYTHONPATH": str(self.repo),
             }
         )
         for label in labels:
             service = label.split("-", 1)[0]
-            mine = {**services, service: {"host": "127.0.0.1", "port": self.ports[label]}}
-            log = (self.workdir / f"{label}-{self.dispatchers}.log").open("wb")
+            mine = {**services, service: {"host": "127.0.0.1", "port": self.ports[label], "http_port": http[label]}}
+            log = (self.workdir / f"{self.tag}{label}-{self.dispatchers}.log").open("wb")
             self.processes[label] = subprocess.Popen(
                 [sys.executable, "-m", f"{service}_svc"],
                 env={**env, "AGENTMESH_SERVICES": json.dumps(mine)},
-                cwd=REPO,
+                cwd=self.repo,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

@@ -56,12 +56,13 @@ _SEEN_LUA_FN: Final = """
 -- What an earlier append under dedupe key `field` stored: {index, content hash, message json}, or
 -- nil. An entry of another epoch (the session id was deleted by a replica that did not know this
 -- key, and created again) or past the log's end is stale: treated as absent and overwritten.
-local function seen(meta, log, dedupe, field)
+-- `epoch`: the session's, when the caller has read it already (nil: read here).
+local function seen(meta, log, dedupe, field, epoch)
   local raw = redis.call('HGET', dedupe, field)
   if not raw then return nil end
   local entry = cjson.decode(raw)
   local stored = redis.call('LINDEX', log, entry.i)
-  if not stored or entry.e ~= (redis.call('HGET', meta, 'epoch') or '') then return nil end
+  if not stored or entry.e ~= (epoch or redis.call('HGET', meta, 'epoch') or '') then return nil end
   return {entry.i, entry.h, stored}
 end
 """
@@ -87,32 +88,39 @@ _APPEND_LUA: Final = (
 -- (context_svc/access.py: a task not attached; in an older session without `tasks`, another agent),
 -- -3 if it uses another encoding, or {index, content hash, message json} of the message already
 -- appended under the dedupe key (nothing is written then).
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+-- The session's state is read once (HMGET) and written once (HSET): issue 45.
+local m = redis.call('HMGET', KEYS[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens')
+if not m[3] and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[5] ~= '*' then
-  local tasks = redis.call('HGET', KEYS[1], 'tasks')
+  local tasks = m[1]
   if not tasks then
-    if redis.call('HGET', KEYS[1], 'agent_id') ~= ARGV[5] then return -2 end
+    if m[2] ~= ARGV[5] then return -2 end
   else
     local attached = false
     for _, task in ipairs(cjson.decode(tasks)) do attached = attached or (task == ARGV[9]) end
     if ARGV[9] == '' or not attached then return -2 end
   end
 end
-if redis.call('HGET', KEYS[1], 'encoding') ~= ARGV[6] then return -3 end
+if m[3] ~= ARGV[6] then return -3 end
+local epoch = m[4] or ''
 if ARGV[7] ~= '' then
-  local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7])
+  local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7], epoch)
   if found then return found end
 end
 local n = redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('RPUSH', KEYS[3], ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'total_tokens', ARGV[3])
-redis.call('HSET', KEYS[1], 'message_count', n)
+local tokens = (tonumber(m[5] or '0') or 0) + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'message_count', n, 'total_tokens', string.format('%d', tokens))
 -- The index comes from this script, so the latest value of a label follows log order.
-for i = 10, #ARGV, 2 do
-  redis.call('HSET', KEYS[4], ARGV[i], cjson.encode({v = ARGV[i + 1], i = n - 1}))
+if #ARGV >= 10 then
+  local labels = {}
+  for i = 10, #ARGV, 2 do
+    labels[#labels + 1] = ARGV[i]
+    labels[#labels + 1] = cjson.encode({v = ARGV[i + 1], i = n - 1})
+  end
+  redis.call('HSET', KEYS[4], unpack(labels))
 end
 if ARGV[7] ~= '' then
-  local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
   redis.call('HSET', KEYS[6], ARGV[7], cjson.encode({i = n - 1, h = ARGV[8], e = epoch}))
 end
 -- Every key of the session, the dedupe hash included, expires with it.
@@ -140,23 +148,24 @@ _LOAD_LUA: Final = """
 -- Returns false if the session does not exist, else ONE JSON document (parsed in C on our side,
 -- instead of hundreds of RESP elements): {same, meta, upto, version, n, if: first index entry
 -- sent, idx, a/ta and b/tb: messages (first index, list) the caller lacks, entities}.
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
+local c = redis.call('HMGET', KEYS[1], 'epoch', 'message_count', 'total_tokens', 'summary_count',
+  'summary_rejections', 'tasks')
+local epoch = c[1]
 if not epoch then return false end
 local same = epoch == ARGV[2]
 local meta
 if same then
-  local c = redis.call('HMGET', KEYS[1], 'message_count', 'total_tokens', 'summary_count', 'summary_rejections',
-    'tasks')
-  meta = cjson.encode({message_count = c[1], total_tokens = c[2], summary_count = c[3], summary_rejections = c[4],
-    tasks = c[5]})
+  meta = cjson.encode({message_count = c[2], total_tokens = c[3], summary_count = c[4], summary_rejections = c[5],
+    tasks = c[6]})
 else
   local raw = redis.call('HGETALL', KEYS[1])
   local m = {}
   for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end
   meta = cjson.encode(m)
 end
-local upto = tonumber(redis.call('HGET', KEYS[5], 'upto') or '-1')
-local version = tonumber(redis.call('HGET', KEYS[5], 'version') or '0')
+local sv = redis.call('HMGET', KEYS[5], 'upto', 'version')
+local upto = tonumber(sv[1] or '-1')
+local version = tonumber(sv[2] or '0')
 local n = redis.call('LLEN', KEYS[3])
 local idx_from = upto + 1
 if same then idx_from = math.max(idx_from, tonumber(ARGV[5]) + 1) end

@@ -13,43 +13,54 @@ COMMIT_LUA = """
 -- then n field/value pairs, then one JSON string per event to append. The three keys share their TTL.
 -- Returns {code, fence, status, last_sequence}; code 1 ok, 0 stale fence, -1 other status,
 -- -2 no such task, -3 already exists.
-local fence = redis.call('HGET', KEYS[1], 'fence')
-local status = redis.call('HGET', KEYS[1], 'status') or '0'
+-- One read (HMGET) and one HSET of the hash per commit, whatever it sets (issue 45): the fields are
+-- written in the order the checks would have written them one by one, so a later value wins.
+local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'last_sequence')
+local fence = cur[1]
+local status = cur[2] or '0'
+local set = {}
 if ARGV[1] == '' then
   if fence then return {-3, tonumber(fence), tonumber(status), 0} end
   fence = '0'
-  redis.call('HSET', KEYS[1], 'fence', '0')
+  set[#set + 1] = 'fence'; set[#set + 1] = '0'
 else
   if not fence then return {-2, 0, 0, 0} end
   if fence ~= ARGV[1] then return {0, tonumber(fence), tonumber(status), 0} end
 end
 if ARGV[2] ~= '' and status ~= ARGV[2] then return {-1, tonumber(fence), tonumber(status), 0} end
-if ARGV[3] == '1' then fence = tostring(redis.call('HINCRBY', KEYS[1], 'fence', 1)) end
+if ARGV[3] == '1' then
+  fence = tostring(tonumber(fence) + 1)
+  set[#set + 1] = 'fence'; set[#set + 1] = fence
+end
 local n = tonumber(ARGV[7])
 local i = 10
-if n > 0 then redis.call('HSET', KEYS[1], unpack(ARGV, i, i + 2 * n - 1)) end
+local seq = tonumber(cur[3] or '0')
+for j = i, i + 2 * n - 1, 2 do
+  set[#set + 1] = ARGV[j]; set[#set + 1] = ARGV[j + 1]
+  if ARGV[j] == 'status' then status = ARGV[j + 1] end
+  if ARGV[j] == 'last_sequence' then seq = tonumber(ARGV[j + 1]) end
+end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[3], ARGV[8], ARGV[9]) end
 i = i + 2 * n
 local lease = tonumber(ARGV[4])
 if lease > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[1], 'lease_until', tostring(now + lease))
+  set[#set + 1] = 'lease_until'; set[#set + 1] = tostring(now + lease)
 end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0')
 for j = i, #ARGV do
   seq = seq + 1
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'e', ARGV[j])
 end
-redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
+set[#set + 1] = 'last_sequence'; set[#set + 1] = tostring(seq)
+redis.call('HSET', KEYS[1], unpack(set))
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
   for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ttl) end
 elseif ttl < 0 then
   for k = 1, 3 do redis.call('PERSIST', KEYS[k]) end
 end
-status = redis.call('HGET', KEYS[1], 'status') or '0'
-return {1, tonumber(fence), tonumber(status), seq}
+return {1, tonumber(fence), tonumber(status) or 0, seq}
 """
 
 ACQUIRE_LUA = """
@@ -58,27 +69,28 @@ ACQUIRE_LUA = """
 -- ARGV: consumer, lease ms, event MAXLEN, event JSON if it was PENDING, event JSON if taken over,
 --       update time ms. Returns {1, fence, <hash as a flat list>, status before} when acquired;
 --       {0, status} when there is nothing to run; {-1, status} when a live owner holds it; {-2} when
---       there is no task.
-local status = redis.call('HGET', KEYS[1], 'status')
+--       there is no task. One read (HMGET) and one HSET of the hash (issue 45).
+local cur = redis.call('HMGET', KEYS[1], 'status', 'owner', 'lease_until', 'fence', 'runs', 'last_sequence')
+local status = cur[1]
 if not status then return {-2} end
 local s = tonumber(status)
 if s >= 3 then return {0, s} end
-local owner = redis.call('HGET', KEYS[1], 'owner') or ''
+local owner = cur[2] or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if s == 2 and owner ~= '' and owner ~= ARGV[1] then
-  local lease = tonumber(redis.call('HGET', KEYS[1], 'lease_until') or '0') or 0
+  local lease = tonumber(cur[3] or '0') or 0
   if lease > now then return {-1, s} end
 end
-local fence = redis.call('HINCRBY', KEYS[1], 'fence', 1)
-redis.call('HINCRBY', KEYS[1], 'runs', 1)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease_until', tostring(now + tonumber(ARGV[2])), 'status', '2',
-  'update_ms', ARGV[6])
+local fence = tonumber(cur[4] or '0') + 1
+local runs = tonumber(cur[5] or '0') + 1
 local event = ARGV[5]
 if s == 1 then event = ARGV[4] end
-local seq = tonumber(redis.call('HGET', KEYS[1], 'last_sequence') or '0') + 1
+local seq = tonumber(cur[6] or '0') + 1
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '0-' .. seq, 'e', event)
-redis.call('HSET', KEYS[1], 'last_sequence', tostring(seq))
+redis.call('HSET', KEYS[1], 'fence', tostring(fence), 'runs', tostring(runs), 'owner', ARGV[1],
+  'lease_until', tostring(now + tonumber(ARGV[2])), 'status', '2', 'update_ms', ARGV[6],
+  'last_sequence', tostring(seq))
 return {1, fence, redis.call('HGETALL', KEYS[1]), s}
 """
 

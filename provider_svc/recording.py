@@ -4,8 +4,8 @@ Secrets are masked by the one redactor (`agentmesh.redact`), string by string in
 (numbers kept verbatim, `_http.loads_raw`), so the text stays valid JSON and is byte for byte the body
 as sent wherever nothing was masked. The redactor costs about a microsecond per character, and the steps
 of a task resend almost the same messages each time, so every distinct string's result is remembered in
-a bounded cache: a step pays for its new text only. The work runs in a worker thread (the cache is
-shared under a lock), so a large new request does not hold the event loop.
+a bounded cache: a step pays for its new text only. A large body is masked in a worker thread (the cache
+is shared under a lock), so it does not hold the event loop; a small one (`INLINE_BYTES`) on the loop.
 
 Domain code: no grpc, no protobuf (docs/architecture.md §1, §6).
 """
@@ -22,6 +22,10 @@ from provider_svc.models._http import dumps_raw, loads_raw
 from provider_svc.models.base import SentRequest
 
 __all__ = ["RecordedRequest", "RequestRecorder"]
+
+INLINE_BYTES = 4096
+"""A body up to this size is masked on the event loop (a few milliseconds at most, uncached): handing it
+to a worker thread cost a third of provider_svc's CPU in bench_peer's profile (issue 45)."""
 
 _MIN_CACHED_CHARS = 8
 """Shorter strings are masked anew: a cache entry would cost more than the work."""
@@ -52,14 +56,19 @@ class RequestRecorder:
         self.misses = 0
 
     async def record(self, sent: SentRequest) -> RecordedRequest:
-        """The request, secrets masked (computed in a worker thread)."""
-        return await asyncio.to_thread(self.record_now, sent)
+        """The request, secrets masked: a small body here, a larger one in a worker thread."""
+        body = sent.body()
+        if len(body) <= INLINE_BYTES:
+            return self._record(sent.format, body)
+        return await asyncio.to_thread(self._record, sent.format, body)
 
     def record_now(self, sent: SentRequest) -> RecordedRequest:
-        body = sent.body()
+        return self._record(sent.format, sent.body())
+
+    def _record(self, format: str, body: bytes) -> RecordedRequest:
         value, changed = redact_value(loads_raw(body), self._text)
         text = dumps_raw(value) if changed else body.decode("utf-8")
-        return RecordedRequest(format=sent.format, body_json=text, redacted=changed)
+        return RecordedRequest(format=format, body_json=text, redacted=changed)
 
     def _text(self, text: str) -> tuple[str, bool]:
         if len(text) < _MIN_CACHED_CHARS or len(text) > self.max_chars // 4:

@@ -237,3 +237,49 @@ async def test_an_outage_is_counted_by_type(fresh_redis: LocalRedis) -> None:
         got.value("db.client.operation.duration", **{"db.operation.name": "watch events", "error.type": "unavailable"})
         == 2
     )
+
+
+@pytest.mark.parametrize(("env", "expected"), [(None, 0), ("trace_based", 1)])
+def test_exemplars_only_when_the_environment_asks(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, expected: int
+) -> None:
+    """Exemplars are off by default (half a histogram record's cost, issue 45); OTEL_METRICS_EXEMPLAR_FILTER
+    turns them back on."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+    from opentelemetry.sdk.trace import TracerProvider
+
+    exported: list[object] = []
+
+    class Keep(MetricExporter):
+        def export(self, metrics_data, timeout_millis=10_000, **kwargs):
+            exported.append(metrics_data)
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: object) -> None:
+            pass
+
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
+    if env:
+        monkeypatch.setenv("OTEL_METRICS_EXEMPLAR_FILTER", env)
+    setup = build_meter_provider(Resource.create({"service.name": "x"}), enabled=True, otlp_exporter=Keep)
+    try:
+        with TracerProvider().get_tracer("t").start_as_current_span("sampled"):
+            setup.metrics.redis_operation("load task", 0.001)
+        assert setup.provider is not None
+        setup.provider.force_flush()
+    finally:
+        setup.shutdown()
+    points = [
+        point
+        for data in exported
+        for rm in data.resource_metrics  # type: ignore[attr-defined]
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+        if metric.name == "db.client.operation.duration"
+        for point in metric.data.data_points
+    ]
+    assert points and points[0].count == 1
+    assert len(points[0].exemplars) == expected

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from agentmesh.redact import MASK, redact_value
 from provider_svc.models._http import loads_raw
 from provider_svc.models.base import SentRequest
-from provider_svc.recording import RequestRecorder
+from provider_svc.recording import INLINE_BYTES, RequestRecorder
 
 
 def _sent(body: object) -> SentRequest:
@@ -63,9 +65,39 @@ def test_repeated_strings_are_masked_once_within_the_bounds() -> None:
 async def test_concurrent_records_off_the_event_loop_agree() -> None:
     recorder = RequestRecorder(max_entries=8)
     bodies = [
-        {"model": "m1", "messages": [{"role": "user", "content": f"shared text {i % 3} password=s3cr3t-{i % 3}xx"}]}
+        {
+            "model": "m1",
+            # Every other body is over INLINE_BYTES: masked in a worker thread, beside the ones on the loop.
+            "messages": [
+                {
+                    "role": "user",
+                    "content": f"shared text {i % 3} password=s3cr3t-{i % 3}xx" + " padding" * (i % 2) * INLINE_BYTES,
+                }
+            ],
+        }
         for i in range(30)
     ]
     results = await asyncio.gather(*(recorder.record(_sent(b)) for b in bodies))
     for body, result in zip(bodies, results, strict=True):
         assert json.loads(result.body_json) == redact_value(body)[0] and result.redacted
+
+
+async def test_a_small_body_is_masked_on_the_loop_and_a_large_one_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread hand-off per model call cost a third of provider_svc's CPU (issue 45): only a large body pays it."""
+    threaded: list[int] = []
+    real = asyncio.to_thread
+
+    async def counting(func, /, *args, **kwargs):
+        threaded.append(len(args[1]))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    recorder = RequestRecorder()
+    small = {"model": "m1", "messages": [{"role": "user", "content": "password=hunter2-secret"}]}
+    large = {"model": "m1", "messages": [{"role": "user", "content": "password=hunter2-secret " + "y" * INLINE_BYTES}]}
+    for body in (small, large):
+        recorded = await recorder.record(_sent(body))
+        assert json.loads(recorded.body_json) == redact_value(body)[0] and recorded.redacted
+    assert len(threaded) == 1 and threaded[0] > INLINE_BYTES
