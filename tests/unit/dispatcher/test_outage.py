@@ -6,9 +6,11 @@ tests/e2e/dispatcher/test_outage.py."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.model import EventKind, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import Appended, CallOptions, ContextView
@@ -112,3 +114,31 @@ async def test_a_budget_of_zero_fails_after_the_quiet_attempts_as_before(make_ri
     assert events[-1].status == TaskStatus.FAILED
     assert not waits(events)
     assert rig.context.down == 0  # type: ignore[attr-defined]  # three attempts, none reported
+
+
+@dataclass
+class Clocked(FakeContext):
+    """Records what the run's calls see of an incoming call's deadline and token."""
+
+    seen: list[tuple[float | None, str | None]] | None = None
+
+    async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
+        if self.seen is not None:
+            self.seen.append((callctx.remaining_time(), callctx.identity_token_var.get()))
+        return await super().build_context(session_id, budget_tokens, opts)
+
+
+async def test_a_run_does_not_inherit_the_deadline_of_the_call_that_queued_it(make_rig: MakeRig) -> None:
+    context = Clocked(seen=[])
+    rig = await make_rig(lambda p: reply(text="done"), context=context)
+    # StartTask served with a deadline already past, as a run outliving it would see it later.
+    deadline = callctx.deadline_var.set(time.monotonic() - 1.0)
+    token = callctx.identity_token_var.set("the caller's token")
+    try:
+        task_id = await rig.start()
+    finally:
+        callctx.deadline_var.reset(deadline)
+        callctx.identity_token_var.reset(token)
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    assert context.seen == [(None, None)]
