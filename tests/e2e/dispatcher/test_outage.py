@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
+import grpc
 import grpc.aio
 import pytest
 
@@ -99,7 +101,14 @@ async def test_context_svc_down_past_the_budget_fails_typed_then_a_resume_finish
     async with grpc.aio.insecure_channel(mesh_env.target("dispatcher")) as channel:
         stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
         request = D.StartTaskRequest(agent_id="notifier", goal="announce the three maintenance steps", task_id=task_id)
-        await stub.StartTask(request, metadata=mesh_env.operator_metadata(), timeout=10)
+        deadline = time.monotonic() + 30
+        while True:  # as a client would: the dispatcher may not have reconnected to context_svc yet
+            try:
+                await stub.StartTask(request, metadata=mesh_env.operator_metadata(), timeout=10)
+                break
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() < deadline, exc
+                await asyncio.sleep(0.5)
     events = await watch_all(mesh_env, mesh_env.target("dispatcher"), task_id)
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
     assert events[-1].status == D.TASK_STATUS_SUCCEEDED, [e.message for e in events]
