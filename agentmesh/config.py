@@ -558,8 +558,20 @@ class DispatcherSettings(_Section):
     task_timeout_s: float = Field(3600.0, gt=0)
     """A task still running this long after it was created fails with DEADLINE_EXCEEDED."""
     service_retry_attempts: int = Field(3, ge=1, le=10)
-    """Attempts of a downstream call answered UNAVAILABLE before the task fails (resumable)."""
+    """Attempts of a downstream call met by an outage (UNAVAILABLE, ...) retried quietly: the waits
+    after them are reported as task events, until `outage_budget_s` (docs/architecture.md §7)."""
     service_retry_backoff_s: float = Field(0.2, gt=0)
+    """The first retry's delay; each next one doubles, up to `outage_max_backoff_s`."""
+    outage_budget_s: float = Field(120.0, ge=0)
+    """How long one outage of a service (or of Redis behind it) may last while a task waits for it in
+    its run, retrying with backoff and jitter within the task's deadline; past it the task FAILS
+    UNAVAILABLE naming the service and how long it was down (resumable). 0: fail as soon as the
+    quiet attempts are spent, as before issue 49."""
+    outage_max_backoff_s: float = Field(5.0, gt=0)
+    """The longest wait between two attempts during an outage."""
+    outage_jitter_s: float = Field(0.5, ge=0)
+    """Up to this much random delay is added to each outage wait (tasks that failed together do not
+    retry together)."""
     task_ttl_s: int = Field(7 * 24 * 3600, gt=0)
     """Finished tasks and their event logs expire after this long."""
     approval_sweep_interval_s: float = Field(2.0, gt=0)

@@ -56,6 +56,7 @@ METRIC_NAMES: Final = {
     "rpc.client.call.duration": "rpc_client_call_duration_seconds",
     "agentmesh.tasks": "agentmesh_tasks_total",
     "agentmesh.task.steps": "agentmesh_task_steps_total",
+    "agentmesh.task.outage_waits": "agentmesh_task_outage_waits_total",
     "agentmesh.tasks.running": "agentmesh_tasks_running",
     "agentmesh.queue.depth": "agentmesh_queue_depth",
     "agentmesh.queue.lag": "agentmesh_queue_lag_seconds",
@@ -102,6 +103,11 @@ class Metrics:
         )
         self._steps = meter.create_counter(
             "agentmesh.task.steps", unit="{step}", description="Agent steps started, by agent."
+        )
+        self._outage_waits = meter.create_counter(
+            "agentmesh.task.outage_waits",
+            unit="{wait}",
+            description="Waits of a task's run for a service that was down (UNAVAILABLE, ...), by service.",
         )
         self._running = meter.create_gauge(
             "agentmesh.tasks.running", unit="{task}", description="Task runs in progress on this replica."
@@ -182,6 +188,10 @@ class Metrics:
     def task_step(self, agent: str) -> None:
         """A task of `agent` started a step."""
         self._steps.add(1, {"agent": agent})
+
+    def outage_wait(self, service: str) -> None:
+        """A run waits before sending a call again to `service` (context_svc, tool_svc, provider_svc), down."""
+        self._outage_waits.add(1, {"service": service})
 
     def tasks_running(self, count: int) -> None:
         self._running.set(count)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
+from agentmesh import callctx
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.metrics import Metrics
@@ -52,6 +54,19 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 return 1
 """
+
+
+def _detached_context() -> contextvars.Context:
+    """The context a run starts in: the current one without the incoming call's deadline and token.
+
+    A task queued by StartTask/RunTask on this replica is spawned inside that call; a run outlives it,
+    and with the call's deadline inherited every downstream call failed DEADLINE_EXCEEDED ("before
+    the call was sent") once it had passed (found by `make chaos --no-resume`, issue 49). The run
+    sends its own task token and deadline with every call (`run.downstream`)."""
+    context = contextvars.copy_context()
+    context.run(callctx.deadline_var.set, None)
+    context.run(callctx.identity_token_var.set, None)
+    return context
 
 
 class Worker:
@@ -250,7 +265,9 @@ class Worker:
                 self._ack_soon(earlier[0])  # one deferred entry per task is enough
             self._deferred[task_id] = (msg_id, claimed)
             return
-        self._running[task_id] = asyncio.create_task(self._run(msg_id, task_id, claimed), name=f"task-{task_id}")
+        self._running[task_id] = asyncio.create_task(
+            self._run(msg_id, task_id, claimed), name=f"task-{task_id}", context=_detached_context()
+        )
 
     def _ack_soon(self, msg_id: str) -> None:
         ack = asyncio.create_task(self._ack_if_mine(msg_id))

@@ -124,6 +124,9 @@ def service_config(settings: Settings, idempotent_methods: Iterable[tuple[str, s
     return json.dumps(config, separators=(",", ":"))
 
 
+_MAX_RECONNECT_BACKOFF_MS = 4000
+
+
 def channel_options(
     settings: Settings, idempotent_methods: Iterable[tuple[str, str]] = IDEMPOTENT_METHODS
 ) -> list[tuple[str, Any]]:
@@ -138,6 +141,11 @@ def channel_options(
         ("grpc.keepalive_time_ms", int(server.keepalive_time_s * 1000)),
         ("grpc.keepalive_timeout_ms", int(server.keepalive_timeout_s * 1000)),
         ("grpc.keepalive_permit_without_calls", 0),
+        # Reconnects to a restarted service within seconds: gRPC's default backoff grows to 120 s, so
+        # after a long outage a caller (a run waiting it out, issue 49) would go on failing fast long
+        # after the service was back.
+        ("grpc.initial_reconnect_backoff_ms", 500),
+        ("grpc.max_reconnect_backoff_ms", _MAX_RECONNECT_BACKOFF_MS),
         ("grpc.enable_retries", 1),
         ("grpc.service_config", service_config(settings, idempotent_methods)),
         # Our service config is the source of truth, not one a DNS TXT record might carry.

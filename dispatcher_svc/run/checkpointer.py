@@ -8,12 +8,16 @@ its previous owner. A step's first checkpoint may be in flight while read-only c
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 
+from agentmesh.errors import UnavailableError
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import EventKind, PendingApproval, TaskEvent, TaskStatus
 from dispatcher_svc.run.state import RunState
 from dispatcher_svc.tasks import TaskStore, fields_of
+
+log = logging.getLogger("dispatcher_svc.loop")
 
 
 class Checkpointer:
@@ -73,6 +77,19 @@ class Checkpointer:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is not None:
             in_flight.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    async def note(self, events: Sequence[TaskEvent]) -> bool:
+        """Appends events that change nothing else (an outage wait's): a fenced commit without the
+        cursor, whose in-memory state may be half-way through a step. Best effort: False when Redis
+        could not take it; StaleOwnerError when another owner has the task."""
+        await self.settle()
+        try:
+            result = await self.tasks.commit(self.state.record.task_id, fence=self.state.fence, events=events)
+        except UnavailableError as exc:
+            log.info("task %s: event not written (%s)", self.state.record.task_id, exc)
+            return False
+        self.state.record.last_sequence = result.last_sequence
+        return True
 
     async def index_approval(self, pending: PendingApproval) -> None:
         """Indexes a parking task's approval (before it parks: the expiry sweeper must find it)."""

@@ -2,7 +2,8 @@
 
 Each answers one question a phase asks and returns a value: the guards before a step, before
 Generate and before a tool call; what follows a model reply; what a tool outcome's error class means
-for the call (`policy.decide`, turned into the run's next step); which exit an error takes. The
+for the call (`policy.decide`, turned into the run's next step); which exit an error takes; whether
+an outage of one of our services is waited out or ends the run (`after_outage`). The
 phases do the I/O around them (phases.py, tool_calls.py); the unit tests call them on values
 (tests/unit/dispatcher/test_decisions.py).
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from agentmesh import answers
 from agentmesh import claims as claim_check
+from agentmesh.backoff import Backoff
 from agentmesh.chat import ANSWER_CORRECTION_PREFIX, Correction, ToolCall
 from agentmesh.chat import NextStep as ModelNextStep
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode, Violation
@@ -265,3 +267,92 @@ def correction_text(err: AgentmeshError) -> str:
     else:
         lines.append("Answer again with JSON only, following the output schema.")
     return "\n".join(lines)
+
+
+OUTAGE_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED})
+"""Errors of our own infrastructure (a service or its Redis restarting, shedding load) that any call
+may wait out: the same call may succeed in a moment, and nothing ran (or what ran is named, below)."""
+UNCERTAIN_CODES = OUTAGE_CODES | {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.CANCELLED}
+"""Errors after which the call may or may not have landed: waited out only by calls that are safe to
+send again (reads, named appends, keyed ExecuteTool: docs/architecture.md §7)."""
+
+_DOWN_WORDS = {
+    ErrorCode.UNAVAILABLE: "unavailable",
+    ErrorCode.OVERLOADED: "overloaded",
+    ErrorCode.DEADLINE_EXCEEDED: "not answering",
+    ErrorCode.CANCELLED: "dropped the call",
+}
+
+
+@dataclass(frozen=True)
+class Outage:
+    """One call's run of failed attempts, since its first failure (an outage as this run sees it)."""
+
+    service: str
+    """Who is down: context_svc, tool_svc, provider_svc."""
+    call: str
+    """The call that met it ("BuildContext", "ExecuteTool(calc)")."""
+    since_ms: int
+    """When its first attempt failed."""
+    retries: int = 0
+    """Retries made so far."""
+
+
+@dataclass(frozen=True)
+class OutageWait:
+    """Wait `delay_s`, then send the call again (retry number `retry`)."""
+
+    delay_s: float
+    retry: int
+    reported: bool
+    """Whether the wait is a task event (the quiet first retries are not)."""
+    message: str
+    """"context_svc unavailable, retrying in 2.0 s"."""
+
+
+def after_outage(
+    outage: Outage,
+    error: AgentmeshError,
+    *,
+    now_ms: int,
+    deadline_ms: int,
+    budget_s: float,
+    quiet_retries: int,
+    backoff: Backoff,
+    draw: float,
+) -> OutageWait | AgentmeshError:
+    """Whether a call met by an outage error waits and is sent again, or the run ends with an error.
+
+    The first `quiet_retries` retries are made whatever the budget (a blip); after them each wait is
+    reported and must end within `budget_s` of the outage's first failure. No wait ends past the
+    task's deadline. The final error is typed: UNAVAILABLE (reason `outage_budget`) or
+    DEADLINE_EXCEEDED (reason `outage_deadline`), naming the service, the call and how long the
+    service was down (metadata `service`, `call`, `down_s`, `last_code`); both leave the task
+    resumable. `draw` in [0, 1) is the caller's random number for the jitter."""
+    retry = outage.retries + 1
+    # A service that says when to come back (tool_svc's "in progress") is taken at its word.
+    delay = error.retry_after if error.retry_after else backoff.delay(retry, draw)
+    down_s = max(0, now_ms - outage.since_ms) / 1000
+    word = _DOWN_WORDS.get(error.code, error.code.name)
+    metadata = {
+        "service": outage.service,
+        "call": outage.call,
+        "down_s": f"{down_s:.1f}",
+        "last_code": error.code.name,
+    }
+    if now_ms + int(delay * 1000) >= deadline_ms:
+        return AgentmeshError(
+            ErrorCode.DEADLINE_EXCEEDED,
+            f"the task's deadline came while {outage.service} was {word} for {down_s:.1f} s "
+            f"({outage.call}: {error.message})",
+            metadata={**metadata, "reason": "outage_deadline"},
+        )
+    quiet = retry < max(1, quiet_retries)
+    if not quiet and down_s + delay > budget_s:
+        return AgentmeshError(
+            ErrorCode.UNAVAILABLE,
+            f"{outage.service} was {word} for {down_s:.1f} s, past the outage budget of {budget_s:g} s "
+            f"({outage.call}: {error.message})",
+            metadata={**metadata, "reason": "outage_budget", "budget_s": f"{budget_s:g}"},
+        )
+    return OutageWait(delay, retry, not quiet, f"{outage.service} {word}, retrying in {delay:.1f} s")

@@ -1,17 +1,20 @@
-"""A run's calls to the other services (through `ports.Ports`): deadlines, bounded retries of
-transient faults, exactly-once appends to the session log (every append names its message: a
-client_message_id, or the tool result's qualified tool_call_id, and context_svc keeps it once),
-tool execution by idempotency key, and the tools offered to the model.
+"""A run's calls to the other services (through `ports.Ports`): deadlines, outages waited out with
+backoff and jitter (`decisions.after_outage`: within the outage budget and the task's deadline, each
+wait a task event), exactly-once appends to the session log (every append names its message: a
+client_message_id, or the tool result's qualified tool_call_id, and context_svc keeps it once), tool
+execution by idempotency key, and the tools offered to the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from agentmesh.backoff import Backoff
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc import guards
@@ -20,6 +23,8 @@ from dispatcher_svc.events import now_ms
 from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import ToolOutcome
 from dispatcher_svc.ports import Appended, CallOptions, Ports, ToolInfo
+from dispatcher_svc.run import decisions
+from dispatcher_svc.run.decisions import OUTAGE_CODES, UNCERTAIN_CODES, Outage, OutageWait
 from dispatcher_svc.run.names import READ_PAYLOAD_TOOL, idempotency_key
 from dispatcher_svc.run.state import RunState
 from dispatcher_svc.tasks import CallState, TaskRecord
@@ -34,17 +39,37 @@ Hook = Callable[[str, TaskRecord], Awaitable[None]]
 
 TokenMinter = Callable[[TaskRecord, AgentConfig], str]
 
-# Faults of our own services worth a bounded retry: the same call may succeed in a moment.
-_RETRY_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED})
-# Faults after which an append may or may not have landed.
-_UNCERTAIN_CODES = _RETRY_CODES | {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.CANCELLED}
+OutageNotice = Callable[[Outage, OutageWait], Awaitable[None]]
+"""Told of every outage wait before it starts (the metric; a task event when `reported`)."""
+
+# Reads are safe to send again whatever happened to the last attempt (nothing changes).
+_READ_RETRY_CODES = UNCERTAIN_CODES
 # A keyed ExecuteTool is safe to repeat whatever happened to the last attempt: tool_svc replays the
 # outcome, answers "in progress", or OUTCOME_UNKNOWN; it never sends a write twice.
-_KEYED_RETRY_CODES = _UNCERTAIN_CODES
+_KEYED_RETRY_CODES = UNCERTAIN_CODES
+
+SERVICE_OF_CALL = {
+    "GetSession": "context_svc",
+    "CreateSession": "context_svc",
+    "AppendMessage": "context_svc",
+    "AppendToolResult": "context_svc",
+    "BuildContext": "context_svc",
+    "DiscoverTools": "tool_svc",
+    "ListTools": "tool_svc",
+    "ExecuteTool": "tool_svc",
+    "Generate": "provider_svc",
+}
+"""Which service answers each call a run makes (named in outage events and errors)."""
+
+
+def service_of(what: str) -> str:
+    """The service behind a call named `what` ("ExecuteTool(calc)" -> tool_svc)."""
+    return SERVICE_OF_CALL.get(what.split("(", 1)[0], "a service")
 
 
 class PortFailure(Exception):
-    """A downstream call failed for good (after bounded retries); the task fails with `error`."""
+    """A downstream call failed for good (an outage past its budget or the deadline, or an error not
+    worth a retry); the task fails with `error`."""
 
     def __init__(self, what: str, error: AgentmeshError) -> None:
         super().__init__(f"{what}: {error}")
@@ -65,6 +90,8 @@ class Downstream:
         mint_token: TokenMinter,
         token_ttl_s: float,
         hook: Hook | None,
+        on_outage: OutageNotice | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.state = state
         self.ports = ports
@@ -73,6 +100,13 @@ class Downstream:
         self.mint_token = mint_token
         self.token_ttl_s = token_ttl_s
         self.hook = hook
+        self.on_outage = on_outage
+        self.rng = rng or random.Random()
+        self.backoff = Backoff(
+            initial_s=settings.service_retry_backoff_s,
+            max_s=max(settings.outage_max_backoff_s, settings.service_retry_backoff_s),
+            jitter_s=settings.outage_jitter_s,
+        )
         self._token = ""
         self._token_at = 0.0
 
@@ -100,48 +134,66 @@ class Downstream:
         )
 
     async def call(
-        self, what: str, fn: Callable[[CallOptions], Awaitable[T]], *, retry_on: frozenset[ErrorCode] = _RETRY_CODES
+        self,
+        what: str,
+        fn: Callable[[CallOptions], Awaitable[T]],
+        *,
+        retry_on: frozenset[ErrorCode] = OUTAGE_CODES,
+        wait_out: bool = True,
     ) -> T:
-        """A downstream call with bounded retries of UNAVAILABLE / OVERLOADED (or `retry_on`); PortFailure after."""
-        attempts = self.settings.service_retry_attempts
-        delay = self.settings.service_retry_backoff_s
-        for attempt in range(1, attempts + 1):
+        """A downstream call; an outage (`retry_on`: UNAVAILABLE, OVERLOADED) is waited out and the
+        call sent again (`decisions.after_outage`); PortFailure once it outlasts the budget or the
+        deadline, and at once for any other error. `wait_out=False`: the quiet retries only."""
+        outage: Outage | None = None
+        while True:
             opts = await self.ready()
             try:
                 return await fn(opts)
             except AgentmeshError as err:
-                if err.code in retry_on and attempt < attempts:
-                    log.info("%s: %s (attempt %d of %d); retrying", what, err.code.name, attempt, attempts)
-                    await asyncio.sleep(err.retry_after if err.retry_after else delay)
-                    delay *= 2
-                    continue
-                raise PortFailure(what, err) from err
-        raise AssertionError("unreachable")
+                if err.code not in retry_on:
+                    raise PortFailure(what, err) from err
+                if outage is None:
+                    outage = Outage(service_of(what), what, now_ms())
+                outage = await self._wait(outage, err, wait_out=wait_out)
 
-    async def append_once(self, what: str, fn: Callable[[CallOptions], Awaitable[Appended]]) -> int:
+    async def _wait(self, outage: Outage, err: AgentmeshError, *, wait_out: bool) -> Outage:
+        """Waits before the next attempt of a call met by `err`; PortFailure when it should not."""
+        settings = self.settings
+        step = decisions.after_outage(
+            outage,
+            err,
+            now_ms=now_ms(),
+            deadline_ms=self.state.deadline_ms,
+            budget_s=settings.outage_budget_s if wait_out else 0.0,
+            quiet_retries=settings.service_retry_attempts,
+            backoff=self.backoff,
+            draw=self.rng.random(),
+        )
+        if isinstance(step, AgentmeshError):
+            raise PortFailure(outage.call, step) from err
+        log.info(
+            "task %s: %s: %s (%s); retry %d in %.1f s",
+            self.state.record.task_id, outage.call, err.code.name, err.message, step.retry, step.delay_s,
+        )  # fmt: skip
+        if self.on_outage is not None:
+            await self.on_outage(outage, step)
+        await asyncio.sleep(step.delay_s)
+        return Outage(outage.service, outage.call, outage.since_ms, step.retry)
+
+    async def append_once(
+        self, what: str, fn: Callable[[CallOptions], Awaitable[Appended]], *, wait_out: bool = True
+    ) -> int:
         """Appends a named message to the session log exactly once; returns the tokens it took (0 when
         context_svc already had it). Every append names its message (client_message_id, or the tool
         result's tool_call_id), so an append that may or may not have landed is simply sent again.
         """
-        attempts = self.settings.service_retry_attempts
-        delay = self.settings.service_retry_backoff_s
-        for attempt in range(1, attempts + 1):
-            opts = await self.ready()
-            try:
-                appended = await fn(opts)
-            except AgentmeshError as err:
-                if err.code in _UNCERTAIN_CODES and attempt < attempts:
-                    await asyncio.sleep(err.retry_after if err.retry_after else delay)
-                    delay *= 2
-                    continue
-                raise PortFailure(what, err) from err
-            cursor = self.state.cursor
-            cursor.ctx_count = max(cursor.ctx_count, appended.index + 1)
-            if appended.already:
-                log.info("%s: already in the session log at %d", what, appended.index)
-                return 0
-            return appended.token_count
-        raise AssertionError("unreachable")
+        appended = await self.call(what, fn, retry_on=UNCERTAIN_CODES, wait_out=wait_out)
+        cursor = self.state.cursor
+        cursor.ctx_count = max(cursor.ctx_count, appended.index + 1)
+        if appended.already:
+            log.info("%s: already in the session log at %d", what, appended.index)
+            return 0
+        return appended.token_count
 
     async def append_result(self, outcome: ToolOutcome) -> int:
         session_id = self.state.record.session_id
@@ -187,7 +239,9 @@ class Downstream:
         record, agent = state.record, state.agent
         if state.discovered is None:
             found = await self.call(
-                "DiscoverTools", lambda o: self.ports.tools.discover(record.goal, agent.discover_k, o)
+                "DiscoverTools",
+                lambda o: self.ports.tools.discover(record.goal, agent.discover_k, o),
+                retry_on=_READ_RETRY_CODES,
             )
             for info in found:
                 state.tools_seen[info.name] = info
@@ -197,7 +251,7 @@ class Downstream:
         missing = [name for name in state.cursor.pinned if name not in names]
         if missing:
             if state.all_tools is None:
-                state.all_tools = await self.call("ListTools", self.ports.tools.list_tools)
+                state.all_tools = await self.call("ListTools", self.ports.tools.list_tools, retry_on=_READ_RETRY_CODES)
                 for info in state.all_tools:
                     state.tools_seen.setdefault(info.name, info)
             for info in state.all_tools:

@@ -105,6 +105,8 @@ async def _succeed(run: Run, step: Succeed) -> None:
             lambda o: down.ports.context.append_message(
                 record.session_id, "assistant", reply.text, (), o, client_message_id=answer_id
             ),
+            # The task has ended: no outage wait (its events would follow the terminal status).
+            wait_out=False,
         )
     except PortFailure as exc:
         # The task has its answer already; the session misses it until a resume appends it.

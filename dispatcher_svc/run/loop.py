@@ -39,10 +39,12 @@ from agentmesh.semconv import (
 )
 from dispatcher_svc.agents import AgentRegistry
 from dispatcher_svc.lease import Lease
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.ports import Ports
 from dispatcher_svc.run import decisions, exits
 from dispatcher_svc.run.checkpointer import Checkpointer
 from dispatcher_svc.run.context import Run
+from dispatcher_svc.run.decisions import Outage, OutageWait
 from dispatcher_svc.run.downstream import Downstream, Hook, PortFailure, TokenMinter
 from dispatcher_svc.run.names import idempotency_key
 from dispatcher_svc.run.next_step import Continue, Exit, RunResult, Stale
@@ -83,9 +85,18 @@ class AgentLoop:
         """A run of an acquired task: its state, and the collaborators that do its I/O."""
         agent = self.agents.get(record.agent_id)
         state = RunState.of(record, agent, task_timeout_s=self.settings.task_timeout_s)
+        checkpoints = Checkpointer(state, self.tasks, task_ttl_s=self.settings.task_ttl_s)
+        metrics = self.tasks.metrics
+
+        async def on_outage(outage: Outage, wait: OutageWait) -> None:
+            """Counts the wait; a reported one is a task event, so watchers see the task is alive."""
+            metrics.outage_wait(outage.service)
+            if wait.reported and state.status is TaskStatus.RUNNING:
+                await checkpoints.note([outage_event(checkpoints, outage, wait)])
+
         return Run(
             state=state,
-            checkpoints=Checkpointer(state, self.tasks, task_ttl_s=self.settings.task_ttl_s),
+            checkpoints=checkpoints,
             downstream=Downstream(
                 state,
                 self.ports,
@@ -94,6 +105,7 @@ class AgentLoop:
                 mint_token=self.mint_token,
                 token_ttl_s=self.token_ttl_s,
                 hook=self.hook,
+                on_outage=on_outage,
             ),
             tasks=self.tasks,
             settings=self.settings,
@@ -180,6 +192,21 @@ async def _run_step(run: Run, step: int) -> Exit | None:
             return next_step
         assert next_step.phase is cursor.phase, f"{phase} continued to {next_step.phase}, cursor says {cursor.phase}"
     return None
+
+
+def outage_event(checkpoints: Checkpointer, outage: Outage, wait: OutageWait) -> TaskEvent:
+    """A STATUS event (still RUNNING) saying what the task waits for: "context_svc unavailable,
+    retrying in 2.0 s"."""
+    return checkpoints.event(
+        EventKind.STATUS,
+        wait.message,
+        attributes={
+            "outage_service": outage.service,
+            "outage_call": outage.call,
+            "retry": str(wait.retry),
+            "retry_in_s": f"{wait.delay_s:.1f}",
+        },
+    )
 
 
 def _trace_parent(record: TaskRecord) -> tuple[otel_context.Context, list[Link]]:

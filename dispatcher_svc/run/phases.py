@@ -55,7 +55,9 @@ async def setup(run: Run) -> NextStep:
     )
     if c.ctx_count == 0 and record.session_id != record.task_id:
         # The next turn of a conversation: StartTask attached this task to the session already.
-        info = await down.call("GetSession", lambda o: ports.context.get_session(record.session_id, o))
+        info = await down.call(
+            "GetSession", lambda o: ports.context.get_session(record.session_id, o), retry_on=decisions.UNCERTAIN_CODES
+        )
         c.ctx_count = info.message_count
         c.raw_tokens = info.total_tokens
     elif c.ctx_count == 0:
@@ -100,7 +102,9 @@ async def think(run: Run) -> NextStep:
     state, down = run.state, run.downstream
     record, agent, c = state.record, state.agent, state.cursor
     build = down.call(
-        "BuildContext", lambda o: down.ports.context.build_context(record.session_id, agent.max_context_tokens, o)
+        "BuildContext",
+        lambda o: down.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
+        retry_on=decisions.UNCERTAIN_CODES,  # a read: safe to send again whatever became of the last
     )
     if down.tools_known():
         view = await build

@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--claim-idle", type=float, default=Timings.claim_idle_s)
     parser.add_argument("--lease", type=float, default=Timings.idempotency_lease_s)
     parser.add_argument("--heartbeat", type=float, default=Timings.idempotency_heartbeat_s)
+    parser.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="the driver never resumes a FAILED task (the dispatcher waits out restarts itself)",
+    )
+    parser.add_argument("--max-resumes", type=int, default=5, help="resumes of one FAILED task at most")
     parser.add_argument("--final-timeout", type=float, default=180.0)
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir (kept)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 timings=timings,
                 slow_max_s=args.slow,
                 final_timeout_s=args.final_timeout,
+                max_resumes=0 if args.no_resume else args.max_resumes,
                 workdir=args.workdir,
                 progress=progress,
             )

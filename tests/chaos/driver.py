@@ -5,7 +5,8 @@
 with WatchTask (reconnecting after the last sequence seen when a stream breaks or goes silent),
 settles every settlement request truthfully from the upstream's counter, approves ordinary
 approvals, and resumes a task that FAILED with a resumable error (StartTask with the same id), at
-most `max_resumes` times. Every live event is recorded for the checks.
+most `max_resumes` times (0, `--no-resume`: never; the dispatcher waits out our own outages itself).
+Every live event is recorded for the checks.
 """
 
 from __future__ import annotations
@@ -255,7 +256,8 @@ class Driver:
         if code not in RESUMABLE and not task.error.retryable:
             return False
         if len(run.resumes) >= self.max_resumes:
-            run.notes.append(f"left FAILED ({code}) after {len(run.resumes)} resumes")
+            why = f"{code}: {task.error.message[:160]}" if not self.max_resumes else code
+            run.notes.append(f"left FAILED ({why}) after {len(run.resumes)} resumes")
             return False
         # As an operator would: give the failed service time to come back (1, 2, 4, 8, 8 ... s).
         await asyncio.sleep(min(8.0, 2.0 ** len(run.resumes)))

@@ -42,7 +42,7 @@ import grpc.aio
 from agentmesh.store import Keys
 from tests.chaos import checks
 from tests.chaos.checks import Final
-from tests.chaos.driver import Client, Driver, TaskRun, read_log, status_name
+from tests.chaos.driver import TERMINAL, Client, Driver, TaskRun, read_log, status_name
 from tests.chaos.mesh import ChaosMesh, Timings, optional_keys
 from tests.chaos.policy import TOOLS, plan_text
 from tests.chaos.report import SERVICES, TARGETS, Action, ChaosReport
@@ -213,6 +213,7 @@ async def run_chaos(
         seed, rounds, tasks_per_round, kills, pauses, dispatchers, tools, sorted(optional_keys()), workdir=str(workdir)
     )
     report.contexts, report.providers, report.cluster, report.rolling = contexts, providers, cluster, rolling
+    report.max_resumes = max_resumes
     started = time.monotonic()
     upstreams = Upstreams(seed, slow_max_s).serve()
     mesh = ChaosMesh(workdir, upstreams.url, timings or Timings(), dispatchers, tools, contexts, providers, cluster)
@@ -301,6 +302,12 @@ async def _check(
         if final.status == checks.D.TASK_STATUS_SUCCEEDED and final.task is not None:
             report.answers[final.task.answer.split(":", 1)[0][:20] or "(empty)"] += 1
         report.resumes.update(final.run.resumes)
+        times = [e.time.ToMilliseconds() for e in final.full if e.HasField("time")]
+        if times and final.status in TERMINAL:
+            report.durations_s.append((max(times) - min(times)) / 1000)
+        for event in final.full:
+            if event.kind == checks.D.TASK_EVENT_KIND_STATUS and ", retrying in " in event.message:
+                report.outage_waits[event.message.split(" ", 1)[0]] += 1
         report.approvals += len(final.run.approvals)
         for settlement in final.run.settlements:
             report.settlements[settlement.outcome if settlement.resolved else "unresolved"] += 1

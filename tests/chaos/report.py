@@ -76,6 +76,12 @@ class ChaosReport:
     requests: Counter[str] = field(default_factory=Counter)
     invariants: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in INVARIANTS})
     notes: list[str] = field(default_factory=list)
+    max_resumes: int = 5
+    """Resumes of one FAILED task the driver makes at most (0: `--no-resume`)."""
+    durations_s: list[float] = field(default_factory=list)
+    """Per terminal task, from its first event to its last."""
+    outage_waits: Counter[str] = field(default_factory=Counter)
+    """Outage waits the tasks' events report ("context_svc unavailable, retrying in 2.0 s"), by service."""
 
     @property
     def tasks(self) -> int:
@@ -122,7 +128,11 @@ class ChaosReport:
             f"  max {max(self.stall_s, default=float('nan')):.2f} s",
             f"OUTCOME_UNKNOWN settlements: {self.outcome_unknown} ({_counts(self.settlements)})",
             f"ordinary approvals approved: {self.approvals}",
-            f"resumes of FAILED tasks: {sum(self.resumes.values())} ({_counts(self.resumes)})",
+            f"resumes of FAILED tasks: {sum(self.resumes.values())} ({_counts(self.resumes)})"
+            + ("; the driver never resumes (--no-resume)" if not self.max_resumes else ""),
+            f"outage waits in the tasks' events: {sum(self.outage_waits.values())} ({_counts(self.outage_waits)})",
+            f"task duration (first to last event): p50 {percentile(self.durations_s, 50):.2f} s"
+            f"  p99 {percentile(self.durations_s, 99):.2f} s  max {max(self.durations_s, default=float('nan')):.2f} s",
             f"tasks: {self.tasks} ({_counts(self.statuses)}); answers: {_counts(self.answers)}",
             f"tasks per dispatcher (last owner): {_counts(self.owners)}",
             f"upstream requests: {_counts(self.requests)}",

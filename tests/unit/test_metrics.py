@@ -32,6 +32,7 @@ def record_everything(metrics: Metrics) -> None:
     metrics.rpc_client_call("agentmesh.v1.ToolService", "ExecuteTool", 14, 0.2)
     metrics.task_status("ops", "SUCCEEDED")
     metrics.task_step("ops")
+    metrics.outage_wait("context_svc")
     metrics.tasks_running(3)
     metrics.task_queue(waiting=5, claimed=2, oldest_waiting_s=1.5)
     metrics.tool_call("calculator", "output", "", "", 0.01)
@@ -57,6 +58,7 @@ def test_each_fact_is_recorded_with_bounded_labels() -> None:
     assert got.value("rpc.client.call.duration", **{"rpc.grpc.status_code": 14}) == 1
     assert got.value("agentmesh.tasks", agent="ops", status="SUCCEEDED") == 1
     assert got.value("agentmesh.task.steps", agent="ops") == 1
+    assert [a for a, _ in got.points("agentmesh.task.outage_waits")] == [{"service": "context_svc"}]
     assert got.value("agentmesh.tasks.running") == 3
     assert got.value("agentmesh.queue.depth", state="waiting") == 5
     assert got.value("agentmesh.queue.depth", state="claimed") == 2
@@ -102,6 +104,8 @@ def test_label_keys_are_a_closed_set() -> None:
         "rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code", "agent", "status", "state", "tool",
         "outcome", "error_class", "error_code", "provider", "model", "type", "db.system.name",
         "db.operation.name", "error.type",
+        # Issue 49's outage waits: one of the three services a run calls.
+        "service",
         # Issue 43's budgets: the scope is an operator's name (a configured agent or tenant, an API key's id).
         "scope_kind", "scope", "period", "threshold", "limit",
     }  # fmt: skip

@@ -367,6 +367,9 @@ async def make_mesh(start_service: Callable[..., Awaitable[RunningService]]) -> 
                 "claim_interval_s": 0.2,
                 "heartbeat_interval_s": 0.2,
                 "service_retry_backoff_s": 0.01,
+                # Fail once the quick retries are spent, as these tests of failing and resuming expect; the
+                # outage waits (dispatcher.outage_budget_s) have tests of their own (test_outage.py).
+                "outage_budget_s": 0,
                 **(dispatcher or {}),
             },
         }

@@ -61,6 +61,9 @@ FAST = {
     "claim_interval_s": 0.1,
     "heartbeat_interval_s": 0.2,
     "service_retry_backoff_s": 0.01,
+    # Fail once the quick retries are spent, as these tests of failing and resuming expect; the
+    # outage waits (dispatcher.outage_budget_s) have tests of their own (test_outage.py).
+    "outage_budget_s": 0,
 }
 
 

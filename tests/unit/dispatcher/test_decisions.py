@@ -10,6 +10,7 @@ import typing
 
 import pytest
 
+from agentmesh.backoff import Backoff
 from agentmesh.chat import NextStep as ModelNextStep
 from agentmesh.chat import ToolCall, Usage
 from agentmesh.errors import ERROR_CLASS, AgentmeshError, ErrorClass, ErrorCode, Violation
@@ -321,3 +322,106 @@ def test_every_phase_a_cursor_can_name_has_a_phase_function() -> None:
     from dispatcher_svc.run.phases import PHASES
 
     assert set(PHASES) == set(Phase), "a Phase without an entry in PHASES would stop a resumed run"
+
+
+# --- outages (issue 49) ---------------------------------------------------------------------------
+
+BACKOFF = Backoff(initial_s=0.5, max_s=4.0, jitter_s=1.0)
+OUTAGE = decisions.Outage("context_svc", "BuildContext", since_ms=10_000)
+DOWN = AgentmeshError(ErrorCode.UNAVAILABLE, "connection refused")
+
+
+def after(outage: decisions.Outage = OUTAGE, error: AgentmeshError = DOWN, **kw: typing.Any) -> typing.Any:
+    args: dict[str, typing.Any] = {
+        "now_ms": 10_000,
+        "deadline_ms": 1_000_000,
+        "budget_s": 120.0,
+        "quiet_retries": 3,
+        "backoff": BACKOFF,
+        "draw": 0.0,
+    }
+    args.update(kw)
+    return decisions.after_outage(outage, error, **args)
+
+
+def retried(outage: decisions.Outage, times: int) -> decisions.Outage:
+    return decisions.Outage(outage.service, outage.call, outage.since_ms, times)
+
+
+def test_the_first_retries_of_an_outage_are_quiet_then_each_wait_is_reported() -> None:
+    waits = [after(retried(OUTAGE, n)) for n in range(5)]
+    assert [w.retry for w in waits] == [1, 2, 3, 4, 5]
+    assert [w.reported for w in waits] == [False, False, True, True, True]
+    assert [w.delay_s for w in waits] == pytest.approx([0.5, 1.0, 2.0, 4.0, 4.0])
+    assert waits[2].message == "context_svc unavailable, retrying in 2.0 s"
+
+
+def test_the_jitter_comes_from_the_draw() -> None:
+    assert after(draw=0.25).delay_s == pytest.approx(0.75)
+
+
+def test_a_service_that_names_its_retry_delay_is_taken_at_its_word() -> None:
+    busy = AgentmeshError(ErrorCode.UNAVAILABLE, "in progress", retry_after=0.3)
+    assert after(retried(OUTAGE, 4), busy).delay_s == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("code", "word"),
+    [(ErrorCode.OVERLOADED, "overloaded"), (ErrorCode.DEADLINE_EXCEEDED, "not answering"),
+     (ErrorCode.CANCELLED, "dropped the call")],
+)  # fmt: skip
+def test_the_wait_says_what_the_service_did(code: ErrorCode, word: str) -> None:
+    wait = after(retried(OUTAGE, 2), err(code))
+    assert wait.message == f"context_svc {word}, retrying in 2.0 s"
+
+
+def test_an_outage_past_the_budget_fails_unavailable_naming_the_service_and_how_long() -> None:
+    # Down 119 s: the next wait (2 s) would end past the 120 s budget.
+    failed = after(retried(OUTAGE, 2), now_ms=129_000)
+    assert isinstance(failed, AgentmeshError)
+    assert failed.code == ErrorCode.UNAVAILABLE and failed.retryable
+    assert failed.error_class != ErrorClass.FATAL  # FAILED, resumable: not an abort
+    assert "context_svc was unavailable for 119.0 s, past the outage budget of 120 s" in failed.message
+    assert "BuildContext: connection refused" in failed.message
+    assert failed.metadata == {
+        "service": "context_svc",
+        "call": "BuildContext",
+        "down_s": "119.0",
+        "last_code": "UNAVAILABLE",
+        "reason": "outage_budget",
+        "budget_s": "120",
+    }
+    assert isinstance(decisions.exit_for(failed), Fail)
+
+
+def test_within_the_budget_the_outage_is_waited_out() -> None:
+    assert isinstance(after(retried(OUTAGE, 2), now_ms=127_900), decisions.OutageWait)  # 117.9 + 2.0 <= 120
+
+
+def test_the_quiet_retries_are_made_whatever_the_budget() -> None:
+    # Budget 0 is the behaviour before issue 49: the quiet attempts, then FAILED.
+    assert after(budget_s=0).reported is False
+    assert after(retried(OUTAGE, 1), budget_s=0).reported is False
+    failed = after(retried(OUTAGE, 2), budget_s=0)
+    assert isinstance(failed, AgentmeshError) and failed.metadata["reason"] == "outage_budget"
+
+
+def test_one_quiet_attempt_reports_the_first_wait() -> None:
+    assert after(quiet_retries=1).reported is True
+
+
+def test_no_wait_ends_past_the_deadline() -> None:
+    failed = after(retried(OUTAGE, 3), now_ms=20_000, deadline_ms=23_000)  # a 4 s wait; 3 s left
+    assert isinstance(failed, AgentmeshError)
+    assert failed.code == ErrorCode.DEADLINE_EXCEEDED
+    assert failed.metadata["reason"] == "outage_deadline" and failed.metadata["service"] == "context_svc"
+    assert "deadline came while context_svc was unavailable for 10.0 s" in failed.message
+    # Even a quiet retry does not outlive the task.
+    assert isinstance(after(now_ms=999_800), AgentmeshError)
+
+
+def test_which_errors_are_outages() -> None:
+    assert {ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED} == decisions.OUTAGE_CODES
+    # A write whose outcome is unknown is never among them (it parks for settlement instead).
+    assert ErrorCode.OUTCOME_UNKNOWN not in decisions.UNCERTAIN_CODES
+    assert {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.CANCELLED} == decisions.UNCERTAIN_CODES - decisions.OUTAGE_CODES
