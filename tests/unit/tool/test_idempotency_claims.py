@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+from typing import Any
 
 import pytest
 
@@ -392,3 +393,62 @@ async def test_the_heartbeat_refreshes_until_the_key_is_no_longer_ours(env: Env,
     await asyncio.wait_for(task[0], 10)  # it returned by itself
     assert await env.heartbeat("hb1") == "t_other"
     await finish(call, None)
+
+
+async def test_a_conflict_names_the_key_cut(env: Env) -> None:
+    key = "task-" + "k" * 295
+    first = make_call(key)
+    await env.idem()(first)
+    answer = await env.idem()(make_call(key, arguments={"amount": 6}))
+    assert isinstance(answer, AgentmeshError) and answer.code == ErrorCode.IDEMPOTENCY_CONFLICT
+    assert answer.metadata == {"idempotency_key": key[:200]}
+    assert answer.message == (
+        f"idempotency key {key[:80]!r} was used with other arguments; use a new key for a new call"
+    )
+    await finish(first, ok(first))
+
+
+def test_ran_output_is_the_note_the_model_reads() -> None:
+    import json
+
+    assert json.loads(ran_output("bob").inline) == {
+        "settled": "ran",
+        "settled_by": "bob",
+        "output": None,
+        "note": "the call ran; its output is unknown. Do not repeat it; read the current state if you need it.",
+    }
+
+
+async def test_an_owner_whose_heartbeat_returns_before_the_takeover_keeps_its_key(env: Env) -> None:
+    call = make_call("k20")
+    claimed = {"s": "run", "h": call.call_sha256, "t": "t_slow", "g": 0}
+    await env.put("k20", claimed)  # no heartbeat: it looks dead
+    idem = env.idem()
+    cas = idem.cas
+
+    async def owner_beats_first(*args: Any, **kwargs: Any) -> bool:
+        # Between this replica's look and its takeover, the slow owner's heartbeat comes back.
+        await env.store.redis.set(env.record_key("k20") + ":hb", "t_slow", px=30_000)
+        return await cas(*args, **kwargs)
+
+    idem.cas = owner_beats_first  # type: ignore[method-assign]
+    env.left[0] = 0.0
+    with pytest.raises(AgentmeshError) as caught:
+        await idem(call)
+    assert caught.value.metadata["reason"] == "in_progress" and call.owner == ""
+    assert await env.record("k20") == claimed
+
+
+async def test_a_live_owner_that_sent_opens_no_settlement(env: Env) -> None:
+    call = make_call("k21")
+    sent = {"s": "sent", "h": call.call_sha256, "t": "t_live", "g": 0}
+    await env.put("k21", sent, heartbeat="t_live")
+    env.left[0] = 0.0
+    with pytest.raises(AgentmeshError) as caught:
+        await env.idem()(call)
+    assert caught.value.metadata["reason"] == "in_progress"
+    assert await env.record("k21") == sent
+    # Nothing for an operator to settle: the call is in flight and will record its own outcome.
+    with pytest.raises(AgentmeshError) as missing:
+        await env.approvals.get(settlement_id("k21", 0))
+    assert missing.value.code == ErrorCode.NOT_FOUND
