@@ -11,6 +11,7 @@ scripts/mutate_equivalent.txt; a mutant that no test reaches counts as not kille
     python scripts/mutate.py lease idempotency
     python scripts/mutate.py --list          # the modules and their tests
     python scripts/mutate.py --report lease  # the last results again, without running
+    python scripts/mutate.py --rerun idempotency  # retest only the last run's survivors (tests added since)
 
 Mutation runs are CPU-heavy: they run one module at a time, one mutant at a time (`--max-children`, default
 1); run them under `nice`.
@@ -56,11 +57,13 @@ MODULES: dict[str, Module] = {
     "access": Module("dispatcher_svc/access.py", ("tests/unit/dispatcher/test_access.py",)),
     "settlement": Module(
         "dispatcher_svc/settling.py",
-        ("tests/unit/dispatcher/test_settlement.py", "tests/unit/dispatcher/test_settling.py"),
+        ("tests/unit/dispatcher/test_settlement.py", "tests/unit/dispatcher/test_approval_expiry.py"),
     ),
-    "permissions": Module("tool_svc/permissions.py", ("tests/unit/tool/test_permissions.py",)),
-    "grants": Module("agentmesh/grants.py", ("tests/unit/test_grants.py",)),
-    "breaker": Module("tool_svc/breaker.py", ("tests/unit/tool/test_breaker.py",)),
+    "permissions": Module(
+        "tool_svc/permissions.py", ("tests/unit/tool/test_permissions.py", "tests/unit/tool/test_steps.py")
+    ),
+    "grants": Module("agentmesh/grants.py", ("tests/unit/test_grants.py", "tests/unit/tool/test_steps.py")),
+    "breaker": Module("tool_svc/breaker.py", ("tests/unit/tool/test_breaker.py", "tests/unit/tool/test_steps.py")),
     "ratelimit": Module("tool_svc/ratelimit.py", ("tests/unit/tool/test_ratelimit.py",)),
 }
 
@@ -163,12 +166,27 @@ def report(name: str, module: Module) -> bool:
     return score >= TARGET and not stale
 
 
-def run(name: str, module: Module, max_children: int) -> bool:
+def _not_killed(name: str, module: Module) -> list[str]:
+    """The mutants the last run of `name` did not kill (survived, unreached, ...), equivalent ones included."""
+    meta = VAR / name / "mutants" / (module.source + ".meta")
+    if not meta.exists():
+        return []
+    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    return sorted(m for m, code in codes.items() if _status(code) not in ("killed", "timeout"))
+
+
+def run(name: str, module: Module, max_children: int, *, rerun: bool = False) -> bool:
     work = _work_dir(name, module)
     mutmut = Path(sys.executable).with_name("mutmut")
     print(f"== {name}: mutmut run in {work.relative_to(ROOT)} (tests: {' '.join(module.tests)})", flush=True)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=work, env=env)
+    # mutmut keeps a mutant's result until its function changes; tests added since would not be tried on
+    # the survivors: --rerun names them, so exactly those run again (new tests are found by mutmut itself).
+    names = _not_killed(name, module) if rerun else []
+    if rerun and not names:
+        print(f"== {name}: nothing to rerun")
+        return report(name, module)
+    done = subprocess.run([str(mutmut), "run", "--max-children", str(max_children), *names], cwd=work, env=env)
     if done.returncode != 0:
         print(f"== {name}: mutmut exited {done.returncode}")
     return report(name, module) and done.returncode == 0
@@ -179,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", help=f"modules to run (default: all): {', '.join(MODULES)}")
     parser.add_argument("--max-children", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--report", action="store_true", help="print the last results without running")
+    parser.add_argument("--rerun", action="store_true", help="retest only the mutants the last run did not kill")
     parser.add_argument("--list", action="store_true", help="list the modules and their tests")
     args = parser.parse_args(argv)
     if args.list:
@@ -191,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for name in args.modules or list(MODULES):
         module = MODULES[name]
-        ok = (report(name, module) if args.report else run(name, module, args.max_children)) and ok
+        ok = (report(name, module) if args.report else run(name, module, args.max_children, rerun=args.rerun)) and ok
     return 0 if ok else 1
 
 

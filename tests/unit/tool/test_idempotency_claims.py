@@ -6,12 +6,16 @@ are fakes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import types
+from typing import Any
 
 import pytest
 
-from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.config import RedisSettings
+from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.store import Store
+from tests.metricsutil import recorded_metrics
 from tests.unit.tool.idem_support import (
     APPROVAL_TTL_S,
     DEDUPED,
@@ -29,6 +33,7 @@ from tests.unit.tool.idem_support import (
 from tool_svc import idempotency as idem_module
 from tool_svc.approvals import ApprovalBook
 from tool_svc.idempotency import (
+    Idempotency,
     is_transient,
     ran_output,
     retry_safe,
@@ -392,3 +397,191 @@ async def test_the_heartbeat_refreshes_until_the_key_is_no_longer_ours(env: Env,
     await asyncio.wait_for(task[0], 10)  # it returned by itself
     assert await env.heartbeat("hb1") == "t_other"
     await finish(call, None)
+
+
+async def test_a_conflict_names_the_key_cut(env: Env) -> None:
+    key = "task-" + "k" * 295
+    first = make_call(key)
+    await env.idem()(first)
+    answer = await env.idem()(make_call(key, arguments={"amount": 6}))
+    assert isinstance(answer, AgentmeshError) and answer.code == ErrorCode.IDEMPOTENCY_CONFLICT
+    assert answer.metadata == {"idempotency_key": key[:200]}
+    assert answer.message == (
+        f"idempotency key {key[:80]!r} was used with other arguments; use a new key for a new call"
+    )
+    await finish(first, ok(first))
+
+
+def test_ran_output_is_the_note_the_model_reads() -> None:
+    import json
+
+    assert json.loads(ran_output("bob").inline) == {
+        "settled": "ran",
+        "settled_by": "bob",
+        "output": None,
+        "note": "the call ran; its output is unknown. Do not repeat it; read the current state if you need it.",
+    }
+
+
+async def test_an_owner_whose_heartbeat_returns_before_the_takeover_keeps_its_key(env: Env) -> None:
+    call = make_call("k20")
+    claimed = {"s": "run", "h": call.call_sha256, "t": "t_slow", "g": 0}
+    await env.put("k20", claimed)  # no heartbeat: it looks dead
+    idem = env.idem()
+    cas = idem.cas
+
+    async def owner_beats_first(*args: Any, **kwargs: Any) -> bool:
+        # Between this replica's look and its takeover, the slow owner's heartbeat comes back.
+        await env.store.redis.set(env.record_key("k20") + ":hb", "t_slow", px=30_000)
+        return await cas(*args, **kwargs)
+
+    idem.cas = owner_beats_first  # type: ignore[method-assign]
+    env.left[0] = 0.0
+    with pytest.raises(AgentmeshError) as caught:
+        await idem(call)
+    assert caught.value.metadata["reason"] == "in_progress" and call.owner == ""
+    assert await env.record("k20") == claimed
+
+
+async def test_a_live_owner_that_sent_opens_no_settlement(env: Env) -> None:
+    call = make_call("k21")
+    sent = {"s": "sent", "h": call.call_sha256, "t": "t_live", "g": 0}
+    await env.put("k21", sent, heartbeat="t_live")
+    env.left[0] = 0.0
+    with pytest.raises(AgentmeshError) as caught:
+        await env.idem()(call)
+    assert caught.value.metadata["reason"] == "in_progress"
+    assert await env.record("k21") == sent
+    # Nothing for an operator to settle: the call is in flight and will record its own outcome.
+    with pytest.raises(AgentmeshError) as missing:
+        await env.approvals.get(settlement_id("k21", 0))
+    assert missing.value.code == ErrorCode.NOT_FOUND
+
+
+async def test_a_takeover_is_logged_for_operators(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    key = "task-" + "k" * 95
+    call = make_call(key)
+    await env.put(key, {"s": "run", "h": call.call_sha256, "t": "t_dead", "g": 0})
+    with caplog.at_level(logging.INFO, logger="tool_svc.idempotency"):
+        assert await env.idem()(call) is None
+    logged = [r.getMessage() for r in caplog.records if r.name == "tool_svc.idempotency"]
+    assert logged == [f"took over idempotency key {key[:80]} from a dead owner"]
+    await finish(call, ok(call))
+
+
+async def test_a_write_marked_sent_keeps_its_arguments_hash_and_generation(env: Env) -> None:
+    call = make_call("k22")
+    await env.put("k22", {"s": "run", "h": call.call_sha256, "t": "t_dead", "g": 4})
+    await env.idem()(call)  # taken over at generation 4
+    await send(call)
+    # What a replica that finds it dead reads: which arguments, whose, and which settlement to open.
+    assert await env.record("k22") == {"s": "sent", "h": call.call_sha256, "t": call.owner, "g": 4}
+    await finish(call, ok(call))
+    assert TTL_S * 1000 - 5000 < await env.pttl("k22") <= TTL_S * 1000
+
+
+async def test_a_finished_call_is_kept_exactly_its_ttl(env: Env) -> None:
+    call = make_call("k23", READ)
+    await env.idem()(call)
+    await finish(call, ok(call))
+    assert (await env.record("k23") or {})["s"] == "done"
+    assert TTL_S * 1000 - 5000 < await env.pttl("k23") <= TTL_S * 1000
+
+
+async def test_finishing_stops_the_heartbeat(env: Env) -> None:
+    key = "task-" + "k" * 95
+    call = make_call(key)
+    await env.idem()(call)
+    name = f"idempotency heartbeat {key[:40]}"
+    (beat,) = [t for t in asyncio.all_tasks() if t.get_name() == name]
+    assert not beat.done()
+    await finish(call, ok(call))
+    assert beat.done()
+
+
+async def test_a_heartbeat_that_fails_is_logged_and_goes_on(
+    env: Env, beats: BeatSleeps, caplog: pytest.LogCaptureFixture
+) -> None:
+    call = make_call("hb2")
+    idem = env.idem(lease_s=3.0, heartbeat_s=2.0)
+    await idem(call)
+    record = await env.raw("hb2")
+    # The record's key answers WRONGTYPE for a moment (any Redis error would do): the beat fails.
+    swap = "redis.call('DEL', KEYS[1]); redis.call('HSET', KEYS[1], 'x', '1')"  # at once: never seen gone
+    await env.store.redis.eval(swap, 1, env.record_key("hb2"))
+    with caplog.at_level(logging.WARNING, logger="tool_svc.idempotency"):
+        await beats.next()
+    logged = [r.getMessage() for r in caplog.records if r.name == "tool_svc.idempotency"]
+    assert logged and logged[0].startswith("heartbeat of hb2 failed: ") and "WRONGTYPE" in logged[0]
+    # Redis answers again: the same heartbeat refreshes the lease.
+    await env.store.redis.set(env.record_key("hb2"), record or b"", px=60_000)  # SET replaces the hash
+    await env.store.redis.pexpire(env.record_key("hb2") + ":hb", 100)
+    await beats.next()
+    assert 2500 < await env.heartbeat_pttl("hb2") <= 3000
+    # Let it stop by itself (its key taken) rather than cancel it in the middle of a Redis call.
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "idempotency heartbeat hb2"]
+    await env.put("hb2", {"s": "run", "h": call.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
+    await asyncio.wait_for(task, 10)
+    await finish(call, None)
+
+
+def test_the_default_heartbeat_is_two_seconds(env: Env) -> None:
+    idem = Idempotency(env.store, None, ttl_s=TTL_S, lease_s=30.0, approval_ttl_s=APPROVAL_TTL_S)
+    assert idem.heartbeat_s == 2.0 and idem.lease_ms == 30_000
+
+
+async def test_every_write_of_the_step_waits_for_its_replicas(redis_settings: RedisSettings) -> None:
+    # With redis.cluster_wait_replicas a claim or a settle is acknowledged only once replicas hold it; the
+    # test Redis has none, so each answers UNAVAILABLE (replication) naming its script instead of claiming.
+    settings = redis_settings.model_copy(update={"cluster_wait_replicas": 1, "cluster_wait_timeout_s": 0.05})
+    async with await Store.connect(settings, "dev") as waiting:
+        idem = Idempotency(waiting, None, ttl_s=TTL_S, lease_s=30.0, approval_ttl_s=APPROVAL_TTL_S)
+        with pytest.raises(UnavailableError) as claim:
+            await idem(make_call("k-wait"))
+        assert claim.value.metadata["reason"] == "replication" and "(idempotency_claim)" in claim.value.message
+        with pytest.raises(UnavailableError) as settle:
+            await idem.cas("k-wait", "t_x", None, 0)
+        assert settle.value.metadata["reason"] == "replication" and "(idempotency_cas)" in settle.value.message
+
+
+async def test_each_redis_operation_of_a_claim_is_measured_under_its_name(env: Env) -> None:
+    got = recorded_metrics()
+    env.store.metrics = got.metrics
+
+    def ops() -> set[str]:
+        return {a["db.operation.name"] for a, _ in got.points("db.client.operation.duration")}
+
+    call = make_call("k24")
+    await env.idem()(call)
+    assert ops() == {"claim idempotency key"}
+    await finish(call, ok(call))
+    assert ops() == {"claim idempotency key", "settle idempotency key"}
+
+
+async def test_in_progress_and_lost_claim_answers_name_the_key_cut(env: Env) -> None:
+    key = "task-" + "k" * 295
+    first = make_call(key)
+    await env.idem()(first)
+    env.left[0] = 0.0
+    with pytest.raises(AgentmeshError) as caught:
+        await env.idem()(make_call(key))
+    assert caught.value.message == (
+        f"a call with idempotency key {key[:80]!r} is still in progress; retry to get its outcome"
+    )
+    assert TTL_S * 1000 - 5000 < await env.pttl(key) <= TTL_S * 1000
+    await env.put(key, {"s": "run", "h": first.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
+    with pytest.raises(AgentmeshError) as lost:
+        await send(first)
+    assert lost.value.message == (
+        f"the call with idempotency key {key[:80]!r} lost its claim before it was sent; retry"
+    )
+    await finish(first, None)
+
+
+async def test_marking_sent_keeps_the_ttl(env: Env) -> None:
+    call = make_call("k25")
+    await env.idem()(call)
+    await send(call)
+    assert (await env.record("k25") or {})["s"] == "sent"
+    assert TTL_S * 1000 - 5000 < await env.pttl("k25") <= TTL_S * 1000
+    await finish(call, ok(call))
