@@ -140,7 +140,7 @@ test-readme: venv
 # effects the upstreams count, while one replica of each service and one Redis primary are killed with
 # -9 and restarted (tests/chaos --rolling, issue 28). Prints the table; exits 1 on any violation.
 chaos-replicas: venv
-	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 1 --tasks 200 --replicas 2 --redis cluster --rolling
+	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 1 --tasks 200 --replicas 2 --redis cluster --rolling --no-resume
 
 # LiteLLM's proxy in a venv of its own (its pins would fight ours), from PyPI at the versions in
 # bench/litellm-requirements.txt: the third-party client of `make test-litellm` and the proxy bench_gateway
