@@ -13,10 +13,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# No py.typed in jsonschema; types-jsonschema may or may not be installed (hence unused-ignore).
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
 from jsonschema.exceptions import SchemaError, ValidationError  # type: ignore[import-untyped, unused-ignore]
 
+# No py.typed in jsonschema; types-jsonschema may or may not be installed (hence unused-ignore).
+from agentmesh.chat import lone_surrogate_path
 from agentmesh.errors import Violation
 
 ACTIONS_FIELD = "actions"
@@ -71,6 +72,10 @@ def parse_schema(text_or_value: str | Mapping[str, Any], *, trusted: bool) -> di
             value = json.loads(text_or_value)
         except ValueError as exc:
             raise SchemaProblem(f"is not JSON: {exc}") from None
+        surrogate = lone_surrogate_path(text_or_value, value)
+        if surrogate is not None:
+            # Not valid Unicode: it could be neither stored (UTF-8) nor matched (found by make fuzz).
+            raise SchemaProblem(f"holds a lone UTF-16 surrogate escape at {surrogate}")
     else:
         value = json.loads(json.dumps(text_or_value))
     if not isinstance(value, dict):

@@ -40,6 +40,7 @@ from agentmesh.errors import NotFoundError, PermissionDeniedError, echo
 from agentmesh.payload_grants import GRANTS_PART
 from agentmesh.payloads import PAYLOAD_INDEX_PART
 from agentmesh.store import Store
+from context_svc import session_scripts as scripts
 from context_svc.access import decode_tasks, encode_tasks
 from context_svc.model import Budget, IndexEntry, Message, Session, SessionAccess, Summary
 
@@ -51,171 +52,6 @@ class EncodingChangedError(Exception):
 
 
 _PARTS: Final = ("meta", "log", "idx", "entities", "summary", "dedupe")
-
-_SEEN_LUA_FN: Final = """
--- What an earlier append under dedupe key `field` stored: {index, content hash, message json}, or
--- nil. An entry of another epoch (the session id was deleted by a replica that did not know this
--- key, and created again) or past the log's end is stale: treated as absent and overwritten.
--- `epoch`: the session's, when the caller has read it already (nil: read here).
-local function seen(meta, log, dedupe, field, epoch)
-  local raw = redis.call('HGET', dedupe, field)
-  if not raw then return nil end
-  local entry = cjson.decode(raw)
-  local stored = redis.call('LINDEX', log, entry.i)
-  if not stored or entry.e ~= (epoch or redis.call('HGET', meta, 'epoch') or '') then return nil end
-  return {entry.i, entry.h, stored}
-end
-"""
-
-_CREATE_LUA: Final = """
--- KEYS[1] meta. ARGV: ttl_s, then field/value pairs. Returns {1} if created, {0, existing fields}.
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0, redis.call('HGETALL', KEYS[1])}
-end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-local ttl = tonumber(ARGV[1])
-if ttl > 0 then redis.call('EXPIRE', KEYS[1], ttl) end
-return {1}
-"""
-
-_APPEND_LUA: Final = (
-    _SEEN_LUA_FN
-    + """
--- KEYS: meta, log, idx, entities, summary, dedupe.
--- ARGV: message json, index json, tokens, ttl_s, caller agent ('*' for operators), encoding the
--- tokens were counted in, dedupe key ('' for none), content hash, caller task, then label/value pairs.
--- Returns the new message's index, -1 if the session does not exist, -2 if the caller may not use it
--- (context_svc/access.py: a task not attached; in an older session without `tasks`, another agent),
--- -3 if it uses another encoding, or {index, content hash, message json} of the message already
--- appended under the dedupe key (nothing is written then).
--- The session's state is read once (HMGET) and written once (HSET): issue 45.
-local m = redis.call('HMGET', KEYS[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens')
-if not m[3] and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-if ARGV[5] ~= '*' then
-  local tasks = m[1]
-  if not tasks then
-    if m[2] ~= ARGV[5] then return -2 end
-  else
-    local attached = false
-    for _, task in ipairs(cjson.decode(tasks)) do attached = attached or (task == ARGV[9]) end
-    if ARGV[9] == '' or not attached then return -2 end
-  end
-end
-if m[3] ~= ARGV[6] then return -3 end
-local epoch = m[4] or ''
-if ARGV[7] ~= '' then
-  local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7], epoch)
-  if found then return found end
-end
-local n = redis.call('RPUSH', KEYS[2], ARGV[1])
-redis.call('RPUSH', KEYS[3], ARGV[2])
-local tokens = (tonumber(m[5] or '0') or 0) + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'message_count', n, 'total_tokens', string.format('%d', tokens))
--- The index comes from this script, so the latest value of a label follows log order.
-if #ARGV >= 10 then
-  local labels = {}
-  for i = 10, #ARGV, 2 do
-    labels[#labels + 1] = ARGV[i]
-    labels[#labels + 1] = cjson.encode({v = ARGV[i + 1], i = n - 1})
-  end
-  redis.call('HSET', KEYS[4], unpack(labels))
-end
-if ARGV[7] ~= '' then
-  redis.call('HSET', KEYS[6], ARGV[7], cjson.encode({i = n - 1, h = ARGV[8], e = epoch}))
-end
--- Every key of the session, the dedupe hash included, expires with it.
-local ttl = tonumber(ARGV[4])
-if ttl > 0 then
-  for k = 1, #KEYS do redis.call('EXPIRE', KEYS[k], ttl) end
-end
-return n - 1
-"""
-)
-
-_SEEN_LUA: Final = (
-    _SEEN_LUA_FN
-    + """
--- KEYS: meta, log, dedupe. ARGV: dedupe key. Returns seen(...) or false.
-return seen(KEYS[1], KEYS[2], KEYS[3], ARGV[1]) or false
-"""
-)
-
-_LOAD_LUA: Final = """
--- KEYS: meta, idx, log, entities, summary.
--- ARGV: messages wanted at the end of the log (keep_recent + extra), then what the caller already
--- holds of this session: its epoch, messages lo..hi and index entries up to idx_hi. Stored messages
--- and entries never change, so those are not sent again; neither is the immutable global state.
--- Returns false if the session does not exist, else ONE JSON document (parsed in C on our side,
--- instead of hundreds of RESP elements): {same, meta, upto, version, n, if: first index entry
--- sent, idx, a/ta and b/tb: messages (first index, list) the caller lacks, entities}.
-local c = redis.call('HMGET', KEYS[1], 'epoch', 'message_count', 'total_tokens', 'summary_count',
-  'summary_rejections', 'tasks')
-local epoch = c[1]
-if not epoch then return false end
-local same = epoch == ARGV[2]
-local meta
-if same then
-  meta = cjson.encode({message_count = c[2], total_tokens = c[3], summary_count = c[4], summary_rejections = c[5],
-    tasks = c[6]})
-else
-  local raw = redis.call('HGETALL', KEYS[1])
-  local m = {}
-  for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end
-  meta = cjson.encode(m)
-end
-local sv = redis.call('HMGET', KEYS[5], 'upto', 'version')
-local upto = tonumber(sv[1] or '-1')
-local version = tonumber(sv[2] or '0')
-local n = redis.call('LLEN', KEYS[3])
-local idx_from = upto + 1
-if same then idx_from = math.max(idx_from, tonumber(ARGV[5]) + 1) end
-local idx = {}
-if idx_from < n then idx = redis.call('LRANGE', KEYS[2], idx_from, n - 1) end
-local first = n - math.max(0, math.min(n - (upto + 1), tonumber(ARGV[1])))
-local before, from = {}, first
-if same then
-  local lo, hi = tonumber(ARGV[3]), tonumber(ARGV[4])
-  if lo > first and lo <= hi then before = redis.call('LRANGE', KEYS[3], first, math.min(lo, n) - 1) end
-  if lo <= hi then from = math.max(first, hi + 1) end
-end
-local after = {}
-if from < n then after = redis.call('LRANGE', KEYS[3], from, n - 1) end
-local raw = redis.call('HGETALL', KEYS[4])
-local entities = {}
-for i = 1, #raw, 2 do entities[#entities + 1] = cjson.encode(raw[i]) .. ':' .. raw[i + 1] end
-local function int(x) return string.format('%d', x) end
-return '{"same":' .. tostring(same) .. ',"meta":' .. meta .. ',"upto":' .. int(upto) ..
-  ',"version":' .. int(version) .. ',"n":' .. int(n) .. ',"if":' .. int(idx_from) ..
-  ',"idx":[' .. table.concat(idx, ',') .. '],"a":' .. int(first) .. ',"ta":[' .. table.concat(before, ',') ..
-  '],"b":' .. int(from) .. ',"tb":[' .. table.concat(after, ',') ..
-  '],"entities":{' .. table.concat(entities, ',') .. '}}'
-"""
-
-_COMMIT_SUMMARY_LUA: Final = """
--- KEYS: meta, summary. ARGV: expected upto, new upto, summary json, ttl_s.
--- Returns the new version, 0 if another replica compacted first, -1 if the session is gone.
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local current = tonumber(redis.call('HGET', KEYS[2], 'upto') or '-1')
-if current ~= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[2], 'upto', ARGV[2], 'json', ARGV[3])
-local version = redis.call('HINCRBY', KEYS[2], 'version', 1)
-redis.call('HINCRBY', KEYS[1], 'summary_count', 1)
-local ttl = tonumber(ARGV[4])
-if ttl > 0 then redis.call('EXPIRE', KEYS[2], ttl) end
-return version
-"""
-
-_INCR_IF_EXISTS_LUA: Final = """
--- KEYS[1] hash. ARGV: field. HINCRBY would create a stray hash for a deleted session.
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-return redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-"""
-
-_RELEASE_LUA: Final = """
--- KEYS[1] lease key. ARGV[1] our token: delete only our own lease.
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def _text(value: bytes | str) -> str:
@@ -269,13 +105,13 @@ class SessionStore:
     def __init__(self, store: Store, *, session_ttl_s: int = 0, cache_entries: int = 2_000) -> None:
         self.store = store
         self.session_ttl_s = session_ttl_s
-        self._create = store.script("context_create", _CREATE_LUA, durable=True)
-        self._append = store.script("context_append", _APPEND_LUA, durable=True)
-        self._seen = store.script("context_seen", _SEEN_LUA)
-        self._load = store.script("context_load", _LOAD_LUA)
-        self._commit = store.script("context_commit_summary", _COMMIT_SUMMARY_LUA, durable=True)
-        self._incr = store.script("context_incr_if_exists", _INCR_IF_EXISTS_LUA)
-        self._release = store.script("context_release", _RELEASE_LUA)
+        self._create = store.script("context_create", scripts.CREATE_LUA, durable=True)
+        self._append = store.script("context_append", scripts.APPEND_LUA, durable=True)
+        self._seen = store.script("context_seen", scripts.SEEN_LUA)
+        self._load = store.script("context_load", scripts.LOAD_LUA)
+        self._commit = store.script("context_commit_summary", scripts.COMMIT_SUMMARY_LUA, durable=True)
+        self._incr = store.script("context_incr_if_exists", scripts.INCR_IF_EXISTS_LUA)
+        self._release = store.script("context_release", scripts.RELEASE_LUA)
         self._known: OrderedDict[str, _Known] = OrderedDict()
         self._known_size = cache_entries
         """Bound of `_known` and `_key_cache` (context.session_cache_entries)."""

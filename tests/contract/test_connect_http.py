@@ -287,10 +287,9 @@ async def test_connect_timeout_ms_is_the_calls_deadline(stack: Stack) -> None:
     if "error" in ended:  # the stream outlived its deadline
         assert ended["error"]["code"] == "deadline_exceeded", ended
         assert error_detail(ended["error"]).code == common_pb2.ERROR_CODE_DEADLINE_EXCEEDED
-    else:  # or the deadline reached the task's own calls first (they never outlive the call that started it)
+    else:  # or the task ended first: its run never inherits the deadline of the call that queued it (issue 49)
         events = [json.loads(data)["event"] for _, data in messages]
-        assert events[-1]["status"] == "TASK_STATUS_FAILED", events[-1]
-        assert "DEADLINE_EXCEEDED" in json.dumps(events), events
+        assert events[-1]["status"] == "TASK_STATUS_SUCCEEDED", events[-1]
     assert unary.status_code == 400 and unary.json()["code"] == "invalid_argument"
 
 

@@ -17,7 +17,7 @@ import pytest
 import redis.exceptions as rexc
 from redis.crc import key_slot
 
-from agentmesh import clusterclient
+from agentmesh import clusterclient, payload_grants
 from agentmesh.apikeys import ApiKeys
 from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings
 from agentmesh.errors import ErrorCode, NotFoundError, UnavailableError
@@ -111,7 +111,9 @@ async def the_other_scripts(store: Store) -> None:
     breakers = SharedBreakers(store, BreakerConfig(failure_threshold=2))
     assert await breakers.admit("a", "t") is None
     await breakers.record("a", "t", success=False)
-    await PayloadStore(store).put(session, b"x" * 3000, "text/plain")
+    stored = await PayloadStore(store).put(session, b"x" * 3000, "text/plain")
+    # BuildHandoff's grant of a parent's payload to a child session (issue 44): the child's slot.
+    await payload_grants.grant(store, "cluster-child", {stored.ref_id: session}, 60)
     await store.take_token(store.keys.ratelimit("cluster"), 10, 1)
     # provider_svc's quotas (issue 43): an API key's scope reads its record in the same slot.
     _, key = await ApiKeys(store).create(agent_id="cluster-bot", environment="dev", limits=QuotaLimits(rpm=5))

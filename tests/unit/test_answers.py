@@ -132,3 +132,9 @@ def test_render_for_humans() -> None:
     assert render({"service": "a", "healthy": True}) == "service: a\nhealthy: true"
     assert render([1, 2]) == json.dumps([1, 2])
     assert render("plain") == "plain"
+
+
+def test_a_schema_holding_a_lone_surrogate_escape_is_refused_typed() -> None:
+    """make fuzz: a task schema with "\\ud800" reached Redis and failed RunTask INTERNAL."""
+    with pytest.raises(SchemaProblem, match="surrogate"):
+        parse_schema('{"type": "object", "description": "\\ud800"}', trusted=False)
