@@ -59,9 +59,8 @@ from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import table
-from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.queue import ACK_IF_MINE_LUA, TaskQueue
 from dispatcher_svc.tasks import TaskStore
-from dispatcher_svc.worker import ACK_IF_MINE_LUA
 from provider_svc.models.base import Role
 from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 

@@ -39,6 +39,16 @@ redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
 return 1
 """
 
+ACK_IF_MINE_LUA = """
+-- Acknowledges and deletes a queue entry only if this consumer holds it (never another's claim).
+-- KEYS[1]: tasks stream. ARGV: group, consumer, entry id. Returns 1 if acknowledged.
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return 1
+"""
+
 
 def taken_entries(reply: Any) -> list[tuple[str, str]]:
     """The entries an ENQUEUE_LUA reply read for this replica (entry id, task id)."""
@@ -70,6 +80,7 @@ class TaskQueue:
         self.key = store.keys.tasks_stream()
         self._touch = store.script("dispatcher_touch", TOUCH_LUA)
         self.enqueue_script = store.script("dispatcher_enqueue", ENQUEUE_LUA, durable=True)
+        self._ack_if_mine = store.script("dispatcher_ack_if_mine", ACK_IF_MINE_LUA)
 
     async def ensure_group(self) -> None:
         """Creates the consumer group (from the stream's start, so nothing queued is missed)."""
@@ -154,6 +165,11 @@ class TaskQueue:
         """Renews our claim on an entry; False if another consumer holds it now."""
         async with self.store.guard("renew claim"):
             return bool(await self._touch(keys=[self.key], args=[self.group, self.consumer, msg_id]))
+
+    async def ack_if_mine(self, msg_id: str) -> bool:
+        """Acknowledges and deletes an entry if this consumer still holds it (never another's claim)."""
+        async with self.store.guard("ack task"):
+            return bool(await self._ack_if_mine(keys=[self.key], args=[self.group, self.consumer, msg_id]))
 
     async def done(self, msg_id: str) -> None:
         """Acknowledges and deletes an entry: the task is finished or parked."""

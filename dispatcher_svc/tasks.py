@@ -14,6 +14,7 @@ for ListTasks: `dispatcher_svc.task_index`) are touched by single commands or th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,10 +23,11 @@ from typing import Any
 import redis.exceptions as rexc
 
 from agentmesh.config import DispatcherSettings
+from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from dispatcher_svc.feed import LocalFeed
-from dispatcher_svc.model import TaskEvent, TaskStatus
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.model_json import event_to_json
 from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue, taken_entries
 from dispatcher_svc.task_record import (
@@ -231,6 +233,35 @@ class TaskStore:
         now: Any = await self.store.call("time", self.store.redis.time())
         seconds, micros = now
         return int(seconds) * 1000 + int(micros) // 1000
+
+    async def fail_unexpectedly(self, record: TaskRecord, exc: Exception, *, ttl_s: int) -> None:
+        """Ends a run that raised: FAILED with the error (INTERNAL, naming only its type, for one
+        that is not ours), if the run still holds the task; a refused write is left as it is."""
+        err = (
+            exc
+            if isinstance(exc, AgentmeshError)  # e.g. the task's agent was removed from the configuration
+            else AgentmeshError(ErrorCode.INTERNAL, f"the dispatcher failed unexpectedly: {type(exc).__name__}")
+        )
+        now = int(time.time() * 1000)
+        event = TaskEvent(
+            task_id=record.task_id,
+            sequence=0,
+            kind=EventKind.STATUS,
+            time_ms=now,
+            status=TaskStatus.FAILED,
+            step=record.cursor.step,
+            message=f"status FAILED: {err}",
+            error=err,
+        )
+        with contextlib.suppress(AgentmeshError):
+            await self.commit(
+                record.task_id,
+                fence=record.fence,
+                fields=fields_of(status=TaskStatus.FAILED, error=err, update_ms=now, lease_until=0),
+                events=[event],
+                ttl_s=ttl_s,
+                agent=record.agent_id,
+            )
 
     async def commit(
         self,

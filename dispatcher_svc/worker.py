@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from agentmesh import callctx
 from agentmesh.config import DispatcherSettings
-from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
+from agentmesh.errors import AgentmeshError, UnavailableError
 from agentmesh.metrics import Metrics
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.lease import Lease
@@ -37,23 +37,12 @@ from dispatcher_svc.tasks import (
     StaleOwnerError,
     TaskRecord,
     TaskStore,
-    fields_of,
 )
 
 log = logging.getLogger("dispatcher_svc.worker")
 
 STOP_TIMEOUT_S = 5.0
 """How long stop() waits for cancelled readers and runs."""
-
-ACK_IF_MINE_LUA = """
--- Acknowledges and deletes a queue entry only if this consumer holds it (never another's claim).
--- KEYS[1]: tasks stream. ARGV: group, consumer, entry id. Returns 1 if acknowledged.
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-redis.call('XDEL', KEYS[1], ARGV[3])
-return 1
-"""
 
 
 def _detached_context() -> contextvars.Context:
@@ -95,12 +84,12 @@ class Worker:
         self.block_ms = max(10, int(min(1.0, socket_timeout * 0.5) * 1000))
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stale: set[str] = set()
+        self._renewers: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[bool]] = set()
         self._deferred: dict[str, tuple[str, bool]] = {}
         """task id -> (entry, claimed) read while a run of that task was still going here."""
         self._slot_freed = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
-        self._ack = tasks.store.script("dispatcher_ack_if_mine", ACK_IF_MINE_LUA)
         self._stopping = False
         self._reserved = 0
         """Slots held for tasks this replica is queueing and means to run itself (`slot`)."""
@@ -125,6 +114,8 @@ class Worker:
         self._stopping = True
         await self._cancel_all(list(self._loops), "queue readers")
         await self._cancel_all(list(self._running.values()), "task runs")
+        for renewer in self._renewers:  # of runs that did not stop in time: their leases lapse
+            renewer.cancel()
 
     async def _cancel_all(self, tasks: list[asyncio.Task[None]], what: str) -> None:
         """Cancels and awaits, but never longer than STOP_TIMEOUT_S: shutdown must be bounded.
@@ -261,8 +252,10 @@ class Worker:
             # run the task (its entry was read before the task existed, or it was parked and is being
             # resumed), so this entry is taken up when it ends; a task already done is then just acked.
             earlier = self._deferred.get(task_id)
-            if earlier is not None and not earlier[1]:
-                self._ack_soon(earlier[0])  # one deferred entry per task is enough
+            if earlier is not None and not earlier[1] and earlier[0] != msg_id:
+                # One deferred entry per task is enough. Not the same entry claimed again (it went
+                # idle while deferred): acking it would leave the deferred run without an entry.
+                self._ack_soon(earlier[0])
             self._deferred[task_id] = (msg_id, claimed)
             return
         self._running[task_id] = asyncio.create_task(
@@ -276,8 +269,7 @@ class Worker:
 
     async def _ack_if_mine(self, msg_id: str) -> bool:
         try:
-            async with self.tasks.store.guard("ack task"):
-                return bool(await self._ack(keys=[self.queue.key], args=[self.queue.group, self.consumer, msg_id]))
+            return await self.queue.ack_if_mine(msg_id)
         except UnavailableError as exc:
             log.warning("cannot acknowledge entry %s: %s", msg_id, exc)
             return False
@@ -328,6 +320,7 @@ class Worker:
             record = acquired
             lease = Lease(self.tasks, task_id, record.fence, self.settings.claim_idle_s, confirmed_at=sent)
             renewer = asyncio.create_task(self._renew(msg_id, lease, me))
+            self._renewers.add(renewer)
             result = await self.loop.run(record, lease)
             log.info("task %s: run ended %s", task_id, result.value)
             await self._ack_if_mine(msg_id)
@@ -347,11 +340,12 @@ class Worker:
             else:
                 log.exception("task %s: unexpected failure", task_id)
             if record is not None:
-                await self._fail_internal(record, exc)
+                await self.tasks.fail_unexpectedly(record, exc, ttl_s=self.settings.task_ttl_s)
             await self._ack_if_mine(msg_id)
         finally:
             if renewer is not None:
                 renewer.cancel()
+                self._renewers.discard(renewer)
             self._stale.discard(task_id)
             self._running.pop(task_id, None)
             deferred = self._deferred.pop(task_id, None)
@@ -361,12 +355,17 @@ class Worker:
 
     async def _renew(self, msg_id: str, lease: Lease, run: asyncio.Task[None]) -> None:
         interval = self.settings.claim_idle_s / 3
+        entry_lost = False
         while True:
             await asyncio.sleep(interval)
             try:
                 await lease.renew()
-                if not await self.queue.touch(msg_id):
-                    log.info("task %s: entry %s is no longer ours", lease.task_id, msg_id)
+                if not entry_lost and not await self.queue.touch(msg_id):
+                    # Claimed by another consumer or acknowledged: queue a new entry, so the task
+                    # is still claimed by someone if this replica dies (acquire drops the spare one).
+                    entry_lost = True
+                    log.info("task %s: entry %s is no longer ours; queued it again", lease.task_id, msg_id)
+                    await self.queue.enqueue(lease.task_id)
             except StaleOwnerError:
                 log.info("task %s: fence moved (taken over or cancelled); stopping its run", lease.task_id)
                 self._stale.add(lease.task_id)
@@ -384,29 +383,3 @@ class Worker:
             log.info("task %s handed back to the queue", record.task_id)
         except AgentmeshError as exc:
             log.warning("task %s: not handed back (%s); it will be claimed after the idle timeout", record.task_id, exc)
-
-    async def _fail_internal(self, record: TaskRecord, exc: Exception) -> None:
-        err = (
-            exc
-            if isinstance(exc, AgentmeshError)  # e.g. the task's agent was removed from the configuration
-            else AgentmeshError(ErrorCode.INTERNAL, f"the dispatcher failed unexpectedly: {type(exc).__name__}")
-        )
-        event = TaskEvent(
-            task_id=record.task_id,
-            sequence=0,
-            kind=EventKind.STATUS,
-            time_ms=now_ms(),
-            status=TaskStatus.FAILED,
-            step=record.cursor.step,
-            message=f"status FAILED: {err}",
-            error=err,
-        )
-        with contextlib.suppress(AgentmeshError):
-            await self.tasks.commit(
-                record.task_id,
-                fence=record.fence,
-                fields=fields_of(status=TaskStatus.FAILED, error=err, update_ms=now_ms(), lease_until=0),
-                events=[event],
-                ttl_s=self.settings.task_ttl_s,
-                agent=record.agent_id,
-            )

@@ -487,3 +487,27 @@ async def test_a_task_queued_before_it_existed_after_a_partial_script_flush_stil
         assert events[-1].status == TaskStatus.SUCCEEDED
         assert [e.kind for e in events].count(EventKind.ANSWER) == 1
     assert rig.provider.calls == 3
+
+
+async def test_a_deferred_entry_claimed_again_is_kept_for_the_run_that_takes_it_up(make_rig: MakeRig) -> None:
+    """CI stop 55: an entry deferred behind a running run of its task went idle, the claim loop took
+    it again (same entry, now `claimed`), and the deferred path acknowledged it as a spare; the run
+    started from it later had no entry to renew ("entry ... is no longer ours")."""
+    rig = await make_rig(lambda p: reply(text="ran"), start=False)
+    worker = rig.dispatcher.worker
+    await worker.queue.ensure_group()
+    await worker.queue.enqueue("t-deferred")
+    [(msg_id, task_id)] = await worker.queue.read(10, 10)
+    blocker = asyncio.create_task(asyncio.sleep(3600))
+    worker._running[task_id] = blocker  # a run of the task is going on here
+    try:
+        worker._spawn(msg_id, task_id, claimed=False)  # read while it runs: deferred
+        worker._spawn(msg_id, task_id, claimed=True)  # the same entry, claimed after going idle
+        await asyncio.sleep(0.2)  # an acknowledgement would be a background task
+        pending = await rig.store.redis.xpending_range(worker.queue.key, worker.queue.group, "-", "+", 10)
+        assert [str(p["message_id"], "utf-8") for p in pending] == [msg_id]  # type: ignore[arg-type]
+        assert worker._deferred[task_id] == (msg_id, True)
+    finally:
+        blocker.cancel()
+        worker._running.pop(task_id, None)
+        worker._deferred.pop(task_id, None)
