@@ -293,6 +293,40 @@ async def test_connect_timeout_ms_is_the_calls_deadline(stack: Stack) -> None:
     assert unary.status_code == 400 and unary.json()["code"] == "invalid_argument"
 
 
+SLOW_MODEL = {
+    "providers": {
+        "backends": [
+            {
+                "name": "scripted",
+                "type": "scripted",
+                "models": [{"name": "smoke", "policy": "tests.contract.stack:policy", "latency_ms": 1500}],
+            }
+        ]
+    }
+}
+
+
+@pytest.mark.parametrize("stack", [SLOW_MODEL], indirect=True)
+async def test_connect_timeout_ms_cuts_a_stream_that_outlives_it_while_the_task_goes_on(stack: Stack) -> None:
+    """Each model reply takes 1.5 s: a 400 ms deadline ends the stream typed, not the task."""
+    headers = {**bearer(stack), "content-type": "application/connect+json", "connect-timeout-ms": "400"}
+    async with httpx.AsyncClient(base_url=base_url(stack), headers=bearer(stack), timeout=60) as http:
+        reply = await http.post(
+            f"{DISPATCHER}/RunTask",
+            content=envelope({"start": {"agentId": AGENT, "goal": "compute 9*9"}}),
+            headers=headers,
+        )
+        *messages, (flags, end) = frames(reply.content)
+        assert flags == 0x02
+        ended = json.loads(end)
+        assert ended["error"]["code"] == "deadline_exceeded", ended
+        assert error_detail(ended["error"]).code == common_pb2.ERROR_CODE_DEADLINE_EXCEEDED
+        events = [json.loads(data)["event"] for _, data in messages]
+        assert events and events[-1]["status"] != "TASK_STATUS_SUCCEEDED", events
+        task = await until_done(http, events[0]["taskId"])
+    assert task["status"] == "TASK_STATUS_SUCCEEDED", task
+
+
 async def test_an_overloaded_server_sheds_http_calls_as_grpc_ones(stack: Stack) -> None:
     limiter = stack.hosts["dispatcher"][0].http_limiter
     limiter.in_flight = limiter.limit  # every HTTP slot taken (gRPC has its own count)
