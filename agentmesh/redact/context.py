@@ -70,8 +70,9 @@ _PREFILTER = re2.compile(
 # punctuation (`P@ssw0rd$1`, `sk_...#P7r5&@*x`, `app_id|secret`, `...zLx!t`), not only base64's; quotes,
 # brackets, `,` and `;` are markup or lists, `%` URL encoding and `?` a query.
 _LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
-# `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`: a named field, not one token.
-_FIELD_PREFIX = re2.compile(r"^(?:[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
+# `-Dkeytab=/tmp/app.keytab`: a named field, not one token.
+_FIELD_PREFIX = re2.compile(r"^(?:-{0,2}[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
 # The punctuation passwords hold (`!#$&*@|`) is one only inside a token without `/` or `:`: at an end,
 # or beside a path, it is a shebang, a fragment, a package spec (`x@npm:2.0.0`) or a cut query (`...&`);
 # `$NAME` is a variable, `name@host` an address.

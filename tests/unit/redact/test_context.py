@@ -69,6 +69,7 @@ def test_a_text_that_is_one_random_token_is_masked(text: str) -> None:
         "payment-service-primary",
         "AKIAIOSFODNN7EXAMPLE",  # AWS's documentation key: gitleaks allowlists it, so does the lone-token rule
         "AIzaSyabcdefghijklmnopqrstuvwxyz1234567",  # a placeholder
+        "-DKEYTAB_FILE=/tmp/app.keytab",  # a command line's flag: a named field
     ],
 )
 def test_ids_digests_and_placeholders_standing_alone_are_kept(text: str) -> None:
@@ -206,6 +207,14 @@ def test_the_generic_rule_still_masks_what_the_grammar_takes_for_a_placeholder()
     text = "SERVICE_TOKEN=Xk9vQ2mR12345678Lp4Wz8Ns"
     assert [f.rule for f in default_rules().findings(text)] == ["gitleaks:generic-api-key"]
     assert redact_text(text) == (f"SERVICE_TOKEN={MASK}", True)
+
+
+def test_the_generic_rule_leaves_a_value_typed_along_the_keyboard() -> None:
+    # Mostly consecutive characters: a stand-in, whatever the key; a vendor rule's own shape still counts.
+    text = '"token1": "xoxp-1234567890"'
+    assert [f.rule for f in default_rules().findings(text)] == ["gitleaks:generic-api-key"]
+    assert redact_text(text) == (text, False)
+    assert redact_text("snyk_token: 12345678-ABCD-ABCD-ABCD-1234567890AB")[1]
 
 
 def test_widening_masks_a_token_past_a_fixed_length_rule() -> None:
