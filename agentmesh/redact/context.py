@@ -8,11 +8,15 @@
 - a text that is a single high-entropy token and nothing else (a tool that prints one credential), unless
   it starts with a vendor's prefix: then gitleaks' rule for that vendor decides. The token may hold a
   password's punctuation (`!#$&*@|`, inside it, not beside a path, a `:`, a `$VARIABLE` or `user@`) and
-  be as short as 10 characters when it mixes both cases and digits, has few vowels and is no words.
+  be as short as 10 characters when it holds digits, has few vowels and is no words (of one case: not
+  hex, and with five consonants in a row); 16 or more letters of one case count when they read as
+  random the same way; a token with `%XX` escapes is judged URL-decoded.
 All patterns are RE2 (linear time on hostile text).
 """
 
 from __future__ import annotations
+
+import urllib.parse
 
 import re2
 
@@ -68,11 +72,14 @@ _PREFILTER = re2.compile(
 
 # A lone token: what a whole text is when a tool printed one credential. Passwords and keys hold
 # punctuation (`P@ssw0rd$1`, `sk_...#P7r5&@*x`, `app_id|secret`, `...zLx!t`), not only base64's; quotes,
-# brackets, `,` and `;` are markup or lists, `%` URL encoding and `?` a query.
-_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
+# brackets, `,` and `;` are markup or lists, `?` a query; `%XX` is URL encoding (judged decoded).
+_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|%-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
 # `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
-# `-Dkeytab=/tmp/app.keytab`: a named field, not one token.
+# `-Dkeytab=/tmp/app.keytab`: a named field, not one token. (Judging the value alone instead, as
+# `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half.)
 _FIELD_PREFIX = re2.compile(r"^(?:-{0,2}[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# URL encoding (`%2F`): the token is judged decoded; a `%` without two hex digits is a template or a rate.
+_PERCENT = re2.compile(r"%[0-9A-Fa-f]{2}", _OPTIONS)
 # The punctuation passwords hold (`!#$&*@|`) is one only inside a token without `/` or `:`: at an end,
 # or beside a path, it is a shebang, a fragment, a package spec (`x@npm:2.0.0`) or a cut query (`...&`);
 # `$NAME` is a variable, `name@host` an address.
@@ -127,9 +134,10 @@ def _random_token(token: str) -> bool:
     """Whether one token looks random: not a digest, path, word, number, placeholder or a vendor's
     look-alike, with enough character classes and entropy for its alphabet (and, under 16 characters,
     the stricter `_SHORT_TOKEN` tests)."""
+    random_letters = len(token) >= _MIN_LONG and token.isalpha() and _unpronounceable(token)
     if (
         _HEX_DIGEST.search(token)
-        or _PATH_OR_WORDS.search(token)
+        or (_PATH_OR_WORDS.search(token) and not random_letters)
         or is_placeholder(token)
         # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
         # is a look-alike (a wrong length, a missing checksum), as its own tests' near misses are.
@@ -141,14 +149,31 @@ def _random_token(token: str) -> bool:
     if len(token) < _MIN_LONG:
         letters = [c for c in token if c.isalpha()]
         vowels = sum(c in "aeiouAEIOU" for c in letters)
-        if not (lower and upper and digit) or _SHORT_TOKEN.search(token) is None:
+        if not digit or _SHORT_TOKEN.search(token) is None:
+            return False
+        # One case: no hex (a short git SHA) and no pronounceable words (`server01prod`, `node18lts`).
+        if not (lower and upper) and (set(token) <= _HEX or not _unpronounceable(token)):
             return False
         if vowels >= _MAX_SHORT_VOWELS * len(letters) or _CAMEL_WORDS.search(token) is not None:
             return False
     classes = lower + upper + digit
-    if classes < 2 and _LONG_NUMBER.search(token) is None:
+    if classes < 2 and _LONG_NUMBER.search(token) is None and not random_letters:
         return False
     return shannon_entropy(token) >= _entropy_floor(token)
+
+
+# Random letters: about one in five is a vowel and consonants come in long runs; words and names of one
+# case (`getsnapshotdrafts`, `kubernetes`) have two in five and runs of at most three or four (`y`
+# counts as neither: `matchboxtwentytwo`).
+_MAX_RANDOM_VOWELS = 0.3
+_CONSONANT_RUN = re2.compile(r"(?i)[b-df-hj-np-tv-xz]{5}", _OPTIONS)
+
+
+def _unpronounceable(token: str) -> bool:
+    """Whether a token's letters read as random: few vowels and five consonants in a row."""
+    letters = [c for c in token if c.isalpha()]
+    vowels = sum(c in "aeiouAEIOU" for c in letters)
+    return vowels < _MAX_RANDOM_VOWELS * len(letters) and _CONSONANT_RUN.search(token) is not None
 
 
 def _odd_punctuation(token: str) -> bool:
@@ -174,6 +199,12 @@ def lone_token(text: str) -> list[Finding]:
         return []
     start, end = m.span(1)
     token = text[start:end]
+    if "%" in token:
+        if _PERCENT.search(token) is None:
+            return []  # `%APPDATA%`, `50%`, `TestSource%Password%`
+        token = urllib.parse.unquote(token)
+        if any(c.isspace() for c in token):
+            return []  # `hello%20world`: words
     if _FIELD_PREFIX.search(token) or _odd_punctuation(token) or not _random_token(token):
         return []
     return [Finding(start, end, "context:lone-token")]

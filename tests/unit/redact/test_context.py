@@ -263,6 +263,9 @@ def test_hostile_inputs_stay_linear() -> None:
         "Tm3!Kx8$Vq2Rw",
         "Sk94HG7f6KB",  # 11 characters: both cases, digits, few vowels
         "YnJvd3Nlcjo=",
+        "pwpt1awiqnltknd",  # short, one case: no hex, few vowels, consonants in a row
+        "vyfflmtrolpaqeim",  # letters of one case that read as random
+        "k9Qx7Lm2%2BWz4Rt8Vb%3D",  # URL-encoded
     ],
 )
 def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
@@ -287,7 +290,13 @@ def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
         "Python3.11",  # short: a version
         "a1b2c3d4e5f6",  # short: one case only
         "ORD-48213-XK",
-        "%2Fxk9vQ2mR7tLp4Wz8Ns",  # `%`: URL encoding, not taken
+        "%2Fxk9vQ2mR7tLp4Wz8Ns",  # URL-decoded: a path
+        "TestSource%Password%",  # `%` without hex digits: a template
+        "hello%20world%21",
+        "7f3a9c2e1b4d",  # short, one case: hex (a short git SHA)
+        "server01prod",  # short, one case: words
+        "getsnapshotdrafts",  # letters of one case: words
+        "matchboxtwentytwo",
     ],
 )
 def test_a_lone_token_with_odd_punctuation_or_short_words_is_kept(text: str) -> None:
