@@ -137,6 +137,7 @@ def _random_token(token: str) -> bool:
     random_letters = len(token) >= _MIN_LONG and token.isalpha() and _unpronounceable(token)
     if (
         _HEX_DIGEST.search(token)
+        or _name_of_parts(token)
         or (_PATH_OR_WORDS.search(token) and not random_letters)
         or is_placeholder(token)
         # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
@@ -152,7 +153,7 @@ def _random_token(token: str) -> bool:
         if not digit or _SHORT_TOKEN.search(token) is None:
             return False
         # One case: no hex (a short git SHA) and no pronounceable words (`server01prod`, `node18lts`).
-        if not (lower and upper) and (set(token) <= _HEX or not _unpronounceable(token)):
+        if not (lower and upper) and (set(token) <= _HEX or not (_unpronounceable(token) or _scattered_digits(token))):
             return False
         if vowels >= _MAX_SHORT_VOWELS * len(letters) or _CAMEL_WORDS.search(token) is not None:
             return False
@@ -167,6 +168,42 @@ def _random_token(token: str) -> bool:
 # counts as neither: `matchboxtwentytwo`).
 _MAX_RANDOM_VOWELS = 0.3
 _CONSONANT_RUN = re2.compile(r"(?i)[b-df-hj-np-tv-xz]{5}", _OPTIONS)
+
+
+# A name made of words and numbers (`claude-3-5-sonnet-20241022`, `text-embedding-3-large`,
+# `x86_64-linux-gnu`): each part is a number, at most four characters, or a word (one case or
+# capitalised, pronounceable) with a number before or after it.
+_PART_SPLIT = re2.compile(r"[-_.]+", _OPTIONS)
+_WORD_PART = re2.compile(r"^[0-9]{0,4}(?P<word>[A-Z]?[a-z]+|[A-Z]+)[0-9]{0,8}$", _OPTIONS)
+_SHORT_PART = 4
+
+
+def _name_of_parts(token: str) -> bool:
+    parts = [p for p in _PART_SPLIT.split(token) if p]
+    if len(parts) < 2:
+        return False
+    for part in parts:
+        if part.isdigit() or len(part) <= _SHORT_PART:
+            continue
+        m = _WORD_PART.search(part)
+        if m is None or _unpronounceable(m.group("word")):
+            return False
+    return True
+
+
+_DIGIT_GROUP = re2.compile(r"[0-9]+", _OPTIONS)
+_MIN_DIGIT_GROUPS = 3
+
+
+def _scattered_digits(token: str) -> bool:
+    """Digits in three places or more, among few vowels: `k7qx2mw9prt` (names put their digits in one
+    or two places: `server01prod`, `nginx1deploymnt`)."""
+    letters = [c for c in token if c.isalpha()]
+    vowels = sum(c in "aeiouAEIOU" for c in letters)
+    if not token.isalnum():
+        return False  # `chatglm3-6b-32k`, `qwen2-7b-int4`: a name's parts, not one random run
+    groups = len(_DIGIT_GROUP.findall(token))
+    return groups >= _MIN_DIGIT_GROUPS and vowels < _MAX_RANDOM_VOWELS * len(letters)
 
 
 def _unpronounceable(token: str) -> bool:

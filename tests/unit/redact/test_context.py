@@ -265,6 +265,7 @@ def test_hostile_inputs_stay_linear() -> None:
         "YnJvd3Nlcjo=",
         "pwpt1awiqnltknd",  # short, one case: no hex, few vowels, consonants in a row
         "vyfflmtrolpaqeim",  # letters of one case that read as random
+        "k9qx7lm2wtr",  # short, one case: digits scattered in three places
         "k9Qx7Lm2%2BWz4Rt8Vb%3D",  # URL-encoded
     ],
 )
@@ -297,6 +298,13 @@ def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
         "server01prod",  # short, one case: words
         "getsnapshotdrafts",  # letters of one case: words
         "matchboxtwentytwo",
+        "chatglm3-6b-32k",  # a model's name: digits in three places, but in parts
+        "claude-3-5-sonnet-20241022",  # words and numbers
+        "text-embedding-3-large",
+        "mistral-7b-instruct-v0.2",
+        "x86_64-linux-gnu",
+        "ip-10-0-1-23.ec2.internal",
+        "release-2026-12-05",
     ],
 )
 def test_a_lone_token_with_odd_punctuation_or_short_words_is_kept(text: str) -> None:
