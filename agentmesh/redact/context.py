@@ -248,9 +248,10 @@ def lone_token(text: str) -> list[Finding]:
 
 
 # The entropy a random token of a small alphabet reaches is lower: 16 random digits have 2.9 bits per
-# character on average (2.6 one time in ten), 16 hex digits 3.4. The floor follows the alphabet so
-# that a client id of 16 digits or `hex8:hex8` counts; filler and sequences stay out (`is_placeholder`,
-# and 2.5 bits is still more than `1212...` or `2026120512000000` carry).
+# character on average (below 2.5 one time in twenty, below 2.2 one in 300), 16 hex digits 3.4. The
+# floor follows the alphabet so that a client id of 16 digits or `hex8:hex8` counts; filler and
+# sequences stay out (`is_placeholder`, and 2.2 bits is still more than `1111222233334444`,
+# `1000000000012345` or `4111111111111111` carry; compact timestamps have their own test).
 _DIGITS = frozenset("0123456789")
 _HEX = frozenset("0123456789abcdefABCDEF:-")
 
@@ -264,7 +265,7 @@ def _entropy_floor(token: str) -> float:
     if chars <= _HEX and _COMPACT_DATE.search(token) is not None:
         return 3.0
     if chars <= _DIGITS:
-        return 2.5
+        return 2.2
     if chars <= _HEX:
         return 2.7
     return 3.0

@@ -81,6 +81,7 @@ def test_ids_digests_and_placeholders_standing_alone_are_kept(text: str) -> None
     [
         "1672546621574813",  # a client id of 16 random digits (2.9 bits per character)
         "9882352431515891",  # 2.7 bits: under the 3.0 a mixed alphabet needs, random for digits
+        "3079988895338833",  # 2.25 bits: random digits reach it one time in a hundred
         "1e2eeb71:4e1cc713",  # hex8:hex8 (2.9 bits)
         "9c00a003:99190d77",
     ],
@@ -96,6 +97,8 @@ def test_a_lone_token_of_a_small_alphabet_has_its_own_entropy_floor(text: str) -
         "20261205-171407-000",
         "4111111111111111",  # filler
         "1212121212121212",
+        "1111222233334444",
+        "1000000000012345",  # padded: 1.8 bits
         "1234567890123456",  # a run of the digits: a stand-in
     ],
 )
