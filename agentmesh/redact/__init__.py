@@ -25,7 +25,8 @@ from typing import Any
 
 from agentmesh.errors import AgentmeshError, Violation
 from agentmesh.redact import assignments, context, plugins
-from agentmesh.redact.gitleaks_rules import default_rules
+from agentmesh.redact.gitleaks_rules import GENERIC, default_rules
+from agentmesh.redact.placeholders import sequential_filler
 from agentmesh.redact.spans import MASK, Finding, mask
 
 __all__ = [
@@ -40,11 +41,21 @@ __all__ = [
 ]
 
 
+_GENERIC = f"gitleaks:{GENERIC}"
+
+
 def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     """Every detector's findings in `text` (unmerged; `spans.mask` widens and merges them). `whole_text`:
     the text stands alone (a tool's output, a message), so a lone random token in it is a secret; not for
     the string values of a structured value, where ids stand alone all the time."""
     found, vetoes = default_rules().scan(text)
+    # gitleaks' generic rule guesses by a key's name, as the assignment grammar does: a value typed as a run
+    # of the keyboard (`xoxp-1234567890`, `abcdef0123456789abcd`) is a stand-in, not a secret. (A vendor
+    # rule matched the vendor's shape: its own tests take `12345678-ABCD-...` for a key, and so do we.)
+    stand_ins = [f for f in found if f.rule == _GENERIC and sequential_filler(text[f.start : f.end])]
+    if stand_ins:
+        found = [f for f in found if f not in stand_ins]
+        vetoes += stand_ins
     found += plugins.findings(text)
     generic = assignments.findings(text) + context.findings(text, whole_text=whole_text)
     # What gitleaks' own rules rejected (a known example key, a placeholder, filler) the generic

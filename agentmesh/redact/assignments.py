@@ -116,7 +116,13 @@ _METADATA_WORDS = frozenset(
     | {"header", "location", "provider", "method", "mode", "store", "manager", "ref", "reference", "arn", "hash"}
     | {"changed", "reset", "strength", "valid", "validity", "rules", "regex", "pattern", "kind", "class", "dir"}
     | {"tokenizer", "tokenize", "tokenized", "index", "idx", "alias", "at", "age", "set", "created", "updated"}
+    # Where a credential is checked or comes from (MongoDB's `authSource`, `auth_host`, `token_issuer`).
+    | {"source", "host", "hostname", "server", "domain", "realm", "mechanism", "issuer", "audience", "callback"}
+    | {"redirect", "username", "email"}
 )
+# A key that names a thing by what it is for (`keyVaultToStoreSecrets`, `pathForToken`): its head is the
+# words before the preposition; `tokenForGithub` still holds a token.
+_PREPOSITIONS = frozenset({"to", "for", "of", "from", "with", "in", "into", "on", "by"})
 _NOT_SECRET_WORDS = frozenset(
     {
         "public",
@@ -145,6 +151,8 @@ def key_words(key: str) -> list[str]:
 def secret_key(key: str) -> bool:
     """Whether a key names a secret (by its words; see the module's docstring)."""
     words = key_words(key)
+    cut = next((i for i, w in enumerate(words) if w in _PREPOSITIONS), len(words))
+    words = words[:cut] if cut > 0 else words
     if words[-3:] == ["private", "key", "id"]:
         return True  # a service account's key id is as sensitive as its name suggests
     if not words or words[-1] in _METADATA_WORDS or _NOT_SECRET_WORDS.intersection(words):
@@ -227,6 +235,8 @@ def findings(text: str) -> list[Finding]:
             if span is None:
                 continue
             start, end, quoted = span
+            if text[start - 1 : start] == "`" and any(c.isspace() for c in text[start:end]):
+                continue  # password=`cat /run/secrets/db`: a shell's command substitution
             if name == "flag" and not quoted and ":" in text[start:end]:
                 start += text.index(":", start, end) + 1 - start  # --auth user:password: the password
             if name == "assignment":

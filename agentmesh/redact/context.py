@@ -8,11 +8,15 @@
 - a text that is a single high-entropy token and nothing else (a tool that prints one credential), unless
   it starts with a vendor's prefix: then gitleaks' rule for that vendor decides. The token may hold a
   password's punctuation (`!#$&*@|`, inside it, not beside a path, a `:`, a `$VARIABLE` or `user@`) and
-  be as short as 10 characters when it mixes both cases and digits, has few vowels and is no words.
+  be as short as 10 characters when it holds digits, has few vowels and is no words (of one case: not
+  hex, and with five consonants in a row); 16 or more letters of one case count when they read as
+  random the same way; a token with `%XX` escapes is judged URL-decoded.
 All patterns are RE2 (linear time on hostile text).
 """
 
 from __future__ import annotations
+
+import urllib.parse
 
 import re2
 
@@ -68,10 +72,14 @@ _PREFILTER = re2.compile(
 
 # A lone token: what a whole text is when a tool printed one credential. Passwords and keys hold
 # punctuation (`P@ssw0rd$1`, `sk_...#P7r5&@*x`, `app_id|secret`, `...zLx!t`), not only base64's; quotes,
-# brackets, `,` and `;` are markup or lists, `%` URL encoding and `?` a query.
-_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
-# `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`: a named field, not one token.
-_FIELD_PREFIX = re2.compile(r"^(?:[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# brackets, `,` and `;` are markup or lists, `?` a query; `%XX` is URL encoding (judged decoded).
+_LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|%-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
+# `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
+# `-Dkeytab=/tmp/app.keytab`: a named field, not one token. (Judging the value alone instead, as
+# `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half.)
+_FIELD_PREFIX = re2.compile(r"^(?:-{0,2}[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# URL encoding (`%2F`): the token is judged decoded; a `%` without two hex digits is a template or a rate.
+_PERCENT = re2.compile(r"%[0-9A-Fa-f]{2}", _OPTIONS)
 # The punctuation passwords hold (`!#$&*@|`) is one only inside a token without `/` or `:`: at an end,
 # or beside a path, it is a shebang, a fragment, a package spec (`x@npm:2.0.0`) or a cut query (`...&`);
 # `$NAME` is a variable, `name@host` an address.
@@ -126,9 +134,11 @@ def _random_token(token: str) -> bool:
     """Whether one token looks random: not a digest, path, word, number, placeholder or a vendor's
     look-alike, with enough character classes and entropy for its alphabet (and, under 16 characters,
     the stricter `_SHORT_TOKEN` tests)."""
+    random_letters = len(token) >= _MIN_LONG and token.isalpha() and _unpronounceable(token)
     if (
         _HEX_DIGEST.search(token)
-        or _PATH_OR_WORDS.search(token)
+        or _name_of_parts(token)
+        or (_PATH_OR_WORDS.search(token) and not random_letters)
         or is_placeholder(token)
         # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
         # is a look-alike (a wrong length, a missing checksum), as its own tests' near misses are.
@@ -140,14 +150,67 @@ def _random_token(token: str) -> bool:
     if len(token) < _MIN_LONG:
         letters = [c for c in token if c.isalpha()]
         vowels = sum(c in "aeiouAEIOU" for c in letters)
-        if not (lower and upper and digit) or _SHORT_TOKEN.search(token) is None:
+        if not digit or _SHORT_TOKEN.search(token) is None:
+            return False
+        # One case: no hex (a short git SHA) and no pronounceable words (`server01prod`, `node18lts`).
+        if not (lower and upper) and (set(token) <= _HEX or not (_unpronounceable(token) or _scattered_digits(token))):
             return False
         if vowels >= _MAX_SHORT_VOWELS * len(letters) or _CAMEL_WORDS.search(token) is not None:
             return False
     classes = lower + upper + digit
-    if classes < 2 and _LONG_NUMBER.search(token) is None:
+    if classes < 2 and _LONG_NUMBER.search(token) is None and not random_letters:
         return False
     return shannon_entropy(token) >= _entropy_floor(token)
+
+
+# Random letters: about one in five is a vowel and consonants come in long runs; words and names of one
+# case (`getsnapshotdrafts`, `kubernetes`) have two in five and runs of at most three or four (`y`
+# counts as neither: `matchboxtwentytwo`).
+_MAX_RANDOM_VOWELS = 0.3
+_CONSONANT_RUN = re2.compile(r"(?i)[b-df-hj-np-tv-xz]{5}", _OPTIONS)
+
+
+# A name made of words and numbers (`claude-3-5-sonnet-20241022`, `text-embedding-3-large`,
+# `x86_64-linux-gnu`): each part is a number, at most four characters, or a word (one case or
+# capitalised, pronounceable) with a number before or after it.
+_PART_SPLIT = re2.compile(r"[-_.]+", _OPTIONS)
+_WORD_PART = re2.compile(r"^[0-9]{0,4}(?P<word>[A-Z]?[a-z]+|[A-Z]+)[0-9]{0,8}$", _OPTIONS)
+_SHORT_PART = 4
+
+
+def _name_of_parts(token: str) -> bool:
+    parts = [p for p in _PART_SPLIT.split(token) if p]
+    if len(parts) < 2:
+        return False
+    for part in parts:
+        if part.isdigit() or len(part) <= _SHORT_PART:
+            continue
+        m = _WORD_PART.search(part)
+        if m is None or _unpronounceable(m.group("word")):
+            return False
+    return True
+
+
+_DIGIT_GROUP = re2.compile(r"[0-9]+", _OPTIONS)
+_MIN_DIGIT_GROUPS = 3
+
+
+def _scattered_digits(token: str) -> bool:
+    """Digits in three places or more, among few vowels: `k7qx2mw9prt` (names put their digits in one
+    or two places: `server01prod`, `nginx1deploymnt`)."""
+    letters = [c for c in token if c.isalpha()]
+    vowels = sum(c in "aeiouAEIOU" for c in letters)
+    if not token.isalnum():
+        return False  # `chatglm3-6b-32k`, `qwen2-7b-int4`: a name's parts, not one random run
+    groups = len(_DIGIT_GROUP.findall(token))
+    return groups >= _MIN_DIGIT_GROUPS and vowels < _MAX_RANDOM_VOWELS * len(letters)
+
+
+def _unpronounceable(token: str) -> bool:
+    """Whether a token's letters read as random: few vowels and five consonants in a row."""
+    letters = [c for c in token if c.isalpha()]
+    vowels = sum(c in "aeiouAEIOU" for c in letters)
+    return vowels < _MAX_RANDOM_VOWELS * len(letters) and _CONSONANT_RUN.search(token) is not None
 
 
 def _odd_punctuation(token: str) -> bool:
@@ -173,15 +236,22 @@ def lone_token(text: str) -> list[Finding]:
         return []
     start, end = m.span(1)
     token = text[start:end]
+    if "%" in token:
+        if _PERCENT.search(token) is None:
+            return []  # `%APPDATA%`, `50%`, `TestSource%Password%`
+        token = urllib.parse.unquote(token)
+        if any(c.isspace() for c in token):
+            return []  # `hello%20world`: words
     if _FIELD_PREFIX.search(token) or _odd_punctuation(token) or not _random_token(token):
         return []
     return [Finding(start, end, "context:lone-token")]
 
 
 # The entropy a random token of a small alphabet reaches is lower: 16 random digits have 2.9 bits per
-# character on average (2.6 one time in ten), 16 hex digits 3.4. The floor follows the alphabet so
-# that a client id of 16 digits or `hex8:hex8` counts; filler and sequences stay out (`is_placeholder`,
-# and 2.5 bits is still more than `1212...` or `2026120512000000` carry).
+# character on average (below 2.5 one time in twenty, below 2.2 one in 300), 16 hex digits 3.4. The
+# floor follows the alphabet so that a client id of 16 digits or `hex8:hex8` counts; filler and
+# sequences stay out (`is_placeholder`, and 2.2 bits is still more than `1111222233334444`,
+# `1000000000012345` or `4111111111111111` carry; compact timestamps have their own test).
 _DIGITS = frozenset("0123456789")
 _HEX = frozenset("0123456789abcdefABCDEF:-")
 
@@ -195,7 +265,7 @@ def _entropy_floor(token: str) -> float:
     if chars <= _HEX and _COMPACT_DATE.search(token) is not None:
         return 3.0
     if chars <= _DIGITS:
-        return 2.5
+        return 2.2
     if chars <= _HEX:
         return 2.7
     return 3.0

@@ -45,6 +45,22 @@ def _filler_run(value: str) -> bool:
     return longest >= 8 and longest * 4 >= len(value)
 
 
+# Consecutive characters (`ab`, `12`, `EF`): a random token of 36+ symbols has one pair in 30 of them;
+# a stand-in typed on the keyboard (`abcdef0123456789`, `AbCeFG123`, `12345678-ABCD-ABCD-...`) is mostly
+# such pairs.
+_MIN_SEQUENCE = 8
+_SEQUENCE_SHARE = 0.6
+
+
+def sequential_filler(value: str) -> bool:
+    """Whether most neighbouring letters and digits of a value follow each other (`abc123`, `AbCeFG123`)."""
+    chars = [c.lower() for c in value if c.isascii() and c.isalnum()]
+    if len(chars) < _MIN_SEQUENCE:
+        return False
+    steps = sum(ord(b) - ord(a) == 1 for a, b in itertools.pairwise(chars))
+    return steps >= _SEQUENCE_SHARE * (len(chars) - 1)
+
+
 def is_placeholder(value: str) -> bool:
     """Whether a value is visibly a stand-in, not a secret (see the module's docstring)."""
     quoted = value.strip().strip("\"'`")
@@ -53,4 +69,4 @@ def is_placeholder(value: str) -> bool:
         return True
     if _WHOLE.search(quoted) is not None or _WHOLE.search(v) is not None:
         return True
-    return _PART.search(v) is not None or _filler_run(v)
+    return _PART.search(v) is not None or _filler_run(v) or sequential_filler(v)

@@ -101,6 +101,11 @@ def test_each_syntax(syntax: str, text: str, key: str) -> None:
         "curl -u <user:password> https://example.com",
         'author = "james.fake@ymail.com"',
         'name="authenticity_token" value="7SWa-Fo1_hsC6oovfBsJFLGPUl2EhkSWPbJhWANwgaJWBDl1vxd9VNqXTNAefsJqzIRYaZEfY"',
+        "DB_PASSWORD=`cat /run/secrets/db_password`",  # a shell's command substitution
+        "SUMO_ACCESS_KEY=AbCeFG123",  # typed along the keyboard
+        'api_token: "xoxp-1234567890"',
+        "X-Mongo-AuthSource: admin",
+        "keyVaultToStoreSecrets: orders-vault",
     ],
 )
 def test_not_secrets(text: str) -> None:
@@ -125,6 +130,12 @@ def test_not_secrets(text: str) -> None:
         ("csrf_token", False),
         ("author", False),
         ("keyboard", False),
+        ("authSource", False),
+        ("token_issuer", False),
+        ("keyVaultToStoreSecrets", False),
+        ("pathForToken", False),
+        ("tokenForGithub", True),
+        ("passwordForDb", True),
     ],
 )
 def test_secret_key_names(key: str, secret: bool) -> None:

@@ -69,6 +69,7 @@ def test_a_text_that_is_one_random_token_is_masked(text: str) -> None:
         "payment-service-primary",
         "AKIAIOSFODNN7EXAMPLE",  # AWS's documentation key: gitleaks allowlists it, so does the lone-token rule
         "AIzaSyabcdefghijklmnopqrstuvwxyz1234567",  # a placeholder
+        "-DKEYTAB_FILE=/tmp/app.keytab",  # a command line's flag: a named field
     ],
 )
 def test_ids_digests_and_placeholders_standing_alone_are_kept(text: str) -> None:
@@ -80,6 +81,7 @@ def test_ids_digests_and_placeholders_standing_alone_are_kept(text: str) -> None
     [
         "1672546621574813",  # a client id of 16 random digits (2.9 bits per character)
         "9882352431515891",  # 2.7 bits: under the 3.0 a mixed alphabet needs, random for digits
+        "3079988895338833",  # 2.25 bits: random digits reach it one time in a hundred
         "1e2eeb71:4e1cc713",  # hex8:hex8 (2.9 bits)
         "9c00a003:99190d77",
     ],
@@ -95,6 +97,8 @@ def test_a_lone_token_of_a_small_alphabet_has_its_own_entropy_floor(text: str) -
         "20261205-171407-000",
         "4111111111111111",  # filler
         "1212121212121212",
+        "1111222233334444",
+        "1000000000012345",  # padded: 1.8 bits
         "1234567890123456",  # a run of the digits: a stand-in
     ],
 )
@@ -208,6 +212,14 @@ def test_the_generic_rule_still_masks_what_the_grammar_takes_for_a_placeholder()
     assert redact_text(text) == (f"SERVICE_TOKEN={MASK}", True)
 
 
+def test_the_generic_rule_leaves_a_value_typed_along_the_keyboard() -> None:
+    # Mostly consecutive characters: a stand-in, whatever the key; a vendor rule's own shape still counts.
+    text = '"token1": "xoxp-1234567890"'
+    assert [f.rule for f in default_rules().findings(text)] == ["gitleaks:generic-api-key"]
+    assert redact_text(text) == (text, False)
+    assert redact_text("snyk_token: 12345678-ABCD-ABCD-ABCD-1234567890AB")[1]
+
+
 def test_widening_masks_a_token_past_a_fixed_length_rule() -> None:
     text = "key glpat-Xk9vQ2mR7tLp4Wz8Ns3YdEXTRA-tail, next"
     start = text.index("glpat-")
@@ -254,6 +266,10 @@ def test_hostile_inputs_stay_linear() -> None:
         "Tm3!Kx8$Vq2Rw",
         "Sk94HG7f6KB",  # 11 characters: both cases, digits, few vowels
         "YnJvd3Nlcjo=",
+        "pwpt1awiqnltknd",  # short, one case: no hex, few vowels, consonants in a row
+        "vyfflmtrolpaqeim",  # letters of one case that read as random
+        "k9qx7lm2wtr",  # short, one case: digits scattered in three places
+        "k9Qx7Lm2%2BWz4Rt8Vb%3D",  # URL-encoded
     ],
 )
 def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
@@ -278,7 +294,20 @@ def test_a_lone_token_with_punctuation_or_short_is_masked(text: str) -> None:
         "Python3.11",  # short: a version
         "a1b2c3d4e5f6",  # short: one case only
         "ORD-48213-XK",
-        "%2Fxk9vQ2mR7tLp4Wz8Ns",  # `%`: URL encoding, not taken
+        "%2Fxk9vQ2mR7tLp4Wz8Ns",  # URL-decoded: a path
+        "TestSource%Password%",  # `%` without hex digits: a template
+        "hello%20world%21",
+        "7f3a9c2e1b4d",  # short, one case: hex (a short git SHA)
+        "server01prod",  # short, one case: words
+        "getsnapshotdrafts",  # letters of one case: words
+        "matchboxtwentytwo",
+        "chatglm3-6b-32k",  # a model's name: digits in three places, but in parts
+        "claude-3-5-sonnet-20241022",  # words and numbers
+        "text-embedding-3-large",
+        "mistral-7b-instruct-v0.2",
+        "x86_64-linux-gnu",
+        "ip-10-0-1-23.ec2.internal",
+        "release-2026-12-05",
     ],
 )
 def test_a_lone_token_with_odd_punctuation_or_short_words_is_kept(text: str) -> None:

@@ -88,13 +88,13 @@ def test_changed_only_when_every_finding_is_masked_whole(samples: tuple[Sample, 
                 assert value not in out, (f.rule, value, out[:160])
 
 
-# What bench/bench_redaction.py measured (seed 40) after issue 40's fourth pass (held-out bare 92.2 %,
-# near misses masked 12.7 % / tune 12.5 %), less a little slack.
+# What bench/bench_redaction.py measured (seed 40) after issue 40's fifth pass (held-out bare 93.8 %,
+# near misses masked 9.5 % / tune 12.0 %), less a little slack.
 FLOORS = {
-    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.91},
+    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.92},
     "tune": {"generated": 0.99, "handwritten": 0.99, "bare": 0.97},
 }
-FP_CEILINGS = {"heldout": 0.14, "tune": 0.14}
+FP_CEILINGS = {"heldout": 0.105, "tune": 0.13}
 
 
 @pytest.mark.parametrize("half", ["heldout", "tune"])

@@ -193,13 +193,13 @@ async def test_answers_become_outputs() -> None:
 
 async def test_is_error_is_engineering_with_the_servers_text_redacted() -> None:
     failed = types.CallToolResult(
-        content=[types.TextContent(text="denied for token=abcdef0123456789abcd")], is_error=True
+        content=[types.TextContent(text="denied for token=k7Qx2mW9pR4tZ8vN3bL6")], is_error=True
     )
     with pytest.raises(AgentmeshError) as raised:
         await results.produced(_tool(), failed, None, "s")
     err = raised.value
     assert (err.code, err.error_class) == (ErrorCode.UPSTREAM_REJECTED, ErrorClass.ENGINEERING)
-    assert "denied for" in err.message and "abcdef0123456789abcd" not in err.message
+    assert "denied for" in err.message and "k7Qx2mW9pR4tZ8vN3bL6" not in err.message
     assert not unknown_delivery(err)
 
 

@@ -237,7 +237,7 @@ async def test_timeout_is_upstream_timeout_with_fallback() -> None:
         ("token ghp_Q7vX2mR9kLp4Tz8Wn3Ys6Hd1Jf5Bc0GaEu2K", "ghp_Q7vX2mR9kLp4Tz8Wn3Ys6Hd1Jf5Bc0GaEu2K"),
         ("Authorization: Bearer abcdefghijklmnop.qrstuvwxyz123456", "abcdefghijklmnop.qrstuvwxyz123456"),
         ("password=s3cr3t! next", "s3cr3t!"),
-        ('{"api_key": "abc123def456"}', "abc123def456"),
+        ('{"api_key": "q7Wz2k9Xf4Lm"}', "q7Wz2k9Xf4Lm"),
         ("OPENAI_API_KEY=sk-proj-Rk3Vq8Xm2Lp7Tz4Wn9Ys1Hd6", "sk-proj-Rk3Vq8Xm2Lp7Tz4Wn9Ys1Hd6"),
         (
             "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6\n"
