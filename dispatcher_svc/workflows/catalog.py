@@ -67,7 +67,7 @@ def read_definition(path: Path) -> WorkflowDefinition:
     try:
         return definition_from_data(data, label=path.stem)
     except WorkflowInvalidError as exc:
-        raise WorkflowInvalidError(f"{exc.workflow} ({path})", exc.node, exc.field, exc.reason) from None
+        raise WorkflowInvalidError(f"{exc.workflow} ({path.name})", exc.node, exc.field, exc.reason) from None
 
 
 def load_catalog(settings: Settings) -> dict[str, Workflow]:
