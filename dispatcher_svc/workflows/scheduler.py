@@ -16,7 +16,7 @@ randomness of its own (the caller passes `draw` for the jitter), no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentmesh.backoff import Backoff
@@ -57,7 +57,7 @@ class Start:
 @dataclass(frozen=True)
 class Plan:
     start: tuple[Start, ...] = ()
-    skip: Mapping[str, str] = {}
+    skip: Mapping[str, str] = field(default_factory=dict)
     """Node -> why it will not run."""
     wake_at: float | None = None
     """The earliest retry still waiting for its time, to plan again then."""
@@ -266,7 +266,7 @@ def failed(
         state = state.with_item(node, item, status=NodeStatus.FAILED, error=code)
         cancel = tuple((node, i) for i, one in enumerate(state[node].items or ()) if one.status == NodeStatus.RUNNING)
         for _, index in cancel:
-            state = state.with_item(node, index or 0, status=NodeStatus.CANCELLED, reason=f"item {item} failed")
+            state = state.with_item(node, index or 0, status=NodeStatus.CANCELLED)
     if workflow.nodes[node].fallback:
         return state.with_node(node, status=NodeStatus.FELL_BACK, error=code), Decision("fallback", cancel=cancel)
     return state.with_node(node, status=NodeStatus.FAILED, error=code), Decision("fail", cancel=cancel)
