@@ -30,13 +30,25 @@ def base() -> dict[str, Any]:
         "name": "flow",
         "nodes": [
             {"id": "a", "type": "agent", "agent": "triage", "goal": "read {{ input.text }}"},
-            {"id": "b", "type": "tool", "tool": "lookup", "after": ["a"], "arguments": {"id": "{{ nodes.a.output.id }}"}},
+            {
+                "id": "b",
+                "type": "tool",
+                "tool": "lookup",
+                "after": ["a"],
+                "arguments": {"id": "{{ nodes.a.output.id }}"},
+            },
             {"id": "c", "type": "condition", "after": ["b"], "when": "nodes.b.output.ok", "then": ["d"], "else": ["e"]},
             {"id": "d", "type": "agent", "agent": "writer", "goal": "ok {{ nodes.b.output }}", "fallback": "f"},
             {"id": "e", "type": "agent", "agent": "writer", "goal": "no"},
             {"id": "f", "type": "agent", "agent": "writer", "goal": "fallback"},
-            {"id": "p", "type": "parallel", "after": ["a"], "over": "{{ nodes.a.output.items }}", "max_concurrency": 2,
-             "do": {"type": "tool", "tool": "crm__fetch", "arguments": {"x": "{{ item.x }}"}}},
+            {
+                "id": "p",
+                "type": "parallel",
+                "after": ["a"],
+                "over": "{{ nodes.a.output.items }}",
+                "max_concurrency": 2,
+                "do": {"type": "tool", "tool": "crm__fetch", "arguments": {"x": "{{ item.x }}"}},
+            },
             {"id": "j", "type": "join", "mode": "any", "after": ["d", "e"]},
         ],
     }
@@ -72,14 +84,26 @@ INVALID: list[tuple[str, Any, str, str, str]] = [
     ("unknown agent", set_field("a", "agent", "ghost"), "a", "agent", "unknown agent 'ghost'"),
     ("unknown tool", set_field("b", "tool", "ghost"), "b", "tool", "unknown tool 'ghost'"),
     ("unknown do tool", set_field("p", "do", {"type": "tool", "tool": "ghost"}), "p", "do.tool", "unknown tool"),
-    ("unknown do agent", set_field("p", "do", {"type": "agent", "agent": "ghost", "goal": "g"}), "p", "do.agent", "unknown agent"),
+    (
+        "unknown do agent",
+        set_field("p", "do", {"type": "agent", "agent": "ghost", "goal": "g"}),
+        "p",
+        "do.agent",
+        "unknown agent",
+    ),
     ("template not ancestor", set_field("a", "goal", "{{ nodes.b.output }}"), "a", "goal", "not an ancestor"),
     ("template sibling", set_field("e", "goal", "{{ nodes.d.output }}"), "e", "goal", "cannot have run yet"),
     ("template unknown node", set_field("e", "goal", "{{ nodes.zz.output }}"), "e", "goal", "unknown node 'zz'"),
     ("template call", set_field("a", "goal", "{{ input.x.__class__() }}"), "a", "goal", "no calls"),
     ("template other root", set_field("a", "goal", "{{ config.key }}"), "a", "goal", "only input, nodes and item"),
     ("template unclosed", set_field("a", "goal", "{{ input.x"), "a", "goal", "unclosed"),
-    ("template without output", set_field("b", "arguments", {"id": "{{ nodes.a.id }}"}), "b", "arguments", "nodes.<id>.output"),
+    (
+        "template without output",
+        set_field("b", "arguments", {"id": "{{ nodes.a.id }}"}),
+        "b",
+        "arguments",
+        "nodes.<id>.output",
+    ),
     ("item outside parallel", set_field("a", "goal", "{{ item }}"), "a", "goal", "item exists only"),
     ("over not one reference", set_field("p", "over", "items: {{ input.items }}"), "p", "over", "one reference"),
     ("over not ancestor", set_field("p", "over", "{{ nodes.b.output }}"), "p", "over", "not an ancestor"),
@@ -103,7 +127,9 @@ INVALID: list[tuple[str, Any, str, str, str]] = [
 
 
 @pytest.mark.parametrize(("case", "change", "node_id", "field", "words"), INVALID, ids=[c[0] for c in INVALID])
-def test_every_invalid_definition_names_its_node_and_field(case: str, change: Any, node_id: str, field: str, words: str) -> None:
+def test_every_invalid_definition_names_its_node_and_field(
+    case: str, change: Any, node_id: str, field: str, words: str
+) -> None:
     data = copy.deepcopy(base())
     change(data)
     with pytest.raises(WorkflowInvalidError) as caught:
@@ -161,7 +187,9 @@ def test_folder_files_load_and_their_errors_name_the_file(tmp_path: Path) -> Non
     (tmp_path / "two.json").write_text(json.dumps({**good, "name": "one"}), encoding="utf-8")
     with pytest.raises(WorkflowInvalidError, match="two workflows"):
         load_catalog(settings(folder=tmp_path))
-    (tmp_path / "two.json").write_text(json.dumps({"name": "two", "nodes": [{"id": "a", "type": "x"}]}), encoding="utf-8")
+    (tmp_path / "two.json").write_text(
+        json.dumps({"name": "two", "nodes": [{"id": "a", "type": "x"}]}), encoding="utf-8"
+    )
     with pytest.raises(WorkflowInvalidError, match=r"two \(two.json\)': node 'a': type"):
         load_catalog(settings(folder=tmp_path))
     with pytest.raises(WorkflowInvalidError, match="not a folder"):
@@ -178,7 +206,11 @@ def test_the_examples_load_with_their_configuration() -> None:
     loaded = load_settings(
         [ROOT / "agentmesh.yaml", ROOT / "agentmesh.demo.yaml", ROOT / "examples" / "workflows.agentmesh.yaml"]
     )
-    catalog = load_catalog(loaded.model_copy(update={"workflows": loaded.workflows.model_copy(update={"folder": ROOT / "examples" / "workflows"})}))
+    catalog = load_catalog(
+        loaded.model_copy(
+            update={"workflows": loaded.workflows.model_copy(update={"folder": ROOT / "examples" / "workflows"})}
+        )
+    )
     assert sorted(catalog) == ["incident", "support"]
     incident = catalog["incident"]
     assert incident.fallback_of == {"metrics_from_logs": "metrics"}

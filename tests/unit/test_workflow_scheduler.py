@@ -43,8 +43,17 @@ def step(workflow: Workflow, state: RunState, now: float = 0.0) -> tuple[RunStat
 
 
 def test_a_fan_out_of_8_with_a_cap_of_3_never_runs_more_than_3() -> None:
-    workflow = flow([{"id": "p", "type": "parallel", "over": "{{ input.xs }}", "max_concurrency": 3,
-                      "do": {"type": "tool", "tool": "t"}}])
+    workflow = flow(
+        [
+            {
+                "id": "p",
+                "type": "parallel",
+                "over": "{{ input.xs }}",
+                "max_concurrency": 3,
+                "do": {"type": "tool", "tool": "t"},
+            }
+        ]
+    )
     state, starts = step(workflow, RunState.new(workflow.order))
     assert starts == [Start("p", None, 1)]
     state = expanded(state, "p", 8)
@@ -121,9 +130,15 @@ def test_a_failure_without_fallback_fails_the_node_and_skips_what_follows() -> N
 
 
 def test_fatal_in_one_branch_aborts_the_run_and_cancels_the_siblings() -> None:
-    workflow = flow([agent("a"), agent("b"), agent("c", after=["a"]),
-                     {"id": "p", "type": "parallel", "over": "{{ input.xs }}", "do": {"type": "tool", "tool": "t"}}])
-    state, starts = step(workflow, RunState.new(workflow.order))
+    workflow = flow(
+        [
+            agent("a"),
+            agent("b"),
+            agent("c", after=["a"]),
+            {"id": "p", "type": "parallel", "over": "{{ input.xs }}", "do": {"type": "tool", "tool": "t"}},
+        ]
+    )
+    state, _ = step(workflow, RunState.new(workflow.order))
     state = expanded(state, "p", 2)
     state, _ = step(workflow, state)
     state, decision = failed(workflow, state, "a", ErrorCode.DANGEROUS_OPERATION, now=0, draw=0)
@@ -146,11 +161,15 @@ def test_a_fatal_item_aborts_too() -> None:
 
 
 def test_a_condition_picks_its_branch_and_a_join_any_goes_on() -> None:
-    workflow = flow([
-        {"id": "c", "type": "condition", "when": "input.big", "then": ["yes"], "else": ["no"]},
-        agent("yes"), agent("no"), agent("after_no", after=["no"]),
-        {"id": "j", "type": "join", "mode": "any", "after": ["yes", "no"]},
-    ])
+    workflow = flow(
+        [
+            {"id": "c", "type": "condition", "when": "input.big", "then": ["yes"], "else": ["no"]},
+            agent("yes"),
+            agent("no"),
+            agent("after_no", after=["no"]),
+            {"id": "j", "type": "join", "mode": "any", "after": ["yes", "no"]},
+        ]
+    )
     state, starts = step(workflow, RunState.new(workflow.order))
     assert starts == [Start("c", None, 1)]
     value = workflow.conditions["c"].evaluate(scope(workflow, state, {"big": True}), 10**6)
@@ -196,8 +215,13 @@ def test_joins_all_any_and_n() -> None:
 
 
 def test_a_join_whose_inputs_were_all_skipped_is_skipped() -> None:
-    workflow = flow([{"id": "c", "type": "condition", "when": "false", "then": ["x"]}, agent("x"),
-                     {"id": "j", "type": "join", "after": ["x"]}])
+    workflow = flow(
+        [
+            {"id": "c", "type": "condition", "when": "false", "then": ["x"]},
+            agent("x"),
+            {"id": "j", "type": "join", "after": ["x"]},
+        ]
+    )
     state, _ = step(workflow, RunState.new(workflow.order))
     state = succeeded(state, "c", {"value": False})
     assert plan(workflow, state, 0).skip == {"x": "branch not taken", "j": "upstream skipped"}
@@ -224,13 +248,28 @@ def test_a_failed_fallback_fails_the_run() -> None:
 
 
 def test_an_item_out_of_retries_fails_its_parallel_node_and_stops_its_other_items() -> None:
-    workflow = flow([{"id": "p", "type": "parallel", "over": "{{ input.xs }}", "fallback": "f", "retry": {"max_attempts": 1},
-                      "do": {"type": "tool", "tool": "t"}}, agent("f")])
+    workflow = flow(
+        [
+            {
+                "id": "p",
+                "type": "parallel",
+                "over": "{{ input.xs }}",
+                "fallback": "f",
+                "retry": {"max_attempts": 1},
+                "do": {"type": "tool", "tool": "t"},
+            },
+            agent("f"),
+        ]
+    )
     state, _ = step(workflow, RunState.new(workflow.order))
     state, _ = step(workflow, expanded(state, "p", 3))
     state, decision = failed(workflow, state, "p", ErrorCode.UPSTREAM_TIMEOUT, now=0, draw=0, item=1)
     assert decision.action == "fallback" and decision.cancel == (("p", 0), ("p", 2))
-    assert [item.status for item in state["p"].items or ()] == [NodeStatus.CANCELLED, NodeStatus.FAILED, NodeStatus.CANCELLED]
+    assert [item.status for item in state["p"].items or ()] == [
+        NodeStatus.CANCELLED,
+        NodeStatus.FAILED,
+        NodeStatus.CANCELLED,
+    ]
     assert [s.node for s in plan(workflow, state, 0).start] == ["f"]
 
 
@@ -252,8 +291,19 @@ def test_an_empty_fan_out_succeeds_with_an_empty_list() -> None:
 
 
 def test_timeouts_are_per_node_with_the_workflow_default() -> None:
-    workflow = flow([agent("a", timeout_s=5), agent("b"),
-                     {"id": "p", "type": "parallel", "over": "{{ input.xs }}", "timeout_s": 7, "do": {"type": "tool", "tool": "t"}}])
+    workflow = flow(
+        [
+            agent("a", timeout_s=5),
+            agent("b"),
+            {
+                "id": "p",
+                "type": "parallel",
+                "over": "{{ input.xs }}",
+                "timeout_s": 7,
+                "do": {"type": "tool", "tool": "t"},
+            },
+        ]
+    )
     state, _ = step(workflow, RunState.new(workflow.order), now=0)
     state, _ = step(workflow, expanded(state, "p", 1), now=1)
     assert timed_out(workflow, state, 4.9) == []
