@@ -224,7 +224,7 @@ class WorkflowsSettings(_Model):
     definitions: list[WorkflowDefinition] = []
     folder: Path | None = Field(None, description="Every *.yaml, *.yml and *.json file in it is one workflow.")
     condition_max_chars: int = Field(2000, ge=16, le=100_000)
-    condition_max_nodes: int = Field(400, ge=8, le=100_000)
+    condition_max_nodes: int = Field(2000, ge=8, le=100_000)
     """Parse-tree nodes of a CEL expression, at most (checked at load)."""
     condition_max_nesting: int = Field(2, ge=0, le=4)
     """Macros (all, exists, map, filter...) inside one another, at most (checked at load)."""
