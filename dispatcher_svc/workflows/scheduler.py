@@ -36,6 +36,7 @@ __all__ = [
     "failed",
     "outcome",
     "plan",
+    "running_steps",
     "scope",
     "started",
     "succeeded",
@@ -224,6 +225,11 @@ def _running(state: RunState) -> list[tuple[str, int | None]]:
 
 Steps = tuple[tuple[str, int | None], ...]
 """Running steps: (node, item), item None for a node that is not parallel."""
+
+
+def running_steps(workflow: Workflow, state: RunState) -> list[tuple[str, int | None]]:
+    """The agent and tool steps (and parallel items) running now: what has a task or call to look at."""
+    return [(node, item) for node, item in _running(state) if item is not None or _is_step(workflow, node)]
 
 
 def abort(state: RunState, code: ErrorCode, reason: str = "aborted") -> tuple[RunState, Steps]:
