@@ -218,7 +218,7 @@ class Executor:
                 scope = {**scope, "item": render(node.over, scope)[start.item or 0]}
             await self.port.start(self._request(run_id, start, step, scope))
             return state
-        except (KeyError, ValueError, ConditionError):
+        except (LookupError, TypeError, ValueError, ConditionError):
             # A template or condition that does not fit this run's data: an ENGINEERING failure of the node.
             return await self._fail(workflow, run_id, state, start.node, start.item, ErrorCode.FAILED_PRECONDITION, now)
 
@@ -226,7 +226,8 @@ class Executor:
     def _request(run_id: str, start: sched.Start, step: Any, scope: dict[str, Any]) -> StepRequest:
         sid = step_id(run_id, start.node, start.item, start.attempt)
         if isinstance(step, AgentStep):
-            goal = str(render(step.goal, scope))
+            rendered = render(step.goal, scope)
+            goal = rendered if isinstance(rendered, str) else json.dumps(rendered, ensure_ascii=False)
             return StepRequest(
                 sid, run_id, start.node, start.item, start.attempt, "agent", step.agent, goal, step.output_schema
             )

@@ -3,14 +3,16 @@ on the real test Redis. The executor starts agent and tool steps through the por
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentmesh.config import load_settings
 from agentmesh.errors import ErrorCode, InvalidRequestError, NotFoundError
 from agentmesh.store import Store
 from agentmesh.workflow_config import WorkflowsSettings
-from dispatcher_svc.workflows.catalog import definition_from_data
+from dispatcher_svc.workflows.catalog import definition_from_data, load_catalog
 from dispatcher_svc.workflows.executor import Executor, StepRequest, StepResult
 from dispatcher_svc.workflows.runs import RunExistsError, RunStore, StaleRunOwnerError
 from dispatcher_svc.workflows.state import NodeStatus, RunState, RunStatus
@@ -267,3 +269,61 @@ async def test_a_run_keeps_the_definition_it_started_with(store: Store) -> None:
     assert record.state == RunState.new(("a",))
     await ex.advance("run-8")
     assert port.started["run-8.a.-.1"].goal == "version one"
+
+
+def example_catalog() -> dict[str, Workflow]:
+    root = Path(__file__).resolve().parents[2]
+    loaded = load_settings(
+        [root / "agentmesh.yaml", root / "agentmesh.demo.yaml", root / "examples" / "workflows.agentmesh.yaml"]
+    )
+    folder = loaded.workflows.model_copy(update={"folder": root / "examples" / "workflows"})
+    return load_catalog(loaded.model_copy(update={"workflows": folder}))
+
+
+async def test_the_incident_example_fans_out_falls_back_and_waits_for_the_approval(store: Store) -> None:
+    flow = example_catalog()["incident"]
+    port = FakePort()
+    port.auto["metrics"] = StepResult(error=ErrorCode.UPSTREAM_UNAVAILABLE)  # the metrics backend is down
+    port.auto["metrics_from_logs"] = StepResult({"p99_ms": 2400})
+    port.auto["diagnose"] = StepResult(
+        {"root_cause": "connection pool exhausted", "restart": True, "service": "payment-svc"}
+    )
+    clock = Clock()
+    ex = executor(store, port, clock=clock)
+    await ex.start("inc-1", flow, {"services": ["payment-svc", "checkout-svc", "inventory-svc"], "alert": "p99 high"})
+    remediate = "inc-1.remediate.-.1"
+    for _ in range(30):
+        await ex.advance("inc-1")
+        for sid in port.running():
+            if ".logs." in sid:
+                port.results[sid] = StepResult({"errors": 3})
+        clock.now += 40  # past the metrics retries' backoff
+        if remediate in port.started:
+            break
+    assert [s for s in port.start_calls if ".metrics." in s] == [
+        "inc-1.metrics.-.1",
+        "inc-1.metrics.-.2",
+        "inc-1.metrics.-.3",
+    ]
+    assert sorted(s for s in port.started if ".logs." in s) == [f"inc-1.logs.{i}.1" for i in range(3)]
+    assert port.started["inc-1.diagnose.-.1"].goal.count("errors") == 3
+    assert port.started[remediate].arguments == {"service": "payment-svc", "reason": "connection pool exhausted"}
+    # The restart waits for a second operator's approval: the step has no result until then.
+    assert await ex.advance("inc-1") == RunStatus.RUNNING
+    port.results[remediate] = StepResult({"restarted": True})
+    assert await ex.advance("inc-1") == RunStatus.SUCCEEDED
+
+
+async def test_the_support_example_takes_the_branch_its_condition_picks(store: Store) -> None:
+    flow = example_catalog()["support"]
+    for run_id, total, taken, skipped in [("sup-1", 950, "escalate", "reply"), ("sup-2", 20, "reply", "escalate")]:
+        port = FakePort()
+        port.auto["intent"] = StepResult({"intent": "refund", "order_id": "A-1234"})
+        port.auto["lookup"] = StepResult({"total": total, "status": "delivered"})
+        port.auto["reply"] = port.auto["escalate"] = StepResult("written")
+        ex = executor(store, port)
+        await ex.start(run_id, flow, {"message": "I want my money back", "customer": "Ada"})
+        statuses = [await ex.advance(run_id) for _ in range(6)]
+        assert RunStatus.SUCCEEDED in statuses
+        assert port.started[f"{run_id}.lookup.-.1"].arguments == {"order_id": "A-1234"}
+        assert f"{run_id}.{taken}.-.1" in port.started and not any(f".{skipped}." in s for s in port.started)
