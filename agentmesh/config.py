@@ -55,6 +55,7 @@ from agentmesh.configfiles import (
     overlay,
     read_layers,
 )
+from agentmesh.workflow_config import WorkflowsSettings
 
 __all__ = [
     "CONFIG_ENV_VAR",
@@ -1304,6 +1305,7 @@ class Settings(BaseSettings):
     agents: list[AgentSettings] = []
     dispatcher: DispatcherSettings = DispatcherSettings()
     console: ConsoleSettings = ConsoleSettings()
+    workflows: WorkflowsSettings = WorkflowsSettings()
 
     @model_validator(mode="after")
     def _console_issuer_is_trusted(self) -> Settings:

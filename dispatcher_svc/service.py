@@ -65,6 +65,7 @@ from dispatcher_svc.tasks import (
 )
 from dispatcher_svc.traces import TaskTrace, TraceReader
 from dispatcher_svc.worker import Worker
+from dispatcher_svc.workflows.catalog import load_catalog_or_config_error
 
 __all__ = ["MAX_GOAL_CHARS", "Dispatcher", "StartRequest", "approval_expired", "check_task_id", "settlement_expired"]
 
@@ -95,6 +96,8 @@ class Dispatcher:
         self.authenticator = authenticator
         self.ports = ports
         self.agents = AgentRegistry(settings.agents)
+        # Checked at start: a bad definition is a configuration error (exit 2); nothing runs them yet.
+        self.workflows = load_catalog_or_config_error(settings)
         self.tasks = TaskStore(store, ds, metrics=self.metrics)
         self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s, ds.foreign_event_poll_s)
         consumer = ds.consumer_name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

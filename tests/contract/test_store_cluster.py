@@ -25,12 +25,17 @@ from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
 from agentmesh.store import SCRIPTS, Store, StoreMisconfiguredError, StoreScript
 from agentmesh.v1 import dispatcher_pb2
+from agentmesh.workflow_config import WorkflowsSettings
 from context_svc.model import Summary
 from context_svc.sessions import SessionStore
 from dispatcher_svc.model import EventKind, TaskEvent
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore
+from dispatcher_svc.workflows.catalog import definition_from_data
+from dispatcher_svc.workflows.runs import RunStore
+from dispatcher_svc.workflows.state import RunStatus
+from dispatcher_svc.workflows.validate import Names, compile_workflow
 from provider_svc.quotas import Quotas
 from tests.contract.stack import Stack
 from tests.rediscluster import LocalRedisCluster
@@ -121,6 +126,17 @@ async def the_other_scripts(store: Store) -> None:
     scopes = quotas.scopes(key_id=key.key_id, agent="cluster-bot", subject="acme:cluster-bot")
     held = await quotas.reserve(scopes, reserve_usd=0.01, tokens=10)
     await quotas.settle(held, cost_usd=0.005, tokens=8)
+    # Workflow runs (issue 46): create, acquire and a fenced commit touch one run's keys (one slot).
+    runs = RunStore(store, ttl_s=60)
+    one_node = {"name": "cw", "nodes": [{"id": "a", "type": "agent", "agent": "bot", "goal": "g"}]}
+    flow = compile_workflow(definition_from_data(one_node), Names(frozenset({"bot"}), frozenset()), WorkflowsSettings())
+    run_id = f"cluster-run-{time.time_ns()}"
+    await runs.create(run_id, flow, {}, now_ms=1)
+    fence = await runs.acquire(run_id, "c1", 1000)
+    assert fence is not None
+    run = await runs.load(run_id)
+    await runs.commit(run_id, fence, run.state, RunStatus.SUCCEEDED, [{"kind": "run"}])
+    assert [seq for seq, _ in await runs.events(run_id)] == [1, 2]
 
 
 async def test_a_task_and_every_lua_script_run_on_the_cluster_each_in_one_slot(
