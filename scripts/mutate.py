@@ -65,6 +65,26 @@ MODULES: dict[str, Module] = {
     "grants": Module("agentmesh/grants.py", ("tests/unit/test_grants.py", "tests/unit/tool/test_steps.py")),
     "breaker": Module("tool_svc/breaker.py", ("tests/unit/tool/test_breaker.py", "tests/unit/tool/test_steps.py")),
     "ratelimit": Module("tool_svc/ratelimit.py", ("tests/unit/tool/test_ratelimit.py",)),
+    "fencing": Module(
+        "dispatcher_svc/tasks.py",
+        ("tests/unit/dispatcher/test_tasks.py", "tests/unit/dispatcher/test_commit_commands.py"),
+    ),
+    "identity": Module(
+        "agentmesh/identity.py",
+        ("tests/unit/test_auth.py", "tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py"),
+    ),
+    "oidc": Module("agentmesh/oidc.py", ("tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py")),
+    "guard": Module("tool_svc/guard.py", ("tests/unit/tool/test_guard.py",)),
+    "redaction": Module(
+        "agentmesh/redact/__init__.py",
+        (
+            "tests/unit/redact/test_assignments.py",
+            "tests/unit/redact/test_context.py",
+            "tests/unit/tool/test_redaction_corpus.py",
+        ),
+    ),
+    "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
+    "sandbox_policy": Module("tool_svc/sandbox.py", ("tests/unit/tool/test_sandbox.py",)),
 }
 
 
