@@ -92,7 +92,7 @@ class TaskFilter:
             (not self.agent_id or record.agent_id == self.agent_id)
             and self.status in (TaskStatus.UNSPECIFIED, record.status)
             and (not self.created_by or record.creator == self.created_by)
-            and (not self.root_task_id or self.root_task_id in (record.session_id, record.task_id))
+            and (not self.root_task_id or self.root_task_id in (record.session_id, record.task_id, record.root))
         )
 
 

@@ -20,7 +20,7 @@ from dispatcher_svc.tasks import TaskRecord
 
 PAUSE_AT_ENV = "DISPATCHER_TEST_PAUSE_AT"
 PAUSE_FILE_ENV = "DISPATCHER_TEST_PAUSE_FILE"
-POINTS = frozenset({"after_reply_checkpoint", "after_tool_call", "after_append_result"})
+POINTS = frozenset({"after_reply_checkpoint", "after_tool_call", "after_append_result", "after_handoff_child"})
 
 
 def from_env() -> Hook | None:

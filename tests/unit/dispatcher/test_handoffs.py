@@ -1,0 +1,159 @@
+"""Handoffs (issue 44): tool names, the brief's check, the guards, the config, and exactly one child
+task when the parent's owner dies between creating the child and recording it (real Redis, fake services)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from agentmesh.config import ConfigError, Settings
+from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
+from agentmesh.tool_names import mapped_name
+from dispatcher_svc import handoffs
+from dispatcher_svc.agents import AgentRegistry
+from dispatcher_svc.model import EventKind, TaskStatus
+from dispatcher_svc.tasks import TaskRecord
+from tests.unit.dispatcher.conftest import OPERATOR, MakeRig
+from tests.unit.dispatcher.fakes import FakeContext, Prompt, call, reply
+from tool_svc.mcp.names import registry_name
+
+BRIEF = {
+    "summary": "pods restart since 09:00",
+    "facts": [
+        {"statement": "restarts", "value": "2259", "citation": {"message_index": 0}},
+        {"statement": "cause is memory", "basis": "OOMKilled in the events"},
+    ],
+    "open_questions": ["which deploy?"],
+}
+
+
+def test_handoff_names_share_the_mcp_mapping() -> None:
+    tools = handoffs.tools_for("a", [("Log.Analyst", "both"), ("report", "transfer")])
+    assert set(tools) == {"transfer_to_log_analyst", "ask_log_analyst", "transfer_to_report"}
+    assert tools["ask_log_analyst"].mode == "ask" and tools["ask_log_analyst"].target == "Log.Analyst"
+    long = "x" * 80
+    name = handoffs.tools_for("a", [(long, "transfer")]).popitem()[0]
+    assert len(name) == 64 and name == mapped_name("transfer_to", long, sep="_")
+    assert registry_name("shop", "Get.Item-v2") == mapped_name("shop", "Get.Item-v2") == "shop__get_item_v2"
+    assert handoffs.tools_for("a", []) == {}
+
+
+def test_two_targets_mapping_to_one_name_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="both map to the tool transfer_to_log_analyst"):
+        handoffs.tools_for("a", [("log-analyst", "transfer"), ("log.analyst", "transfer")])
+
+
+def test_config_shapes_and_unknown_targets(make_settings: Any) -> None:
+    settings: Settings = make_settings(
+        {
+            "agents": [
+                {"id": "a", "model": "m", "handoffs": ["b", {"to": "c", "mode": "ask"}]},
+                {"id": "b", "model": "m"},
+                {"id": "c", "model": "m"},
+            ]
+        }
+    )
+    agents = AgentRegistry(settings.agents)
+    assert set(agents.get("a").handoff_tools) == {"transfer_to_b", "ask_c"}
+    assert agents.get("b").handoff_tools == {}
+    bad: Settings = make_settings({"agents": [{"id": "a", "model": "m", "handoffs": ["nobody"]}]})
+    with pytest.raises(ConfigError, match="no agent 'nobody' to hand off to"):
+        AgentRegistry(bad.agents)
+
+
+def test_the_brief_is_checked_against_its_schema() -> None:
+    assert handoffs.check_brief(json.dumps(BRIEF)) == BRIEF
+    for bad in (
+        "{not json",
+        json.dumps({"facts": []}),  # no summary
+        json.dumps({"summary": "s", "facts": [{"statement": "x"}]}),  # neither citation nor basis
+        json.dumps({"summary": "s", "facts": [{"statement": "x", "basis": "b", "citation": {"ref_id": "r"}}]}),
+        json.dumps({"summary": "s", "facts": [{"statement": "x", "citation": {}}]}),
+        json.dumps({"summary": "s", "extra": 1}),
+    ):
+        err = handoffs.check_brief(bad)
+        assert isinstance(err, AgentmeshError) and err.error_class is ErrorClass.CONTRACT, bad
+
+
+def test_guards_depth_and_cycles() -> None:
+    assert handoffs.guard(hops=["a"], to_agent="b", depth=0, limit=8) is None
+    assert handoffs.guard(hops=["a", "b"], to_agent="a", depth=1, limit=8) is None  # a return is no cycle
+    cycle = handoffs.guard(hops=["a", "b", "a"], to_agent="b", depth=2, limit=8)
+    assert cycle is not None and cycle.code is ErrorCode.LOOP_DETECTED and "a->b->a->b" in cycle.message
+    deep = handoffs.guard(hops=["a", "b"], to_agent="c", depth=2, limit=2)
+    assert deep is not None and deep.code is ErrorCode.HANDOFF_DEPTH_EXCEEDED
+    assert deep.error_class is ErrorClass.ENGINEERING and deep.metadata["limit"] == "2"
+
+
+def test_child_ids_are_stable_per_parent_step_and_call() -> None:
+    one = handoffs.child_task_id("t-1", 2, "call_x_2_0")
+    assert one == handoffs.child_task_id("t-1", 2, "call_x_2_0")
+    assert one != handoffs.child_task_id("t-1", 3, "call_x_2_0") != handoffs.child_task_id("t-2", 2, "call_x_2_0")
+    assert len(one) <= 128
+
+
+def test_what_is_taken_for_a_handoff_call() -> None:
+    assert handoffs.looks_like_handoff("transfer_to_x", set())
+    assert handoffs.looks_like_handoff("ask_x", set())
+    assert not handoffs.looks_like_handoff("ask_x", {"ask_x"})  # a registry tool of that name
+    err = handoffs.not_offered("transfer_to_x", list(handoffs.tools_for("a", [("b", "both")]).values()))
+    assert err.error_class is ErrorClass.CONTRACT and "ask_b, transfer_to_b" in err.message
+
+
+def relay_policy(p: Prompt) -> Any:
+    """Agent a hands over to b (transfer); b answers."""
+    system = p.messages[0]["content"]
+    if system == "agent a":
+        return reply(call("transfer_to_b", BRIEF, "h1"))
+    return reply(text="b finished: " + p.messages[1]["content"].splitlines()[0])
+
+
+AGENTS = [
+    {"id": "a", "model": "fake/m", "system_prompt": "agent a", "handoffs": ["b"], "permissions": ["dev:*:*"]},
+    {"id": "b", "model": "fake/m", "system_prompt": "agent b", "permissions": ["dev:*:*"]},
+]
+
+
+async def test_a_handoff_creates_its_child_once_when_the_parents_owner_dies_after_creating_it(
+    make_rig: MakeRig,
+) -> None:
+    paused = asyncio.Event()
+    stuck: list[TaskRecord] = []
+
+    async def hang(reached: str, record: TaskRecord) -> None:
+        if reached == "after_handoff_child" and not stuck:
+            stuck.append(record)
+            paused.set()
+            await asyncio.Event().wait()
+
+    context = FakeContext()
+    first = await make_rig(relay_policy, hook=hang, context=context, overrides={"agents": AGENTS})
+    task_id = await first.start(agent_id="a", goal="triage the alert")
+    await asyncio.wait_for(paused.wait(), 10)
+    # "kill -9" of the parent's owner: the child exists, the parent still says RUNNING.
+    for loop_task in first.dispatcher.worker._loops:
+        loop_task.cancel()
+    for run in list(first.dispatcher.worker._running.values()):
+        run.cancel()
+    await asyncio.sleep(0.05)
+    tree = await first.dispatcher.tasks.tree(task_id)
+    assert len(tree) == 1
+    assert (await first.dispatcher.tasks.load(task_id)).status is TaskStatus.RUNNING
+
+    second = await make_rig(relay_policy, context=context, overrides={"agents": AGENTS})
+    events = await second.events(task_id)
+    parent = await second.dispatcher.get_task(task_id, caller=OPERATOR)
+    assert parent.status is TaskStatus.HANDED_OFF and parent.child_task_id == tree[0]
+    assert await second.dispatcher.tasks.tree(task_id) == tree  # the re-run found the same child
+    assert context.calls["build_handoff"] == 2  # built twice, one child (and one grant set: same child session)
+    assert {hop[1] for hop in context.hops} == {tree[0]}
+    child_events = await second.events(tree[0])
+    child = await second.dispatcher.get_task(tree[0], caller=OPERATOR)
+    assert child.status is TaskStatus.SUCCEEDED and child.answer.startswith("b finished: Handoff: pods restart")
+    assert (child.parent_task_id, child.root_task_id, child.created_by) == (task_id, task_id, parent.created_by)
+    assert [e.kind for e in child_events].count(EventKind.HANDOFF) == 1
+    assert [e.kind for e in events].count(EventKind.HANDOFF) == 1
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
