@@ -64,11 +64,12 @@ def stub(mesh: Mesh) -> dispatcher_pb2_grpc.DispatcherServiceStub:
 
 async def start(mesh: Mesh, agent_id: str, goal: str = "triage the alert") -> str:
     reply = await stub(mesh).StartTask(D.StartTaskRequest(agent_id=agent_id, goal=goal), metadata=mesh.md())
-    return reply.task.task_id
+    return str(reply.task.task_id)
 
 
 async def task(mesh: Mesh, task_id: str) -> D.Task:
-    return (await stub(mesh).GetTask(D.GetTaskRequest(task_id=task_id), metadata=mesh.md())).task
+    found: D.Task = (await stub(mesh).GetTask(D.GetTaskRequest(task_id=task_id), metadata=mesh.md())).task
+    return found
 
 
 async def settled(mesh: Mesh, task_id: str, *statuses: int, timeout_s: float = 15) -> D.Task:
