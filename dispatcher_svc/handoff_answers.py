@@ -8,13 +8,16 @@ then goes back to the queue, as a resolved approval's task does (settling.py), a
 outcome as the call's result.
 
 Delivery is one compare-and-set on the parent's WAITING_CHILD status and fence, so of the child's own
-delivery (exits.py, CancelTask) and the parent's check right after it parked (the child may have ended
-before) exactly one moves the parent.
+delivery (exits.py, CancelTask), the parent's check right after it parked (the child may have ended
+before) and the sweeper (`sweep_waiting`: a child whose owner died between its terminal commit and the
+delivery) exactly one moves the parent. A parking parent is indexed first (`index_waiting`), as a task
+parked on an approval is: the sweeper finds every waiting task.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode
 from dispatcher_svc.events import now_ms
@@ -22,12 +25,52 @@ from dispatcher_svc.model import CallStage, EventKind, TaskEvent, TaskStatus, To
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, TaskStore, WrongStatusError, fields_of
 
-__all__ = ["answer_outcome", "deliver", "deliver_if_ended"]
+__all__ = ["answer_outcome", "deliver", "deliver_if_ended", "index_waiting", "sweep_waiting"]
 
 log = logging.getLogger("dispatcher_svc.handoffs")
 
 _MAX_CHAIN = 64
 """Transfers followed from a waiting task's child to the chain's last task (depth is capped lower)."""
+RECHECK_MS = 5_000
+"""How often the sweeper looks at a task waiting for a child (a lost delivery is found this late)."""
+_SWEEP_BATCH = 32
+
+
+def _waiting_key(tasks: TaskStore) -> str:
+    return f"{tasks.store.keys.prefix}:tasks:waiting_children"
+
+
+async def index_waiting(tasks: TaskStore, task_id: str) -> None:
+    """Adds a task about to park in WAITING_CHILD to the sweeper's index (a superset of the waiting tasks)."""
+    async with tasks.store.guard("index waiting child"):
+        await tasks.store.redis.zadd(_waiting_key(tasks), {task_id: now_ms() + RECHECK_MS})
+
+
+async def sweep_waiting(tasks: TaskStore, queue: TaskQueue) -> int:
+    """One pass over the tasks waiting for a child: those whose child's chain has ended get its answer
+    (a delivery its owner did not make); those no longer waiting leave the index. The tasks resumed."""
+    key, now = _waiting_key(tasks), now_ms()
+    raw: Any = await tasks.store.call(
+        "waiting children", tasks.store.redis.zrangebyscore(key, "-inf", now, start=0, num=_SWEEP_BATCH)
+    )
+    resumed = 0
+    for member in raw or ():
+        task_id = member.decode() if isinstance(member, bytes) else str(member)
+        try:
+            parent = await tasks.load(task_id)
+        except AgentmeshError:
+            parent = None
+        if parent is None or parent.status is not TaskStatus.WAITING_CHILD:
+            await tasks.store.call("waiting children", tasks.store.redis.zrem(key, task_id))
+            continue
+        if await deliver_if_ended(tasks, queue, parent.child_task_id):
+            resumed += 1
+            await tasks.store.call("waiting children", tasks.store.redis.zrem(key, task_id))
+        else:
+            await tasks.store.call(
+                "waiting children", tasks.store.redis.zadd(key, {task_id: now + RECHECK_MS}, xx=True)
+            )
+    return resumed
 
 
 def answer_outcome(call_id: str, tool_name: str, ended: TaskRecord) -> ToolOutcome:

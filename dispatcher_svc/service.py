@@ -35,6 +35,7 @@ from agentmesh.identity import Authenticator, Identity
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from agentmesh.telemetry import current_request_id
+from dispatcher_svc import handoff_answers
 from dispatcher_svc.access import (
     Auditor,
     Creator,
@@ -123,7 +124,7 @@ class Dispatcher:
             queue=self.queue,
             loop=self.loop,
             settings=ds,
-            sweep=self.listing.sweeping(self.settler.sweep),  # which also prunes the task index
+            sweep=self.listing.sweeping(self.sweep_parked),  # which also prunes the task index
             metrics=self.metrics,
         )
         self.conversations = Conversations(
@@ -168,6 +169,11 @@ class Dispatcher:
             task_id=record.task_id,
             creator=record.creator,
         )
+
+    async def sweep_parked(self) -> int:
+        """One pass of the sweepers of parked tasks: expired approvals, then answers of ended delegates."""
+        resumed = await self.settler.sweep()
+        return resumed + await handoff_answers.sweep_waiting(self.tasks, self.queue)
 
     async def sweep_approvals(self) -> int:
         """One pass of the approval-expiry sweeper (`ApprovalSettler.sweep`)."""

@@ -169,6 +169,7 @@ async def _wait_child(run: Run, step: WaitChild) -> None:
     for cs in run.state.cursor.calls:
         if cs.call.id == step.call.id:
             cs.state = CallStage.WAITING
+    await handoff_answers.index_waiting(run.tasks, run.state.record.task_id)
     await run.checkpoints.commit(
         [*step.prefix, event(EventKind.STATUS, f"status WAITING_CHILD on task {step.child_task_id}", status=status)],
         status=status,

@@ -157,3 +157,39 @@ async def test_a_handoff_creates_its_child_once_when_the_parents_owner_dies_afte
     assert [e.kind for e in child_events].count(EventKind.HANDOFF) == 1
     assert [e.kind for e in events].count(EventKind.HANDOFF) == 1
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+
+
+def ask_policy(p: Prompt) -> Any:
+    """Agent a asks b and answers with b's answer; b answers at once."""
+    if p.messages[0]["content"] == "agent a":
+        results = p.tool_messages()
+        return reply(text="b says " + results[-1]["content"]) if results else reply(call("ask_b", BRIEF, "h1"))
+    return reply(text="42")
+
+
+ASK_AGENTS = [
+    {**AGENTS[0], "handoffs": [{"to": "b", "mode": "ask"}]},
+    AGENTS[1],
+]
+
+
+async def test_the_sweeper_delivers_an_answer_whose_delivery_was_lost(
+    make_rig: MakeRig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's owner died between its terminal commit and the delivery: the sweeper delivers."""
+    from dispatcher_svc import handoff_answers
+    from dispatcher_svc.run import exits
+
+    async def lost(run: Any) -> None:
+        return None
+
+    monkeypatch.setattr(exits, "_answer_parent", lost)
+    monkeypatch.setattr(handoff_answers, "RECHECK_MS", 0)
+    rig = await make_rig(ask_policy, overrides={"agents": ASK_AGENTS}, dispatcher={"approval_sweep_interval_s": 0.1})
+    task_id = await rig.start(agent_id="a", goal="what is the answer")
+    events = await rig.events(task_id)
+    parent = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
+    assert parent.status is TaskStatus.SUCCEEDED and parent.answer == "b says 42"
+    assert TaskStatus.WAITING_CHILD in [e.status for e in events]
+    answer_back = [e for e in events if e.kind == EventKind.HANDOFF and e.attributes.get("mode") == "answer"]
+    assert len(answer_back) == 1 and answer_back[0].attributes["child_status"] == "SUCCEEDED"
