@@ -150,11 +150,10 @@ def resolve_target(target: str, agents: Container[str]) -> str | None:
 
 
 def looks_like_handoff(name: str, known_tools: Container[str]) -> bool:
-    """Whether a call the agent was not offered as a handoff is still meant as one: `transfer_to_*`, or
-    `ask_*` that is no tool of the registry. Such a call is answered here, never sent to tool_svc."""
-    if name.startswith(TRANSFER_PREFIX + "_"):
-        return True
-    return name.startswith(ASK_PREFIX + "_") and name not in known_tools
+    """Whether a call the agent was not offered as a handoff is still meant as one: `transfer_to_*` or
+    `ask_*` that is no registry tool it knows. Such a call is answered here, never sent to tool_svc."""
+    shaped = name.startswith((TRANSFER_PREFIX + "_", ASK_PREFIX + "_"))
+    return shaped and name not in known_tools
 
 
 def not_offered(name: str, offered: Sequence[HandoffTool]) -> AgentmeshError:

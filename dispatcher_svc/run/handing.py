@@ -37,8 +37,13 @@ _BRIEF_CODES = frozenset({ErrorCode.INVALID_REQUEST, ErrorCode.SCHEMA_INVALID, E
 
 
 def is_handoff(run: Run, call: ToolCall) -> bool:
-    """Whether the call is a handoff (offered, or meant as one): answered here, never sent to tool_svc."""
-    return call.name in run.state.agent.handoff_tools or handoffs.looks_like_handoff(call.name, run.state.tools_seen)
+    """Whether the call is a handoff (offered, or meant as one): answered here, never sent to tool_svc.
+    A name merely shaped like one counts only once this run has seen the registry's tools (a run resumed
+    mid-step has not: tool_svc answers such a call, UNKNOWN_TOOL or the registry tool of that name)."""
+    state = run.state
+    if call.name in state.agent.handoff_tools:
+        return True
+    return state.discovered is not None and handoffs.looks_like_handoff(call.name, state.tools_seen)
 
 
 async def root_cancelled(run: Run) -> Fail | None:

@@ -99,6 +99,8 @@ def test_what_is_taken_for_a_handoff_call() -> None:
     assert handoffs.looks_like_handoff("transfer_to_x", set())
     assert handoffs.looks_like_handoff("ask_x", set())
     assert not handoffs.looks_like_handoff("ask_x", {"ask_x"})  # a registry tool of that name
+    assert not handoffs.looks_like_handoff("transfer_to_account", {"transfer_to_account"})
+    assert not handoffs.looks_like_handoff("restart", set())
     err = handoffs.not_offered("transfer_to_x", list(handoffs.tools_for("a", [("b", "both")]).values()))
     assert err.error_class is ErrorClass.CONTRACT and "ask_b, transfer_to_b" in err.message
 
