@@ -195,3 +195,15 @@ async def test_the_sweeper_delivers_an_answer_whose_delivery_was_lost(
     assert TaskStatus.WAITING_CHILD in [e.status for e in events]
     answer_back = [e for e in events if e.kind == EventKind.HANDOFF and e.attributes.get("mode") == "answer"]
     assert len(answer_back) == 1 and answer_back[0].attributes["child_status"] == "SUCCEEDED"
+
+
+def test_a_handoffs_task_is_bound_by_its_roots_deadline(make_settings: Any) -> None:
+    from dispatcher_svc.run.state import RunState
+
+    agent = AgentRegistry(make_settings({"agents": AGENTS}).agents).get("b")
+    own = TaskRecord(task_id="h-1", agent_id="b", goal="g", status=TaskStatus.PENDING, create_time_ms=10_000)
+    assert RunState.of(own, agent, task_timeout_s=60).deadline_ms == 70_000
+    child = TaskRecord(
+        task_id="h-2", agent_id="b", goal="g", status=TaskStatus.PENDING, create_time_ms=10_000, deadline_ms=20_000
+    )
+    assert RunState.of(child, agent, task_timeout_s=60).deadline_ms == 20_000
