@@ -245,3 +245,32 @@ async def test_cancelling_the_root_cancels_the_tree(make_mesh: MakeMesh) -> None
     child = await task(mesh, child_id)
     assert child.status == D.TASK_STATUS_CANCELLED
     assert f"root task {root_id} was cancelled" in child.error.message
+
+
+async def test_an_ask_gets_the_typed_answer_of_the_chain_it_started(make_mesh: MakeMesh) -> None:
+    """boss asks helper, helper transfers to expert: expert's typed answer is the result of boss's call."""
+    schema = {"type": "object", "properties": {"deploy": {"type": "string"}}, "required": ["deploy"]}
+    policy = by_agent(
+        {
+            "boss": hand("ask_helper"),
+            "helper": hand("transfer_to_expert"),
+            "expert": lambda messages, tools: answer('{"deploy": "08:55"}'),
+        }
+    )
+    mesh = await make_mesh(
+        policy,
+        agents=[
+            agent("boss", {"to": "helper", "mode": "ask"}),
+            agent("helper", "expert"),
+            agent("expert", output_schema=schema),
+        ],
+    )
+    root = await settled(mesh, await start(mesh, "boss"), *ENDED, D.TASK_STATUS_HANDED_OFF)
+    assert root.status == D.TASK_STATUS_SUCCEEDED, root.error
+    assert root.answer == 'done after: {"deploy":"08:55"}'
+    helper = await task(mesh, root.child_task_id)
+    assert helper.status == D.TASK_STATUS_HANDED_OFF
+    expert = await task(mesh, helper.child_task_id)
+    assert expert.output_json == '{"deploy":"08:55"}' and expert.root_task_id == root.task_id
+    back = [e for e in await events(mesh, root.task_id) if e.attributes.get("mode") == "answer"]
+    assert len(back) == 1 and back[0].attributes["child_task_id"] == expert.task_id
