@@ -112,6 +112,7 @@ async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild
         "demoted": str(hop.demoted),
         "depth": str(record.depth + 1),
     }
+    await run.downstream.reached("before_handoff_child")
     await _create_child(run, child_id, target, tool.mode, hop, hops, attributes)
     await run.downstream.reached("after_handoff_child")
     verb = "handed off to" if tool.mode == "transfer" else "asked"
