@@ -133,8 +133,8 @@ async def _create_child(
     run: Run, child_id: str, target: str, mode: str, hop: HopSummary, hops: list[str], attributes: dict[str, str]
 ) -> None:
     """The child task, queued, once (an idempotent create: a repeat finds it and queues a harmless
-    extra entry). It runs for the root's creator, within the root's deadline, in a session of its own
-    whose first message is the hop summary."""
+    extra entry). It runs for the root's creator, within the root's deadline and what is left of its
+    parent's token budget, in a session of its own whose first message is the hop summary."""
     state = run.state
     record = state.record
     assert run.agents is not None and run.queue is not None
@@ -153,7 +153,8 @@ async def _create_child(
         session_id=child_id,
         request_id=record.request_id,
         traceparent=carrier.get("traceparent", ""),
-        token_budget=child_agent.token_budget,
+        # The tree spends the root's budget: a child gets at most what its parent has left.
+        token_budget=max(1, min(child_agent.token_budget, record.token_budget - state.usage.total_tokens)),
         max_steps=child_agent.max_steps,
         create_ms=now,
         runs=0,

@@ -114,7 +114,14 @@ def relay_policy(p: Prompt) -> Any:
 
 
 AGENTS = [
-    {"id": "a", "model": "fake/m", "system_prompt": "agent a", "handoffs": ["b"], "permissions": ["dev:*:*"]},
+    {
+        "id": "a",
+        "model": "fake/m",
+        "system_prompt": "agent a",
+        "handoffs": ["b"],
+        "permissions": ["dev:*:*"],
+        "token_budget": 5_000,
+    },
     {"id": "b", "model": "fake/m", "system_prompt": "agent b", "permissions": ["dev:*:*"]},
 ]
 
@@ -157,6 +164,11 @@ async def test_a_handoff_creates_its_child_once_when_the_parents_owner_dies_afte
     assert child.status is TaskStatus.SUCCEEDED and child.answer.startswith("b finished: Handoff: pods restart")
     assert (child.parent_task_id, child.root_task_id, child.created_by) == (task_id, task_id, parent.created_by)
     assert [e.kind for e in child_events].count(EventKind.HANDOFF) == 1
+    # The child spends what its parent left of the budget (a tiny one here), not its agent's own.
+    child_record = await second.dispatcher.tasks.load(tree[0])
+    parent_record = await second.dispatcher.tasks.load(task_id)
+    assert child_record.token_budget <= 5_000 - parent_record.usage.total_tokens
+    assert (child_record.depth, child_record.hops, child_record.answer_to) == (1, "a,b", "")
     assert [e.kind for e in events].count(EventKind.HANDOFF) == 1
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
 
