@@ -113,7 +113,7 @@ def relay_policy(p: Prompt) -> Any:
     return reply(text="b finished: " + p.messages[1]["content"].splitlines()[0])
 
 
-AGENTS = [
+AGENTS: list[dict[str, Any]] = [
     {
         "id": "a",
         "model": "fake/m",
@@ -181,7 +181,7 @@ def ask_policy(p: Prompt) -> Any:
     return reply(text="42")
 
 
-ASK_AGENTS = [
+ASK_AGENTS: list[dict[str, Any]] = [
     {**AGENTS[0], "handoffs": [{"to": "b", "mode": "ask"}]},
     AGENTS[1],
 ]
