@@ -472,6 +472,18 @@ class TelemetrySettings(_Section):
     """JSON log lines go to stderr, and also here when set."""
 
 
+class HandoffSettings(_Section):
+    """One entry of an agent's `handoffs:` (docs/architecture.md §7): another agent it may hand work to.
+
+    `mode: transfer` offers the tool `transfer_to_<agent>` (control moves: this task ends HANDED_OFF and
+    the other agent's task goes on); `ask` offers `ask_<agent>` (delegate and wait: the other agent's
+    answer is the call's result); `both` offers the two. A plain string `- <agent>` is `mode: transfer`."""
+
+    to: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    """The agent's id (a capability tag once routing lands: dispatcher_svc/handoffs.py `resolve_target`)."""
+    mode: Literal["transfer", "ask", "both"] = "transfer"
+
+
 class AgentSettings(_Section):
     """One agent of `agents:` (docs/architecture.md §7): what the dispatcher runs a task with."""
 
@@ -503,6 +515,16 @@ class AgentSettings(_Section):
     """Claims of completed actions in final answers, checked against the task's tool calls: `check`
     corrects an unsupported claim once, then fails the task CLAIM_UNSUPPORTED; `warn` records the verdict
     only; `off` skips the check."""
+    handoffs: list[HandoffSettings] = []
+    """The agents this one may hand work to (HandoffSettings); empty: no handoff tool is offered."""
+
+    @field_validator("handoffs", mode="before")
+    @classmethod
+    def _handoff_shorthand(cls, value: Any) -> Any:
+        """`- triage` is `- {to: triage, mode: transfer}`."""
+        if isinstance(value, list):
+            return [{"to": item} if isinstance(item, str) else item for item in value]
+        return value
 
     @field_validator("output_schema")
     @classmethod
@@ -557,7 +579,10 @@ class DispatcherSettings(_Section):
     call_timeout_s: float = Field(60.0, gt=0)
     """Deadline of one downstream call (capped by the task's deadline)."""
     task_timeout_s: float = Field(3600.0, gt=0)
-    """A task still running this long after it was created fails with DEADLINE_EXCEEDED."""
+    """A task still running this long after it was created fails with DEADLINE_EXCEEDED; a task a
+    handoff created is bound by its root's deadline too."""
+    max_handoff_depth: int = Field(8, ge=1, le=64)
+    """Handoffs from a root task to its deepest descendant; one more is refused (HANDOFF_DEPTH, typed)."""
     service_retry_attempts: int = Field(3, ge=1, le=10)
     """Attempts of a downstream call met by an outage (UNAVAILABLE, ...) retried quietly: the waits
     after them are reported as task events, until `outage_budget_s` (docs/architecture.md §7)."""

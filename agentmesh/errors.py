@@ -74,6 +74,8 @@ class ErrorCode(enum.IntEnum):
     FAILED_PRECONDITION = 123
     OUTCOME_UNKNOWN = 124
     CLAIM_UNSUPPORTED = 125
+    HANDOFF_DEPTH_EXCEEDED = 126
+    HANDOFF_FAILED = 127
     # FATAL (200-299)
     DANGEROUS_OPERATION = 200
     BUDGET_EXHAUSTED = 201
@@ -126,6 +128,8 @@ def _table() -> dict[ErrorCode, ErrorClass]:
         ErrorCode.FAILED_PRECONDITION: e,
         ErrorCode.OUTCOME_UNKNOWN: e,
         ErrorCode.CLAIM_UNSUPPORTED: e,
+        ErrorCode.HANDOFF_DEPTH_EXCEEDED: e,
+        ErrorCode.HANDOFF_FAILED: e,
         ErrorCode.DANGEROUS_OPERATION: f,
         ErrorCode.BUDGET_EXHAUSTED: f,
         ErrorCode.MAX_STEPS_EXCEEDED: f,

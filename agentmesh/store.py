@@ -175,6 +175,10 @@ class Keys:
     def task_prompts(self, task_id: str) -> str:
         return f"{self.task(task_id)}:prompts"
 
+    def task_tree(self, root_task_id: str) -> str:
+        """The ids of the tasks handoffs created under a root task (a set in the root's slot)."""
+        return f"{self.task(root_task_id)}:tree"
+
     def tasks_stream(self) -> str:
         return f"{self.prefix}:tasks"
 

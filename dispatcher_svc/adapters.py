@@ -8,11 +8,12 @@ forwards the incoming caller's (the operator's) verified token, so tool_svc sees
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
-from typing import TypeVar
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
+from google.protobuf import json_format
 
 from agentmesh.callctx import IDENTITY_HEADER, REQUEST_ID_HEADER
 from agentmesh.chat import ToolCall
@@ -42,6 +43,7 @@ from dispatcher_svc.ports import (
     Attachment,
     CallOptions,
     ContextView,
+    HopSummary,
     Ports,
     SessionInfo,
     SessionSpec,
@@ -158,6 +160,24 @@ class GrpcContext:
             newest_age_s=codec.duration_seconds(reply.newest_age, "newest_age"),
         )
 
+    async def build_handoff(
+        self, session_id: str, child_session_id: str, brief: Mapping[str, Any], opts: CallOptions
+    ) -> HopSummary:
+        request = context_pb2.BuildHandoffRequest(session_id=session_id, child_session_id=child_session_id)
+        json_format.ParseDict(dict(brief), request.brief)
+        reply = await _rpc(
+            self.clients.context().BuildHandoff(request, metadata=_metadata(opts), timeout=opts.timeout_s)
+        )
+        return HopSummary(
+            text=reply.text,
+            token_count=reply.token_count,
+            confirmed=reply.confirmed_count,
+            inferred=reply.inferred_count,
+            demoted=reply.demoted_count,
+            record_ref_id=reply.record_ref_id,
+            granted=len(reply.granted_ref_ids),
+        )
+
 
 class GrpcTools:
     def __init__(self, clients: ServiceClients) -> None:
@@ -231,7 +251,14 @@ class GrpcProvider:
         sampling = provider_pb2.SamplingParams(max_tokens=max_tokens)
         if temperature is not None:
             sampling.temperature = temperature
-        specs = [t.spec for t in tools if isinstance(t.spec, common_pb2.ToolSpec)]
+        specs = [
+            t.spec
+            if isinstance(t.spec, common_pb2.ToolSpec)
+            # A tool of the dispatcher's own (a handoff): no registry spec, its schema is ours.
+            else common_pb2.ToolSpec(name=t.name, description=t.description, input_schema_json=t.input_schema_json)
+            for t in tools
+            if isinstance(t.spec, common_pb2.ToolSpec) or t.input_schema_json
+        ]
         request = provider_pb2.GenerateRequest(
             model=model,
             task_tag=task_tag,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh.answers import with_actions
 from agentmesh.config import AgentSettings, ConfigError
 from agentmesh.errors import NotFoundError, Violation, echo
+from dispatcher_svc.handoffs import HandoffTool, resolve_target, tools_for
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class AgentConfig:
     """The schema final answers follow (with the runtime's `actions` field when it asks for it)."""
     claims: str = "check"
     """check | warn | off: the claims check of final answers (agentmesh/claims.py)."""
+    handoff_tools: Mapping[str, HandoffTool] = field(default_factory=dict)
+    """The handoff tools its `handoffs:` offers, by name (dispatcher_svc/handoffs.py); empty: none."""
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> AgentConfig:
@@ -53,6 +56,7 @@ class AgentConfig:
             max_context_tokens=settings.max_context_tokens,
             output_schema=with_actions(settings.output_schema) if isinstance(settings.output_schema, dict) else None,
             claims=settings.claims,
+            handoff_tools=tools_for(settings.id, ((h.to, h.mode) for h in settings.handoffs)),
         )
 
     def allows_tool(self, name: str, group: str) -> bool:
@@ -73,6 +77,13 @@ class AgentRegistry:
             if settings.id in self._agents:
                 raise ConfigError(f"agents[{index}].id: duplicate agent id {settings.id!r}")
             self._agents[settings.id] = AgentConfig.from_settings(settings)
+        for index, agent in enumerate(self._agents.values()):
+            for tool in agent.handoff_tools.values():
+                if resolve_target(tool.target, self._agents) is None:
+                    known = ", ".join(sorted(self._agents))
+                    raise ConfigError(
+                        f"agents[{index}].handoffs: no agent {tool.target!r} to hand off to (known: {known})"
+                    )
 
     def get(self, agent_id: str) -> AgentConfig:
         """The agent; NotFoundError naming the field and the known ids otherwise."""

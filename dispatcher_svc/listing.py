@@ -51,6 +51,7 @@ APPROVAL_KINDS = ("", "approval", "settlement")
 VIEW_FIELDS = (
     *("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id"),
     *("pending", "last_sequence", "create_ms", "update_ms", "creator", "creator_agent"),
+    *("output_json", "output_schema", "parent_task_id", "root_task_id", "child_task_id"),
 )
 """The hash fields a listed task needs (not the loop's cursor, which can be large)."""
 
@@ -69,7 +70,8 @@ class TaskFilter:
     status: TaskStatus = TaskStatus.UNSPECIFIED
     created_by: str = ""
     root_task_id: str = ""
-    """The task that opened a conversation: it and the tasks continuing its session."""
+    """The task that opened a conversation or a handoff tree: it, the tasks continuing its session and
+    the tasks its handoffs created."""
     created_after_ms: int | None = None
     """Inclusive."""
     created_before_ms: int | None = None
@@ -92,7 +94,7 @@ class TaskFilter:
             (not self.agent_id or record.agent_id == self.agent_id)
             and self.status in (TaskStatus.UNSPECIFIED, record.status)
             and (not self.created_by or record.creator == self.created_by)
-            and (not self.root_task_id or self.root_task_id in (record.session_id, record.task_id))
+            and (not self.root_task_id or self.root_task_id in (record.session_id, record.task_id, record.root))
         )
 
 

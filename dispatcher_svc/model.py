@@ -53,6 +53,10 @@ class TaskStatus(enum.IntEnum):
     FAILED = 5
     ABORTED = 6
     CANCELLED = 7
+    HANDED_OFF = 8
+    """A transfer handoff moved the work to Task.child_task_id (terminal)."""
+    WAITING_CHILD = 9
+    """Parked until the task an ask handoff delegated to (Task.child_task_id) ends."""
 
     @property
     def terminal(self) -> bool:
@@ -60,7 +64,7 @@ class TaskStatus(enum.IntEnum):
 
 
 TERMINAL: frozenset[TaskStatus] = frozenset(
-    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.ABORTED, TaskStatus.CANCELLED}
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.ABORTED, TaskStatus.CANCELLED, TaskStatus.HANDED_OFF}
 )
 
 
@@ -83,6 +87,8 @@ class EventKind(enum.IntEnum):
     CONTEXT = 13
     CLAIM_CHECK = 14
     """The final answer's claims checked against the task's tool calls (issue 41)."""
+    HANDOFF = 15
+    """A handoff between two tasks (issue 44), in both tasks' streams."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,3 +250,9 @@ class Task:
     """The final answer as JSON text, for a task with an output schema (issue 41)."""
     output_schema_json: str = ""
     """The schema the final answer follows ("" for free text)."""
+    parent_task_id: str = ""
+    """The task whose handoff created this one ("" for a task a client started)."""
+    root_task_id: str = ""
+    """The first task of its handoff tree (its own id for a task a client started)."""
+    child_task_id: str = ""
+    """The task it handed off to (HANDED_OFF) or waits for (WAITING_CHILD)."""

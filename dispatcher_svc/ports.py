@@ -7,9 +7,9 @@ them with in-memory fakes. Every method raises `AgentmeshError` for a fault of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentmesh.chat import ToolCall
 from dispatcher_svc.model import ApprovalRecord, ModelReply, ToolOutcome
@@ -38,6 +38,8 @@ class ToolInfo:
     spec: object = None
     write: bool = False
     """The tool changes something (access write): what the claims check counts as an action."""
+    input_schema_json: str = ""
+    """For a tool of the dispatcher's own (a handoff, `spec` None): its arguments' JSON Schema."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,19 @@ class SessionSpec:
     sub_goals: Sequence[str] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True, slots=True)
+class HopSummary:
+    """What context_svc BuildHandoff made of a handoff brief: the next agent's first message and its counts."""
+
+    text: str
+    token_count: int
+    confirmed: int = 0
+    inferred: int = 0
+    demoted: int = 0
+    record_ref_id: str = ""
+    granted: int = 0
+
+
 class ContextPort(Protocol):
     async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
         """Creates the session; if it already exists (a resumed task) returns its counters."""
@@ -141,6 +156,13 @@ class ContextPort(Protocol):
         `expected_generation` (or `task_id` already), else reports the newest (`attached` False).
         NOT_FOUND for an unknown session; PERMISSION_DENIED unless `opts`' identity is the session's owner
         or an operator, and `agent_id` the session's agent."""
+        ...
+
+    async def build_handoff(
+        self, session_id: str, child_session_id: str, brief: Mapping[str, Any], opts: CallOptions
+    ) -> HopSummary:
+        """The hop summary of `brief` (handoffs.BRIEF_SCHEMA's JSON form), its confirmed facts checked; the
+        child session is granted the cited payloads. The same request again gives the same summary."""
         ...
 
 

@@ -71,6 +71,9 @@ def task_pb(task: Task) -> dispatcher_pb2.Task:
         created_by=task.created_by,
         output_json=task.output_json,
         output_schema_json=task.output_schema_json,
+        parent_task_id=task.parent_task_id,
+        root_task_id=task.root_task_id or task.task_id,
+        child_task_id=task.child_task_id,
     )
     if task.output_json:
         pb.output.CopyFrom(_json_value(task.output_json))

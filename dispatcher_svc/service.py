@@ -35,6 +35,7 @@ from agentmesh.identity import Authenticator, Identity
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from agentmesh.telemetry import current_request_id
+from dispatcher_svc import handoff_answers
 from dispatcher_svc.access import (
     Auditor,
     Creator,
@@ -45,10 +46,11 @@ from dispatcher_svc.access import (
     task_denied,
 )
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
+from dispatcher_svc.cancelling import cancel_one, cancel_tree
 from dispatcher_svc.continuation import Conversations
-from dispatcher_svc.events import EventLog, now_ms
+from dispatcher_svc.events import EventLog
 from dispatcher_svc.listing import Listing
-from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, TaskStatus, ToolOutcome
+from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent, TaskStatus, ToolOutcome
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
@@ -57,11 +59,8 @@ from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlemen
 from dispatcher_svc.starting import Starter, StartRequest, check_task_id, creator_of
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import (
-    StaleOwnerError,
     TaskRecord,
     TaskStore,
-    WrongStatusError,
-    fields_of,
 )
 from dispatcher_svc.traces import TaskTrace, TraceReader
 from dispatcher_svc.worker import Worker
@@ -111,6 +110,7 @@ class Dispatcher:
             tracer=tracer,
             hook=hook,
             token_ttl_s=settings.auth.token_ttl_s,
+            queue=self.queue,
         )
         self.settler = ApprovalSettler(
             tasks=self.tasks,
@@ -127,7 +127,7 @@ class Dispatcher:
             queue=self.queue,
             loop=self.loop,
             settings=ds,
-            sweep=self.listing.sweeping(self.settler.sweep),  # which also prunes the task index
+            sweep=self.listing.sweeping(self.sweep_parked),  # which also prunes the task index
             metrics=self.metrics,
         )
         self.conversations = Conversations(
@@ -172,6 +172,11 @@ class Dispatcher:
             task_id=record.task_id,
             creator=record.creator,
         )
+
+    async def sweep_parked(self) -> int:
+        """One pass of the sweepers of parked tasks: expired approvals, then answers of ended delegates."""
+        resumed = await self.settler.sweep()
+        return resumed + await handoff_answers.sweep_waiting(self.tasks, self.queue)
 
     async def sweep_approvals(self) -> int:
         """One pass of the approval-expiry sweeper (`ApprovalSettler.sweep`)."""
@@ -269,45 +274,14 @@ class Dispatcher:
         except PermissionDeniedError as denied:
             await self.auditor.refused(caller, "task.cancel", task_id, denied)
             raise
-        for attempt in range(8):
-            if attempt:
-                record = await self.tasks.load(task_id)
-            if record.status.terminal:
-                raise FailedPreconditionError(
-                    f"task {task_id} has already ended with status {record.status.name}",
-                    metadata={"status": record.status.name},
-                )
-            err = AgentmeshError(ErrorCode.CANCELLED, reason or "cancelled by a client")
-            event = TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.STATUS,
-                time_ms=now_ms(),
-                status=TaskStatus.CANCELLED,
-                step=record.cursor.step,
-                message=f"status CANCELLED: {err.message}",
-                error=err,
-            )
-            try:
-                await self.tasks.commit(
-                    task_id,
-                    fence=record.fence,
-                    expect_status=record.status,
-                    bump_fence=True,  # the owner, if any, is now stale
-                    fields=fields_of(
-                        status=TaskStatus.CANCELLED, error=err, pending=None, update_ms=now_ms(), lease_until=0
-                    ),
-                    events=[event],
-                    ttl_s=self.settings.dispatcher.task_ttl_s,
-                    agent=record.agent_id,
-                )
-            except (StaleOwnerError, WrongStatusError):
-                continue  # it moved on meanwhile; look again
-            if record.status == TaskStatus.WAITING_APPROVAL and record.pending is not None:
-                await self.settler.unindex(task_id, record.pending.approval_id)
-            await self.auditor.record(caller, "task.cancel", task_id, detail=reason)
-            return (await self.tasks.load(task_id)).view()
-        raise FailedPreconditionError(f"task {task_id} changed too often to cancel; try again")
+        ttl = self.settings.dispatcher.task_ttl_s
+        cancelled = await cancel_one(self.tasks, record, reason, task_ttl_s=ttl, unindex=self.settler.unindex)
+        if cancelled is None:
+            raise FailedPreconditionError(f"task {task_id} changed too often to cancel; try again")
+        await self.auditor.record(caller, "task.cancel", task_id, detail=reason)
+        # Its handoff tree goes with a root; a delegated task's waiting parent gets HANDOFF_FAILED.
+        await cancel_tree(self.tasks, self.queue, cancelled, task_ttl_s=ttl, unindex=self.settler.unindex)
+        return (await self.tasks.load(task_id)).view()
 
     # -- ResolveApproval -----------------------------------------------------------------------
 

@@ -226,6 +226,25 @@ class TaskRecord:
     StartTask); "" for free-text answers."""
     output_json: str = ""
     """The final answer as JSON text, when SUCCEEDED with an output schema."""
+    parent_task_id: str = ""
+    """The task whose handoff created this one (dispatcher_svc/handoffs.py); "" for a client's task."""
+    root_task_id: str = ""
+    """The first task of its handoff tree; "" reads as the task's own id."""
+    child_task_id: str = ""
+    """The task it handed off to (HANDED_OFF) or waits for (WAITING_CHILD)."""
+    depth: int = 0
+    """Handoffs from the root to this task."""
+    hops: str = ""
+    """The agents of the handoff chain from the root to this task, comma-separated (the cycle guard)."""
+    answer_to: str = ""
+    """The task waiting (WAITING_CHILD) for this one's answer: an ask's parent, kept across transfers."""
+    deadline_ms: int = 0
+    """The root's deadline a handoff's task inherits (0: its own create time + dispatcher.task_timeout_s)."""
+
+    @property
+    def root(self) -> str:
+        """The root of its handoff tree (its own id when no handoff created it)."""
+        return self.root_task_id or self.task_id
 
     def view(self) -> Task:
         return Task(
@@ -246,6 +265,9 @@ class TaskRecord:
             created_by=self.creator,
             output_json=self.output_json,
             output_schema_json=self.output_schema,
+            parent_task_id=self.parent_task_id,
+            root_task_id=self.root,
+            child_task_id=self.child_task_id,
         )
 
     @classmethod
@@ -286,6 +308,13 @@ class TaskRecord:
             creator_agent=h.get("creator_agent", ""),
             output_schema=h.get("output_schema", ""),
             output_json=h.get("output_json", ""),
+            parent_task_id=h.get("parent_task_id", ""),
+            root_task_id=h.get("root_task_id", ""),
+            child_task_id=h.get("child_task_id", ""),
+            depth=num("depth"),
+            hops=h.get("hops", ""),
+            answer_to=h.get("answer_to", ""),
+            deadline_ms=num("deadline_ms"),
         )
 
 

@@ -321,6 +321,22 @@ class TaskStore:
             raise task_not_found(task_id)
         raise TaskExistsError(f"task {task_id} already exists", metadata={"status": status.name})
 
+    # -- handoff trees (issue 44) ----------------------------------------------------------------
+
+    async def add_to_tree(self, root_task_id: str, task_id: str) -> None:
+        """Records a task a handoff created under its root (before the task: a cancel finds it)."""
+        key = self.store.keys.task_tree(root_task_id)
+        async with self.store.guard("task tree"):
+            await self.store.redis.sadd(key, task_id)
+            await self.store.redis.expire(key, self.settings.task_ttl_s * 2)
+
+    async def tree(self, root_task_id: str) -> list[str]:
+        """The tasks handoffs created under a root task."""
+        raw: Any = await self.store.call(
+            "task tree", self.store.redis.smembers(self.store.keys.task_tree(root_task_id))
+        )
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in raw or ())
+
     # -- the index of parked tasks, read by the approval-expiry sweeper ----------------------------
 
     async def index_approval(self, task_id: str, approval_id: str, expire_ms: int) -> None:

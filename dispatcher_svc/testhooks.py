@@ -20,7 +20,15 @@ from dispatcher_svc.tasks import TaskRecord
 
 PAUSE_AT_ENV = "DISPATCHER_TEST_PAUSE_AT"
 PAUSE_FILE_ENV = "DISPATCHER_TEST_PAUSE_FILE"
-POINTS = frozenset({"after_reply_checkpoint", "after_tool_call", "after_append_result"})
+POINTS = frozenset(
+    {
+        "after_reply_checkpoint",
+        "after_tool_call",
+        "after_append_result",
+        "before_handoff_child",  # a handoff's hop is built, its child task not created yet
+        "after_handoff_child",  # the child task is created, the parent not yet HANDED_OFF / WAITING_CHILD
+    }
+)
 
 
 def from_env() -> Hook | None:

@@ -135,12 +135,23 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
             "correction (metadata `claim`, `gap`): nothing the answer says was done was; read the task's tool "
             "calls (WatchTask) and resume it or act yourself."
         ),
+        ErrorCode.HANDOFF_DEPTH_EXCEEDED: (
+            "A handoff would make the task tree deeper than dispatcher.max_handoff_depth (metadata `depth`, "
+            "`limit`): the agent finishes the work itself; raise the limit only if the chain is meant to be that long."
+        ),
+        ErrorCode.HANDOFF_FAILED: (
+            "The agent an ask handoff delegated to ended without an answer (metadata `child_task_id`, "
+            "`child_status`, `child_code`): read that task (GetTask) for its error."
+        ),
         ErrorCode.DANGEROUS_OPERATION: "A call would do something destructive; the task stopped. A human reviews it.",
         ErrorCode.BUDGET_EXHAUSTED: (
             "The token budget is spent; a human decides whether to run again with a larger one."
         ),
         ErrorCode.MAX_STEPS_EXCEEDED: "The step limit was reached; a human decides what happens next.",
-        ErrorCode.LOOP_DETECTED: "The same tool call with the same arguments repeated; a human inspects the trace.",
+        ErrorCode.LOOP_DETECTED: (
+            "The same tool call with the same arguments repeated, or a handoff cycle (A->B->A->B); a human "
+            "inspects the trace."
+        ),
         ErrorCode.SANDBOX_VIOLATION: "Code tried to leave the sandbox: treat it as a security incident.",
         ErrorCode.BUDGET_EXCEEDED: (
             "A spend budget of the API key, agent or tenant (ErrorInfo `scope`, `period`) would be exceeded by this "

@@ -23,6 +23,8 @@ class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATUS_FAILED: _ClassVar[TaskStatus]
     TASK_STATUS_ABORTED: _ClassVar[TaskStatus]
     TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
+    TASK_STATUS_HANDED_OFF: _ClassVar[TaskStatus]
+    TASK_STATUS_WAITING_CHILD: _ClassVar[TaskStatus]
 
 class TaskEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -41,6 +43,7 @@ class TaskEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_EVENT_KIND_ANSWER: _ClassVar[TaskEventKind]
     TASK_EVENT_KIND_CONTEXT: _ClassVar[TaskEventKind]
     TASK_EVENT_KIND_CLAIM_CHECK: _ClassVar[TaskEventKind]
+    TASK_EVENT_KIND_HANDOFF: _ClassVar[TaskEventKind]
 
 class TaskApprovalKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -70,6 +73,8 @@ TASK_STATUS_SUCCEEDED: TaskStatus
 TASK_STATUS_FAILED: TaskStatus
 TASK_STATUS_ABORTED: TaskStatus
 TASK_STATUS_CANCELLED: TaskStatus
+TASK_STATUS_HANDED_OFF: TaskStatus
+TASK_STATUS_WAITING_CHILD: TaskStatus
 TASK_EVENT_KIND_UNSPECIFIED: TaskEventKind
 TASK_EVENT_KIND_HEARTBEAT: TaskEventKind
 TASK_EVENT_KIND_STATUS: TaskEventKind
@@ -85,6 +90,7 @@ TASK_EVENT_KIND_INCIDENT: TaskEventKind
 TASK_EVENT_KIND_ANSWER: TaskEventKind
 TASK_EVENT_KIND_CONTEXT: TaskEventKind
 TASK_EVENT_KIND_CLAIM_CHECK: TaskEventKind
+TASK_EVENT_KIND_HANDOFF: TaskEventKind
 TASK_APPROVAL_KIND_UNSPECIFIED: TaskApprovalKind
 TASK_APPROVAL_KIND_APPROVAL: TaskApprovalKind
 TASK_APPROVAL_KIND_SETTLEMENT: TaskApprovalKind
@@ -119,7 +125,7 @@ class Agent(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., description: _Optional[str] = ..., model: _Optional[str] = ..., tools: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time", "created_by", "output_json", "output", "output_schema_json")
+    __slots__ = ("task_id", "agent_id", "goal", "status", "step", "usage", "answer", "error", "session_id", "request_id", "pending_approval", "last_sequence", "create_time", "update_time", "created_by", "output_json", "output", "output_schema_json", "parent_task_id", "root_task_id", "child_task_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +144,9 @@ class Task(_message.Message):
     OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ROOT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CHILD_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     agent_id: str
     goal: str
@@ -156,7 +165,10 @@ class Task(_message.Message):
     output_json: str
     output: _struct_pb2.Value
     output_schema_json: str
-    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ..., output_json: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
+    parent_task_id: str
+    root_task_id: str
+    child_task_id: str
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ..., output_json: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., output_schema_json: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., root_task_id: _Optional[str] = ..., child_task_id: _Optional[str] = ...) -> None: ...
 
 class StartTaskRequest(_message.Message):
     __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id", "output_schema_json")

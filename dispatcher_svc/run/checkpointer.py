@@ -116,7 +116,7 @@ class Checkpointer:
             **fields,  # type: ignore[arg-type]
         )
         terminal = status is not None and status.terminal
-        parked = status == TaskStatus.WAITING_APPROVAL
+        parked = status in (TaskStatus.WAITING_APPROVAL, TaskStatus.WAITING_CHILD)
         if terminal or parked:
             values["lease_until"] = "0"
         return values, tuple(events), self.task_ttl_s if terminal else 0

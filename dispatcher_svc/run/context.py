@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentmesh.config import DispatcherSettings
+from dispatcher_svc.agents import AgentRegistry
+from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.checkpointer import Checkpointer
 from dispatcher_svc.run.downstream import Downstream
 from dispatcher_svc.run.state import RunState
@@ -21,3 +23,7 @@ class Run:
     downstream: Downstream
     tasks: TaskStore
     settings: DispatcherSettings
+    agents: AgentRegistry | None = None
+    """The configured agents: whom a handoff may create a task for."""
+    queue: TaskQueue | None = None
+    """The work queue a handoff's child task joins; None: this loop makes no handoffs (unit tests)."""

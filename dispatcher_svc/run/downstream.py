@@ -54,6 +54,7 @@ SERVICE_OF_CALL = {
     "AppendMessage": "context_svc",
     "AppendToolResult": "context_svc",
     "BuildContext": "context_svc",
+    "BuildHandoff": "context_svc",
     "DiscoverTools": "tool_svc",
     "ListTools": "tool_svc",
     "ExecuteTool": "tool_svc",
@@ -258,6 +259,12 @@ class Downstream:
                 allowed = info.name == READ_PAYLOAD_TOOL or agent.allows_tool(info.name, info.group)
                 if info.name in missing and allowed:
                     offered.append(info)
+        # The agent's handoffs (issue 44): tools of the dispatcher's own, offered on every step.
+        offered += [
+            ToolInfo(t.name, description=t.description, input_schema_json=t.input_schema_json)
+            for t in agent.handoff_tools.values()
+            if t.name not in names
+        ]
         return offered
 
     def fallback_for(self, tool: str) -> str:

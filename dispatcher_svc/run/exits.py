@@ -1,7 +1,10 @@
 """The exits of a run: what each `next_step.Exit` writes before the run ends.
 
-Succeed, Fail and Abort commit a terminal status (with the events the phase gathered first);
-Park indexes the approval and commits WAITING_APPROVAL; Stale (another owner has the task) writes nothing.
+Succeed, Fail and Abort commit a terminal status (with the events the phase gathered first), then
+hand the answer to the task that waits for it, if any (an ask handoff: handoff_answers.py); HandOff
+commits HANDED_OFF naming the child a transfer created; Park indexes the approval and commits
+WAITING_APPROVAL; WaitChild commits WAITING_CHILD (and delivers at once if the child has ended
+already); Stale (another owner has the task) writes nothing.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.errors import AgentmeshError
 from agentmesh.semconv import ATTR_ERROR_CLASS, ATTR_ERROR_CODE, ERROR_TYPE
-from dispatcher_svc.model import EventKind, TaskStatus
+from dispatcher_svc import handoff_answers
+from dispatcher_svc.model import CallStage, EventKind, TaskStatus
 from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.downstream import PortFailure
 from dispatcher_svc.run.names import message_id
-from dispatcher_svc.run.next_step import Abort, Exit, Fail, Park, RunResult, Stale, Succeed
+from dispatcher_svc.run.next_step import Abort, Exit, Fail, HandOff, Park, RunResult, Stale, Succeed, WaitChild
 from dispatcher_svc.run.texts import clip
 
 log = logging.getLogger("dispatcher_svc.loop")
@@ -28,13 +32,22 @@ async def finish(run: Run, step: Exit) -> RunResult:
     """Carries out an exit; the run's result."""
     if isinstance(step, Succeed):
         await _succeed(run, step)
+        await _answer_parent(run)
         return RunResult.FINISHED
     if isinstance(step, Fail):
         await _fail(run, step)
+        await _answer_parent(run)
         return RunResult.FINISHED
     if isinstance(step, Abort):
         await _abort(run, step)
+        await _answer_parent(run)
         return RunResult.FINISHED
+    if isinstance(step, HandOff):
+        await _hand_off(run, step)
+        return RunResult.FINISHED
+    if isinstance(step, WaitChild):
+        await _wait_child(run, step)
+        return RunResult.PARKED
     if isinstance(step, Park):
         await _park(run, step)
         return RunResult.PARKED
@@ -135,3 +148,45 @@ async def _park(run: Run, step: Park) -> None:
         status=status,
         pending=pending,
     )
+
+
+async def _hand_off(run: Run, step: HandOff) -> None:
+    """Transfer: the task ends HANDED_OFF; the child (created already) goes on with the work."""
+    status, event = TaskStatus.HANDED_OFF, run.checkpoints.event
+    await run.checkpoints.commit(
+        [*step.prefix, event(EventKind.STATUS, f"status HANDED_OFF to task {step.child_task_id}", status=status)],
+        status=status,
+        answer=f"handed off to agent {step.to_agent} (task {step.child_task_id})",
+        child_task_id=step.child_task_id,
+        error=None,
+    )
+
+
+async def _wait_child(run: Run, step: WaitChild) -> None:
+    """Ask: WAITING_CHILD on the call; the child's end moves the task on (handoff_answers.py). A child that
+    ended before this commit could not deliver: checked right after it."""
+    status, event = TaskStatus.WAITING_CHILD, run.checkpoints.event
+    for cs in run.state.cursor.calls:
+        if cs.call.id == step.call.id:
+            cs.state = CallStage.WAITING
+    await handoff_answers.index_waiting(run.tasks, run.state.record.task_id)
+    await run.checkpoints.commit(
+        [*step.prefix, event(EventKind.STATUS, f"status WAITING_CHILD on task {step.child_task_id}", status=status)],
+        status=status,
+        child_task_id=step.child_task_id,
+    )
+    if run.queue is not None:
+        await handoff_answers.deliver_if_ended(run.tasks, run.queue, step.child_task_id)
+
+
+async def _answer_parent(run: Run) -> None:
+    """A task an ask handoff delegated to (or a transfer of it) has ended: its answer goes to the task
+    waiting for it. Best effort here: the parent's own check after parking covers a child that ended first."""
+    record = run.state.record
+    if not record.answer_to or run.queue is None:
+        return
+    try:
+        ended = await run.tasks.load(record.task_id)
+        await handoff_answers.deliver(run.tasks, run.queue, ended)
+    except Exception as exc:  # the task has ended already; its parent is told on its next check
+        log.warning("task %s: answer not delivered to task %s: %s", record.task_id, record.answer_to, exc)

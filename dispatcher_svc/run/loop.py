@@ -41,6 +41,7 @@ from dispatcher_svc.agents import AgentRegistry
 from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.ports import Ports
+from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run import decisions, exits
 from dispatcher_svc.run.checkpointer import Checkpointer
 from dispatcher_svc.run.context import Run
@@ -71,6 +72,7 @@ class AgentLoop:
         tracer: trace.Tracer | None = None,
         hook: Hook | None = None,
         token_ttl_s: float = 3600.0,
+        queue: TaskQueue | None = None,
     ) -> None:
         self.tasks = tasks
         self.agents = agents
@@ -80,6 +82,7 @@ class AgentLoop:
         self.tracer = tracer or trace.get_tracer("dispatcher_svc")
         self.hook = hook
         self.token_ttl_s = token_ttl_s
+        self.queue = queue
 
     def start(self, record: TaskRecord, lease: Lease | None) -> Run:
         """A run of an acquired task: its state, and the collaborators that do its I/O."""
@@ -109,6 +112,8 @@ class AgentLoop:
             ),
             tasks=self.tasks,
             settings=self.settings,
+            agents=self.agents,
+            queue=self.queue,
         )
 
     async def run(self, record: TaskRecord, lease: Lease | None = None) -> RunResult:

@@ -20,7 +20,8 @@ class RunResult(enum.Enum):
     """A terminal status was committed."""
     PARKED = "parked"
     """WAITING_APPROVAL: the task leaves the queue until ResolveApproval (or, once the approval
-    expired, the dispatcher's expiry sweeper) re-enqueues it."""
+    expired, the dispatcher's expiry sweeper) re-enqueues it; WAITING_CHILD: until the task an ask
+    handoff delegated to ends (handoff_answers.py)."""
     STALE = "stale"
     """Another owner took over (a reclaim, or a cancellation): this run stops writing."""
 
@@ -70,13 +71,33 @@ class Abort:
 
 
 @dataclass(frozen=True)
+class HandOff:
+    """A transfer handoff (issue 44): commit HANDED_OFF naming `child_task_id`, created already, after
+    the events in `prefix`."""
+
+    child_task_id: str
+    to_agent: str
+    prefix: tuple[TaskEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class WaitChild:
+    """An ask handoff: park in WAITING_CHILD on `child_task_id` (created already) after `prefix`; its
+    answer comes back as `call`'s outcome."""
+
+    child_task_id: str
+    call: ToolCall
+    prefix: tuple[TaskEvent, ...] = ()
+
+
+@dataclass(frozen=True)
 class Stale:
     """Another owner has the task: stop without writing."""
 
     reason: str = ""
 
 
-Exit = Park | Succeed | Fail | Abort | Stale
+Exit = Park | Succeed | Fail | Abort | HandOff | WaitChild | Stale
 """A step that ends the run."""
 
 NextStep = Continue | Exit

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from opentelemetry import trace
@@ -28,7 +29,7 @@ from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, ToolOutcome
 from dispatcher_svc.ports import ContextView, SessionSpec, ToolInfo
 from dispatcher_svc.prompts import encode_prompt
-from dispatcher_svc.run import decisions, tool_calls
+from dispatcher_svc.run import decisions, handing, tool_calls
 from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.downstream import PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
@@ -46,6 +47,9 @@ async def setup(run: Run) -> NextStep:
     starts step 1."""
     record, agent, c, down = run.state.record, run.state.agent, run.state.cursor, run.downstream
     ports = down.ports
+    orphaned = await handing.root_cancelled(run)
+    if orphaned is not None:
+        return orphaned
     spec = SessionSpec(
         session_id=record.session_id,
         agent_id=agent.id,
@@ -311,7 +315,7 @@ async def act(run: Run) -> NextStep:
     early: ToolOutcome | None = None
     if not c.reply_appended:
         first = c.calls[0]
-        if first.state is CallStage.RUNNING and first.resolved is None:
+        if first.state is CallStage.RUNNING and first.resolved is None and not handing.is_handoff(run, first.call):
             # Recording the reply and running its first call are independent: the call's
             # result is appended only after both, so the session keeps its order.
             _, early = await alongside(_record_reply(run), down.fetch_outcome(0, first))
@@ -331,6 +335,11 @@ async def act(run: Run) -> NextStep:
                     return started
                 events += started
             if cs.state is CallStage.RUNNING:
+                if early is None and cs.resolved is None and handing.is_handoff(run, cs.call):
+                    handed = await handing.hand_off(run, cs)
+                    if not isinstance(handed, ToolOutcome):
+                        return replace(handed, prefix=(*events, *handed.prefix))
+                    early = handed
                 outcome = early if early is not None else await down.fetch_outcome(index, cs)
                 early = None
                 applied = tool_calls.apply(run, cs, outcome)

@@ -47,4 +47,6 @@ class RunState:
 
     @classmethod
     def of(cls, record: TaskRecord, agent: AgentConfig, *, task_timeout_s: float) -> RunState:
-        return cls(record, agent, deadline_ms=record.create_time_ms + int(task_timeout_s * 1000))
+        own = record.create_time_ms + int(task_timeout_s * 1000)
+        # A task a handoff created is bound by its root's deadline too (record.deadline_ms).
+        return cls(record, agent, deadline_ms=min(own, record.deadline_ms) if record.deadline_ms else own)

@@ -71,7 +71,8 @@ RPC_ENGINEERING = [
 ]
 # Issue 18: a write's outcome unknown; an operator settles it (ENGINEERING: the model cannot fix it).
 # Issue 41: a final answer claimed an action no write did, again after its correction (the task fails).
-ISSUE_ENGINEERING = ["OUTCOME_UNKNOWN", "CLAIM_UNSUPPORTED"]
+# Issue 44: a handoff past the depth limit, a delegate that ended without an answer.
+ISSUE_ENGINEERING = ["OUTCOME_UNKNOWN", "CLAIM_UNSUPPORTED", "HANDOFF_DEPTH_EXCEEDED", "HANDOFF_FAILED"]
 # Issue 43: a spend budget of a key, agent or tenant is used up (FATAL: a task aborts).
 ISSUE_FATAL = ["BUDGET_EXCEEDED"]
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -3,34 +3,24 @@
 A server's tool `Get.Item-v2` mounted with prefix `shop` is `shop__get_item_v2`: lowercased, every
 character outside [a-z0-9_] replaced by `_`. A name longer than 64 characters keeps its first 55 and
 ends with `_` and 8 hex digits of sha256(original name), so two long names stay apart. The original
-name is kept for the call. Two tools of one server mapping to one name is a collision, reported with
-both names (an override `name` in the configuration resolves it).
+name is kept for the call (the mapping is agentmesh.tool_names', shared with handoff tools). Two
+tools of one server mapping to one name is a collision, reported with both names (an override `name`
+in the configuration resolves it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-MAX_NAME = 64
-_HASH_CHARS = 8
-_OTHER = re.compile(r"[^a-z0-9_]")
+from agentmesh.tool_names import MAX_NAME, local_part, mapped_name
 
-
-def local_part(tool: str) -> str:
-    """The tool's name in [a-z0-9_]: lowercased, anything else replaced by `_`."""
-    return _OTHER.sub("_", tool.lower())
+__all__ = ["MAX_NAME", "Collision", "assign", "local_part", "registry_name"]
 
 
 def registry_name(prefix: str, tool: str, override: str | None = None) -> str:
-    """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (a hash of `tool` ends a shortened name)."""
-    name = f"{prefix}__{override or local_part(tool)}"
-    if len(name) <= MAX_NAME:
-        return name
-    suffix = hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
-    return f"{name[: MAX_NAME - _HASH_CHARS - 1]}_{suffix}"
+    """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (agentmesh.tool_names.mapped_name)."""
+    return mapped_name(prefix, tool, sep="__", override=override)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ __all__ = [
     "Event",
     "Failure",
     "Fallback",
+    "Handoff",
     "Incident",
     "ModelReply",
     "StatusChanged",
@@ -55,6 +56,10 @@ class TaskStatus(StrEnum):
     FAILED = "FAILED"
     ABORTED = "ABORTED"
     CANCELLED = "CANCELLED"
+    HANDED_OFF = "HANDED_OFF"
+    """A transfer handoff moved the work to `Task.child_task_id` (terminal)."""
+    WAITING_CHILD = "WAITING_CHILD"
+    """Waiting for the task an ask handoff delegated to (`Task.child_task_id`)."""
 
     @property
     def terminal(self) -> bool:
@@ -69,7 +74,9 @@ class TaskStatus(StrEnum):
             return cls.UNSPECIFIED
 
 
-_TERMINAL = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.ABORTED, TaskStatus.CANCELLED})
+_TERMINAL = frozenset(
+    {TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.ABORTED, TaskStatus.CANCELLED, TaskStatus.HANDED_OFF}
+)
 
 
 def _name(enum: Any, value: int, prefix: str) -> str:
@@ -253,6 +260,18 @@ class ClaimCheck(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Handoff(Event):
+    """A handoff between two tasks (in both tasks' streams): `mode` transfer, ask, or answer (the
+    delegate's answer back), the two task ids, and the hop summary's `hop_tokens`."""
+
+    mode: str
+    parent_task_id: str
+    child_task_id: str
+    hop_tokens: int
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class UnknownEvent(Event):
     """An event of a kind newer than this client (`kind` is its enum number)."""
 
@@ -323,6 +342,16 @@ def to_event(event: dispatcher_pb2.TaskEvent) -> Event:
         return ClaimCheck(
             **base, verdict=attrs.get("verdict", ""), claims=attrs.get("claims", ""), gap=attrs.get("gap", "")
         )
+    if kind == D.TASK_EVENT_KIND_HANDOFF:
+        attrs = event.attributes
+        return Handoff(
+            **base,
+            mode=attrs.get("mode", ""),
+            parent_task_id=attrs.get("parent_task_id", ""),
+            child_task_id=attrs.get("child_task_id", ""),
+            hop_tokens=int(attrs.get("hop_tokens", "0") or 0),
+            attributes=dict(attrs),
+        )
     return UnknownEvent(**base, kind=int(kind))
 
 
@@ -347,6 +376,12 @@ class Task:
     """The typed answer (a task with an output schema): parsed from `output_json`, or an instance of the
     pydantic model the caller passed (`output_type`); None for free-text answers."""
     output_json: str = ""
+    parent_task_id: str = ""
+    """The task whose handoff created this one ("" for a task a client started)."""
+    root_task_id: str = ""
+    """The first task of its handoff tree."""
+    child_task_id: str = ""
+    """The task it handed off to (HANDED_OFF) or waits for (WAITING_CHILD)."""
 
     @classmethod
     def of(cls, task: dispatcher_pb2.Task, output_type: Any = None) -> Task:
@@ -366,6 +401,9 @@ class Task:
             raw=task,
             output=parse_output(task.output_json, output_type),
             output_json=task.output_json,
+            parent_task_id=task.parent_task_id,
+            root_task_id=task.root_task_id,
+            child_task_id=task.child_task_id,
         )
 
 

@@ -70,6 +70,7 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
     request_ids: list[str] = field(default_factory=list)
     newest: dict[str, tuple[str, int]] = field(default_factory=dict)
     attachers: list[Identity] = field(default_factory=list)
+    handoffs: list[context_pb2.BuildHandoffRequest] = field(default_factory=list)
 
     async def CreateSession(self, request: context_pb2.CreateSessionRequest, context: Ctx) -> Any:
         await identity(context)
@@ -171,6 +172,28 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
             ],
         )
         return context_pb2.BuildContextResponse(view=view)
+
+    async def BuildHandoff(self, request: context_pb2.BuildHandoffRequest, context: Ctx) -> Any:
+        """A hop summary without the check (context_svc's own tests have it): every cited fact confirmed."""
+        await identity(context)
+        await self._session(request.session_id, context)
+        self.handoffs.append(request)
+        brief = request.brief
+        lines = [f"Handoff: {brief.summary}"]
+        confirmed = 0
+        for fact in brief.facts:
+            kind = "confirmed" if fact.WhichOneof("support") == "citation" else "inferred"
+            confirmed += kind == "confirmed"
+            lines.append(f"- [{kind}] {fact.statement}" + (f" ({fact.value})" if fact.value else ""))
+        lines += [f"- open: {q}" for q in brief.open_questions]
+        text = "\n".join(lines)
+        return context_pb2.BuildHandoffResponse(
+            text=text,
+            token_count=tokens(text),
+            confirmed_count=confirmed,
+            inferred_count=len(brief.facts) - confirmed,
+            record_ref_id="pl_" + "0" * 64,
+        )
 
 
 Handler = Callable[[dict[str, Any]], "str | AgentmeshError"]
@@ -340,6 +363,7 @@ async def make_mesh(start_service: Callable[..., Awaitable[RunningService]]) -> 
         *,
         needs_approval: set[str] | None = None,
         dispatcher: dict[str, Any] | None = None,
+        agents: list[dict[str, Any]] | None = None,
     ) -> Mesh:
         tools = FakeToolService(handlers=handlers or {}, needs_approval=needs_approval or set())
         context = FakeContextService()
@@ -359,7 +383,8 @@ async def make_mesh(start_service: Callable[..., Awaitable[RunningService]]) -> 
             started[name] = server
         overrides = {
             "services": {name: {"port": port} for name, port in ports.items()},
-            "agents": [
+            "agents": agents
+            or [
                 {"id": "ops", "model": "fake/m", "system_prompt": "be careful", "permissions": ["dev:test:read"]},
             ],
             "dispatcher": {

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from dispatcher_svc.ports import (
     CallOptions,
     ContextBlockInfo,
     ContextView,
+    HopSummary,
     Ports,
     SessionInfo,
     SessionSpec,
@@ -53,6 +54,8 @@ class FakeContext:
     specs: dict[str, SessionSpec] = field(default_factory=dict)
     fail_next: list[AgentmeshError] = field(default_factory=list)
     calls: Counter[str] = field(default_factory=Counter)
+    hops: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    """Every BuildHandoff: (parent session, child session, brief)."""
     appended: dict[tuple[str, str], tuple[int, Any]] = field(default_factory=dict)
     """(session, "m:<client_message_id>" | "c:<tool_call_id>") -> (index, content): context_svc's dedupe."""
     dedupe_tool_results: bool = True
@@ -169,6 +172,17 @@ class FakeContext:
             budget_tokens=budget_tokens or 12000,
             blocks=[ContextBlockInfo("SYSTEM", tokens(spec.system_prompt), 1500, 1)],
         )
+
+    async def build_handoff(
+        self, session_id: str, child_session_id: str, brief: Mapping[str, Any], opts: CallOptions
+    ) -> HopSummary:
+        """The hop text without the check (context_svc's tests have it): cited facts count as confirmed."""
+        self._maybe_fail("build_handoff")
+        self.hops.append((session_id, child_session_id, dict(brief)))
+        facts = list(brief.get("facts", []))
+        confirmed = sum(1 for f in facts if "citation" in f)
+        text = "\n".join([f"Handoff: {brief['summary']}", *(f"- {f['statement']}" for f in facts)])
+        return HopSummary(text, tokens(text), confirmed, len(facts) - confirmed)
 
 
 ToolHandler = Callable[[ToolCall], "ToolOutcome | AgentmeshError | str"]

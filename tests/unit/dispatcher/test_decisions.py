@@ -28,7 +28,7 @@ from dispatcher_svc.model import (
     ToolOutput,
 )
 from dispatcher_svc.run import decisions
-from dispatcher_svc.run.next_step import Abort, Continue, Exit, Fail, NextStep, Park, Stale, Succeed
+from dispatcher_svc.run.next_step import Abort, Continue, Exit, Fail, HandOff, NextStep, Park, Stale, Succeed, WaitChild
 from dispatcher_svc.run.texts import outcome_summary, raw_tokens_of, reply_text
 
 CALL = ToolCall("call_1", "lookup", '{"id": 7}')
@@ -74,8 +74,8 @@ def test_exit_for_copies_the_prefix() -> None:
 
 
 def test_the_union_names_every_exit() -> None:
-    assert set(typing.get_args(Exit)) == {Park, Succeed, Fail, Abort, Stale}
-    assert set(typing.get_args(NextStep)) == {Continue, Park, Succeed, Fail, Abort, Stale}
+    assert set(typing.get_args(Exit)) == {Park, Succeed, Fail, Abort, HandOff, WaitChild, Stale}
+    assert set(typing.get_args(NextStep)) == {Continue, Park, Succeed, Fail, Abort, HandOff, WaitChild, Stale}
     # No bare Park: every exit but Stale writes, so a run never leaves its task RUNNING (chaos-1-6-170).
     with pytest.raises(TypeError):
         Park()  # type: ignore[call-arg]
