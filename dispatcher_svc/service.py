@@ -44,6 +44,7 @@ from dispatcher_svc.access import (
     may_run,
     task_denied,
 )
+from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.continuation import Conversations
 from dispatcher_svc.events import EventLog, now_ms
@@ -52,6 +53,7 @@ from dispatcher_svc.model import ApprovalRecord, EventKind, Task, TaskEvent, Tas
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.routing import Router
 from dispatcher_svc.run.loop import AgentLoop, Hook
 from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
 from dispatcher_svc.starting import Starter, StartRequest, check_task_id, creator_of
@@ -95,7 +97,9 @@ class Dispatcher:
         self.authenticator = authenticator
         self.ports = ports
         self.agents = AgentRegistry(settings.agents)
-        self.tasks = TaskStore(store, ds, metrics=self.metrics)
+        self.load = AgentLoad(store, ds.routing)  # agents' depth and FAILED share (agent_load.py)
+        self.tasks = TaskStore(store, ds, metrics=self.metrics, agent_load=self.load)
+        self.router = Router(self.agents.list(), self.load, ports.models, ds.routing)
         self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s, ds.foreign_event_poll_s)
         consumer = ds.consumer_name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.queue = TaskQueue(store, ds.consumer_group, consumer)
@@ -124,7 +128,8 @@ class Dispatcher:
             queue=self.queue,
             loop=self.loop,
             settings=ds,
-            sweep=self.listing.sweeping(self.settler.sweep),  # which also prunes the task index
+            # The approval sweeper, which also prunes the task index and repairs the agents' depths.
+            sweep=self.load.repairing(self.agents.ids, self.listing.sweeping(self.settler.sweep)),
             metrics=self.metrics,
         )
         self.conversations = Conversations(
@@ -144,6 +149,7 @@ class Dispatcher:
             worker=self.worker,
             conversations=self.conversations,
             auditor=self.auditor,
+            router=self.router,
         )
         # With auth disabled every caller may be the one dev identity: no duties to separate (access.py).
         self.separate_duties = settings.auth.separation_of_duties and authenticator.enabled

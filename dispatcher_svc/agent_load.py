@@ -1,0 +1,184 @@
+"""What capability routing (routing.py) reads about each agent: its depth and its recent FAILED share.
+
+- **Depth** is the number of the agent's unfinished tasks: a sorted set per agent,
+  `am:agentload:{<agent>}:active`, member the task id, score the time (ms) it was (re)added. A task
+  joins it after the write that made it unfinished (create, resume) and again on every acquire; it
+  leaves it after the write that finished it. Members, not a counter: every add and remove is
+  idempotent, so a retried or repeated write never counts twice. The set cannot share the task's
+  slot (one set per agent, one slot per task), so it is written after the task's own fenced commit:
+  a crash between the two leaves it off by one, and both ways heal. A task missing from it is added
+  back when it is next acquired; a finished task left in it is dropped by `repair`, which re-reads
+  the tasks behind the older members and removes a member only if nobody re-added it meanwhile
+  (`DROP_IF_SAME_LUA`: its score unchanged).
+- **Outcomes**: per agent and minute, `am:agentload:{<agent>}:ended:<minute>` counts the tasks that
+  ended and those that ended FAILED (counted once, by the commit that ended the task: the commit
+  script reports the status before it). Expires after the window.
+
+Failures to update these are logged, never raised: the task's own commit succeeded and stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from agentmesh.config import RoutingSettings
+from agentmesh.errors import AgentmeshError
+from agentmesh.store import Store
+from dispatcher_svc.model import TERMINAL, TaskStatus
+
+log = logging.getLogger("dispatcher_svc.agent_load")
+
+DROP_IF_SAME_LUA = """
+-- Drops members of one agent's unfinished-task set that repair found finished, unless re-added since.
+-- KEYS[1]: the set. ARGV: member, score seen, member, score seen, ... Returns how many were dropped.
+local dropped = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
+
+REPAIR_GRACE_MS = 10_000
+"""Members younger than this are not re-checked (just added: their task is as the set says)."""
+_REPAIR_BATCH = 200
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _int(value: Any) -> int:
+    return int(value) if value is not None else 0
+
+
+class AgentLoad:
+    """The agents' depth and outcome counters in Redis (see the module docstring)."""
+
+    def __init__(self, store: Store, settings: RoutingSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self._drop = store.script("agent_load_drop", DROP_IF_SAME_LUA)
+        self._repaired_at = 0.0
+
+    @property
+    def window_minutes(self) -> int:
+        return -(-self.settings.failed_window_s // 60)
+
+    # -- writes, after the task's own commit -----------------------------------------------------
+
+    async def entered(self, agent: str, task_id: str) -> None:
+        """The task is unfinished (created, resumed, acquired): a member of the agent's set."""
+        if not agent:
+            return
+        try:
+            key = self.store.keys.agent_active(agent)
+            await self.store.call("agent load", self.store.redis.zadd(key, {task_id: _now_ms()}))
+        except AgentmeshError as exc:
+            log.warning("agent %s: cannot count task %s as unfinished: %s", agent, task_id, exc.message)
+
+    async def ended(self, agent: str, task_id: str, status: TaskStatus, *, first: bool) -> None:
+        """The task finished with `status`; `first`: this write finished it (its outcome is counted)."""
+        if not agent:
+            return
+        keys = self.store.keys
+        try:
+            async with self.store.guard("agent load"):
+                pipe = self.store.redis.pipeline(transaction=False)
+                pipe.zrem(keys.agent_active(agent), task_id)
+                if first:
+                    minute = _now_ms() // 60_000
+                    bucket = keys.agent_outcomes(agent, minute)
+                    pipe.hincrby(bucket, "ended", 1)
+                    if status == TaskStatus.FAILED:
+                        pipe.hincrby(bucket, "failed", 1)
+                    pipe.expire(bucket, self.window_minutes * 60 + 120)
+                await pipe.execute()
+        except AgentmeshError as exc:
+            log.warning("agent %s: cannot count task %s as ended: %s", agent, task_id, exc.message)
+
+    # -- reads, for routing --------------------------------------------------------------------
+
+    async def depths(self, agents: Sequence[str]) -> dict[str, int]:
+        """Each agent's number of unfinished tasks (one round trip)."""
+        return (await self.signals(agents))[0]
+
+    async def signals(self, agents: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+        """Each agent's depth, and its (tasks ended, tasks ended FAILED) over the window: one round trip."""
+        now_minute = _now_ms() // 60_000
+        minutes = range(now_minute - self.window_minutes + 1, now_minute + 1)
+        keys = self.store.keys
+        async with self.store.guard("agent load read"):
+            pipe = self.store.redis.pipeline(transaction=False)
+            for agent in agents:
+                pipe.zcard(keys.agent_active(agent))
+                for minute in minutes:
+                    pipe.hmget(keys.agent_outcomes(agent, minute), ["ended", "failed"])
+            replies = iter(await pipe.execute())
+        depths: dict[str, int] = {}
+        counts: dict[str, tuple[int, int]] = {}
+        for agent in agents:
+            depths[agent] = _int(next(replies))
+            ended = failed = 0
+            for _ in minutes:
+                pair = next(replies)
+                ended += _int(pair[0])
+                failed += _int(pair[1])
+            counts[agent] = (ended, failed)
+        return depths, counts
+
+    # -- repair ------------------------------------------------------------------------------
+
+    async def repair(self, agent: str) -> int:
+        """Drops the members of `agent`'s set whose task finished, is gone or is another agent's (a crash
+        between a task's last commit and its removal); returns how many. Live members are re-scored, so
+        each is re-read once per grace period at most."""
+        key = self.store.keys.agent_active(agent)
+        cutoff = _now_ms() - REPAIR_GRACE_MS
+        async with self.store.guard("agent load repair"):
+            old: Any = await self.store.redis.zrangebyscore(
+                key, "-inf", cutoff, start=0, num=_REPAIR_BATCH, withscores=True
+            )
+            if not old:
+                return 0
+            pipe = self.store.redis.pipeline(transaction=False)
+            for member, _ in old:
+                task_id = member.decode() if isinstance(member, bytes) else str(member)
+                pipe.hmget(self.store.keys.task(task_id), ["status", "agent_id"])
+            states = await pipe.execute()
+            stale: list[Any] = []
+            live: dict[Any, int] = {}
+            for (member, score), (status, owner) in zip(old, states, strict=True):
+                finished = status is None or int(status) in TERMINAL
+                if finished or (owner or b"").decode() != agent:
+                    stale += [member, repr(score)]
+                else:
+                    live[member] = _now_ms()
+            if live:
+                await self.store.redis.zadd(key, live, xx=True)
+            return int(await self._drop(keys=[key], args=stale)) if stale else 0
+
+    def repairing(
+        self, agents: Callable[[], Sequence[str]], sweep: Callable[[], Awaitable[int]]
+    ) -> Callable[[], Awaitable[int]]:
+        """`sweep` (the worker's periodic pass), then `repair` of every agent at most once per
+        `routing.repair_interval_s`."""
+
+        async def run() -> int:
+            done = await sweep()
+            if time.monotonic() - self._repaired_at >= self.settings.repair_interval_s:
+                self._repaired_at = time.monotonic()
+                for agent in agents():
+                    try:
+                        await self.repair(agent)
+                    except AgentmeshError as exc:
+                        log.warning("agent %s: cannot repair its task count: %s", agent, exc.message)
+            return done
+
+        return run
