@@ -135,12 +135,12 @@ class AgentLoad:
 
     # -- repair ------------------------------------------------------------------------------
 
-    async def repair(self, agent: str) -> int:
+    async def repair(self, agent: str, grace_ms: int | None = None) -> int:
         """Drops the members of `agent`'s set whose task finished, is gone or is another agent's (a crash
         between a task's last commit and its removal); returns how many. Live members are re-scored, so
         each is re-read once per grace period at most."""
         key = self.store.keys.agent_active(agent)
-        cutoff = _now_ms() - REPAIR_GRACE_MS
+        cutoff = _now_ms() - (REPAIR_GRACE_MS if grace_ms is None else grace_ms)
         async with self.store.guard("agent load repair"):
             old: Any = await self.store.redis.zrangebyscore(
                 key, "-inf", cutoff, start=0, num=_REPAIR_BATCH, withscores=True

@@ -19,7 +19,7 @@ from redis.crc import key_slot
 
 from agentmesh import clusterclient, payload_grants
 from agentmesh.apikeys import ApiKeys
-from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings
+from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings, RoutingSettings
 from agentmesh.errors import ErrorCode, NotFoundError, UnavailableError
 from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
@@ -27,12 +27,13 @@ from agentmesh.store import SCRIPTS, Store, StoreMisconfiguredError, StoreScript
 from agentmesh.v1 import dispatcher_pb2
 from context_svc.model import Summary
 from context_svc.sessions import SessionStore
+from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.model import EventKind, TaskEvent
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore
 from provider_svc.quotas import Quotas
-from tests.contract.stack import Stack
+from tests.contract.stack import AGENT, Stack
 from tests.rediscluster import LocalRedisCluster
 from tool_svc import approvals as approvals_mod
 from tool_svc import idempotency as idempotency_mod
@@ -121,6 +122,15 @@ async def the_other_scripts(store: Store) -> None:
     scopes = quotas.scopes(key_id=key.key_id, agent="cluster-bot", subject="acme:cluster-bot")
     held = await quotas.reserve(scopes, reserve_usd=0.01, tokens=10)
     await quotas.settle(held, cost_usd=0.005, tokens=8)
+    # Capability routing's load (issue 44): a member whose task is gone is dropped by repair's script.
+    load = AgentLoad(store, RoutingSettings())
+    await load.entered("cluster-agent", "t-gone")
+    assert await load.repair("cluster-agent", grace_ms=-1000) == 1
+    # The stack's two tasks ended: its agent's depth is back to 0, two ended, none FAILED.
+    assert await load.signals(["cluster-agent", AGENT]) == (
+        {"cluster-agent": 0, AGENT: 0},
+        {"cluster-agent": (0, 0), AGENT: (2, 0)},
+    )
 
 
 async def test_a_task_and_every_lua_script_run_on_the_cluster_each_in_one_slot(
