@@ -205,9 +205,9 @@ class Keys:
         """The agent's unfinished tasks (ZSET, member task id, score ms): its depth for capability routing."""
         return f"{self.prefix}:agentload:{{{_check_id('agent', agent)}}}:active"
 
-    def agent_outcomes(self, agent: str, minute: int) -> str:
-        """How many of the agent's tasks ended (and ended FAILED) in one minute (HASH ended, failed)."""
-        return f"{self.prefix}:agentload:{{{_check_id('agent', agent)}}}:ended:{int(minute)}"
+    def agent_outcomes(self, agent: str) -> str:
+        """How many of the agent's tasks ended, and ended FAILED, per recent minute (`<minute>:e`, `<minute>:f`)."""
+        return f"{self.prefix}:agentload:{{{_check_id('agent', agent)}}}:ended"
 
     def usage(self, agent: str, day: str) -> str:
         return f"{self.prefix}:usage:{{{_check_id('agent', agent)}}}:{_check_id('day', day)}"

@@ -10,9 +10,10 @@
   back when it is next acquired; a finished task left in it is dropped by `repair`, which re-reads
   the tasks behind the older members and removes a member only if nobody re-added it meanwhile
   (`DROP_IF_SAME_LUA`: its score unchanged).
-- **Outcomes**: per agent and minute, `am:agentload:{<agent>}:ended:<minute>` counts the tasks that
-  ended and those that ended FAILED (counted once, by the commit that ended the task: the commit
-  script reports the status before it). Expires after the window.
+- **Outcomes**: per agent, the hash `am:agentload:{<agent>}:ended` counts per minute the tasks that
+  ended (`<minute>:e`) and those that ended FAILED (`<minute>:f`), counted once, by the commit that
+  ended the task (the commit script reports the status before it). `END_LUA` removes the task from
+  the set and counts it in one step, dropping the minutes that left the window.
 
 Failures to update these are logged, never raised: the task's own commit succeeded and stands.
 """
@@ -45,6 +46,23 @@ end
 return dropped
 """
 
+END_LUA = """
+-- A task of one agent ended. KEYS[1]: the agent's unfinished-task set, KEYS[2]: its outcome hash.
+-- ARGV: task id, '1' to count the outcome ('' not: not the write that ended it), '1' if FAILED,
+-- the current minute, the first minute of the window, the hash's TTL s.
+redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[2] ~= '1' then return 0 end
+redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':e', 1)
+if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':f', 1) end
+local first = tonumber(ARGV[5])
+for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do
+  local minute = tonumber(string.match(name, '^(%d+):'))
+  if minute == nil or minute < first then redis.call('HDEL', KEYS[2], name) end
+end
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+return 1
+"""
+
 REPAIR_GRACE_MS = 10_000
 """Members younger than this are not re-checked (just added: their task is as the set says)."""
 _REPAIR_BATCH = 200
@@ -65,6 +83,7 @@ class AgentLoad:
         self.store = store
         self.settings = settings
         self._drop = store.script("agent_load_drop", DROP_IF_SAME_LUA)
+        self._end = store.script("agent_load_end", END_LUA)
         self._repaired_at = 0.0
 
     @property
@@ -88,18 +107,12 @@ class AgentLoad:
         if not agent:
             return
         keys = self.store.keys
+        minute = _now_ms() // 60_000
+        args: list[str | int] = [task_id, "1" if first else "", "1" if status == TaskStatus.FAILED else ""]
+        args += [minute, minute - self.window_minutes + 1, self.window_minutes * 60 + 120]
         try:
             async with self.store.guard("agent load"):
-                pipe = self.store.redis.pipeline(transaction=False)
-                pipe.zrem(keys.agent_active(agent), task_id)
-                if first:
-                    minute = _now_ms() // 60_000
-                    bucket = keys.agent_outcomes(agent, minute)
-                    pipe.hincrby(bucket, "ended", 1)
-                    if status == TaskStatus.FAILED:
-                        pipe.hincrby(bucket, "failed", 1)
-                    pipe.expire(bucket, self.window_minutes * 60 + 120)
-                await pipe.execute()
+                await self._end(keys=[keys.agent_active(agent), keys.agent_outcomes(agent)], args=args)
         except AgentmeshError as exc:
             log.warning("agent %s: cannot count task %s as ended: %s", agent, task_id, exc.message)
 
@@ -111,25 +124,27 @@ class AgentLoad:
 
     async def signals(self, agents: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
         """Each agent's depth, and its (tasks ended, tasks ended FAILED) over the window: one round trip."""
-        now_minute = _now_ms() // 60_000
-        minutes = range(now_minute - self.window_minutes + 1, now_minute + 1)
+        first = _now_ms() // 60_000 - self.window_minutes + 1
         keys = self.store.keys
         async with self.store.guard("agent load read"):
             pipe = self.store.redis.pipeline(transaction=False)
             for agent in agents:
                 pipe.zcard(keys.agent_active(agent))
-                for minute in minutes:
-                    pipe.hmget(keys.agent_outcomes(agent, minute), ["ended", "failed"])
+                pipe.hgetall(keys.agent_outcomes(agent))
             replies = iter(await pipe.execute())
         depths: dict[str, int] = {}
         counts: dict[str, tuple[int, int]] = {}
         for agent in agents:
             depths[agent] = _int(next(replies))
             ended = failed = 0
-            for _ in minutes:
-                pair = next(replies)
-                ended += _int(pair[0])
-                failed += _int(pair[1])
+            for name, value in next(replies).items():
+                minute, _, kind = (name.decode() if isinstance(name, bytes) else str(name)).partition(":")
+                if not minute.isdigit() or int(minute) < first:
+                    continue  # left the window: the next END_LUA drops it
+                if kind == "e":
+                    ended += int(value)
+                elif kind == "f":
+                    failed += int(value)
             counts[agent] = (ended, failed)
         return depths, counts
 

@@ -28,7 +28,7 @@ from agentmesh.v1 import dispatcher_pb2
 from context_svc.model import Summary
 from context_svc.sessions import SessionStore
 from dispatcher_svc.agent_load import AgentLoad
-from dispatcher_svc.model import EventKind, TaskEvent
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore
@@ -126,10 +126,11 @@ async def the_other_scripts(store: Store) -> None:
     load = AgentLoad(store, RoutingSettings())
     await load.entered("cluster-agent", "t-gone")
     assert await load.repair("cluster-agent", grace_ms=-1000) == 1
+    await load.ended("cluster-agent", "t-gone", TaskStatus.FAILED, first=True)
     # The stack's two tasks ended: its agent's depth is back to 0, two ended, none FAILED.
     assert await load.signals(["cluster-agent", AGENT]) == (
         {"cluster-agent": 0, AGENT: 0},
-        {"cluster-agent": (0, 0), AGENT: (2, 0)},
+        {"cluster-agent": (1, 1), AGENT: (2, 0)},
     )
 
 

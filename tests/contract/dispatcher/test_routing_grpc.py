@@ -69,12 +69,9 @@ async def depths(redis_url: str, *agents: str) -> dict[str, int]:
 async def outcomes(redis_url: str, agent_id: str) -> tuple[int, int]:
     client = aioredis.from_url(redis_url)
     try:
-        ended = failed = 0
-        async for key in client.scan_iter(match=KEYS.agent_active(agent_id).replace(":active", ":ended:*")):
-            pair = await client.hmget(key, ["ended", "failed"])
-            ended += int(pair[0] or 0)
-            failed += int(pair[1] or 0)
-        return ended, failed
+        counts: dict[Any, Any] = await client.hgetall(KEYS.agent_outcomes(agent_id))
+        ended = sum(int(v) for k, v in counts.items() if k.endswith(b":e"))
+        return ended, sum(int(v) for k, v in counts.items() if k.endswith(b":f"))
     finally:
         await client.aclose()
 
