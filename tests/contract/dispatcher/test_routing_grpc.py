@@ -197,3 +197,30 @@ async def test_the_depth_falls_back_as_tasks_succeed_fail_and_are_cancelled(
     await wait_status(mesh, failing.task_id, D.TASK_STATUS_FAILED)
     assert await depths(redis_url, "reporter") == {"reporter": 0}
     assert await outcomes(redis_url, "reporter") == (3, 2)
+
+
+async def test_the_sweep_drops_a_finished_task_a_crash_left_in_a_set(make_mesh: MakeMesh, redis_url: str) -> None:
+    mesh = await make_mesh(
+        park_policy,
+        {"restart": lambda a: "restarted"},
+        needs_approval={"restart"},
+        agents=TEAM,
+        dispatcher={"approval_sweep_interval_s": 0.1, "routing": {"repair_interval_s": 0.1}},
+    )
+    live = await start(mesh, capability="triage")
+    await wait_status(mesh, live.task_id, D.TASK_STATUS_WAITING_APPROVAL)
+    client = aioredis.from_url(redis_url)
+    try:
+        # A task that ended, and one that never existed, left behind a minute ago (a crash between the
+        # task's last commit and its removal from the set).
+        await client.hset(KEYS.task("t-ended"), mapping={"status": D.TASK_STATUS_SUCCEEDED, "agent_id": "log-a"})
+        await client.zadd(KEYS.agent_active("log-a"), {"t-ended": 1, "t-never": 1})
+        for _ in range(100):
+            if await depths(redis_url, "log-a") == {"log-a": 1}:
+                break
+            await asyncio.sleep(0.05)
+        raw: list[bytes] = await client.zrange(KEYS.agent_active("log-a"), 0, -1)  # type: ignore[assignment]
+        assert {m.decode() for m in raw} == {live.task_id}
+    finally:
+        await client.aclose()
+    assert (await start(mesh, capability="logs")).agent_id == "log-b"  # log-a: depth 1 again, not 3
