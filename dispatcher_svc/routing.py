@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from opentelemetry import trace
@@ -94,6 +94,8 @@ class Choice:
     agent_id: str
     depth: int
     carriers: tuple[Health, ...]
+    models_error: str = ""
+    """Why the models were not checked ("" when they were)."""
 
     @property
     def healthy(self) -> int:
@@ -107,7 +109,12 @@ class Choice:
 
     def attributes(self) -> dict[str, str]:
         """What the task's creation event records about the choice."""
-        return {"capability": self.capability, "routed_depth": str(self.depth), "routed_healthy": str(self.healthy)}
+        return {
+            "capability": self.capability,
+            "routed_depth": str(self.depth),
+            "routed_healthy": str(self.healthy),
+            "routed_models": f"unchecked: {self.models_error}" if self.models_error else "checked",
+        }
 
 
 def check_capability(capability: str, field_name: str = "capability") -> str:
@@ -160,7 +167,9 @@ class Router:
         catalog: ModelCatalog | None,
         settings: RoutingSettings,
         clock: Callable[[], float] = time.monotonic,
+        tracer: trace.Tracer | None = None,
     ) -> None:
+        self.tracer = tracer or _tracer
         self.settings = settings
         self.load = load
         self.catalog = catalog
@@ -200,7 +209,7 @@ class Router:
     async def route(self, capability: str, among: Sequence[AgentConfig] | None = None) -> Choice:
         """The agent to run a task needing `capability`, among `among` (default: every carrier)."""
         agents = list(among) if among is not None else self.carriers(capability)
-        with _tracer.start_as_current_span("dispatcher.route") as span:
+        with self.tracer.start_as_current_span("dispatcher.route") as span:
             span.set_attribute(ATTR_CAPABILITY, capability)
             ids = [a.id for a in agents]
             models = await self.models()
@@ -209,7 +218,7 @@ class Router:
                 health_of(a, depths.get(a.id, 0), outcomes.get(a.id, (0, 0)), models, self.settings) for a in agents
             ]
             span.set_attribute(ATTR_CARRIERS, len(carriers))
-            choice = choose(capability, carriers)
+            choice = replace(choose(capability, carriers), models_error=models.error)
             span.set_attribute(ATTR_CHOSEN, choice.agent_id)
             span.set_attribute(ATTR_DEPTH, choice.depth)
             span.set_attribute(ATTR_HEALTHY, choice.healthy)

@@ -101,6 +101,7 @@ async def test_start_by_capability_picks_the_least_loaded_carrier_and_records_it
     assert created is not None
     assert created.attributes["capability"] == "logs" and created.attributes["agent_id"] == "log-a"
     assert created.attributes["routed_depth"] == "0" and created.attributes["routed_healthy"] == "2"
+    assert created.attributes["routed_models"] == "checked"
     assert "routed by capability logs" in created.message
     assert any(seen.startswith("log-a/log-a/") for seen in mesh.provider.agents)
     # A retry of the start with its task id keeps the routed agent, though log-b is now less loaded.

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
 from agentmesh.config import AgentSettings, RoutingSettings
@@ -95,7 +98,12 @@ async def test_the_router_picks_the_least_loaded_carrier_and_asks_for_the_carrie
     assert choice.agent_id == "b-log"  # b and c tie at 1: by id
     assert [h.agent_id for h in choice.carriers] == ["a-log", "b-log", "c-log"]
     assert load.asked == [["a-log", "b-log", "c-log"]]
-    assert choice.attributes() == {"capability": "logs", "routed_depth": "1", "routed_healthy": "3"}
+    assert choice.attributes() == {
+        "capability": "logs",
+        "routed_depth": "1",
+        "routed_healthy": "3",
+        "routed_models": "checked",
+    }
 
 
 async def test_a_high_failed_share_makes_an_agent_unhealthy_once_enough_tasks_ended() -> None:
@@ -140,6 +148,7 @@ async def test_list_models_is_cached_and_a_failure_routes_without_the_model_chec
     catalog.error = UnavailableError("provider down")
     choice = await r.route("logs")  # provider_svc cannot say: the models are not held against anyone
     assert choice.agent_id == "a-log" and catalog.calls == 2
+    assert choice.attributes()["routed_models"] == "unchecked: provider down"
     await r.route("logs")
     assert catalog.calls == 2  # the failure is cached too
 
@@ -164,6 +173,23 @@ async def test_a_malformed_capability_is_invalid(tag: str) -> None:
 def test_config_refuses_a_malformed_or_repeated_capability(tags: list[str]) -> None:
     with pytest.raises(ValidationError, match="capabilit"):
         AgentSettings(id="a", capabilities=tags)
+
+
+async def test_the_choice_is_a_span_with_its_attributes() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    r = Router(AGENTS, FakeLoad(depths={"a-log": 2}), FakeCatalog(), SETTINGS, Clock(), provider.get_tracer("t"))
+    await r.route("logs")
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "dispatcher.route"
+    assert dict(span.attributes or {}) == {
+        "agentmesh.route.capability": "logs",
+        "agentmesh.route.carriers": 3,
+        "agentmesh.route.agent_id": "b-log",
+        "agentmesh.route.depth": 0,
+        "agentmesh.route.healthy": 3,
+    }
 
 
 # -- agent_load.py on Redis ------------------------------------------------------------------------
