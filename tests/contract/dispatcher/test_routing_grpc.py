@@ -225,3 +225,16 @@ async def test_the_sweep_drops_a_finished_task_a_crash_left_in_a_set(make_mesh: 
     finally:
         await client.aclose()
     assert (await start(mesh, capability="logs")).agent_id == "log-b"  # log-a: depth 1 again, not 3
+
+
+async def test_routing_chooses_among_the_carriers_the_caller_may_run(make_mesh: MakeMesh) -> None:
+    mesh = await make_mesh(park_policy, {"noop": lambda a: "ok"}, agents=TEAM)
+    carol = mesh.dispatcher.metadata(("agent",), subject="carol", permissions=("dev:agent.log-b:run",))
+    reply: D.StartTaskResponse = await stub(mesh).StartTask(
+        D.StartTaskRequest(capability="logs", goal="look"), metadata=carol
+    )
+    assert reply.task.agent_id == "log-b"  # log-a has the smaller id, but carol may not run it
+    with pytest.raises(grpc.aio.AioRpcError) as caught:  # she may run no carrier of triage
+        await stub(mesh).StartTask(D.StartTaskRequest(capability="triage", goal="look"), metadata=carol)
+    assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "log-a" in (caught.value.details() or "")
