@@ -28,7 +28,7 @@ TARGET_MS = 100.0
 
 
 class Catalog:
-    async def models(self) -> ModelState:
+    async def models(self, identity_token: str) -> ModelState:
         return ModelState(available=frozenset({"fake/m"}))
 
 

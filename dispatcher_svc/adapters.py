@@ -252,14 +252,17 @@ _LIST_MODELS_TIMEOUT_S = 2.0
 
 
 class GrpcModels:
-    """provider_svc's ListModels for capability routing (routing.ModelCatalog), with the caller's token."""
+    """provider_svc's ListModels for capability routing (routing.ModelCatalog)."""
 
     def __init__(self, clients: ServiceClients) -> None:
         self.clients = clients
 
-    async def models(self) -> ModelState:
+    async def models(self, identity_token: str) -> ModelState:
+        metadata = ((IDENTITY_HEADER, identity_token),) if identity_token else ()
         reply = await _rpc(
-            self.clients.provider().ListModels(provider_pb2.ListModelsRequest(), timeout=_LIST_MODELS_TIMEOUT_S)
+            self.clients.provider().ListModels(
+                provider_pb2.ListModelsRequest(), metadata=metadata, timeout=_LIST_MODELS_TIMEOUT_S
+            )
         )
         available: set[str] = set()
         unavailable: dict[str, str] = {}

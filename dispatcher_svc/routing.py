@@ -65,8 +65,9 @@ class ModelState:
 
 
 class ModelCatalog(Protocol):
-    async def models(self) -> ModelState:
-        """The configured models; raises AgentmeshError when provider_svc cannot say."""
+    async def models(self, identity_token: str) -> ModelState:
+        """The configured models, asked with `identity_token` ("": the incoming caller's); raises
+        AgentmeshError when provider_svc cannot say."""
         ...
 
 
@@ -168,8 +169,12 @@ class Router:
         settings: RoutingSettings,
         clock: Callable[[], float] = time.monotonic,
         tracer: trace.Tracer | None = None,
+        identity: Callable[[], str] | None = None,
     ) -> None:
         self.tracer = tracer or _tracer
+        self.identity = identity
+        """Mints the dispatcher's own token for ListModels (a route made outside any call, e.g. a handoff's,
+        has no caller's to forward; the answer is shared by every caller anyway)."""
         self.settings = settings
         self.load = load
         self.catalog = catalog
@@ -199,7 +204,7 @@ class Router:
             state = ModelState(error="no model catalog")
         else:
             try:
-                state = await self.catalog.models()
+                state = await self.catalog.models(self.identity() if self.identity is not None else "")
             except AgentmeshError as exc:
                 log.warning("routing: cannot list the models, not checking them: %s", exc.message)
                 state = ModelState(error=exc.message)

@@ -10,6 +10,7 @@ The work itself is done by `Worker` + `AgentLoop`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -99,7 +100,8 @@ class Dispatcher:
         self.agents = AgentRegistry(settings.agents)
         self.load = AgentLoad(store, ds.routing)  # agents' depth and FAILED share (agent_load.py)
         self.tasks = TaskStore(store, ds, metrics=self.metrics, agent_load=self.load)
-        self.router = Router(self.agents.list(), self.load, ports.models, ds.routing, tracer=tracer)
+        token = functools.partial(authenticator.mint, subject="dispatcher", roles=("agent",), ttl_s=300)
+        self.router = Router(self.agents.list(), self.load, ports.models, ds.routing, tracer=tracer, identity=token)
         self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s, ds.foreign_event_poll_s)
         consumer = ds.consumer_name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.queue = TaskQueue(store, ds.consumer_group, consumer)

@@ -1,5 +1,5 @@
 """Capability routing on the real services (issue 44): the dispatcher reads provider_svc's ListModels with
-the caller's token, skips the carrier whose model cannot be called, and the task runs on the other."""
+its own token, skips the carrier whose model cannot be called, and the task runs on the other."""
 
 from __future__ import annotations
 

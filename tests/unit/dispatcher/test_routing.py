@@ -44,9 +44,11 @@ class FakeCatalog:
         self.state = state or ModelState(available=frozenset({"fake/m"}))
         self.error = error
         self.calls = 0
+        self.tokens: list[str] = []
 
-    async def models(self) -> ModelState:
+    async def models(self, identity_token: str) -> ModelState:
         self.calls += 1
+        self.tokens.append(identity_token)
         if self.error is not None:
             raise self.error
         return self.state
@@ -151,6 +153,10 @@ async def test_list_models_is_cached_and_a_failure_routes_without_the_model_chec
     assert choice.attributes()["routed_models"] == "unchecked: provider down"
     await r.route("logs")
     assert catalog.calls == 2  # the failure is cached too
+    assert catalog.tokens == ["", ""]  # without a minter: the incoming caller's token
+    minted = Router(AGENTS, FakeLoad(), catalog, SETTINGS, Clock(), identity=lambda: "dispatcher-token")
+    await minted.route("logs")
+    assert catalog.tokens[-1] == "dispatcher-token"
 
 
 async def test_an_unknown_capability_is_not_found_naming_it_and_the_known_ones() -> None:
