@@ -484,6 +484,28 @@ class HandoffSettings(_Section):
     mode: Literal["transfer", "ask", "both"] = "transfer"
 
 
+CAPABILITY_PATTERN: re.Pattern[str] = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+"""A capability tag (`agents[].capabilities`, StartTaskRequest.capability)."""
+
+
+class RoutingSettings(_Section):
+    """Capability routing (StartTask naming a `capability`, docs/architecture.md §7): which carrier runs it,
+    chosen without a model call."""
+
+    models_cache_s: float = Field(10.0, ge=0)
+    """How long provider_svc's ListModels answer (is each agent's model available?) is reused; 0 asks
+    every time."""
+    failed_window_s: int = Field(600, ge=60, le=86_400)
+    """The window (rounded up to whole minutes) over which an agent's FAILED share is measured."""
+    failed_share_max: float = Field(0.5, gt=0, le=1)
+    """An agent whose tasks ended FAILED at least this share of the time in the window is unhealthy..."""
+    failed_min_ended: int = Field(5, ge=1)
+    """... once at least this many of its tasks ended in the window (fewer say too little)."""
+    repair_interval_s: float = Field(60.0, gt=0)
+    """How often a replica re-checks the agents' unfinished-task sets against the tasks (a member left
+    behind by a crash between a task's last commit and its removal is dropped)."""
+
+
 class AgentSettings(_Section):
     """One agent of `agents:` (docs/architecture.md §7): what the dispatcher runs a task with."""
 
@@ -499,6 +521,9 @@ class AgentSettings(_Section):
     tools: list[str] = []
     """Tool names or tool groups the agent may be offered; empty: whatever its permissions allow."""
     capabilities: list[str] = []
+    """Tags a StartTask may name instead of the agent (`capability`): the dispatcher routes it to the
+    healthy carrier with the fewest unfinished tasks (docs/architecture.md §7). Each matches
+    `[a-z0-9][a-z0-9_.-]{0,63}`."""
     permissions: list[str] = []
     """Grants "environment:group:access" put in the task's identity token (`*` wildcards a part)."""
     token_budget: int = Field(50_000, gt=0)
@@ -542,6 +567,16 @@ class AgentSettings(_Section):
             return parse_schema(value, trusted=True)
         except SchemaProblem as exc:
             raise ValueError(f"output_schema {exc}") from None
+
+    @field_validator("capabilities")
+    @classmethod
+    def _capability_format(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not CAPABILITY_PATTERN.fullmatch(tag):
+                raise ValueError(f"capability {tag!r} must match {CAPABILITY_PATTERN.pattern}")
+        if len(set(tags)) != len(tags):
+            raise ValueError("capabilities must not repeat a tag")
+        return tags
 
     @field_validator("permissions")
     @classmethod
@@ -608,6 +643,8 @@ class DispatcherSettings(_Section):
     --task T --step N` and GetStepPrompt; false saves its Redis memory and the masking."""
     queue_metrics_interval_s: float = Field(5.0, gt=0)
     """How often a replica samples the task queue's depth and lag for the metrics (two Redis round trips)."""
+    routing: RoutingSettings = RoutingSettings()
+    """Capability routing: health signals and their caches."""
 
 
 class ToolPermissionSettings(_Section):

@@ -205,6 +205,14 @@ class Keys:
     def approval(self, approval_id: str) -> str:
         return f"{self.prefix}:approval:{{{_check_id('approval_id', approval_id)}}}"
 
+    def agent_active(self, agent: str) -> str:
+        """The agent's unfinished tasks (ZSET, member task id, score ms): its depth for capability routing."""
+        return f"{self.prefix}:agentload:{{{_check_id('agent', agent)}}}:active"
+
+    def agent_outcomes(self, agent: str) -> str:
+        """How many of the agent's tasks ended, and ended FAILED, per recent minute (`<minute>:e`, `<minute>:f`)."""
+        return f"{self.prefix}:agentload:{{{_check_id('agent', agent)}}}:ended"
+
     def usage(self, agent: str, day: str) -> str:
         return f"{self.prefix}:usage:{{{_check_id('agent', agent)}}}:{_check_id('day', day)}"
 

@@ -49,6 +49,7 @@ from dispatcher_svc.ports import (
     SessionSpec,
     ToolInfo,
 )
+from dispatcher_svc.routing import ModelState
 
 T = TypeVar("T")
 
@@ -273,5 +274,38 @@ class GrpcProvider:
         return model_reply(reply)
 
 
+_LIST_MODELS_TIMEOUT_S = 2.0
+"""Capability routing waits this long for ListModels at most (then routes without the model check)."""
+
+
+class GrpcModels:
+    """provider_svc's ListModels for capability routing (routing.ModelCatalog)."""
+
+    def __init__(self, clients: ServiceClients) -> None:
+        self.clients = clients
+
+    async def models(self, identity_token: str) -> ModelState:
+        metadata = ((IDENTITY_HEADER, identity_token),) if identity_token else ()
+        reply = await _rpc(
+            self.clients.provider().ListModels(
+                provider_pb2.ListModelsRequest(), metadata=metadata, timeout=_LIST_MODELS_TIMEOUT_S
+            )
+        )
+        available: set[str] = set()
+        unavailable: dict[str, str] = {}
+        for model in reply.models:
+            for name in (model.name, *model.aliases):
+                if model.unavailable:
+                    unavailable[name] = model.unavailable_reason or "unavailable"
+                else:
+                    available.add(name)
+        return ModelState(available=frozenset(available), unavailable=unavailable, routes=dict(reply.routes))
+
+
 def grpc_ports(clients: ServiceClients) -> Ports:
-    return Ports(context=GrpcContext(clients), tools=GrpcTools(clients), provider=GrpcProvider(clients))
+    return Ports(
+        context=GrpcContext(clients),
+        tools=GrpcTools(clients),
+        provider=GrpcProvider(clients),
+        models=GrpcModels(clients),
+    )

@@ -102,5 +102,8 @@ class AgentRegistry:
     def list(self) -> Sequence[AgentConfig]:
         return [self._agents[k] for k in sorted(self._agents)]
 
+    def ids(self) -> Sequence[str]:
+        return sorted(self._agents)
+
     def __contains__(self, agent_id: object) -> bool:
         return agent_id in self._agents

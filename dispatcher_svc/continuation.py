@@ -149,6 +149,7 @@ class Conversations:
                     ),
                     events=[event],
                     ttl_s=self.task_ttl_s,
+                    agent=record.agent_id,
                 )
             except (StaleOwnerError, WrongStatusError):
                 continue

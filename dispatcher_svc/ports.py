@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from agentmesh.chat import ToolCall
 from dispatcher_svc.model import ApprovalRecord, ModelReply, ToolOutcome
+from dispatcher_svc.routing import ModelCatalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,3 +220,5 @@ class Ports:
     context: ContextPort
     tools: ToolPort
     provider: ProviderPort
+    models: ModelCatalog | None = None
+    """provider_svc's ListModels for capability routing; None: models are not checked."""

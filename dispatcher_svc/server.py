@@ -46,6 +46,7 @@ def start_request(pb: dispatcher_pb2.StartTaskRequest) -> StartRequest:
         task_id=pb.task_id,
         session_id=pb.session_id,
         output_schema_json=pb.output_schema_json,
+        capability=pb.capability,
     )
 
 

@@ -10,6 +10,7 @@ The work itself is done by `Worker` + `AgentLoop`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -45,6 +46,7 @@ from dispatcher_svc.access import (
     may_run,
     task_denied,
 )
+from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.cancelling import cancel_one, cancel_tree
 from dispatcher_svc.continuation import Conversations
@@ -54,6 +56,7 @@ from dispatcher_svc.model import ApprovalRecord, Task, TaskEvent, TaskStatus, To
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.prompts import PromptStore, StepPrompt, prompt_denied
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.routing import Router
 from dispatcher_svc.run.loop import AgentLoop, Hook
 from dispatcher_svc.settling import ApprovalSettler, approval_expired, settlement_expired
 from dispatcher_svc.starting import Starter, StartRequest, check_task_id, creator_of
@@ -97,7 +100,10 @@ class Dispatcher:
         self.agents = AgentRegistry(settings.agents)
         # Checked at start: a bad definition is a configuration error (exit 2); nothing runs them yet.
         self.workflows = load_catalog_or_config_error(settings)
-        self.tasks = TaskStore(store, ds, metrics=self.metrics)
+        self.load = AgentLoad(store, ds.routing)  # agents' depth and FAILED share (agent_load.py)
+        self.tasks = TaskStore(store, ds, metrics=self.metrics, agent_load=self.load)
+        token = functools.partial(authenticator.mint, subject="dispatcher", roles=("agent",), ttl_s=300)
+        self.router = Router(self.agents.list(), self.load, ports.models, ds.routing, tracer=tracer, identity=token)
         self.events = EventLog(store, self.tasks, ds.heartbeat_interval_s, ds.foreign_event_poll_s)
         consumer = ds.consumer_name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.queue = TaskQueue(store, ds.consumer_group, consumer)
@@ -127,7 +133,9 @@ class Dispatcher:
             queue=self.queue,
             loop=self.loop,
             settings=ds,
-            sweep=self.listing.sweeping(self.sweep_parked),  # which also prunes the task index
+            # The sweeper: expired approvals, waiting parents; it also prunes the task index and repairs
+            # the agents' depths.
+            sweep=self.load.repairing(self.agents.ids, self.listing.sweeping(self.sweep_parked)),
             metrics=self.metrics,
         )
         self.conversations = Conversations(
@@ -147,6 +155,7 @@ class Dispatcher:
             worker=self.worker,
             conversations=self.conversations,
             auditor=self.auditor,
+            router=self.router,
         )
         # With auth disabled every caller may be the one dev identity: no duties to separate (access.py).
         self.separate_duties = settings.auth.separation_of_duties and authenticator.enabled

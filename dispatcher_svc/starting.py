@@ -23,12 +23,13 @@ from agentmesh.errors import (
 )
 from agentmesh.identity import Identity
 from agentmesh.telemetry import current_request_id
-from dispatcher_svc.access import Auditor, Creator, check_run, check_task, is_creator, is_operator
+from dispatcher_svc.access import Auditor, Creator, check_run, check_task, is_creator, is_operator, may_run
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import EventKind, Task, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
+from dispatcher_svc.routing import Choice, Router
 from dispatcher_svc.tasks import StaleOwnerError, TaskRecord, TaskStore, WrongStatusError, fields_of
 from dispatcher_svc.worker import Worker
 
@@ -48,6 +49,8 @@ class StartRequest:
     """An existing session to continue (continuation.py); "" opens a new one whose id is the task id."""
     output_schema_json: str = ""
     """A JSON Schema the final answer must follow; it may only narrow the agent's (agentmesh.answers.narrow)."""
+    capability: str = ""
+    """Instead of `agent_id`: the agent is chosen among those carrying it (routing.py)."""
 
 
 def output_schema_of(agent: AgentConfig, task_schema_json: str) -> str:
@@ -69,6 +72,14 @@ def check_task_id(task_id: str, field: str = "task_id") -> str:
     return task_id
 
 
+def exists_otherwise(task_id: str) -> FailedPreconditionError:
+    return FailedPreconditionError(
+        f"task_id: task {task_id} exists with another agent, goal or session",
+        violations=[Violation(path="task_id", rule="unique", actual=repr(task_id))],
+        metadata={"field": "task_id"},
+    )
+
+
 def creator_of(record: TaskRecord) -> Creator:
     return Creator(subject=record.creator, agent_id=record.creator_agent)
 
@@ -86,7 +97,9 @@ class Starter:
         worker: Worker,
         conversations: Conversations,
         auditor: Auditor,
+        router: Router,
     ) -> None:
+        self.router = router
         self.settings = settings
         self.agents = agents
         self.tasks = tasks
@@ -99,8 +112,10 @@ class Starter:
         """Creates and queues a task recording `caller` as its creator; idempotent on `task_id`; resumes a
         FAILED task of that id. The caller must be allowed to run the agent, and an existing task is
         answered (or resumed) for its creator and operators only (access.py)."""
-        if not request.agent_id:
-            raise InvalidRequestError("agent_id", "required: the id of a configured agent")
+        if request.agent_id and request.capability:
+            raise InvalidRequestError("capability", "set agent_id or capability, not both")
+        if not request.agent_id and not request.capability:
+            raise InvalidRequestError("agent_id", "required: the id of a configured agent (or set capability instead)")
         goal = request.goal.strip()
         if not goal:
             raise InvalidRequestError("goal", "must not be empty")
@@ -117,12 +132,15 @@ class Starter:
         task_id = check_task_id(request.task_id) if request.task_id else f"t-{uuid.uuid4().hex}"
         # Naming the task's own id is the default: a new session (Task.session_id, echoed back).
         session_id = check_task_id(request.session_id, "session_id") if request.session_id else task_id
+        agent_id, choice = request.agent_id, None
+        if request.capability:
+            agent_id, choice = await self._route(request.capability, request.task_id, caller)
         try:  # before the lookup: an unknown agent's NOT_FOUND lists the agents
-            check_run(caller, self.settings.environment, request.agent_id)
+            check_run(caller, self.settings.environment, agent_id)
         except PermissionDeniedError as err:
             await self.auditor.refused(caller, "task.start", request.task_id or "(new)", err)
             raise
-        agent = self.agents.get(request.agent_id)
+        agent = self.agents.get(agent_id)
         output_schema = output_schema_of(agent, request.output_schema_json)
         if session_id != task_id:
             if request.task_id and await self.tasks.exists(task_id):
@@ -165,8 +183,8 @@ class Starter:
             kind=EventKind.STATUS,
             time_ms=now,
             status=TaskStatus.PENDING,
-            message=f"status PENDING: task created for agent {agent.id}",
-            attributes={"agent_id": agent.id, "request_id": request_id},
+            message=f"status PENDING: task created for agent {agent.id}" + (f" ({choice.summary()})" if choice else ""),
+            attributes={"agent_id": agent.id, "request_id": request_id, **(choice.attributes() if choice else {})},
         )
         with self.worker.slot() as take:
             outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take)
@@ -175,6 +193,7 @@ class Starter:
         if not outcome.created:
             return await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id)
         continued = f", session {session_id}" if session_id != task_id else ""
+        continued += f", capability {choice.capability}" if choice else ""
         await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}{continued}")
         return Task(
             task_id=task_id,
@@ -188,6 +207,26 @@ class Starter:
             update_time_ms=now,
             created_by=creator.subject,
         )
+
+    async def _route(self, capability: str, task_id: str, caller: Identity) -> tuple[str, Choice | None]:
+        """The agent for a start naming `capability` (routing.py), among the carriers `caller` may run
+        (none: the first carrier, whose check refuses it); a retry or resume of an existing task keeps
+        that task's agent when it carries the capability."""
+        carriers = self.router.carriers(capability)
+        if task_id:
+            try:
+                record = await self.tasks.load(check_task_id(task_id))
+            except NotFoundError:
+                pass
+            else:
+                if record.agent_id not in {a.id for a in carriers}:
+                    raise exists_otherwise(task_id)
+                return record.agent_id, None
+        runnable = [a for a in carriers if may_run(caller, self.settings.environment, a.id)]
+        if not runnable:
+            return carriers[0].id, None
+        choice = await self.router.route(capability, runnable)
+        return choice.agent_id, choice
 
     async def _not_opened_yet(self, session_id: str, caller: Identity) -> None:
         """No such session, but maybe its task has not run yet: FAILED_PRECONDITION for a caller who may see
@@ -211,11 +250,7 @@ class Starter:
             raise
         # An empty session_id repeats nobody's choice: only another session is a conflict.
         if record.agent_id != agent_id or record.goal != goal or session_id not in ("", record.session_id):
-            raise FailedPreconditionError(
-                f"task_id: task {task_id} exists with another agent, goal or session",
-                violations=[Violation(path="task_id", rule="unique", actual=repr(task_id))],
-                metadata={"field": "task_id"},
-            )
+            raise exists_otherwise(task_id)
         request_id = current_request_id() or record.request_id
         if failed:
             # A FAILED task is terminal until resumed: StartTask with its id resumes it.

@@ -11,13 +11,15 @@ COMMIT_LUA = """
 -- ARGV[6] ttl s (0 keep, >0 expire, <0 persist)   ARGV[7] n = field/value pairs that follow
 -- ARGV[8] a step whose prompt record follows ('' = none)   ARGV[9] the record
 -- then n field/value pairs, then one JSON string per event to append. The three keys share their TTL.
--- Returns {code, fence, status, last_sequence}; code 1 ok, 0 stale fence, -1 other status,
--- -2 no such task, -3 already exists.
+-- Returns {code, fence, status, last_sequence, status before}; code 1 ok, 0 stale fence, -1 other
+-- status, -2 no such task, -3 already exists (the status before: what the agents' load tracking,
+-- agent_load.py, needs to count a task's end once).
 -- One read (HMGET) and one HSET of the hash per commit, whatever it sets (issue 45): the fields are
 -- written in the order the checks would have written them one by one, so a later value wins.
 local cur = redis.call('HMGET', KEYS[1], 'fence', 'status', 'last_sequence')
 local fence = cur[1]
 local status = cur[2] or '0'
+local before = tonumber(status) or 0
 local set = {}
 if ARGV[1] == '' then
   if fence then return {-3, tonumber(fence), tonumber(status), 0} end
@@ -60,7 +62,7 @@ if ttl > 0 then
 elseif ttl < 0 then
   for k = 1, 3 do redis.call('PERSIST', KEYS[k]) end
 end
-return {1, tonumber(fence), tonumber(status) or 0, seq}
+return {1, tonumber(fence), tonumber(status) or 0, seq, before}
 """
 
 ACQUIRE_LUA = """

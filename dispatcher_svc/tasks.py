@@ -26,6 +26,7 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
+from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.model_json import event_to_json
@@ -94,8 +95,11 @@ class TaskStore:
         settings: DispatcherSettings,
         feed: LocalFeed | None = None,
         metrics: Metrics | None = None,
+        agent_load: AgentLoad | None = None,
     ) -> None:
         self.store = store
+        self.agent_load = agent_load
+        """The agents' unfinished-task sets and outcome counters (agent_load.py), kept after each write."""
         self.settings = settings
         self.metrics = metrics or Metrics()  # every status a commit enters (`agentmesh.tasks`)
         self.feed = feed if feed is not None else LocalFeed()  # also gets this process's committed events
@@ -170,6 +174,8 @@ class TaskStore:
         flat = reply[2]
         record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
         self.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
+        if self.agent_load is not None:  # heals a set that missed the task (a crash right after its create)
+            await self.agent_load.entered(record.agent_id, task_id)
         if self.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
             appended = if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over
             self.feed.publish(task_id, [appended.with_sequence(record.last_sequence)])
@@ -201,7 +207,10 @@ class TaskStore:
                 await self.store.redis.zadd(self.index_key, listed, nx=True)
                 commit_reply = await self._commit(keys=keys, args=args)
                 queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
-                return Created(created=int(commit_reply[0]) == _OK, taken=taken_entries(queue_reply))
+                created = int(commit_reply[0]) == _OK
+                if created and self.agent_load is not None:
+                    await self.agent_load.entered(fields.get("agent_id", ""), task_id)
+                return Created(created=created, taken=taken_entries(queue_reply))
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
             pipe.zadd(self.index_key, listed, nx=True)
@@ -227,6 +236,8 @@ class TaskStore:
         created = int(commit_reply[0]) == _OK
         if created:
             self.metrics.task_status(fields.get("agent_id", ""), TaskStatus.PENDING.name)
+            if self.agent_load is not None:
+                await self.agent_load.entered(fields.get("agent_id", ""), task_id)
         return Created(created=created, taken=taken + taken_entries(queue_reply))
 
     async def redis_time_ms(self) -> int:
@@ -298,12 +309,13 @@ class TaskStore:
         args += [event_to_json(e) for e in events]
         async with self.store.guard("commit task"):
             reply = await self._commit(keys=self._commit_keys(task_id), args=args)
-        code, current_fence, status_num, last_seq = (int(x) for x in reply)
+        code, current_fence, status_num, last_seq = (int(x) for x in reply[:4])
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:
             entered = (fields or {}).get("status")
             if entered:
                 self.metrics.task_status(agent, TaskStatus(int(entered)).name)
+                await self._count(task_id, agent, TaskStatus(int(entered)), int(reply[4]))
             if events and self.feed.subscribers(task_id):  # most commits have no watcher here
                 first = last_seq - len(events) + 1
                 self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)])
@@ -336,6 +348,17 @@ class TaskStore:
             "task tree", self.store.redis.smembers(self.store.keys.task_tree(root_task_id))
         )
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in raw or ())
+
+    async def _count(self, task_id: str, agent: str, entered: TaskStatus, before: int) -> None:
+        """The agent's load after a commit that set a status: a task ending leaves its set (its outcome
+        counted if this commit ended it), a task resumed joins it again."""
+        if self.agent_load is None:
+            return
+        was_finished = before in TaskStatus._value2member_map_ and TaskStatus(before).terminal
+        if entered.terminal:
+            await self.agent_load.ended(agent, task_id, entered, first=not was_finished)
+        elif was_finished:
+            await self.agent_load.entered(agent, task_id)
 
     # -- the index of parked tasks, read by the approval-expiry sweeper ----------------------------
 

@@ -171,7 +171,7 @@ class Task(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., step: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.TokenUsage, _Mapping]] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorDetail, _Mapping]] = ..., session_id: _Optional[str] = ..., request_id: _Optional[str] = ..., pending_approval: _Optional[_Union[_common_pb2.PendingApproval, _Mapping]] = ..., last_sequence: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_by: _Optional[str] = ..., output_json: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., output_schema_json: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., root_task_id: _Optional[str] = ..., child_task_id: _Optional[str] = ...) -> None: ...
 
 class StartTaskRequest(_message.Message):
-    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id", "output_schema_json")
+    __slots__ = ("agent_id", "goal", "token_budget", "max_steps", "task_id", "session_id", "output_schema_json", "capability")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     TOKEN_BUDGET_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class StartTaskRequest(_message.Message):
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     goal: str
     token_budget: int
@@ -186,7 +187,8 @@ class StartTaskRequest(_message.Message):
     task_id: str
     session_id: str
     output_schema_json: str
-    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ..., session_id: _Optional[str] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
+    capability: str
+    def __init__(self, agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., token_budget: _Optional[int] = ..., max_steps: _Optional[int] = ..., task_id: _Optional[str] = ..., session_id: _Optional[str] = ..., output_schema_json: _Optional[str] = ..., capability: _Optional[str] = ...) -> None: ...
 
 class StartTaskResponse(_message.Message):
     __slots__ = ("task",)

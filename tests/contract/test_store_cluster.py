@@ -19,7 +19,7 @@ from redis.crc import key_slot
 
 from agentmesh import clusterclient, payload_grants
 from agentmesh.apikeys import ApiKeys
-from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings
+from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings, RoutingSettings
 from agentmesh.errors import ErrorCode, NotFoundError, UnavailableError
 from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
@@ -28,7 +28,8 @@ from agentmesh.v1 import dispatcher_pb2
 from agentmesh.workflow_config import WorkflowsSettings
 from context_svc.model import Summary
 from context_svc.sessions import SessionStore
-from dispatcher_svc.model import EventKind, TaskEvent
+from dispatcher_svc.agent_load import AgentLoad
+from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore
@@ -37,7 +38,7 @@ from dispatcher_svc.workflows.runs import RunStore
 from dispatcher_svc.workflows.state import RunStatus
 from dispatcher_svc.workflows.validate import Names, compile_workflow
 from provider_svc.quotas import Quotas
-from tests.contract.stack import Stack
+from tests.contract.stack import AGENT, Stack
 from tests.rediscluster import LocalRedisCluster
 from tool_svc import approvals as approvals_mod
 from tool_svc import idempotency as idempotency_mod
@@ -137,6 +138,16 @@ async def the_other_scripts(store: Store) -> None:
     run = await runs.load(run_id)
     await runs.commit(run_id, fence, run.state, RunStatus.SUCCEEDED, [{"kind": "run"}])
     assert [seq for seq, _ in await runs.events(run_id)] == [1, 2]
+    # Capability routing's load (issue 44): a member whose task is gone is dropped by repair's script.
+    load = AgentLoad(store, RoutingSettings())
+    await load.entered("cluster-agent", "t-gone")
+    assert await load.repair("cluster-agent", grace_ms=-1000) == 1
+    await load.ended("cluster-agent", "t-gone", TaskStatus.FAILED, first=True)
+    # The stack's two tasks ended: its agent's depth is back to 0, two ended, none FAILED.
+    assert await load.signals(["cluster-agent", AGENT]) == (
+        {"cluster-agent": 0, AGENT: 0},
+        {"cluster-agent": (1, 1), AGENT: (2, 0)},
+    )
 
 
 async def test_a_task_and_every_lua_script_run_on_the_cluster_each_in_one_slot(

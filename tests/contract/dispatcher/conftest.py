@@ -27,6 +27,7 @@ from agentmesh.errors import (
     NotFoundError,
     PermissionDeniedError,
     UnauthenticatedError,
+    UnavailableError,
     model_text,
 )
 from agentmesh.identity import Authenticator, Identity, TokenError
@@ -319,10 +320,21 @@ class FakeProviderService(provider_pb2_grpc.ProviderServiceServicer):
     policy: Policy
     calls: int = 0
     agents: list[str] = field(default_factory=list)
+    models: list[provider_pb2.ModelInfo] = field(
+        default_factory=lambda: [provider_pb2.ModelInfo(name="fake/m", provider="fake", provider_type="scripted")]
+    )
+    """What ListModels answers (capability routing reads it)."""
+    down_for: set[str] = field(default_factory=set)
+    """Agents whose Generate calls answer UNAVAILABLE (their tasks FAIL once the retries are spent)."""
+
+    async def ListModels(self, request: provider_pb2.ListModelsRequest, context: Ctx) -> Any:
+        return provider_pb2.ListModelsResponse(models=self.models)
 
     async def Generate(self, request: provider_pb2.GenerateRequest, context: Ctx) -> Any:
         caller = await identity(context)
         self.agents.append(f"{request.agent_id}/{caller.agent_id}/{request.model}")
+        if request.agent_id in self.down_for:
+            await abort(context, UnavailableError("fake provider: down for this agent"))
         self.calls += 1
         message = self.policy(list(request.messages), [t.name for t in request.tools])
         message.role = common_pb2.ROLE_ASSISTANT

@@ -1,0 +1,199 @@
+"""What capability routing (routing.py) reads about each agent: its depth and its recent FAILED share.
+
+- **Depth** is the number of the agent's unfinished tasks: a sorted set per agent,
+  `am:agentload:{<agent>}:active`, member the task id, score the time (ms) it was (re)added. A task
+  joins it after the write that made it unfinished (create, resume) and again on every acquire; it
+  leaves it after the write that finished it. Members, not a counter: every add and remove is
+  idempotent, so a retried or repeated write never counts twice. The set cannot share the task's
+  slot (one set per agent, one slot per task), so it is written after the task's own fenced commit:
+  a crash between the two leaves it off by one, and both ways heal. A task missing from it is added
+  back when it is next acquired; a finished task left in it is dropped by `repair`, which re-reads
+  the tasks behind the older members and removes a member only if nobody re-added it meanwhile
+  (`DROP_IF_SAME_LUA`: its score unchanged).
+- **Outcomes**: per agent, the hash `am:agentload:{<agent>}:ended` counts per minute the tasks that
+  ended (`<minute>:e`) and those that ended FAILED (`<minute>:f`), counted once, by the commit that
+  ended the task (the commit script reports the status before it). `END_LUA` removes the task from
+  the set and counts it in one step, dropping the minutes that left the window.
+
+Failures to update these are logged, never raised: the task's own commit succeeded and stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from agentmesh.config import RoutingSettings
+from agentmesh.errors import AgentmeshError
+from agentmesh.store import Store
+from dispatcher_svc.model import TERMINAL, TaskStatus
+
+log = logging.getLogger("dispatcher_svc.agent_load")
+
+DROP_IF_SAME_LUA = """
+-- Drops members of one agent's unfinished-task set that repair found finished, unless re-added since.
+-- KEYS[1]: the set. ARGV: member, score seen, member, score seen, ... Returns how many were dropped.
+local dropped = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""
+
+END_LUA = """
+-- A task of one agent ended. KEYS[1]: the agent's unfinished-task set, KEYS[2]: its outcome hash.
+-- ARGV: task id, '1' to count the outcome ('' not: not the write that ended it), '1' if FAILED,
+-- the current minute, the first minute of the window, the hash's TTL s.
+redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[2] ~= '1' then return 0 end
+redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':e', 1)
+if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':f', 1) end
+local first = tonumber(ARGV[5])
+for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do
+  local minute = tonumber(string.match(name, '^(%d+):'))
+  if minute == nil or minute < first then redis.call('HDEL', KEYS[2], name) end
+end
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
+return 1
+"""
+
+REPAIR_GRACE_MS = 10_000
+"""Members younger than this are not re-checked (just added: their task is as the set says)."""
+_REPAIR_BATCH = 200
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _int(value: Any) -> int:
+    return int(value) if value is not None else 0
+
+
+class AgentLoad:
+    """The agents' depth and outcome counters in Redis (see the module docstring)."""
+
+    def __init__(self, store: Store, settings: RoutingSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self._drop = store.script("agent_load_drop", DROP_IF_SAME_LUA)
+        self._end = store.script("agent_load_end", END_LUA)
+        self._repaired_at = 0.0
+
+    @property
+    def window_minutes(self) -> int:
+        return -(-self.settings.failed_window_s // 60)
+
+    # -- writes, after the task's own commit -----------------------------------------------------
+
+    async def entered(self, agent: str, task_id: str) -> None:
+        """The task is unfinished (created, resumed, acquired): a member of the agent's set."""
+        if not agent:
+            return
+        try:
+            key = self.store.keys.agent_active(agent)
+            await self.store.call("agent load", self.store.redis.zadd(key, {task_id: _now_ms()}))
+        except AgentmeshError as exc:
+            log.warning("agent %s: cannot count task %s as unfinished: %s", agent, task_id, exc.message)
+
+    async def ended(self, agent: str, task_id: str, status: TaskStatus, *, first: bool) -> None:
+        """The task finished with `status`; `first`: this write finished it (its outcome is counted)."""
+        if not agent:
+            return
+        keys = self.store.keys
+        minute = _now_ms() // 60_000
+        args: list[str | int] = [task_id, "1" if first else "", "1" if status == TaskStatus.FAILED else ""]
+        args += [minute, minute - self.window_minutes + 1, self.window_minutes * 60 + 120]
+        try:
+            async with self.store.guard("agent load"):
+                await self._end(keys=[keys.agent_active(agent), keys.agent_outcomes(agent)], args=args)
+        except AgentmeshError as exc:
+            log.warning("agent %s: cannot count task %s as ended: %s", agent, task_id, exc.message)
+
+    # -- reads, for routing --------------------------------------------------------------------
+
+    async def depths(self, agents: Sequence[str]) -> dict[str, int]:
+        """Each agent's number of unfinished tasks (one round trip)."""
+        return (await self.signals(agents))[0]
+
+    async def signals(self, agents: Sequence[str]) -> tuple[dict[str, int], dict[str, tuple[int, int]]]:
+        """Each agent's depth, and its (tasks ended, tasks ended FAILED) over the window: one round trip."""
+        first = _now_ms() // 60_000 - self.window_minutes + 1
+        keys = self.store.keys
+        async with self.store.guard("agent load read"):
+            pipe = self.store.redis.pipeline(transaction=False)
+            for agent in agents:
+                pipe.zcard(keys.agent_active(agent))
+                pipe.hgetall(keys.agent_outcomes(agent))
+            replies = iter(await pipe.execute())
+        depths: dict[str, int] = {}
+        counts: dict[str, tuple[int, int]] = {}
+        for agent in agents:
+            depths[agent] = _int(next(replies))
+            ended = failed = 0
+            for name, value in next(replies).items():
+                minute, _, kind = (name.decode() if isinstance(name, bytes) else str(name)).partition(":")
+                if not minute.isdigit() or int(minute) < first:
+                    continue  # left the window: the next END_LUA drops it
+                if kind == "e":
+                    ended += int(value)
+                elif kind == "f":
+                    failed += int(value)
+            counts[agent] = (ended, failed)
+        return depths, counts
+
+    # -- repair ------------------------------------------------------------------------------
+
+    async def repair(self, agent: str, grace_ms: int | None = None) -> int:
+        """Drops the members of `agent`'s set whose task finished, is gone or is another agent's (a crash
+        between a task's last commit and its removal); returns how many. Live members are re-scored, so
+        each is re-read once per grace period at most."""
+        key = self.store.keys.agent_active(agent)
+        cutoff = _now_ms() - (REPAIR_GRACE_MS if grace_ms is None else grace_ms)
+        async with self.store.guard("agent load repair"):
+            old: Any = await self.store.redis.zrangebyscore(
+                key, "-inf", cutoff, start=0, num=_REPAIR_BATCH, withscores=True
+            )
+            if not old:
+                return 0
+            pipe = self.store.redis.pipeline(transaction=False)
+            for member, _ in old:
+                task_id = member.decode() if isinstance(member, bytes) else str(member)
+                pipe.hmget(self.store.keys.task(task_id), ["status", "agent_id"])
+            states = await pipe.execute()
+            stale: list[Any] = []
+            live: dict[Any, int] = {}
+            for (member, score), (status, owner) in zip(old, states, strict=True):
+                finished = status is None or int(status) in TERMINAL
+                if finished or (owner or b"").decode() != agent:
+                    stale += [member, repr(score)]
+                else:
+                    live[member] = _now_ms()
+            if live:
+                await self.store.redis.zadd(key, live, xx=True)
+            return int(await self._drop(keys=[key], args=stale)) if stale else 0
+
+    def repairing(
+        self, agents: Callable[[], Sequence[str]], sweep: Callable[[], Awaitable[int]]
+    ) -> Callable[[], Awaitable[int]]:
+        """`sweep` (the worker's periodic pass), then `repair` of every agent at most once per
+        `routing.repair_interval_s`."""
+
+        async def run() -> int:
+            done = await sweep()
+            if time.monotonic() - self._repaired_at >= self.settings.repair_interval_s:
+                self._repaired_at = time.monotonic()
+                for agent in agents():
+                    try:
+                        await self.repair(agent)
+                    except AgentmeshError as exc:
+                        log.warning("agent %s: cannot repair its task count: %s", agent, exc.message)
+            return done
+
+        return run
