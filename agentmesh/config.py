@@ -479,9 +479,23 @@ class HandoffSettings(_Section):
     the other agent's task goes on); `ask` offers `ask_<agent>` (delegate and wait: the other agent's
     answer is the call's result); `both` offers the two. A plain string `- <agent>` is `mode: transfer`."""
 
-    to: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
-    """The agent's id (a capability tag once routing lands: dispatcher_svc/handoffs.py `resolve_target`)."""
+    to: str | None = Field(None, pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    """The agent's id; or set `capability` instead."""
+    capability: str | None = Field(None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    """A capability tag (`agents[].capabilities`): the tool is `transfer_to_<tag>` / `ask_<tag>`, and each
+    handoff goes to the carrier capability routing picks then (healthy, fewest unfinished tasks)."""
     mode: Literal["transfer", "ask", "both"] = "transfer"
+
+    @model_validator(mode="after")
+    def _one_target(self) -> HandoffSettings:
+        if (self.to is None) == (self.capability is None):
+            raise ValueError("a handoff names one target: `to` (an agent) or `capability`, not both or neither")
+        return self
+
+    @property
+    def target(self) -> str:
+        """The agent id or capability tag it names."""
+        return self.to or self.capability or ""
 
 
 CAPABILITY_PATTERN: re.Pattern[str] = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")

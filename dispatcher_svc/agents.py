@@ -56,7 +56,9 @@ class AgentConfig:
             max_context_tokens=settings.max_context_tokens,
             output_schema=with_actions(settings.output_schema) if isinstance(settings.output_schema, dict) else None,
             claims=settings.claims,
-            handoff_tools=tools_for(settings.id, ((h.to, h.mode) for h in settings.handoffs)),
+            handoff_tools=tools_for(
+                settings.id, ((h.target, h.mode, h.capability is not None) for h in settings.handoffs)
+            ),
         )
 
     def allows_tool(self, name: str, group: str) -> bool:
@@ -79,7 +81,10 @@ class AgentRegistry:
             self._agents[settings.id] = AgentConfig.from_settings(settings)
         for index, agent in enumerate(self._agents.values()):
             for tool in agent.handoff_tools.values():
-                if resolve_target(tool.target, self._agents) is None:
+                if tool.capability:
+                    if not any(tool.target in other.capabilities for other in self._agents.values()):
+                        raise ConfigError(f"agents[{index}].handoffs: no agent carries capability {tool.target!r}")
+                elif resolve_target(tool.target, self._agents) is None:
                     known = ", ".join(sorted(self._agents))
                     raise ConfigError(
                         f"agents[{index}].handoffs: no agent {tool.target!r} to hand off to (known: {known})"

@@ -16,7 +16,7 @@ import itertools
 import json
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agentmesh.answers import check_answer, violations_text
 from agentmesh.config import ConfigError
@@ -108,16 +108,19 @@ class HandoffTool:
     """The agent (or, once routing lands, the capability) named in `handoffs:`."""
     mode: str
     """"transfer" or "ask"."""
+    capability: bool = False
+    """`target` is a capability tag: capability routing picks the agent at each handoff."""
 
     @property
     def description(self) -> str:
+        whom = f"an agent with capability {self.target}" if self.capability else f"agent {self.target}"
         if self.mode == "transfer":
             return (
-                f"Hand the task over to agent {self.target}: it goes on with your brief and you stop. "
+                f"Hand the task over to {whom}: it goes on with your brief and you stop. "
                 "Cite where every key fact can be read; mark the others inferred with their basis."
             )
         return (
-            f"Ask agent {self.target} to do a part of the task and wait for its answer (the result of this call). "
+            f"Ask {whom} to do a part of the task and wait for its answer (the result of this call). "
             "Cite where every key fact can be read; mark the others inferred with their basis."
         )
 
@@ -126,14 +129,14 @@ class HandoffTool:
         return json.dumps(BRIEF_SCHEMA, separators=(",", ":"))
 
 
-def tools_for(agent_id: str, entries: Iterable[tuple[str, str]]) -> dict[str, HandoffTool]:
-    """The handoff tools of an agent's `handoffs:` entries ((target, mode: transfer|ask|both)), by name.
-    ConfigError naming both targets when two map to one name."""
+def tools_for(agent_id: str, entries: Iterable[tuple[str, str, bool]]) -> dict[str, HandoffTool]:
+    """The handoff tools of an agent's `handoffs:` entries ((target, mode: transfer|ask|both, whether the
+    target is a capability tag)), by name. ConfigError naming both targets when two map to one name."""
     tools: dict[str, HandoffTool] = {}
-    for target, mode in entries:
+    for target, mode, capability in entries:
         for one in ("transfer", "ask") if mode == "both" else (mode,):
             prefix, sep = (TRANSFER_PREFIX, "_") if one == "transfer" else (ASK_PREFIX, "_")
-            tool = HandoffTool(mapped_name(prefix, target, sep=sep), target, one)
+            tool = HandoffTool(mapped_name(prefix, target, sep=sep), target, one, capability)
             taken = tools.get(tool.name)
             if taken is not None and taken.target != target:
                 raise ConfigError(
@@ -144,9 +147,16 @@ def tools_for(agent_id: str, entries: Iterable[tuple[str, str]]) -> dict[str, Ha
 
 
 def resolve_target(target: str, agents: Container[str]) -> str | None:
-    """The agent id a handoff target names, None when none does. Today a target is an agent id; this is
-    the seam where capability routing (a target naming a capability tag) plugs in."""
+    """The agent id a handoff target names, None when none does. (A capability target is routed at each
+    handoff instead: run/handing.py asks the dispatcher's Router.)"""
     return target if target in agents else None
+
+
+class CapabilityRouter(Protocol):
+    """Picks the agent for a capability (dispatcher_svc.routing.Router): typed NOT_FOUND / UNAVAILABLE
+    when nobody carries it or no carrier is healthy."""
+
+    async def route_to(self, capability: str) -> str: ...
 
 
 def looks_like_handoff(name: str, known_tools: Container[str]) -> bool:

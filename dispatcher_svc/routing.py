@@ -211,6 +211,10 @@ class Router:
         self._models, self._models_at = state, now
         return state
 
+    async def route_to(self, capability: str) -> str:
+        """The agent a handoff to `capability` goes to (handoffs.CapabilityRouter)."""
+        return (await self.route(capability)).agent_id
+
     async def route(self, capability: str, among: Sequence[AgentConfig] | None = None) -> Choice:
         """The agent to run a task needing `capability`, among `among` (default: every carrier)."""
         agents = list(among) if among is not None else self.carriers(capability)

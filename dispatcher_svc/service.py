@@ -117,6 +117,7 @@ class Dispatcher:
             hook=hook,
             token_ttl_s=settings.auth.token_ttl_s,
             queue=self.queue,
+            router=self.router,
         )
         self.settler = ApprovalSettler(
             tasks=self.tasks,

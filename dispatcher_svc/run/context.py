@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from agentmesh.config import DispatcherSettings
 from dispatcher_svc.agents import AgentRegistry
+from dispatcher_svc.handoffs import CapabilityRouter
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.checkpointer import Checkpointer
 from dispatcher_svc.run.downstream import Downstream
@@ -27,3 +28,5 @@ class Run:
     """The configured agents: whom a handoff may create a task for."""
     queue: TaskQueue | None = None
     """The work queue a handoff's child task joins; None: this loop makes no handoffs (unit tests)."""
+    router: CapabilityRouter | None = None
+    """Picks the agent of a handoff that names a capability; None: such a handoff finds no agent."""

@@ -77,7 +77,10 @@ async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild
     brief = handoffs.check_brief(call.arguments_json)
     if isinstance(brief, AgentmeshError):
         return _error(call, brief)
-    target = handoffs.resolve_target(tool.target, run.agents if run.agents is not None else ())
+    child_id = handoffs.child_task_id(record.task_id, state.cursor.step, call.id)
+    target = await _target(run, tool, child_id)
+    if isinstance(target, AgentmeshError):
+        return _error(call, target)
     if target is None or run.queue is None or run.agents is None:
         unknown = AgentmeshError(ErrorCode.UNKNOWN_TOOL, f"{call.name}: no agent {tool.target} here to hand off to")
         return _error(call, unknown)
@@ -85,7 +88,6 @@ async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild
     refused = handoffs.guard(hops=hops, to_agent=target, depth=record.depth, limit=run.settings.max_handoff_depth)
     if refused is not None:
         return _error(call, refused)
-    child_id = handoffs.child_task_id(record.task_id, state.cursor.step, call.id)
     try:
         hop = await run.downstream.call(
             "BuildHandoff",
@@ -127,6 +129,22 @@ async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild
     if tool.mode == "transfer":
         return HandOff(child_id, target, (event,))
     return WaitChild(child_id, call, (event,))
+
+
+async def _target(run: Run, tool: handoffs.HandoffTool, child_id: str) -> str | AgentmeshError | None:
+    """The agent the handoff goes to. A capability is routed (healthy carrier, fewest unfinished tasks),
+    except when the step is resumed after its child was created: that child's agent, so the one child
+    and the events agree."""
+    if not tool.capability:
+        return handoffs.resolve_target(tool.target, run.agents if run.agents is not None else ())
+    if await run.tasks.exists(child_id):
+        return (await run.tasks.load(child_id)).agent_id
+    if run.router is None:
+        return None
+    try:
+        return await run.router.route_to(tool.target)
+    except AgentmeshError as err:  # nobody carries it (NOT_FOUND) or no carrier is healthy (UNAVAILABLE)
+        return err
 
 
 async def _create_child(

@@ -38,6 +38,7 @@ from agentmesh.semconv import (
     GEN_AI_OPERATION_NAME,
 )
 from dispatcher_svc.agents import AgentRegistry
+from dispatcher_svc.handoffs import CapabilityRouter
 from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.ports import Ports
@@ -73,6 +74,7 @@ class AgentLoop:
         hook: Hook | None = None,
         token_ttl_s: float = 3600.0,
         queue: TaskQueue | None = None,
+        router: CapabilityRouter | None = None,
     ) -> None:
         self.tasks = tasks
         self.agents = agents
@@ -83,6 +85,7 @@ class AgentLoop:
         self.hook = hook
         self.token_ttl_s = token_ttl_s
         self.queue = queue
+        self.router = router
 
     def start(self, record: TaskRecord, lease: Lease | None) -> Run:
         """A run of an acquired task: its state, and the collaborators that do its I/O."""
@@ -114,6 +117,7 @@ class AgentLoop:
             settings=self.settings,
             agents=self.agents,
             queue=self.queue,
+            router=self.router,
         )
 
     async def run(self, record: TaskRecord, lease: Lease | None = None) -> RunResult:

@@ -274,3 +274,24 @@ async def test_an_ask_gets_the_typed_answer_of_the_chain_it_started(make_mesh: M
     assert expert.output_json == '{"deploy":"08:55"}' and expert.root_task_id == root.task_id
     back = [e for e in await events(mesh, root.task_id) if e.attributes.get("mode") == "answer"]
     assert len(back) == 1 and back[0].attributes["child_task_id"] == expert.task_id
+
+
+async def test_a_handoff_to_a_capability_goes_to_the_carrier_routing_picks(make_mesh: MakeMesh) -> None:
+    policy = by_agent(
+        {
+            "triage": hand("transfer_to_log_analysis"),
+            "logs-a": lambda messages, tools: answer("analysed by a"),
+            "logs-b": lambda messages, tools: answer("analysed by b"),
+        }
+    )
+    carriers = [agent(a, capabilities=["log_analysis"]) for a in ("logs-b", "logs-a")]
+    mesh = await make_mesh(
+        policy, agents=[agent("triage", {"capability": "log_analysis", "mode": "transfer"}), *carriers]
+    )
+    root = await settled(mesh, await start(mesh, "triage"), D.TASK_STATUS_HANDED_OFF, *ENDED)
+    assert root.status == D.TASK_STATUS_HANDED_OFF, root.error
+    child = await settled(mesh, root.child_task_id, *ENDED)
+    # Both carriers healthy with no unfinished task: the tie goes to the smaller id.
+    assert (child.agent_id, child.answer, child.status) == ("logs-a", "analysed by a", D.TASK_STATUS_SUCCEEDED)
+    hop = next(e for e in await events(mesh, root.task_id) if e.kind == D.TASK_EVENT_KIND_HANDOFF)
+    assert hop.attributes["to_agent"] == "logs-a"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentmesh.config import ConfigError, Settings
+from agentmesh.config import AgentSettings, ConfigError, Settings
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from agentmesh.tool_names import mapped_name
 from dispatcher_svc import handoffs
@@ -31,11 +31,11 @@ BRIEF = {
 
 
 def test_handoff_names_share_the_mcp_mapping() -> None:
-    tools = handoffs.tools_for("a", [("Log.Analyst", "both"), ("report", "transfer")])
+    tools = handoffs.tools_for("a", [("Log.Analyst", "both", False), ("report", "transfer", False)])
     assert set(tools) == {"transfer_to_log_analyst", "ask_log_analyst", "transfer_to_report"}
     assert tools["ask_log_analyst"].mode == "ask" and tools["ask_log_analyst"].target == "Log.Analyst"
     long = "x" * 80
-    name = handoffs.tools_for("a", [(long, "transfer")]).popitem()[0]
+    name = handoffs.tools_for("a", [(long, "transfer", False)]).popitem()[0]
     assert len(name) == 64 and name == mapped_name("transfer_to", long, sep="_")
     assert registry_name("shop", "Get.Item-v2") == mapped_name("shop", "Get.Item-v2") == "shop__get_item_v2"
     assert handoffs.tools_for("a", []) == {}
@@ -43,7 +43,7 @@ def test_handoff_names_share_the_mcp_mapping() -> None:
 
 def test_two_targets_mapping_to_one_name_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="both map to the tool transfer_to_log_analyst"):
-        handoffs.tools_for("a", [("log-analyst", "transfer"), ("log.analyst", "transfer")])
+        handoffs.tools_for("a", [("log-analyst", "transfer", False), ("log.analyst", "transfer", False)])
 
 
 def test_config_shapes_and_unknown_targets(make_settings: Any) -> None:
@@ -101,7 +101,7 @@ def test_what_is_taken_for_a_handoff_call() -> None:
     assert not handoffs.looks_like_handoff("ask_x", {"ask_x"})  # a registry tool of that name
     assert not handoffs.looks_like_handoff("transfer_to_account", {"transfer_to_account"})
     assert not handoffs.looks_like_handoff("restart", set())
-    err = handoffs.not_offered("transfer_to_x", list(handoffs.tools_for("a", [("b", "both")]).values()))
+    err = handoffs.not_offered("transfer_to_x", list(handoffs.tools_for("a", [("b", "both", False)]).values()))
     assert err.error_class is ErrorClass.CONTRACT and "ask_b, transfer_to_b" in err.message
 
 
@@ -219,3 +219,17 @@ def test_a_handoffs_task_is_bound_by_its_roots_deadline(make_settings: Any) -> N
         task_id="h-2", agent_id="b", goal="g", status=TaskStatus.PENDING, create_time_ms=10_000, deadline_ms=20_000
     )
     assert RunState.of(child, agent, task_timeout_s=60).deadline_ms == 20_000
+
+
+def test_a_handoff_names_an_agent_or_a_capability_and_a_capability_needs_a_carrier() -> None:
+    base: dict[str, Any] = {"model": "m/m", "permissions": []}
+    entry = AgentSettings(id="a", handoffs=[{"capability": "logs", "mode": "ask"}], **base)
+    registry = AgentRegistry([entry, AgentSettings(id="b", capabilities=["logs"], **base)])
+    [tool] = registry.get("a").handoff_tools.values()
+    assert (tool.name, tool.target, tool.capability, tool.mode) == ("ask_logs", "logs", True, "ask")
+    assert "an agent with capability logs" in tool.description
+    with pytest.raises(ConfigError, match="no agent carries capability 'logs'"):
+        AgentRegistry([entry, AgentSettings(id="b", **base)])
+    for both_or_neither in ({"to": "b", "capability": "logs"}, {"mode": "ask"}):
+        with pytest.raises(ValueError, match="one target"):
+            AgentSettings(id="a", handoffs=[both_or_neither], **base)
