@@ -131,10 +131,16 @@ else
   for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end
   meta = cjson.encode(m)
 end
-local sv = redis.call('HMGET', KEYS[5], 'upto', 'version')
-local upto = tonumber(sv[1] or '-1')
-local version = tonumber(sv[2] or '0')
-local n = redis.call('LLEN', KEYS[3])
+-- No summary yet (summary_count 0, kept by the summary's own commit) and the log's length (the
+-- append script keeps message_count = LLEN) come from the hash read above: two commands fewer per
+-- load (issue 45). A session without those fields (older) is read as before.
+local upto, version = -1, 0
+if c[4] ~= '0' then
+  local sv = redis.call('HMGET', KEYS[5], 'upto', 'version')
+  upto = tonumber(sv[1] or '-1')
+  version = tonumber(sv[2] or '0')
+end
+local n = tonumber(c[2] or '') or redis.call('LLEN', KEYS[3])
 local idx_from = upto + 1
 if same then idx_from = math.max(idx_from, tonumber(ARGV[5]) + 1) end
 local idx = {}
