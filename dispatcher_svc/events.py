@@ -145,7 +145,7 @@ class EventLog:
                     yield event
                     last_sent = time.monotonic()
                     if is_final(event) and event.sequence >= known_last:
-                        if event.sequence == terminal_at:
+                        if event.sequence == terminal_at or (not from_stream and event.sequence == local.terminal_at):
                             return
                         current = await self._current(task_id)
                         if current is None:

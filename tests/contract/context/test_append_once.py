@@ -149,14 +149,14 @@ async def test_appends_refresh_every_key_of_the_session_together_at_most_once_a_
     await ctx.create()
     await _say(ctx, "hello")  # creates the log: a refresh
     meta = "am:sess:{s1}:meta"
-    first = (await redis.hget(meta, "ttl_at") or b"").decode()
+    first = _text(await redis.hget(meta, "ttl_at"))
     assert first.endswith(":111000"), first  # meta, log, idx had a TTL set; entities, summary, dedupe absent
     await redis.expire(meta, 500)  # so a refresh shows
     await _say(ctx, "again")  # nothing new, refreshed a moment ago: no EXPIRE
     assert await redis.ttl(meta) <= 500
     await _say(ctx, "with an id", client_message_id="u-1")  # creates the dedupe hash: everything refreshed
     assert await redis.ttl(meta) > 500
-    assert (await redis.hget(meta, "ttl_at") or b"").decode().endswith(":111001")
+    assert _text(await redis.hget(meta, "ttl_at")).endswith(":111001")
     for part in ("meta", "log", "idx", "dedupe"):
         assert await redis.ttl(f"am:sess:{{s1}}:{part}") > 500, part
     # A refresh older than TTL_REFRESH_S (or from another replica's future clock) is renewed.
@@ -164,3 +164,7 @@ async def test_appends_refresh_every_key_of_the_session_together_at_most_once_a_
     await redis.expire(meta, 500)
     await _say(ctx, "later")
     assert await redis.ttl(meta) > 500
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else value or ""
