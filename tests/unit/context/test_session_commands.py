@@ -55,3 +55,12 @@ async def test_a_load_without_a_summary_reads_neither_it_nor_the_log_length(stor
     used = await spent(store, before)
     assert used["llen"] == 0 and used["hmget"] == 1, used
     assert len(loaded.entries) == 3 and loaded.summary_version == 0 and loaded.session.message_count == 3
+
+
+async def test_the_first_append_after_create_does_not_read_the_session_first(store: Store) -> None:
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    before = await commands(store)
+    await engine.append_message(OPERATOR, "s1", Message(Role.USER, "hello"))
+    used = await spent(store, before)
+    assert used["evalsha"] == 1 and used["hmget"] == 1, used  # the append script's own read only
