@@ -39,6 +39,10 @@ class AuditEntry:
     entry_id: str = ""
 
 
+_TRIM_EVERY_S = 60.0
+"""Entries older than `audit.max_age_days` go at most this much later."""
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= _FIELD_CHARS else text[: _FIELD_CHARS - 1] + "…"
 
@@ -51,6 +55,7 @@ class AuditLog:
         self.store = store
         self.max_len = settings.max_len
         self.max_age_s = settings.max_age_days * 86400
+        self._trimmed_at = 0.0
 
     @property
     def key(self) -> str:
@@ -68,14 +73,21 @@ class AuditLog:
         }
         if detail:
             fields["detail"] = _clip(detail)
-        oldest = max(0, int(time.time() * 1000) - self.max_age_s * 1000)
+        now = time.time()
+        # By age at most once per _TRIM_EVERY_S per process (issue 45: an XTRIM per entry was one more
+        # command per task); by length with every entry (XADD MAXLEN).
+        trim = now - self._trimmed_at >= _TRIM_EVERY_S
+        oldest = max(0, int(now * 1000) - self.max_age_s * 1000)
         async with (
             self.store.guard("append to the audit log"),
             self.store.redis.pipeline(transaction=False) as pipe,
         ):
             pipe.xadd(self.key, fields, maxlen=self.max_len, approximate=True)  # type: ignore[arg-type]
-            pipe.xtrim(self.key, minid=f"{oldest}-0", approximate=True)
+            if trim:
+                pipe.xtrim(self.key, minid=f"{oldest}-0", approximate=True)
             await pipe.execute()
+        if trim:
+            self._trimmed_at = now
 
     async def read(
         self, *, since_ms: int = 0, subject: str = "", action: str = "", limit: int = 1000

@@ -200,6 +200,8 @@ class ContextEngine:
             epoch=new_epoch(),
         )
         stored, created = await self.sessions.create(session)
+        # The first append need not read it (issue 45); the append script checks it anyway.
+        self._encodings.put(stored.session_id, stored.budget.encoding)
         if not created:
             same = (stored.agent_id, stored.goal, stored.sub_goals, stored.system_prompt) == (
                 session.agent_id,

@@ -35,13 +35,14 @@ APPEND_LUA: Final = (
     + """
 -- KEYS: meta, log, idx, entities, summary, dedupe.
 -- ARGV: message json, index json, tokens, ttl_s, caller agent ('*' for operators), encoding the
--- tokens were counted in, dedupe key ('' for none), content hash, caller task, then label/value pairs.
+-- tokens were counted in, dedupe key ('' for none), content hash, caller task, the caller's time (s),
+-- how long a TTL refresh holds (s), then label/value pairs.
 -- Returns the new message's index, -1 if the session does not exist, -2 if the caller may not use it
 -- (context_svc/access.py: a task not attached; in an older session without `tasks`, another agent),
 -- -3 if it uses another encoding, or {index, content hash, message json} of the message already
 -- appended under the dedupe key (nothing is written then).
 -- The session's state is read once (HMGET) and written once (HSET): issue 45.
-local m = redis.call('HMGET', KEYS[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens')
+local m = redis.call('HMGET', KEYS[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens', 'ttl_at')
 if not m[3] and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[5] ~= '*' then
   local tasks = m[1]
@@ -62,11 +63,11 @@ end
 local n = redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('RPUSH', KEYS[3], ARGV[2])
 local tokens = (tonumber(m[5] or '0') or 0) + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'message_count', n, 'total_tokens', string.format('%d', tokens))
+local set = {'message_count', n, 'total_tokens', string.format('%d', tokens)}
 -- The index comes from this script, so the latest value of a label follows log order.
-if #ARGV >= 10 then
+if #ARGV >= 12 then
   local labels = {}
-  for i = 10, #ARGV, 2 do
+  for i = 12, #ARGV, 2 do
     labels[#labels + 1] = ARGV[i]
     labels[#labels + 1] = cjson.encode({v = ARGV[i + 1], i = n - 1})
   end
@@ -75,11 +76,26 @@ end
 if ARGV[7] ~= '' then
   redis.call('HSET', KEYS[6], ARGV[7], cjson.encode({i = n - 1, h = ARGV[8], e = epoch}))
 end
--- Every key of the session, the dedupe hash included, expires with it.
+-- Every key of the session, the dedupe hash included, expires with it, at the same time: all are
+-- refreshed together, at most once per ARGV[11] seconds (issue 45: six EXPIREs per append were a
+-- third of an append's commands). `ttl_at` = "<time of the last refresh>:<which KEYS existed then,
+-- one 0/1 each>"; an append that creates a key (the log, a first label, a first dedupe entry) or
+-- finds the refresh old (or in its future: another replica's clock) refreshes them all.
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
-  for k = 1, #KEYS do redis.call('EXPIRE', KEYS[k], ttl) end
+  local now, every = tonumber(ARGV[10]), tonumber(ARGV[11])
+  local at, had = string.match(m[6] or '', '^(%d+):([01]+)$')
+  at = tonumber(at or '-1')
+  local fresh = at >= 0 and now >= at and now - at < every and n > 1
+  if fresh and #ARGV >= 12 and string.sub(had, 4, 4) ~= '1' then fresh = false end
+  if fresh and ARGV[7] ~= '' and string.sub(had, 6, 6) ~= '1' then fresh = false end
+  if not fresh then
+    local bits = {}
+    for k = 1, #KEYS do bits[k] = tostring(redis.call('EXPIRE', KEYS[k], ttl)) end
+    set[#set + 1] = 'ttl_at'; set[#set + 1] = string.format('%d', now) .. ':' .. table.concat(bits)
+  end
 end
+redis.call('HSET', KEYS[1], unpack(set))
 return n - 1
 """
 )
@@ -115,10 +131,16 @@ else
   for i = 1, #raw, 2 do m[raw[i]] = raw[i + 1] end
   meta = cjson.encode(m)
 end
-local sv = redis.call('HMGET', KEYS[5], 'upto', 'version')
-local upto = tonumber(sv[1] or '-1')
-local version = tonumber(sv[2] or '0')
-local n = redis.call('LLEN', KEYS[3])
+-- No summary yet (summary_count 0, kept by the summary's own commit) and the log's length (the
+-- append script keeps message_count = LLEN) come from the hash read above: two commands fewer per
+-- load (issue 45). A session without those fields (older) is read as before.
+local upto, version = -1, 0
+if c[4] ~= '0' then
+  local sv = redis.call('HMGET', KEYS[5], 'upto', 'version')
+  upto = tonumber(sv[1] or '-1')
+  version = tonumber(sv[2] or '0')
+end
+local n = tonumber(c[2] or '') or redis.call('LLEN', KEYS[3])
 local idx_from = upto + 1
 if same then idx_from = math.max(idx_from, tonumber(ARGV[5]) + 1) end
 local idx = {}

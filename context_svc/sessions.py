@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -52,6 +53,9 @@ class EncodingChangedError(Exception):
 
 
 _PARTS: Final = ("meta", "log", "idx", "entities", "summary", "dedupe")
+TTL_REFRESH_S: Final = 60
+"""An append refreshes the session's TTL (every key's) at most this often, so a session expires up to
+this much earlier than `context.session_ttl_s` after its last message (the append script; issue 45)."""
 
 
 def _text(value: bytes | str) -> str:
@@ -324,6 +328,8 @@ class SessionStore:
             dedupe.key if dedupe is not None else "",
             dedupe.content_hash if dedupe is not None else "",
             caller_task,
+            int(time.time()),
+            TTL_REFRESH_S,
         ]
         for label, value in entities:
             args += [label, value]

@@ -82,13 +82,20 @@ class EventLog:
         return event_from_json(task_id, sequence, fields[b"e"])
 
     async def watch(
-        self, task_id: str, after: int = 0, *, admit: Callable[[], Awaitable[None]] | None = None
+        self,
+        task_id: str,
+        after: int = 0,
+        *,
+        admit: Callable[[], Awaitable[None]] | None = None,
+        opened: tuple[TaskStatus, int] | None = None,
     ) -> AsyncIterator[TaskEvent]:
         """Every event after `after`, then live ones, until the task's final event; heartbeats between.
 
         Events this process commits come from its LocalFeed while the task runs here; everything
         else (catching up, gaps, other replicas' commits) comes from the stream. `admit`, when given,
-        is awaited first and raises to refuse the watcher (the dispatcher's access check).
+        is awaited first and raises to refuse the watcher (the dispatcher's access check). `opened`:
+        the task's status and last sequence as the caller just read or wrote them (RunTask: the task
+        it started), so only the events are read first, not the status with them (issue 45).
         """
         if admit is not None:
             await admit()
@@ -96,7 +103,11 @@ class EventLog:
         feed = self.tasks.feed
         with feed.subscribe(task_id) as local:
             # What happened before we subscribed is only in the stream: read with the status.
-            status, last_sequence, before = await self._open(task_id, after)  # NotFoundError if unknown
+            before: list[TaskEvent] | None = None
+            if opened is None:
+                status, last_sequence, before = await self._open(task_id, after)  # NotFoundError if unknown
+            else:
+                status, last_sequence = opened
             if status.terminal and last_sequence <= after:
                 return  # nothing more will come
             # A terminal event ends the watch only if it is the last event of the log: the task's
@@ -104,7 +115,7 @@ class EventLog:
             known_last = last_sequence
             terminal_at = last_sequence if status.terminal else -1
             last = after
-            must_read = False
+            must_read = before is None  # opened: the first read is of the events alone
             first_read: list[TaskEvent] | None = before
             last_sent = time.monotonic()
             while True:
@@ -145,7 +156,7 @@ class EventLog:
                     yield event
                     last_sent = time.monotonic()
                     if is_final(event) and event.sequence >= known_last:
-                        if event.sequence == terminal_at:
+                        if event.sequence == terminal_at or (not from_stream and event.sequence == local.terminal_at):
                             return
                         current = await self._current(task_id)
                         if current is None:

@@ -31,8 +31,13 @@ class Subscription:
         self._waiter: asyncio.Future[None] | None = None
         self.missed = False
         """Events were dropped (the buffer was full): the watcher must read the stream."""
+        self.terminal_at = -1
+        """The last sequence of the latest commit published, if that commit left the task terminal
+        (-1 otherwise): a final event with this sequence was the log's last, as a status read right
+        after that commit would have told (the watcher spares that read: issue 45)."""
 
-    def push(self, events: Sequence[TaskEvent]) -> None:
+    def push(self, events: Sequence[TaskEvent], terminal_at: int = -1) -> None:
+        self.terminal_at = terminal_at
         if self.missed or len(self._events) + len(events) > self._limit:
             self._events.clear()
             self.missed = True
@@ -75,10 +80,11 @@ class LocalFeed:
         self._subscriptions: dict[str, set[Subscription]] = {}
         self._running: Counter[str] = Counter()
 
-    def publish(self, task_id: str, events: Sequence[TaskEvent]) -> None:
-        """Events Redis has just accepted for `task_id`, with their sequence numbers."""
+    def publish(self, task_id: str, events: Sequence[TaskEvent], terminal_at: int = -1) -> None:
+        """Events Redis has just accepted for `task_id`, with their sequence numbers; `terminal_at`:
+        the commit's last sequence if it left the task terminal, else -1."""
         for subscription in self._subscriptions.get(task_id, ()):
-            subscription.push(events)
+            subscription.push(events, terminal_at)
 
     @contextmanager
     def subscribe(self, task_id: str) -> Iterator[Subscription]:

@@ -210,7 +210,8 @@ class Dispatcher:
     ) -> tuple[Task, AsyncIterator[TaskEvent]]:
         """StartTask, then every event of the task from the first (RunTask)."""
         task = await self.start_task(request, caller=caller, request_id=request_id, traceparent=traceparent)
-        return task, self.events.watch(task.task_id, 0)  # start_task admitted the caller to this task
+        # start_task admitted the caller to this task, and read or wrote its status: the watch need not.
+        return task, self.events.watch(task.task_id, 0, opened=(task.status, task.last_sequence))
 
     # -- reads ---------------------------------------------------------------------------------
 

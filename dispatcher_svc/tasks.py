@@ -318,7 +318,8 @@ class TaskStore:
                 await self._count(task_id, agent, TaskStatus(int(entered)), int(reply[4]))
             if events and self.feed.subscribers(task_id):  # most commits have no watcher here
                 first = last_seq - len(events) + 1
-                self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)])
+                ended = last_seq if status.terminal else -1
+                self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)], ended)
             return CommitResult(current_fence, status, last_seq)
         if code == _STALE:
             raise StaleOwnerError(

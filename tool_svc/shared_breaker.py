@@ -36,11 +36,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 # KEYS[1]: the breaker hash. ARGV: open ms, ramp ms, ramp start fraction, probe lease ms.
 # Returns {admitted 0/1, state, failures, retry_after_ms}.
+# A breaker without a hash (closed, quiet) is answered before Redis's clock is read (issue 45).
 ADMIT_LUA: Final = (
-    _NOW_MS
-    + """
+    """
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {1, 'closed', 0, 0} end
+"""
+    + _NOW_MS
+    + """
 local failures = tonumber(redis.call('HGET', KEYS[1], 'failures') or '0')
 local open_ms, ramp_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 if state == 'open' then

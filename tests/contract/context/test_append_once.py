@@ -137,3 +137,34 @@ async def test_the_index_goes_with_the_session(ctx: Ctx) -> None:
     await ctx.create()
     fresh = await _append_result(ctx, _result("c1", "another life"))
     assert (fresh.index, fresh.already_appended) == (0, False)
+
+
+async def test_appends_refresh_every_key_of_the_session_together_at_most_once_a_minute(ctx: Ctx) -> None:
+    """Issue 45: the TTLs are refreshed once per TTL_REFRESH_S, not by every append; an append that
+    creates a key (the log, the first label, the first dedupe entry) refreshes them all, so no key is
+    ever left without a TTL, and all expire together."""
+    store = ctx.svc.host.store
+    assert store is not None
+    redis = store.redis
+    await ctx.create()
+    await _say(ctx, "hello")  # creates the log: a refresh
+    meta = "am:sess:{s1}:meta"
+    first = _text(await redis.hget(meta, "ttl_at"))
+    assert first.endswith(":111000"), first  # meta, log, idx had a TTL set; entities, summary, dedupe absent
+    await redis.expire(meta, 500)  # so a refresh shows
+    await _say(ctx, "again")  # nothing new, refreshed a moment ago: no EXPIRE
+    assert await redis.ttl(meta) <= 500
+    await _say(ctx, "with an id", client_message_id="u-1")  # creates the dedupe hash: everything refreshed
+    assert await redis.ttl(meta) > 500
+    assert _text(await redis.hget(meta, "ttl_at")).endswith(":111001")
+    for part in ("meta", "log", "idx", "dedupe"):
+        assert await redis.ttl(f"am:sess:{{s1}}:{part}") > 500, part
+    # A refresh older than TTL_REFRESH_S (or from another replica's future clock) is renewed.
+    await redis.hset(meta, "ttl_at", "1:111001")  # 1970
+    await redis.expire(meta, 500)
+    await _say(ctx, "later")
+    assert await redis.ttl(meta) > 500
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else value or ""

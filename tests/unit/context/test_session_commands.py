@@ -1,0 +1,66 @@
+"""What an append and a load cost Redis (issue 45): the session's TTLs are refreshed together, by the
+append that creates a key or once per TTL_REFRESH_S, not by every append; a load of a session without
+a summary reads neither the summary nor the log's length (the meta it reads holds both)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from agentmesh.config import ContextSettings
+from agentmesh.store import Store
+from context_svc.engine import ContextEngine
+from context_svc.model import Caller, Message, Role
+from context_svc.sessions import SessionStore
+
+OPERATOR = Caller("oncall", is_operator=True)
+
+
+async def commands(store: Store) -> Counter[str]:
+    stats: Any = await store.redis.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+async def spent(store: Store, before: Counter[str]) -> Counter[str]:
+    used = await commands(store) - before
+    used["info"] -= 1  # our own INFO
+    return +used
+
+
+async def test_only_the_append_that_creates_a_key_refreshes_the_ttls(store: Store) -> None:
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    await engine.append_message(OPERATOR, "s1", Message(Role.USER, "hello"))  # caches what the append reads
+    before = await commands(store)
+    await engine.append_message(OPERATOR, "s1", Message(Role.USER, "again"))
+    assert (await spent(store, before))["expire"] == 0
+    before = await commands(store)
+    await engine.append_message_once(OPERATOR, "s1", Message(Role.USER, "first named"), client_message_id="m-1")
+    assert (await spent(store, before))["expire"] == 6  # the dedupe hash is new: every key, together
+    before = await commands(store)
+    await engine.append_message_once(OPERATOR, "s1", Message(Role.USER, "second named"), client_message_id="m-2")
+    assert (await spent(store, before))["expire"] == 0
+    ttls = {part: await store.redis.ttl(f"am:sess:{{s1}}:{part}") for part in ("meta", "log", "idx", "dedupe")}
+    assert all(ttl > 0 for ttl in ttls.values()) and max(ttls.values()) - min(ttls.values()) <= 1, ttls
+
+
+async def test_a_load_without_a_summary_reads_neither_it_nor_the_log_length(store: Store) -> None:
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    for text in ("one", "two", "three"):
+        await engine.append_message(OPERATOR, "s1", Message(Role.USER, text))
+    sessions = SessionStore(store)  # a fresh process's: nothing cached
+    before = await commands(store)
+    loaded = await sessions.load("s1")
+    used = await spent(store, before)
+    assert used["llen"] == 0 and used["hmget"] == 1, used
+    assert len(loaded.entries) == 3 and loaded.summary_version == 0 and loaded.session.message_count == 3
+
+
+async def test_the_first_append_after_create_does_not_read_the_session_first(store: Store) -> None:
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    before = await commands(store)
+    await engine.append_message(OPERATOR, "s1", Message(Role.USER, "hello"))
+    used = await spent(store, before)
+    assert used["evalsha"] == 1 and used["hmget"] == 1, used  # the append script's own read only
