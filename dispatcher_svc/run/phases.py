@@ -30,7 +30,7 @@ from dispatcher_svc.ports import ContextView, SessionSpec, ToolInfo
 from dispatcher_svc.prompts import encode_prompt
 from dispatcher_svc.run import decisions, tool_calls
 from dispatcher_svc.run.context import Run
-from dispatcher_svc.run.downstream import PortFailure, alongside
+from dispatcher_svc.run.downstream import AppendConflict, PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
 from dispatcher_svc.run.next_step import Continue, NextStep, Succeed
 from dispatcher_svc.run.texts import clip, raw_tokens_of, reply_text
@@ -324,21 +324,31 @@ async def act(run: Run) -> NextStep:
         # again with its key, never left parked in a RUNNING task (decisions.taken_up).
         cs.state = decisions.taken_up(cs.state)
         events: list[TaskEvent] = []
+        marks: tool_calls.Marks | None = None
         try:
             if cs.state is CallStage.NEW:
                 started = tool_calls.start_call(run, index, prefix=())
                 if not isinstance(started, list):
                     return started
                 events += started
+            issued = len(events)
             if cs.state is CallStage.RUNNING:
                 outcome = early if early is not None else await down.fetch_outcome(index, cs)
                 early = None
+                marks = tool_calls.Marks.of(c)
                 applied = tool_calls.apply(run, cs, outcome)
                 if not isinstance(applied, list):
                     return applied
                 events += applied
             assert cs.state is CallStage.DONE and cs.outcome is not None
-            tokens = await down.append_result(cs.outcome)
+            try:
+                tokens = await down.append_result(cs.outcome)
+            except AppendConflict as conflict:
+                # The session log holds another result of this call: the truth, taken instead.
+                applied = tool_calls.retake(run, cs, conflict.stored.outcome, marks)
+                if not isinstance(applied, list):
+                    return applied
+                events, tokens = [*events[:issued], *applied], 0
         except PortFailure as failure:
             # The call's events go with the failure: the checkpoint records the call as done, so a
             # resumed run appends its result without producing them again (found by `make chaos`).

@@ -14,7 +14,9 @@ K = context_pb2
 
 
 async def _append(ctx: Ctx, result: common_pb2.ToolResult) -> context_pb2.AppendToolResultResponse:
-    return await ctx.stub.AppendToolResult(K.AppendToolResultRequest(session_id="s1", result=result), metadata=ctx.agent_md)
+    return await ctx.stub.AppendToolResult(
+        K.AppendToolResultRequest(session_id="s1", result=result), metadata=ctx.agent_md
+    )
 
 
 async def _read(ctx: Ctx, call_id: str) -> context_pb2.GetToolResultResponse:
@@ -27,7 +29,9 @@ async def test_every_kind_of_result_reads_back_as_appended(ctx: Ctx) -> None:
     limited = common_pb2.ToolResult(
         tool_call_id="c1",
         tool_name="calc",
-        error=common_pb2.ErrorDetail(code=common_pb2.ERROR_CODE_RATE_LIMITED, message="slow down", fallback_tool="calc2"),
+        error=common_pb2.ErrorDetail(
+            code=common_pb2.ERROR_CODE_RATE_LIMITED, message="slow down", fallback_tool="calc2"
+        ),
         correction=common_pb2.Correction(next_step=common_pb2.NEXT_STEP_USE_FALLBACK, fallback_tool="calc2"),
     )
     ok = common_pb2.ToolResult(
@@ -44,7 +48,9 @@ async def test_every_kind_of_result_reads_back_as_appended(ctx: Ctx) -> None:
     )
     big = "ERROR pool exhausted\n" * 400
     offloaded = common_pb2.ToolResult(
-        tool_call_id="c4", tool_name="logs", output=common_pb2.ToolOutput(inline=big, result_type=common_pb2.RESULT_TYPE_TEXT)
+        tool_call_id="c4",
+        tool_name="logs",
+        output=common_pb2.ToolOutput(inline=big, result_type=common_pb2.RESULT_TYPE_TEXT),
     )
     for result in (limited, ok, pending, offloaded):
         appended = await _append(ctx, result)
