@@ -29,7 +29,7 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.metrics import Metrics
 from dispatcher_svc.events import now_ms
-from dispatcher_svc.lease import Lease
+from dispatcher_svc.lease import Lease, NoProgressError
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.loop import AgentLoop
@@ -95,6 +95,8 @@ class Worker:
         self.block_ms = max(10, int(min(1.0, socket_timeout * 0.5) * 1000))
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stale: set[str] = set()
+        self._given_up: set[str] = set()
+        """Runs cancelled by the liveness rule (lease.py): their tasks are handed back, not acked."""
         self._background: set[asyncio.Task[bool]] = set()
         self._deferred: dict[str, tuple[str, bool]] = {}
         """task id -> (entry, claimed) read while a run of that task was still going here."""
@@ -326,7 +328,14 @@ class Worker:
                 return
             assert isinstance(acquired, TaskRecord)
             record = acquired
-            lease = Lease(self.tasks, task_id, record.fence, self.settings.claim_idle_s, confirmed_at=sent)
+            lease = Lease(
+                self.tasks,
+                task_id,
+                record.fence,
+                self.settings.claim_idle_s,
+                confirmed_at=sent,
+                liveness_s=self.settings.liveness_window_s,
+            )
             renewer = asyncio.create_task(self._renew(msg_id, lease, me))
             result = await self.loop.run(record, lease)
             log.info("task %s: run ended %s", task_id, result.value)
@@ -335,6 +344,9 @@ class Worker:
             if task_id in self._stale:
                 await self._ack_if_mine(msg_id)
                 return  # swallowed: the renewer cancelled us, nobody awaits this cancellation
+            if task_id in self._given_up and record is not None:
+                await self._hand_back(msg_id, record)  # resumed from its last checkpoint
+                return  # swallowed, as above
             if self._stopping and record is not None:
                 await self._hand_back(msg_id, record)
             raise
@@ -353,6 +365,7 @@ class Worker:
             if renewer is not None:
                 renewer.cancel()
             self._stale.discard(task_id)
+            self._given_up.discard(task_id)
             self._running.pop(task_id, None)
             deferred = self._deferred.pop(task_id, None)
             if deferred is not None:
@@ -364,12 +377,17 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                await lease.renew()
+                await lease.keep()
                 if not await self.queue.touch(msg_id):
                     log.info("task %s: entry %s is no longer ours", lease.task_id, msg_id)
             except StaleOwnerError:
                 log.info("task %s: fence moved (taken over or cancelled); stopping its run", lease.task_id)
                 self._stale.add(lease.task_id)
+                run.cancel()
+                return
+            except NoProgressError as exc:
+                log.warning("%s: giving up its claim; the task is handed back", exc)
+                self._given_up.add(lease.task_id)
                 run.cancel()
                 return
             except AgentmeshError as exc:

@@ -158,13 +158,22 @@ class Downstream:
         while True:
             opts = await self.ready()
             try:
-                return await fn(opts)
+                result = await fn(opts)
             except AgentmeshError as err:
+                self._answered()
                 if err.code not in retry_on:
                     raise PortFailure(what, err) from err
                 if outage is None:
                     outage = Outage(service_of(what), what, now_ms())
                 outage = await self._wait(outage, err, wait_out=wait_out)
+            else:
+                self._answered()
+                return result
+
+    def _answered(self) -> None:
+        """A call answered (whatever it said): the run is alive (the lease's liveness rule)."""
+        if self.lease is not None:
+            self.lease.progressed()
 
     async def _wait(self, outage: Outage, err: AgentmeshError, *, wait_out: bool) -> Outage:
         """Waits before the next attempt of a call met by `err`; PortFailure when it should not."""

@@ -3,6 +3,8 @@ continues with it instead of running the call again; NOT_FOUND when none was app
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 from google.protobuf import timestamp_pb2
 
@@ -13,13 +15,13 @@ from tests.contract.context.conftest import Ctx, expect_error
 K = context_pb2
 
 
-async def _append(ctx: Ctx, result: common_pb2.ToolResult) -> context_pb2.AppendToolResultResponse:
+async def _append(ctx: Ctx, result: common_pb2.ToolResult) -> Any:
     return await ctx.stub.AppendToolResult(
         K.AppendToolResultRequest(session_id="s1", result=result), metadata=ctx.agent_md
     )
 
 
-async def _read(ctx: Ctx, call_id: str) -> context_pb2.GetToolResultResponse:
+async def _read(ctx: Ctx, call_id: str) -> Any:
     request = K.GetToolResultRequest(session_id="s1", tool_call_id=call_id)
     return await ctx.stub.GetToolResult(request, metadata=ctx.agent_md)
 

@@ -122,8 +122,8 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
             # Once per tool_call_id, as context_svc: a repeat is answered, other content refused.
             index, stored = self.results[key]
             if stored != result:
-                message = f"tool call {key[1]} was already appended at position {index} with other content"
-                await abort(context, FailedPreconditionError(message))
+                why = f"tool call {key[1]} was already appended at position {index} with other content"
+                await abort(context, FailedPreconditionError(why))
             token_count = self.logs[request.session_id][index].token_count
             return context_pb2.AppendToolResultResponse(index=index, token_count=token_count, already_appended=True)
         self.results[key] = (len(self.logs[request.session_id]), result)
