@@ -25,8 +25,9 @@ from dispatcher_svc.model import ToolOutcome
 from dispatcher_svc.ports import Appended, CallOptions, Ports, StoredResult, ToolInfo
 from dispatcher_svc.run import decisions
 from dispatcher_svc.run.decisions import OUTAGE_CODES, UNCERTAIN_CODES, Outage, OutageWait
-from dispatcher_svc.run.names import READ_PAYLOAD_TOOL, idempotency_key
+from dispatcher_svc.run.names import READ_PAYLOAD_TOOL, idempotency_key, message_id
 from dispatcher_svc.run.state import RunState
+from dispatcher_svc.run.texts import outcome_summary
 from dispatcher_svc.tasks import CallState, TaskRecord
 
 log = logging.getLogger("dispatcher_svc.loop")
@@ -234,6 +235,31 @@ class Downstream:
                 raise
             log.warning("task %s: %s", self.state.record.task_id, failure)
             raise AppendConflict(stored) from failure
+
+    async def notes_ran_again(self) -> int:
+        """For each call whose own attempt ran (an output) where the log holds an error for it
+        (`RunState.ran_again`): a named note, after the reply's last result (tool results follow
+        their reply unbroken), saying the call did run, so the model does not send it again under a
+        new call id (a write twice). The tokens they took."""
+        tokens = 0
+        while self.state.ran_again:
+            tokens += await self._note_ran(self.state.ran_again[0])
+            self.state.ran_again.pop(0)
+        return tokens
+
+    async def _note_ran(self, own: ToolOutcome) -> int:
+        record = self.state.record
+        text = (
+            f"[note: tool call {own.tool_call_id} ran after its result above was recorded and took "
+            f"effect ({outcome_summary(own)}); do not call it again]"
+        )
+        note_id = message_id(record.task_id, f"{own.tool_call_id}:ran")
+        return await self.append_once(
+            "AppendMessage(note)",
+            lambda o: self.ports.context.append_message(
+                record.session_id, "user", text, (), o, client_message_id=note_id
+            ),
+        )
 
     async def stored_result(self, call_id: str, tool_name: str) -> StoredResult | None:
         """The result appended for a call, if any (recorded in `read_back`: never appended again)."""

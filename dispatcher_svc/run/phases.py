@@ -363,6 +363,10 @@ async def act(run: Run) -> NextStep:
                 return started
             await run.checkpoints.commit([*events, *started])
         else:
+            try:
+                c.raw_tokens += await down.notes_ran_again()  # after the reply's last result
+            except PortFailure as failure:
+                return decisions.exit_for(failure.error, prefix=events)
             return await begin_step(run, prefix=events)
     return await begin_step(run)
 

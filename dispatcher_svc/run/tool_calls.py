@@ -98,12 +98,18 @@ def retake(run: Run, cs: CallState, stored: ToolOutcome, marks: Marks | None) ->
     """`apply` to the result the session log holds for the call instead of the one this run had
     (AppendConflict, issue 39): with the cursor as it was before that one was applied when this run
     applied it (`marks`); a call taken up as DONE keeps the earlier run's marks (its ledger entry
-    is replaced)."""
-    c = run.state.cursor
+    is replaced). When this run's own attempt ran (an output) where the stored one failed, the
+    ledger says OK (the claims check must not call the model's report of it unsupported) and the
+    model is told in a note (`RunState.ran_again`, appended after the reply's last result)."""
+    c, own = run.state.cursor, cs.outcome
     if marks is not None:
         c.contract_failures, c.failed, c.pinned = dict(marks.contract_failures), dict(marks.failed), list(marks.pinned)
     cs.state, cs.outcome = CallStage.RUNNING, None
-    return apply(run, cs, stored)
+    applied = apply(run, cs, stored)
+    if own is not None and own.output is not None and stored.output is None and isinstance(applied, list):
+        _enter_ledger(run, cs.call, own)
+        run.state.ran_again.append(own)
+    return applied
 
 
 def _enter_ledger(run: Run, call: ToolCall, outcome: ToolOutcome) -> None:

@@ -3,7 +3,8 @@
 When the session log holds another result for a call than the one the run has (appended by an
 earlier owner whose checkpoint did not land, after this run found nothing to read back), the run
 takes the stored one (AppendConflict -> tool_calls.retake): the policy is applied to it with the
-cursor as it was before, and nothing is appended twice."""
+cursor as it was before, and nothing is appended twice. When this run's own attempt ran where the
+stored one failed, a named note after the stored result tells the model it did run."""
 
 from __future__ import annotations
 
@@ -49,4 +50,11 @@ async def test_the_stored_result_is_taken_and_the_task_goes_on(make_rig: MakeRig
     # The event is the stored outcome's: what the session (and so the model) has.
     assert len(results) == 1 and results[0].tool_result is not None
     assert results[0].tool_result.error is not None and results[0].tool_result.error.code == ErrorCode.RATE_LIMITED
-    assert [m["role"] for m in rig.context.sessions[task_id]].count("tool") == 1
+    log = rig.context.sessions[task_id]
+    assert [m["role"] for m in log].count("tool") == 1
+    # This run's attempt ran where the stored one failed: the model is told, right after that result,
+    # so it does not send the call again under a new id (a write twice); the ledger says OK.
+    after = log[[m["role"] for m in log].index("tool") + 1]
+    assert after["role"] == "user" and "ran after its result above was recorded" in after["content"]
+    task = await rig.dispatcher.tasks.load(task_id)
+    assert [entry[1] for entry in task.cursor.ledger.values()] == ["OK"]
