@@ -3,13 +3,14 @@ makes progress (the liveness rule, issue 39)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from dispatcher_svc.tasks import TaskStore
 
-__all__ = ["Lease", "NoProgressError"]
+__all__ = ["Lease", "NoProgressError", "suspended_at"]
 
 
 class NoProgressError(Exception):
@@ -77,3 +78,15 @@ class Lease:
                 f"task {self.task_id}: no progress for {self.idle_s():.0f}s (liveness window {self.liveness_s:g}s)"
             )
         await self.renew()
+
+
+def suspended_at(run: asyncio.Task[None]) -> str:
+    """Where a run waits (its innermost coroutine frames), for the log line of a claim given up."""
+    frames: list[str] = []
+    link: object = run.get_coro()
+    while link is not None and len(frames) < 50:
+        frame = getattr(link, "cr_frame", None) or getattr(link, "gi_frame", None)
+        if frame is not None:
+            frames.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})")
+        link = getattr(link, "cr_await", None) or getattr(link, "gi_yieldfrom", None)
+    return " <- ".join(reversed(frames[-3:])) or "?"

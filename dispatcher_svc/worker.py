@@ -29,7 +29,7 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.metrics import Metrics
 from dispatcher_svc.events import now_ms
-from dispatcher_svc.lease import Lease, NoProgressError
+from dispatcher_svc.lease import Lease, NoProgressError, suspended_at
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.loop import AgentLoop
@@ -386,9 +386,10 @@ class Worker:
                 run.cancel()
                 return
             except NoProgressError as exc:
-                log.warning("%s: giving up its claim; the task is handed back", exc)
-                self._given_up.add(lease.task_id)
-                run.cancel()
+                if not run.done():  # a run that has just ended has nothing left to give up
+                    log.warning("%s: giving up its claim; handed back (waiting in %s)", exc, suspended_at(run))
+                    self._given_up.add(lease.task_id)
+                    run.cancel()
                 return
             except AgentmeshError as exc:
                 log.warning("task %s: cannot renew the claim: %s", lease.task_id, exc)
