@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway bench-peer console console-screenshots
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context pool-pressure chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway bench-peer console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -100,6 +100,12 @@ fuzz-context: venv
 # per-process caches fill, then RSS stays flat; the growth over the second half is printed.
 soak-context: venv
 	$(PY) -m bench.soak_context --attempts 10000
+
+# 750 tasks over Redis pools of 20 connections per service (issue 39): every task ends (SUCCEEDED, or FAILED
+# typed and SUCCEEDED on resume); none stays RUNNING without a new event past the liveness window.
+# The suite runs the same test with 40 tasks.
+pool-pressure: venv
+	AGENTMESH_POOL_TASKS=750 $(BIN)/pytest -q -s tests/contract/test_pool_pressure_stack.py
 
 # Random kill -9 and SIGSTOP of the services and Redis during tasks whose side effects the upstreams
 # count (tests/chaos, issue 18): 10 rounds x 30 tasks, 10 kill -9 per round (100 in all), then the

@@ -627,6 +627,13 @@ class DispatcherSettings(_Section):
     """Tasks one replica runs at once; more stay queued for other replicas."""
     call_timeout_s: float = Field(60.0, gt=0)
     """Deadline of one downstream call (capped by the task's deadline)."""
+    liveness_s: float = Field(0.0, ge=0)
+    """The liveness window: a run that makes no progress this long (no downstream call answered, no
+    checkpoint written: e.g. stuck on a Redis pool that never frees a connection for it) stops
+    having its claim renewed; it is cancelled and its task handed back to the queue (or, with Redis
+    unreachable, claimed by any replica once the claim lapses) and resumed from its last
+    checkpoint. 0: twice `call_timeout_s` plus `claim_idle_s` (longer than any one call and the
+    wait before its retry)."""
     task_timeout_s: float = Field(3600.0, gt=0)
     """A task still running this long after it was created fails with DEADLINE_EXCEEDED; a task a
     handoff created is bound by its root's deadline too."""
@@ -659,6 +666,11 @@ class DispatcherSettings(_Section):
     """How often a replica samples the task queue's depth and lag for the metrics (two Redis round trips)."""
     routing: RoutingSettings = RoutingSettings()
     """Capability routing: health signals and their caches."""
+
+    @property
+    def liveness_window_s(self) -> float:
+        """`liveness_s`, or its default when 0."""
+        return self.liveness_s or 2 * self.call_timeout_s + self.claim_idle_s
 
 
 class ToolPermissionSettings(_Section):

@@ -61,6 +61,7 @@ from context_svc.model import (
     message_hash,
     tool_outcome_hash,
 )
+from context_svc.results import offload_header, outcome_of, output_header
 from context_svc.sessions import Dedupe, EncodingChangedError, Existing, SessionStore, new_epoch
 from context_svc.summarize import SummaryModel, source_texts
 from context_svc.tokens import UnknownEncodingError, counter_for
@@ -374,7 +375,7 @@ class ContextEngine:
             what = f"{message.role.value} message"
             if message.role is Role.TOOL:
                 what = f"tool {message.name or '?'} output"
-            message = replace(message, content=_offload_header(what, ref) + "\n" + body, ref=ref)
+            message = replace(message, content=offload_header(what, ref) + "\n" + body, ref=ref)
         result = await self._append(caller, session_id, message, dedupe)
         if isinstance(result, Existing):
             assert dedupe is not None
@@ -444,7 +445,7 @@ class ContextEngine:
                 body = digest(data, meta.media_type, goal=goal, max_chars=self.settings.digest_max_chars)
             elif len(body) > 2 * self.settings.digest_max_chars:
                 body = text_digest(body, max_chars=self.settings.digest_max_chars)
-            content = _offload_header(f"tool {name} ok{flags}; output", ref) + "\n" + body
+            content = offload_header(f"tool {name} ok{flags}; output", ref) + "\n" + body
         else:
             inline = outcome.inline or ""
             raw = inline.encode("utf-8")
@@ -460,9 +461,9 @@ class ContextEngine:
                 media = MEDIA_JSON if structured else MEDIA_TEXT
                 ref = offloaded = await self.payloads.put(session_id, raw, media)
                 body = digest(raw, media, goal=goal, max_chars=self.settings.digest_max_chars)
-                content = _offload_header(f"tool {name} ok{flags}; output", ref) + "\n" + body
+                content = offload_header(f"tool {name} ok{flags}; output", ref) + "\n" + body
             else:
-                content = f"[tool {name} ok{flags}]\n{inline}"
+                content = output_header(name, redacted=outcome.redacted) + inline
         message = Message(
             role=Role.TOOL,
             content=content,
@@ -473,6 +474,9 @@ class ContextEngine:
             fallback_tool=error.fallback_tool if error is not None else "",
             error=error,
             correction=outcome.correction if error is not None else None,
+            pending=outcome.pending,
+            structured=outcome.structured if error is None and outcome.pending is None else None,
+            redacted=outcome.redacted,
         )
         result = await self._append(caller, session_id, message, dedupe)
         if isinstance(result, Existing):
@@ -480,6 +484,18 @@ class ContextEngine:
             offloaded_here = error is None and outcome.pending is None and outcome.ref is None
             return self._repeat(result, dedupe, subject, metadata, offloaded_here=offloaded_here)
         return Appended(*result, ref=offloaded)
+
+    async def tool_result(self, caller: Caller, session_id: str, tool_call_id: str) -> tuple[ToolOutcome, Existing]:
+        """GetToolResult: the result appended for `tool_call_id` as it was appended (the truth a
+        resumed run continues with, issue 39), and where it is; NOT_FOUND when there is none."""
+        if not tool_call_id:
+            raise InvalidRequestError("tool_call_id", "required: the call whose appended result is read")
+        check_access(caller, session_id, (await self._session_facts(session_id))[0])
+        existing = await self.sessions.seen(session_id, f"c:{tool_call_id}")
+        if existing is None:
+            raise NotFoundError(f"no result appended for tool call {echo(tool_call_id)}",
+                                metadata={"tool_call_id": echo(tool_call_id)})  # fmt: skip
+        return outcome_of(existing.message), existing
 
     # -- payloads ------------------------------------------------------------------------------
 
@@ -556,13 +572,6 @@ def _text(value: bytes | str | None) -> str:
 
 def _looks_json(text: str) -> bool:
     return text.lstrip()[:1] in ("{", "[")
-
-
-def _offload_header(what: str, ref: StoredPayload) -> str:
-    return (
-        f"[{what} stored as {ref.ref_id} ({ref.size_bytes} bytes, {ref.media_type}); this is a digest, "
-        f"read more with read_payload(ref_id, json_path | line_range)]"
-    )
 
 
 def _validate_client_message_id(client_message_id: str) -> None:

@@ -80,6 +80,12 @@ class Message:
     """For tool results that failed: the typed error (the content holds it rendered)."""
     correction: Correction | None = None
     """For tool results that failed: the dispatcher's note (the content holds it rendered)."""
+    pending: PendingInfo | None = None
+    """For tool results that wait for an approval (the content holds it rendered)."""
+    structured: bool | None = None
+    """For tool outputs: the result type as appended (None: unspecified); GetToolResult reads it back."""
+    redacted: bool = False
+    """For tool outputs: secrets were redacted (the content's header says so too)."""
     index: int = -1
     """Position in the log; set when read back (not stored)."""
 
@@ -103,6 +109,12 @@ class Message:
             data["err"] = error_to_json(self.error)
         if self.correction is not None:
             data["corr"] = self.correction.to_json()
+        if self.pending is not None:
+            data["pa"] = [self.pending.approval_id, self.pending.impact, self.pending.expire_at]
+        if self.structured is not None:
+            data["st"] = self.structured
+        if self.redacted:
+            data["rd"] = True
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
     @classmethod
@@ -124,6 +136,9 @@ class Message:
             fallback_tool=data.get("fb", ""),
             error=error_from_json(data["err"]) if "err" in data else None,
             correction=Correction.from_json(data["corr"]) if "corr" in data else None,
+            pending=PendingInfo(str(data["pa"][0]), str(data["pa"][1]), float(data["pa"][2])) if "pa" in data else None,
+            structured=bool(data["st"]) if "st" in data else None,
+            redacted=bool(data.get("rd", False)),
             index=index,
         )
 

@@ -223,6 +223,31 @@ def tool_outcome_domain(result: common_pb2.ToolResult) -> ToolOutcome:
     raise InvalidRequestError("result.outcome", "one of output, error or pending_approval is required")
 
 
+def tool_outcome_pb(outcome: ToolOutcome) -> common_pb2.ToolResult:
+    """A result read back from the log (GetToolResult) as a ToolResult."""
+    pb = common_pb2.ToolResult(tool_call_id=outcome.tool_call_id, tool_name=outcome.tool_name)
+    if outcome.error is not None:
+        pb.error.CopyFrom(to_detail(outcome.error))
+        if outcome.correction is not None:
+            pb.correction.CopyFrom(codec.correction_to_pb(outcome.correction))
+    elif outcome.pending is not None:
+        pending = outcome.pending
+        pb.pending_approval.approval_id = pending.approval_id
+        pb.pending_approval.impact = pending.impact
+        if pending.expire_at:
+            pb.pending_approval.expire_time.CopyFrom(codec.timestamp(pending.expire_at))
+    else:
+        result_type = {True: common_pb2.RESULT_TYPE_STRUCTURED, False: common_pb2.RESULT_TYPE_TEXT}
+        pb.output.result_type = result_type.get(outcome.structured, common_pb2.RESULT_TYPE_UNSPECIFIED)  # type: ignore[arg-type]
+        pb.output.redacted = outcome.redacted
+        if outcome.ref is not None:
+            pb.output.ref.CopyFrom(codec.payload_ref_to_pb(outcome.ref))
+            pb.output.digest = outcome.digest
+        else:
+            pb.output.inline = outcome.inline or ""
+    return pb
+
+
 def _range(message: context_pb2.LineRange | context_pb2.ByteRange) -> tuple[int, int]:
     return int(message.start), int(message.end)
 
@@ -368,6 +393,14 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if appended.ref is not None:
             response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
         return response
+
+    async def GetToolResult(
+        self, request: context_pb2.GetToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> context_pb2.GetToolResultResponse:
+        outcome, existing = await self.engine.tool_result(_caller(), request.session_id, request.tool_call_id)
+        return context_pb2.GetToolResultResponse(
+            result=tool_outcome_pb(outcome), index=existing.index, token_count=existing.message.token_count
+        )
 
     async def BuildContext(
         self, request: context_pb2.BuildContextRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -47,6 +47,7 @@ from dispatcher_svc.ports import (
     Ports,
     SessionInfo,
     SessionSpec,
+    StoredResult,
     ToolInfo,
 )
 from dispatcher_svc.routing import ModelState
@@ -126,6 +127,20 @@ class GrpcContext:
             self.clients.context().AppendToolResult(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
         return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
+
+    async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:
+        request = context_pb2.GetToolResultRequest(session_id=session_id, tool_call_id=tool_call_id)
+        try:
+            reply = await _rpc(
+                self.clients.context().GetToolResult(request, metadata=_metadata(opts), timeout=opts.timeout_s)
+            )
+        except AgentmeshError as err:
+            # NOT_FOUND: nothing appended for the call. UNIMPLEMENTED: a context_svc of an earlier
+            # release (a rolling upgrade), which cannot say; the call is then sent again, as before.
+            if err.code == ErrorCode.NOT_FOUND or err.metadata.get("grpc_status") == "UNIMPLEMENTED":
+                return None
+            raise
+        return StoredResult(tool_result(reply.result), index=reply.index, token_count=reply.token_count)
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
         request = context_pb2.BuildContextRequest(session_id=session_id)

@@ -103,6 +103,21 @@ class Conversations:
             metadata={"session_id": session_id},
         )
 
+    async def taken(self, session_id: str, *, request_id: str) -> bool:
+        """Whether a session of that id exists already (readable by the caller or not): a new task
+        naming its own id must not open a session someone else made under it (issue 39, the
+        squatted session id). Best effort: a context_svc that cannot say is taken for "no" (the
+        task's run then meets the session, typed, as before)."""
+        try:
+            await self.context.get_session(session_id, self._opts(request_id))
+        except AgentmeshError as err:
+            if err.code == ErrorCode.PERMISSION_DENIED:
+                return True
+            if err.code != ErrorCode.NOT_FOUND:
+                log.warning("cannot tell whether session %s exists: %s", session_id, err)
+            return False
+        return True
+
     async def confirm(self, session_id: str, task_id: str, agent_id: str, *, request_id: str) -> str:
         """Before a resumed task is queued: "" when it is still its session's newest task (or the
         session does not exist yet: its first run never created it), else the newest task's id.

@@ -82,6 +82,16 @@ class Appended:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredResult:
+    """A tool result read back from the session log (GetToolResult): the truth a resumed run
+    continues with instead of running the call again (issue 39)."""
+
+    outcome: ToolOutcome
+    index: int
+    token_count: int
+
+
+@dataclass(frozen=True, slots=True)
 class Attachment:
     """What AttachTask did (context_svc/attach.py): whether the task is now the session's newest."""
 
@@ -139,6 +149,11 @@ class ContextPort(Protocol):
     async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
         """Once per `outcome.tool_call_id`: a repeat with the same content (execution stats aside)
         returns the original position (`Appended.already`), other content is FAILED_PRECONDITION."""
+        ...
+
+    async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:
+        """The result appended for `tool_call_id`, as appended; None when there is none (or the
+        context_svc is of a release without GetToolResult)."""
         ...
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView: ...

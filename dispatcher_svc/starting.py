@@ -155,6 +155,8 @@ class Starter:
                 elif err.code == ErrorCode.NOT_FOUND:
                     await self._not_opened_yet(session_id, caller)
                 raise
+        elif request.task_id and not await self.tasks.exists(task_id):
+            await self._refuse_squatted(task_id, caller, request_id)
         creator = Creator.of(caller)
         now = now_ms()
         fields = {
@@ -227,6 +229,21 @@ class Starter:
             return carriers[0].id, None
         choice = await self.router.route(capability, runnable)
         return choice.agent_id, choice
+
+    async def _refuse_squatted(self, task_id: str, caller: Identity, request_id: str) -> None:
+        """A new task naming its id opens the session of that id: FAILED_PRECONDITION (field task_id)
+        when a session of that id exists already, made by another caller or task (issue 39: any agent
+        token could CreateSession(X) and so make a later StartTask(task_id=X) fail). Checked again
+        after: a retry of this StartTask racing the first may find the session its run created."""
+        if not await self.conversations.taken(task_id, request_id=request_id) or await self.tasks.exists(task_id):
+            return
+        err = FailedPreconditionError(
+            f"task_id: a session named {task_id} exists already (not this task's): choose another task id",
+            violations=[Violation(path="task_id", rule="unique", actual=repr(task_id))],
+            metadata={"field": "task_id", "session_id": task_id},
+        )
+        await self.auditor.refused(caller, "task.start", task_id, err)
+        raise err
 
     async def _not_opened_yet(self, session_id: str, caller: Identity) -> None:
         """No such session, but maybe its task has not run yet: FAILED_PRECONDITION for a caller who may see

@@ -29,7 +29,7 @@ from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, UnavailableError
 from agentmesh.metrics import Metrics
 from dispatcher_svc.events import now_ms
-from dispatcher_svc.lease import Lease
+from dispatcher_svc.lease import Lease, NoProgressError, suspended_at
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.loop import AgentLoop
@@ -38,6 +38,7 @@ from dispatcher_svc.tasks import (
     TaskRecord,
     TaskStore,
 )
+from dispatcher_svc.worker_loops import metrics_loop, sweep_loop
 
 log = logging.getLogger("dispatcher_svc.worker")
 
@@ -85,6 +86,8 @@ class Worker:
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stale: set[str] = set()
         self._renewers: set[asyncio.Task[None]] = set()
+        self._given_up: set[str] = set()
+        """Runs cancelled by the liveness rule (lease.py): their tasks are handed back, not acked."""
         self._background: set[asyncio.Task[bool]] = set()
         self._deferred: dict[str, tuple[str, bool]] = {}
         """task id -> (entry, claimed) read while a run of that task was still going here."""
@@ -93,6 +96,9 @@ class Worker:
         self._stopping = False
         self._reserved = 0
         """Slots held for tasks this replica is queueing and means to run itself (`slot`)."""
+
+    def _stopped(self) -> bool:
+        return self._stopping
 
     @property
     def running(self) -> int:
@@ -105,9 +111,13 @@ class Worker:
             asyncio.create_task(self._claim_loop(), name="dispatcher-claim"),
         ]
         if self.sweep is not None:
-            self._loops.append(asyncio.create_task(self._sweep_loop(self.sweep), name="dispatcher-sweep"))
+            sweeper = sweep_loop(self.sweep, self.settings.approval_sweep_interval_s, self._stopped)
+            self._loops.append(asyncio.create_task(sweeper, name="dispatcher-sweep"))
         if self.metrics.enabled:
-            self._loops.append(asyncio.create_task(self._metrics_loop(), name="dispatcher-queue-metrics"))
+            sampler = metrics_loop(
+                self.queue, self.metrics, lambda: self.running, self.settings.queue_metrics_interval_s, self._stopped
+            )
+            self._loops.append(asyncio.create_task(sampler, name="dispatcher-queue-metrics"))
 
     async def stop(self) -> None:
         """Stops reading, and hands every running task back to the queue."""
@@ -212,37 +222,6 @@ class Worker:
                 log.info("claimed task %s (entry %s) after its owner went idle", task_id, msg_id)
                 self._admit(msg_id, task_id, claimed=True)
 
-    async def _sweep_loop(self, sweep: Callable[[], Awaitable[int]]) -> None:
-        # Also checks the flag: the Redis client sometimes swallows a cancellation mid-command.
-        while not self._stopping:
-            await asyncio.sleep(self.settings.approval_sweep_interval_s)
-            try:
-                resumed = await sweep()
-            except UnavailableError as exc:
-                log.warning("cannot sweep expired approvals: %s", exc)
-                continue
-            except Exception:
-                # This loop must never die: a task whose approval expired would stay parked for good.
-                log.exception("sweeping expired approvals failed; retrying")
-                continue
-            if resumed:
-                log.info("resumed %d task(s) whose approval expired", resumed)
-
-    async def _metrics_loop(self) -> None:
-        """Samples the queue's depth and lag and this replica's running tasks every
-        `queue_metrics_interval_s` (every replica samples the one shared queue)."""
-        while not self._stopping:
-            try:
-                stats = await self.queue.stats()
-            except UnavailableError as exc:
-                log.debug("cannot sample the task queue: %s", exc)
-            except Exception:  # never let the loop die: the gauges would freeze at their last value
-                log.exception("sampling the task queue failed; retrying")
-            else:
-                self.metrics.task_queue(stats.waiting, stats.claimed, stats.oldest_waiting_s)
-            self.metrics.tasks_running(self.running)
-            await asyncio.sleep(self.settings.queue_metrics_interval_s)
-
     def _spawn(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
         if self._stopping:
             # Read while stopping: left pending in the stream, another replica claims it.
@@ -318,7 +297,14 @@ class Worker:
                 return
             assert isinstance(acquired, TaskRecord)
             record = acquired
-            lease = Lease(self.tasks, task_id, record.fence, self.settings.claim_idle_s, confirmed_at=sent)
+            lease = Lease(
+                self.tasks,
+                task_id,
+                record.fence,
+                self.settings.claim_idle_s,
+                confirmed_at=sent,
+                liveness_s=self.settings.liveness_window_s,
+            )
             renewer = asyncio.create_task(self._renew(msg_id, lease, me))
             self._renewers.add(renewer)
             result = await self.loop.run(record, lease)
@@ -328,6 +314,9 @@ class Worker:
             if task_id in self._stale:
                 await self._ack_if_mine(msg_id)
                 return  # swallowed: the renewer cancelled us, nobody awaits this cancellation
+            if task_id in self._given_up and record is not None:
+                await self._hand_back(msg_id, record)  # resumed from its last checkpoint
+                return  # swallowed, as above
             if self._stopping and record is not None:
                 await self._hand_back(msg_id, record)
             raise
@@ -347,6 +336,7 @@ class Worker:
                 renewer.cancel()
                 self._renewers.discard(renewer)
             self._stale.discard(task_id)
+            self._given_up.discard(task_id)
             self._running.pop(task_id, None)
             deferred = self._deferred.pop(task_id, None)
             if deferred is not None:
@@ -359,7 +349,7 @@ class Worker:
         while True:
             await asyncio.sleep(interval)
             try:
-                await lease.renew()
+                await lease.keep()
                 if not entry_lost and not await self.queue.touch(msg_id):
                     # Claimed by another consumer or acknowledged: queue a new entry, so the task
                     # is still claimed by someone if this replica dies (acquire drops the spare one).
@@ -370,6 +360,12 @@ class Worker:
                 log.info("task %s: fence moved (taken over or cancelled); stopping its run", lease.task_id)
                 self._stale.add(lease.task_id)
                 run.cancel()
+                return
+            except NoProgressError as exc:
+                if not run.done():  # a run that has just ended has nothing left to give up
+                    log.warning("%s: giving up its claim; handed back (waiting in %s)", exc, suspended_at(run))
+                    self._given_up.add(lease.task_id)
+                    run.cancel()
                 return
             except AgentmeshError as exc:
                 log.warning("task %s: cannot renew the claim: %s", lease.task_id, exc)

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .context_pb2 import AppendMessageRequest, AppendMessageResponse, AppendToolResultRequest, AppendToolResultResponse, AttachTaskRequest, AttachTaskResponse, BuildContextRequest, BuildContextResponse, BuildHandoffRequest, BuildHandoffResponse, CompactRequest, CompactResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetPayloadRequest, GetPayloadResponse, GetSessionRequest, GetSessionResponse
+from .context_pb2 import AppendMessageRequest, AppendMessageResponse, AppendToolResultRequest, AppendToolResultResponse, AttachTaskRequest, AttachTaskResponse, BuildContextRequest, BuildContextResponse, BuildHandoffRequest, BuildHandoffResponse, CompactRequest, CompactResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetPayloadRequest, GetPayloadResponse, GetSessionRequest, GetSessionResponse, GetToolResultRequest, GetToolResultResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -62,6 +62,13 @@ class ContextService(Protocol):
     async def append_tool_result(self, request: AppendToolResultRequest, ctx: RequestContext[AppendToolResultRequest, AppendToolResultResponse], /) -> AppendToolResultResponse:
         """
         Appends a tool result (inline or ref + digest); large inline content is offloaded.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def get_tool_result(self, request: GetToolResultRequest, ctx: RequestContext[GetToolResultRequest, GetToolResultResponse], /) -> GetToolResultResponse:
+        """
+        Reads back the result appended for a tool call, as it was appended: what a resumed run
+        continues with instead of running the call again. NOT_FOUND when none was appended.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -166,6 +173,17 @@ class ContextServiceASGIApplication(ConnectASGIApplication[ContextService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.append_tool_result,
+                ),
+                "/agentmesh.v1.ContextService/GetToolResult": Endpoint.unary(
+                    method=MethodInfo(
+                        name="GetToolResult",
+                        service_name="agentmesh.v1.ContextService",
+                        input=GetToolResultRequest,
+                        output=GetToolResultResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.get_tool_result,
                 ),
                 "/agentmesh.v1.ContextService/BuildContext": Endpoint.unary(
                     method=MethodInfo(
@@ -367,6 +385,32 @@ class ContextServiceClient(ConnectClient):
             ),
             headers=headers,
             timeout_ms=timeout_ms,
+        )
+    async def get_tool_result(
+        self,
+        request: GetToolResultRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> GetToolResultResponse:
+        """
+        Reads back the result appended for a tool call, as it was appended: what a resumed run
+        continues with instead of running the call again. NOT_FOUND when none was appended.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="GetToolResult",
+                service_name="agentmesh.v1.ContextService",
+                input=GetToolResultRequest,
+                output=GetToolResultResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
         )
     async def build_context(
         self,

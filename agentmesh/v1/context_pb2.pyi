@@ -171,6 +171,24 @@ class AppendToolResultResponse(_message.Message):
     already_appended: bool
     def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ..., already_appended: _Optional[bool] = ...) -> None: ...
 
+class GetToolResultRequest(_message.Message):
+    __slots__ = ("session_id", "tool_call_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tool_call_id: str
+    def __init__(self, session_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class GetToolResultResponse(_message.Message):
+    __slots__ = ("result", "index", "token_count")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    result: _common_pb2.ToolResult
+    index: int
+    token_count: int
+    def __init__(self, result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., index: _Optional[int] = ..., token_count: _Optional[int] = ...) -> None: ...
+
 class ContextBlock(_message.Message):
     __slots__ = ("kind", "tokens", "budget_tokens", "message_count", "text")
     KIND_FIELD_NUMBER: _ClassVar[int]

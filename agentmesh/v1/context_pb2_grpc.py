@@ -55,6 +55,11 @@ class ContextServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_context__pb2.AppendToolResultRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_context__pb2.AppendToolResultResponse.FromString,
                 _registered_method=True)
+        self.GetToolResult = channel.unary_unary(
+                '/agentmesh.v1.ContextService/GetToolResult',
+                request_serializer=agentmesh_dot_v1_dot_context__pb2.GetToolResultRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_context__pb2.GetToolResultResponse.FromString,
+                _registered_method=True)
         self.BuildContext = channel.unary_unary(
                 '/agentmesh.v1.ContextService/BuildContext',
                 request_serializer=agentmesh_dot_v1_dot_context__pb2.BuildContextRequest.SerializeToString,
@@ -114,6 +119,14 @@ class ContextServiceServicer:
 
     def AppendToolResult(self, request, context):
         """Appends a tool result (inline or ref + digest); large inline content is offloaded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetToolResult(self, request, context):
+        """Reads back the result appended for a tool call, as it was appended: what a resumed run
+        continues with instead of running the call again. NOT_FOUND when none was appended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,6 +204,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.AppendToolResult,
                     request_deserializer=agentmesh_dot_v1_dot_context__pb2.AppendToolResultRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_context__pb2.AppendToolResultResponse.SerializeToString,
+            ),
+            'GetToolResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetToolResult,
+                    request_deserializer=agentmesh_dot_v1_dot_context__pb2.GetToolResultRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_context__pb2.GetToolResultResponse.SerializeToString,
             ),
             'BuildContext': grpc.unary_unary_rpc_method_handler(
                     servicer.BuildContext,
@@ -332,6 +350,33 @@ class ContextService:
             '/agentmesh.v1.ContextService/AppendToolResult',
             agentmesh_dot_v1_dot_context__pb2.AppendToolResultRequest.SerializeToString,
             agentmesh_dot_v1_dot_context__pb2.AppendToolResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetToolResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ContextService/GetToolResult',
+            agentmesh_dot_v1_dot_context__pb2.GetToolResultRequest.SerializeToString,
+            agentmesh_dot_v1_dot_context__pb2.GetToolResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

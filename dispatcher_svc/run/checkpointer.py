@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agentmesh.errors import UnavailableError
 from dispatcher_svc.events import now_ms
@@ -23,10 +23,14 @@ log = logging.getLogger("dispatcher_svc.loop")
 class Checkpointer:
     """Events and fenced commits of one run."""
 
-    def __init__(self, state: RunState, tasks: TaskStore, *, task_ttl_s: int) -> None:
+    def __init__(
+        self, state: RunState, tasks: TaskStore, *, task_ttl_s: int, on_commit: Callable[[], None] | None = None
+    ) -> None:
         self.state = state
         self.tasks = tasks
         self.task_ttl_s = task_ttl_s
+        self.on_commit = on_commit
+        """Told of every commit that landed (the lease's liveness rule: the run made progress)."""
         # A step-start checkpoint still on its way to Redis (see `checkpoint_behind`).
         self._in_flight: asyncio.Task[None] | None = None
 
@@ -89,7 +93,12 @@ class Checkpointer:
             log.info("task %s: event not written (%s)", self.state.record.task_id, exc)
             return False
         self.state.record.last_sequence = result.last_sequence
+        self._landed()
         return True
+
+    def _landed(self) -> None:
+        if self.on_commit is not None:
+            self.on_commit()
 
     async def index_approval(self, pending: PendingApproval) -> None:
         """Indexes a parking task's approval (before it parks: the expiry sweeper must find it)."""
@@ -140,3 +149,4 @@ class Checkpointer:
             agent=state.agent.id,
         )
         state.record.last_sequence = result.last_sequence
+        self._landed()

@@ -22,11 +22,12 @@ from dispatcher_svc.agents import AgentConfig
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.lease import Lease
 from dispatcher_svc.model import ToolOutcome
-from dispatcher_svc.ports import Appended, CallOptions, Ports, ToolInfo
+from dispatcher_svc.ports import Appended, CallOptions, Ports, StoredResult, ToolInfo
 from dispatcher_svc.run import decisions
 from dispatcher_svc.run.decisions import OUTAGE_CODES, UNCERTAIN_CODES, Outage, OutageWait
-from dispatcher_svc.run.names import READ_PAYLOAD_TOOL, idempotency_key
+from dispatcher_svc.run.names import READ_PAYLOAD_TOOL, idempotency_key, message_id
 from dispatcher_svc.run.state import RunState
+from dispatcher_svc.run.texts import outcome_summary
 from dispatcher_svc.tasks import CallState, TaskRecord
 
 log = logging.getLogger("dispatcher_svc.loop")
@@ -53,6 +54,7 @@ SERVICE_OF_CALL = {
     "CreateSession": "context_svc",
     "AppendMessage": "context_svc",
     "AppendToolResult": "context_svc",
+    "GetToolResult": "context_svc",
     "BuildContext": "context_svc",
     "BuildHandoff": "context_svc",
     "DiscoverTools": "tool_svc",
@@ -76,6 +78,15 @@ class PortFailure(Exception):
         super().__init__(f"{what}: {error}")
         self.what = what
         self.error = error
+
+
+class AppendConflict(Exception):
+    """The session log holds another result for this call (appended by an earlier run whose
+    checkpoint did not land): that one is the truth and the run continues with it (issue 39)."""
+
+    def __init__(self, stored: StoredResult) -> None:
+        super().__init__(f"tool call {stored.outcome.tool_call_id}: another result is in the session log")
+        self.stored = stored
 
 
 class Downstream:
@@ -149,13 +160,22 @@ class Downstream:
         while True:
             opts = await self.ready()
             try:
-                return await fn(opts)
+                result = await fn(opts)
             except AgentmeshError as err:
+                self._answered()
                 if err.code not in retry_on:
                     raise PortFailure(what, err) from err
                 if outage is None:
                     outage = Outage(service_of(what), what, now_ms())
                 outage = await self._wait(outage, err, wait_out=wait_out)
+            else:
+                self._answered()
+                return result
+
+    def _answered(self) -> None:
+        """A call answered (whatever it said): the run is alive (the lease's liveness rule)."""
+        if self.lease is not None:
+            self.lease.progressed()
 
     async def _wait(self, outage: Outage, err: AgentmeshError, *, wait_out: bool) -> Outage:
         """Waits before the next attempt of a call met by `err`; PortFailure when it should not."""
@@ -197,11 +217,64 @@ class Downstream:
         return appended.token_count
 
     async def append_result(self, outcome: ToolOutcome) -> int:
-        session_id = self.state.record.session_id
-        return await self.append_once(
-            f"AppendToolResult({outcome.tool_name})",
-            lambda o: self.ports.context.append_tool_result(session_id, outcome, o),
+        """Appends a call's result once (0 tokens when it is there already, or was read back from
+        there); AppendConflict when the log holds another result for the call."""
+        session_id, call_id = self.state.record.session_id, outcome.tool_call_id
+        if call_id in self.state.read_back:
+            return 0
+        try:
+            return await self.append_once(
+                f"AppendToolResult({outcome.tool_name})",
+                lambda o: self.ports.context.append_tool_result(session_id, outcome, o),
+            )
+        except PortFailure as failure:
+            if failure.error.code != ErrorCode.FAILED_PRECONDITION:
+                raise
+            # "already appended ... with other content": read it back; it is the truth.
+            stored = await self.stored_result(outcome.tool_call_id, outcome.tool_name)
+            if stored is None:
+                raise
+            log.warning("task %s: %s", self.state.record.task_id, failure)
+            raise AppendConflict(stored) from failure
+
+    async def notes_ran_again(self) -> int:
+        """For each call whose own attempt ran (an output) where the log holds an error for it
+        (`RunState.ran_again`): a named note, after the reply's last result (tool results follow
+        their reply unbroken), saying the call did run, so the model does not send it again under a
+        new call id (a write twice). The tokens they took."""
+        tokens = 0
+        while self.state.ran_again:
+            tokens += await self._note_ran(self.state.ran_again[0])
+            self.state.ran_again.pop(0)
+        return tokens
+
+    async def _note_ran(self, own: ToolOutcome) -> int:
+        record = self.state.record
+        text = (
+            f"[note: tool call {own.tool_call_id} ran after its result above was recorded and took "
+            f"effect ({outcome_summary(own)}); do not call it again]"
         )
+        note_id = message_id(record.task_id, f"{own.tool_call_id}:ran")
+        return await self.append_once(
+            "AppendMessage(note)",
+            lambda o: self.ports.context.append_message(
+                record.session_id, "user", text, (), o, client_message_id=note_id
+            ),
+        )
+
+    async def stored_result(self, call_id: str, tool_name: str) -> StoredResult | None:
+        """The result appended for a call, if any (recorded in `read_back`: never appended again)."""
+        session_id = self.state.record.session_id
+        stored = await self.call(
+            f"GetToolResult({tool_name})",
+            lambda o: self.ports.context.tool_result(session_id, call_id, o),
+            retry_on=_READ_RETRY_CODES,
+        )
+        if stored is not None:
+            cursor = self.state.cursor
+            cursor.ctx_count = max(cursor.ctx_count, stored.index + 1)
+            self.state.read_back[call_id] = Appended(stored.index, stored.token_count, already=True)
+        return stored
 
     async def fetch_outcome(self, index: int, cs: CallState) -> ToolOutcome:
         """Executes a call, or takes the outcome an approval delivered."""
@@ -210,6 +283,13 @@ class Downstream:
             outcome = cs.resolved
             cs.resolved = None
             return outcome
+        if call.id not in self.state.started:
+            # Issued by an earlier run: its result may be in the session log already (that run's
+            # checkpoint after the append did not land). Then it is the truth: never run again.
+            stored = await self.stored_result(call.id, call.name)
+            if stored is not None:
+                log.info("task %s: %s: result read back from the session log", record.task_id, call.name)
+                return stored.outcome
         key = idempotency_key(record.task_id, self.state.cursor.step, index, call)
         outcome = await self.call(
             f"ExecuteTool({call.name})",

@@ -91,7 +91,12 @@ class AgentLoop:
         """A run of an acquired task: its state, and the collaborators that do its I/O."""
         agent = self.agents.get(record.agent_id)
         state = RunState.of(record, agent, task_timeout_s=self.settings.task_timeout_s)
-        checkpoints = Checkpointer(state, self.tasks, task_ttl_s=self.settings.task_ttl_s)
+        checkpoints = Checkpointer(
+            state,
+            self.tasks,
+            task_ttl_s=self.settings.task_ttl_s,
+            on_commit=lease.progressed if lease is not None else None,
+        )
         metrics = self.tasks.metrics
 
         async def on_outage(outage: Outage, wait: OutageWait) -> None:

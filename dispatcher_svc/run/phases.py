@@ -18,23 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
-
-from opentelemetry import trace
 
 from agentmesh.chat import Usage
-from agentmesh.claims import LedgerEntry
-from agentmesh.errors import ErrorCode
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, ToolOutcome
 from dispatcher_svc.ports import ContextView, SessionSpec, ToolInfo
 from dispatcher_svc.prompts import encode_prompt
-from dispatcher_svc.run import decisions, handing, tool_calls
+from dispatcher_svc.run import decisions, handing, judging, tool_calls
 from dispatcher_svc.run.context import Run
-from dispatcher_svc.run.downstream import PortFailure, alongside
+from dispatcher_svc.run.downstream import AppendConflict, PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
 from dispatcher_svc.run.next_step import Continue, NextStep, Succeed
-from dispatcher_svc.run.texts import clip, raw_tokens_of, reply_text
+from dispatcher_svc.run.texts import raw_tokens_of, reply_text
 from dispatcher_svc.tasks import CallState
 
 log = logging.getLogger("dispatcher_svc.loop")
@@ -129,7 +124,7 @@ async def think(run: Run) -> NextStep:
     events = _reply_events(run, view, offered, reply)
     after = decisions.after_reply(reply, prefix=events)
     if isinstance(after, Succeed):
-        return await _judge(run, after)
+        return await judging.judge(run, after)
     if not isinstance(after, Continue):
         return after
     c.reply = reply
@@ -202,77 +197,6 @@ def _reply_events(run: Run, view: ContextView, offered: list[ToolInfo], reply: M
     ]
 
 
-async def _judge(run: Run, done: Succeed) -> NextStep:
-    """The verdicts on a final answer (decisions.judge_answer): accepted, the task fails, or the answer
-    goes back to the model with its correction (phase CORRECTING, checkpointed before the appends)."""
-    state, c, event = run.state, run.state.cursor, run.checkpoints.event
-    reply = done.reply
-    verdict = decisions.judge_answer(
-        reply.text,
-        schema=state.output_schema,
-        ledger=ledger_of(c.ledger),
-        write_tools=[name for name, info in state.tools_seen.items() if info.write],
-        claims_mode=state.agent.claims,
-        answer_corrections=c.answer_corrections,
-        claim_corrections=c.claim_corrections,
-    )
-    events = list(done.prefix)
-    if verdict.claims is not None:
-        claims = verdict.claims
-        trace.get_current_span().set_attributes(
-            {"agentmesh.claims.verdict": claims.verdict, "agentmesh.claims.mode": verdict.claims_mode}
-        )
-    if verdict.claims is not None and verdict.claims.verdict != "none":
-        # An event for every answer that claims something (supported, unsupported or warned).
-        claims = verdict.claims
-        events.append(
-            event(
-                EventKind.CLAIM_CHECK,
-                f"claims {claims.verdict}" + (f": {clip(claims.gap, 200)}" if claims.gap else ""),
-                attributes={
-                    "verdict": claims.verdict,
-                    "mode": verdict.claims_mode,
-                    "claims": clip("; ".join(claims.claims), 400),
-                    "gap": clip(claims.gap, 400),
-                },
-            )
-        )
-    if verdict.action == "accept":
-        return Succeed(reply, tuple(events), output_json=verdict.output_json, answer=verdict.answer)
-    err = verdict.error
-    assert err is not None
-    if verdict.action == "fail":
-        return decisions.exit_for(err, events)
-    if err.code == ErrorCode.OUTPUT_INVALID:
-        c.answer_corrections += 1
-        used, limit = c.answer_corrections, decisions.MAX_ANSWER_CORRECTIONS
-    else:
-        c.claim_corrections += 1
-        used, limit = c.claim_corrections, decisions.MAX_CLAIM_CORRECTIONS
-    hints = "; ".join(f"{v.path} {v.rule}: {v.hint or v.expected}" for v in err.violations)
-    events.append(
-        event(
-            EventKind.CORRECTION,
-            f"final answer: {err.code.name}, correction {used} of {limit}"
-            + (f" ({clip(hints, 140)})" if hints else ""),
-            error=err,
-        )
-    )
-    c.reply, c.reply_appended, c.calls = reply, False, []
-    c.fix = decisions.correction_text(err)
-    c.phase = Phase.CORRECTING
-    await run.checkpoints.commit(events)
-    return await correct(run)
-
-
-def ledger_of(ledger: Mapping[str, list[Any]]) -> list[LedgerEntry]:
-    """The cursor's ledger as the claims check reads it."""
-    return [
-        LedgerEntry(call_id, str(entry[0]), str(entry[1]), bool(entry[2]) if len(entry) > 2 else False)
-        for call_id, entry in ledger.items()
-    ]
-
-
 async def correct(run: Run) -> NextStep:
     """Phase CORRECTING: the rejected answer and its correction go to the session (each once, by its
     message id), then the next step starts, where the model answers again."""
@@ -328,12 +252,14 @@ async def act(run: Run) -> NextStep:
         # again with its key, never left parked in a RUNNING task (decisions.taken_up).
         cs.state = decisions.taken_up(cs.state)
         events: list[TaskEvent] = []
+        marks: tool_calls.Marks | None = None
         try:
             if cs.state is CallStage.NEW:
                 started = tool_calls.start_call(run, index, prefix=())
                 if not isinstance(started, list):
                     return started
                 events += started
+            issued = len(events)
             if cs.state is CallStage.RUNNING:
                 if early is None and cs.resolved is None and handing.is_handoff(run, cs.call):
                     handed = await handing.hand_off(run, cs)
@@ -342,12 +268,20 @@ async def act(run: Run) -> NextStep:
                     early = handed
                 outcome = early if early is not None else await down.fetch_outcome(index, cs)
                 early = None
+                marks = tool_calls.Marks.of(c)
                 applied = tool_calls.apply(run, cs, outcome)
                 if not isinstance(applied, list):
                     return applied
                 events += applied
             assert cs.state is CallStage.DONE and cs.outcome is not None
-            tokens = await down.append_result(cs.outcome)
+            try:
+                tokens = await down.append_result(cs.outcome)
+            except AppendConflict as conflict:
+                # The session log holds another result of this call: the truth, taken instead.
+                applied = tool_calls.retake(run, cs, conflict.stored.outcome, marks)
+                if not isinstance(applied, list):
+                    return applied
+                events, tokens = [*events[:issued], *applied], 0
         except PortFailure as failure:
             # The call's events go with the failure: the checkpoint records the call as done, so a
             # resumed run appends its result without producing them again (found by `make chaos`).
@@ -362,6 +296,10 @@ async def act(run: Run) -> NextStep:
                 return started
             await run.checkpoints.commit([*events, *started])
         else:
+            try:
+                c.raw_tokens += await down.notes_ran_again()  # after the reply's last result
+            except PortFailure as failure:
+                return decisions.exit_for(failure.error, prefix=events)
             return await begin_step(run, prefix=events)
     return await begin_step(run)
 

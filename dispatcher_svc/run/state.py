@@ -9,8 +9,8 @@ from typing import Any
 from agentmesh.chat import Usage
 from agentmesh.errors import AgentmeshError
 from dispatcher_svc.agents import AgentConfig
-from dispatcher_svc.model import TaskStatus
-from dispatcher_svc.ports import ToolInfo
+from dispatcher_svc.model import TaskStatus, ToolOutcome
+from dispatcher_svc.ports import Appended, ToolInfo
 from dispatcher_svc.tasks import Cursor, TaskRecord
 
 
@@ -34,6 +34,15 @@ class RunState:
     """ListTools, once a pinned tool was not among the discovered ones."""
     discovered: list[ToolInfo] | None = None
     """DiscoverTools for the goal, narrowed to the agent's tools (asked once per run)."""
+    started: set[str] = field(default_factory=set)
+    """Ids of the tool calls this run issued itself; any other RUNNING call was issued by an earlier
+    run, whose result may be in the session log already (`read_back`)."""
+    read_back: dict[str, Appended] = field(default_factory=dict)
+    """Tool call id -> where its result is in the session log, for results read back from there
+    (never appended again: they are the truth, issue 39)."""
+    ran_again: list[ToolOutcome] = field(default_factory=list)
+    """This step's calls whose own attempt ran where the stored result failed (tool_calls.retake): the
+    model is told after the reply's last result (`Downstream.notes_ran_again`)."""
     prompt: tuple[int, bytes] | None = None
     """The step's provider request (prompts.py), written by the commit that checkpoints its reply."""
     output_schema: dict[str, Any] | None = field(init=False)

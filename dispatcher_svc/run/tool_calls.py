@@ -4,7 +4,7 @@ policy (decisions.after_outcome) and recorded in the cursor. I/O is the phases' 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError
@@ -15,7 +15,7 @@ from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.names import READ_PAYLOAD_TOOL
 from dispatcher_svc.run.next_step import Abort, Continue, Fail, Park
 from dispatcher_svc.run.texts import clip, outcome_summary
-from dispatcher_svc.tasks import CallState
+from dispatcher_svc.tasks import CallState, Cursor
 
 
 def start_call(run: Run, index: int, *, prefix: Sequence[TaskEvent]) -> list[TaskEvent] | Abort:
@@ -35,6 +35,7 @@ def start_call(run: Run, index: int, *, prefix: Sequence[TaskEvent]) -> list[Tas
         return looping
     if signature not in c.failed:
         cs.state = CallStage.RUNNING
+        run.state.started.add(call.id)
         return [tool_event]
     # ENGINEERING: the same failing call is never re-issued; the model hears why.
     fallback = run.downstream.fallback_for(call.name)
@@ -78,6 +79,37 @@ def apply(run: Run, cs: CallState, outcome: ToolOutcome) -> list[TaskEvent] | Pa
         return step.next
     assert isinstance(step.next, Continue)
     return [result_event, *_record(run, cs, step)]
+
+
+@dataclass(frozen=True)
+class Marks:
+    """What `apply` may change in the cursor besides the call's own entries, as it was before."""
+
+    contract_failures: dict[str, int]
+    failed: dict[str, str]
+    pinned: list[str]
+
+    @classmethod
+    def of(cls, cursor: Cursor) -> Marks:
+        return cls(dict(cursor.contract_failures), dict(cursor.failed), list(cursor.pinned))
+
+
+def retake(run: Run, cs: CallState, stored: ToolOutcome, marks: Marks | None) -> list[TaskEvent] | Park | Fail | Abort:
+    """`apply` to the result the session log holds for the call instead of the one this run had
+    (AppendConflict, issue 39): with the cursor as it was before that one was applied when this run
+    applied it (`marks`); a call taken up as DONE keeps the earlier run's marks (its ledger entry
+    is replaced). When this run's own attempt ran (an output) where the stored one failed, the
+    ledger says OK (the claims check must not call the model's report of it unsupported) and the
+    model is told in a note (`RunState.ran_again`, appended after the reply's last result)."""
+    c, own = run.state.cursor, cs.outcome
+    if marks is not None:
+        c.contract_failures, c.failed, c.pinned = dict(marks.contract_failures), dict(marks.failed), list(marks.pinned)
+    cs.state, cs.outcome = CallStage.RUNNING, None
+    applied = apply(run, cs, stored)
+    if own is not None and own.output is not None and stored.output is None and isinstance(applied, list):
+        _enter_ledger(run, cs.call, own)
+        run.state.ran_again.append(own)
+    return applied
 
 
 def _enter_ledger(run: Run, call: ToolCall, outcome: ToolOutcome) -> None:

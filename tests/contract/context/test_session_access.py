@@ -29,6 +29,7 @@ def every_rpc(ctx: Ctx, md: Any, ref_id: str) -> list[Callable[[], Any]]:
         lambda: ctx.stub.GetSession(K.GetSessionRequest(session_id="s1"), metadata=md),
         lambda: ctx.stub.AppendMessage(K.AppendMessageRequest(session_id="s1", message=message), metadata=md),
         lambda: ctx.stub.AppendToolResult(K.AppendToolResultRequest(session_id="s1", result=result), metadata=md),
+        lambda: ctx.stub.GetToolResult(K.GetToolResultRequest(session_id="s1", tool_call_id="c1"), metadata=md),
         lambda: ctx.stub.GetPayload(K.GetPayloadRequest(session_id="s1", ref_id=ref_id), metadata=md),
         lambda: ctx.stub.Compact(K.CompactRequest(session_id="s1"), metadata=md),
         lambda: ctx.stub.DeleteSession(K.DeleteSessionRequest(session_id="s1"), metadata=md),

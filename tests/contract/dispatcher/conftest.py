@@ -72,6 +72,8 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
     newest: dict[str, tuple[str, int]] = field(default_factory=dict)
     attachers: list[Identity] = field(default_factory=list)
     handoffs: list[context_pb2.BuildHandoffRequest] = field(default_factory=list)
+    results: dict[tuple[str, str], tuple[int, common_pb2.ToolResult]] = field(default_factory=dict)
+    """(session, tool_call_id) -> (index, result as appended, stats cleared): context_svc's dedupe."""
 
     async def CreateSession(self, request: context_pb2.CreateSessionRequest, context: Ctx) -> Any:
         await identity(context)
@@ -114,7 +116,19 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
     async def AppendToolResult(self, request: context_pb2.AppendToolResultRequest, context: Ctx) -> Any:
         await identity(context)
         await self._session(request.session_id, context)
-        result = request.result
+        result = common_pb2.ToolResult()
+        result.CopyFrom(request.result)
+        result.ClearField("stats")  # execution stats do not count: a replay is a repeat
+        key = (request.session_id, result.tool_call_id)
+        if key in self.results:
+            # Once per tool_call_id, as context_svc: a repeat is answered, other content refused.
+            index, stored = self.results[key]
+            if stored != result:
+                why = f"tool call {key[1]} was already appended at position {index} with other content"
+                await abort(context, FailedPreconditionError(why))
+            token_count = self.logs[request.session_id][index].token_count
+            return context_pb2.AppendToolResultResponse(index=index, token_count=token_count, already_appended=True)
+        self.results[key] = (len(self.logs[request.session_id]), result)
         which = result.WhichOneof("outcome")
         if which == "error":
             e = result.error
@@ -142,6 +156,16 @@ class FakeContextService(context_pb2_grpc.ContextServiceServicer):
         return context_pb2.AppendToolResultResponse(
             index=len(self.logs[request.session_id]) - 1, token_count=message.token_count
         )
+
+    async def GetToolResult(self, request: context_pb2.GetToolResultRequest, context: Ctx) -> Any:
+        await identity(context)
+        await self._session(request.session_id, context)
+        found = self.results.get((request.session_id, request.tool_call_id))
+        if found is None:
+            await abort(context, NotFoundError(f"no result appended for tool call {request.tool_call_id}"))
+        index, result = found
+        token_count = self.logs[request.session_id][index].token_count
+        return context_pb2.GetToolResultResponse(result=result, index=index, token_count=token_count)
 
     async def AttachTask(self, request: context_pb2.AttachTaskRequest, context: Ctx) -> Any:
         """The compare-and-set on the session's newest task (the owner rule is context_svc's own test's)."""

@@ -28,6 +28,7 @@ from dispatcher_svc.ports import (
     Ports,
     SessionInfo,
     SessionSpec,
+    StoredResult,
     ToolInfo,
 )
 
@@ -160,6 +161,15 @@ class FakeContext:
         )
         self.appended[(session_id, key)] = (len(log) - 1, sent)
         return Appended(len(log) - 1, tokens(text))
+
+    async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:
+        """GetToolResult: the result appended for the call, as appended."""
+        self._maybe_fail("tool_result")
+        found = self.appended.get((session_id, f"c:{tool_call_id}"))
+        if found is None:
+            return None
+        message = self.sessions[session_id][found[0]]
+        return StoredResult(message["outcome"], found[0], message["tokens"])
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
         self._maybe_fail("build_context")

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from agentmesh.config import DispatcherSettings
 from dispatcher_svc import lease as lease_module
-from dispatcher_svc.lease import Lease
+from dispatcher_svc.lease import Lease, NoProgressError
 from dispatcher_svc.tasks import StaleOwnerError, TaskStore
 
 
@@ -108,3 +109,36 @@ async def test_ensure_never_renews_a_confirmation_from_the_future(clock: Clock) 
     lease = make(tasks, claim_idle_s=4.0, confirmed_at=103.0)
     await lease.ensure()
     assert tasks.commits == []
+
+
+async def test_keep_renews_while_the_run_makes_progress_and_gives_up_after_the_liveness_window(clock: Clock) -> None:
+    """The liveness rule (issue 39): the background renewal keeps the claim only while the run makes
+    progress; past `liveness_s` without any it gives the claim up (NoProgressError), renewing nothing."""
+    tasks = Tasks(clock)
+    store: TaskStore = tasks  # type: ignore[assignment]
+    lease = Lease(store, "task-7", fence=42, claim_idle_s=4.0, confirmed_at=100.0, liveness_s=10.0)
+    clock.now = 109.0
+    await lease.keep()  # 9 s without progress: still within the window
+    clock.now = 115.0
+    lease.progressed()  # a call answered at 115
+    clock.now = 124.0
+    await lease.keep()
+    assert len(tasks.commits) == 2
+    clock.now = 125.5
+    with pytest.raises(NoProgressError, match=r"no progress for 10s \(liveness window 10s\)"):
+        await lease.keep()
+    assert len(tasks.commits) == 2  # no renewal once given up
+
+
+async def test_keep_without_a_liveness_window_always_renews(clock: Clock) -> None:
+    tasks = Tasks(clock)
+    lease = make(tasks)
+    clock.now = 10_000.0
+    await lease.keep()
+    assert len(tasks.commits) == 1
+
+
+def test_the_liveness_window_defaults_to_twice_the_call_timeout_plus_the_claim_idle_time() -> None:
+    assert DispatcherSettings().liveness_window_s == 2 * 60 + 15
+    assert DispatcherSettings(liveness_s=30).liveness_window_s == 30
+    assert DispatcherSettings(call_timeout_s=5, claim_idle_s=2).liveness_window_s == 12
