@@ -25,8 +25,15 @@ def local_part(tool: str) -> str:
 
 
 def registry_name(prefix: str, tool: str, override: str | None = None) -> str:
-    """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (a hash of `tool` ends a shortened name)."""
-    name = f"{prefix}__{override or local_part(tool)}"
+    """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (a hash of `tool` ends a shortened name).
+
+    With an empty prefix (tools converted from OpenAI / BFCL definitions, `tool_svc.formats`) the name is
+    the local part alone, `fn_` before it when it would not start with a letter."""
+    local = override or local_part(tool)
+    if prefix:
+        name = f"{prefix}__{local}"
+    else:
+        name = local if local[:1].isascii() and local[:1].isalpha() else f"fn_{local}"
     if len(name) <= MAX_NAME:
         return name
     suffix = hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
