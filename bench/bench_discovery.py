@@ -7,7 +7,8 @@ Every function goes through `tool_svc.formats.convert_all` (BFCL's `dict`/`float
 upper-case names), so the bench also checks that each registers as written.
 
 Split: a question is in the tune half when the first byte of sha256(its id) is even, else held out;
-`--tune` grid-searches `discovery.Weights` on the tune half (mean of per-question and pooled top-1).
+`--tune` grid-searches `discovery.Weights` on the tune half (mean of per-question top-1, pooled top-1
+and pooled top-10).
 
 Measured, per half:
 - per question: is the expected function first among the question's own candidates (top-1), for all
@@ -194,8 +195,12 @@ def tune(questions: Sequence[Question], pooled_tools: Sequence[ToolDef]) -> Weig
             parameter_text=parameter_text,
         )
         result = measure(questions, ours(weights), pooled_tools, _pooled_ours(weights))
-        objective = (result.per_question + result.pooled_top1) / 2
-        print(f"  {weights}: per question {result.per_question:.1f} %, pooled {result.pooled_top1:.1f} %", file=sys.stderr)
+        objective = (result.per_question + result.pooled_top1 + result.pooled_top10) / 3
+        print(
+            f"  {weights}: per question {result.per_question:.1f} %, pooled top-1 {result.pooled_top1:.1f} %, "
+            f"top-10 {result.pooled_top10:.1f} %",
+            file=sys.stderr,
+        )
         if objective > best[0]:
             best = (objective, weights)
     return best[1]

@@ -14,8 +14,9 @@ number, `int`, `long` -> integer, `tuple`, `list` -> array, `str` -> string, `bo
 drops the type); no parameters is an object with none. The result must pass the registry's schema
 check (`check_tool_schema`).
 
-Names: `registry_name` of `tool_svc.mcp.names` (the one mapping function: lowercased, anything outside
-[a-z0-9_] -> `_`, a hash ending a name over 64 characters), with an optional prefix; `convert_all` keeps
+Names: `registry_name` of `tool_svc.mcp.names` (the one mapping function: camel-case words split by
+`_`, lowercased, anything outside [a-z0-9_] -> `_`, a hash ending a name over 64 characters:
+`ChaDri.change_drink` -> `cha_dri_change_drink`), with an optional prefix; `convert_all` keeps
 the mapping both ways (`NameMap`), so a model's call by the original name ("ChaDri.change_drink") is
 found and a registry name maps back. Two definitions mapping to one name are an error, never a silent
 overwrite. Every bad input is an `InvalidRequestError` naming the path (`tools[3].parameters.type`).
@@ -176,7 +177,7 @@ def convert(definition: Any, *, prefix: str = "", where: str = "tool") -> ToolCo
         check_tool_schema(schema, f"{where}.{schema_key}", require_object=True)
     except SchemaDefinitionError as exc:
         raise InvalidRequestError(f"{where}.{schema_key}", str(exc)) from None
-    return ToolContract(registry_name(prefix, name), name, description.strip(), schema, tuple(examples))
+    return ToolContract(registry_name(prefix, name, split_words=True), name, description.strip(), schema, tuple(examples))
 
 
 def convert_all(definitions: Iterable[Any], *, prefix: str = "") -> tuple[list[ToolContract], NameMap]:

@@ -17,19 +17,24 @@ from dataclasses import dataclass
 MAX_NAME = 64
 _HASH_CHARS = 8
 _OTHER = re.compile(r"[^a-z0-9_]")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
-def local_part(tool: str) -> str:
-    """The tool's name in [a-z0-9_]: lowercased, anything else replaced by `_`."""
+def local_part(tool: str, *, split_words: bool = False) -> str:
+    """The tool's name in [a-z0-9_]: lowercased, anything else replaced by `_`; with `split_words`, a
+    `_` first between the words of a camel-case name (`FindMovies` -> `find_movies`, not `findmovies`)."""
+    if split_words:
+        tool = _CAMEL.sub("_", tool)
     return _OTHER.sub("_", tool.lower())
 
 
-def registry_name(prefix: str, tool: str, override: str | None = None) -> str:
+def registry_name(prefix: str, tool: str, override: str | None = None, *, split_words: bool = False) -> str:
     """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (a hash of `tool` ends a shortened name).
 
-    With an empty prefix (tools converted from OpenAI / BFCL definitions, `tool_svc.formats`) the name is
-    the local part alone, `fn_` before it when it would not start with a letter."""
-    local = override or local_part(tool)
+    With an empty prefix (tools converted from OpenAI / BFCL definitions, `tool_svc.formats`, which also
+    split camel-case words so DiscoverTools finds them) the name is the local part alone, `fn_` before it
+    when it would not start with a letter. MCP names keep `split_words` off: their names are deployed."""
+    local = override or local_part(tool, split_words=split_words)
     if prefix:
         name = f"{prefix}__{local}"
     else:

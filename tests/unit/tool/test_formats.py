@@ -30,7 +30,7 @@ BFCL = {
 }
 
 SHAPES: list[tuple[str, dict[str, Any], str]] = [
-    ("bfcl", BFCL, "chadri_change_drink"),
+    ("bfcl", BFCL, "cha_dri_change_drink"),
     (
         "openai tool",
         {"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
@@ -40,6 +40,8 @@ SHAPES: list[tuple[str, dict[str, Any], str]] = [
     ("openai legacy function, no parameters", {"name": "ping", "description": "Checks liveness."}, "ping"),
     ("anthropic", {"name": "Search", "description": "Searches.", "input_schema": {"type": "object"}}, "search"),
     ("mcp", {"name": "Get.Item-v2", "description": "An item.", "inputSchema": {"type": "object"}}, "get_item_v2"),
+    ("camel case", {"name": "Movies_1_FindMovies", "description": "Finds.", "parameters": {"type": "dict"}},
+     "movies_1_find_movies"),
     (
         "gemini upper-case types",
         {"name": "lookup", "description": "Looks up.", "parameters": {"type": "OBJECT", "properties": {
@@ -109,7 +111,7 @@ def test_name_mapping_round_trips() -> None:
     contracts, names = convert_all({"name": n, "description": "D."} for n in originals)
     for original, contract in zip(originals, contracts, strict=True):
         assert contract.original_name == original
-        assert names.registry(original) == contract.name == registry_name("", original)
+        assert names.registry(original) == contract.name == registry_name("", original, split_words=True)
         assert names.original(contract.name) == original
         assert len(contract.name) <= 64
     assert names.original("nope") is None
@@ -119,7 +121,7 @@ def test_name_mapping_round_trips() -> None:
 
 def test_two_names_mapping_to_one_are_an_error() -> None:
     with pytest.raises(InvalidRequestError, match="both map to uber_ride") as caught:
-        convert_all([{"name": "uber.ride", "description": "D."}, {"name": "Uber_Ride", "description": "D."}])
+        convert_all([{"name": "uber.ride", "description": "D."}, {"name": "uberRide", "description": "D."}])
     assert caught.value.field == "tools[1].name"
     with pytest.raises(InvalidRequestError, match="defined twice"):
         convert_all([{"name": "f", "description": "D."}, {"name": "f", "description": "D."}])
