@@ -41,11 +41,11 @@ class Weights:
     """How many times each field of a tool counts in its document (0 leaves the field out), and BM25's
     k1 (term-frequency saturation) and b (length normalization)."""
 
-    k1: float = 1.5
-    b: float = 0.75
-    name: int = 2
+    k1: float = 2.0
+    b: float = 0.5
+    name: int = 3
     description: int = 2
-    parameter_names: int = 1
+    parameter_names: int = 2
     parameter_text: int = 1
     examples: int = 2
 

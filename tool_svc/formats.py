@@ -177,7 +177,9 @@ def convert(definition: Any, *, prefix: str = "", where: str = "tool") -> ToolCo
         check_tool_schema(schema, f"{where}.{schema_key}", require_object=True)
     except SchemaDefinitionError as exc:
         raise InvalidRequestError(f"{where}.{schema_key}", str(exc)) from None
-    return ToolContract(registry_name(prefix, name, split_words=True), name, description.strip(), schema, tuple(examples))
+    return ToolContract(
+        registry_name(prefix, name, split_words=True), name, description.strip(), schema, tuple(examples)
+    )
 
 
 def convert_all(definitions: Iterable[Any], *, prefix: str = "") -> tuple[list[ToolContract], NameMap]:

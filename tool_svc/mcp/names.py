@@ -35,10 +35,8 @@ def registry_name(prefix: str, tool: str, override: str | None = None, *, split_
     split camel-case words so DiscoverTools finds them) the name is the local part alone, `fn_` before it
     when it would not start with a letter. MCP names keep `split_words` off: their names are deployed."""
     local = override or local_part(tool, split_words=split_words)
-    if prefix:
-        name = f"{prefix}__{local}"
-    else:
-        name = local if local[:1].isascii() and local[:1].isalpha() else f"fn_{local}"
+    starts_with_letter = local[:1].isascii() and local[:1].isalpha()
+    name = f"{prefix}__{local}" if prefix else local if starts_with_letter else f"fn_{local}"
     if len(name) <= MAX_NAME:
         return name
     suffix = hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]

@@ -129,7 +129,9 @@ def test_k_and_filter(index: ToolIndex) -> None:
     assert index.search("", 3)  # an empty goal still answers (all scores equal)
 
 
-def _tool(name: str, description: str, schema: dict[str, object] | None = None, examples: tuple[str, ...] = ()) -> ToolDef:
+def _tool(
+    name: str, description: str, schema: dict[str, object] | None = None, examples: tuple[str, ...] = ()
+) -> ToolDef:
     return ToolDef(name=name, description=description, input_schema=schema or {"type": "object"}, examples=examples)
 
 
@@ -159,7 +161,9 @@ def test_parameter_names_and_descriptions_are_matched() -> None:
 
 
 def test_examples_are_matched() -> None:
-    index = ToolIndex([_tool("a_tool", "Does one thing."), _tool("b_tool", "Does one thing.", examples=("is my parcel late",))])
+    index = ToolIndex(
+        [_tool("a_tool", "Does one thing."), _tool("b_tool", "Does one thing.", examples=("is my parcel late",))]
+    )
     assert index.search("where is my parcel", 1)[0].tool.name == "b_tool"
 
 
@@ -170,7 +174,9 @@ def test_identifier_parts_of_names_are_words() -> None:
 
 def test_two_tools_are_told_apart_by_a_word_of_one() -> None:
     # Classic idf gave a word in one tool of two a weight of 0: ties fell back to alphabetical order.
-    index = ToolIndex([_tool("alpha_order", "Changes the food order."), _tool("zeta_order", "Changes the drink order.")])
+    index = ToolIndex(
+        [_tool("alpha_order", "Changes the food order."), _tool("zeta_order", "Changes the drink order.")]
+    )
     assert index.search("change my drink", 1)[0].tool.name == "zeta_order"
     assert index.search("change my food", 1)[0].tool.name == "alpha_order"
 
@@ -181,4 +187,3 @@ def test_ties_are_deterministic_and_not_alphabetical() -> None:
     first = [s.tool.name for s in ToolIndex(tools).search("same", 10)]
     assert first == [s.tool.name for s in ToolIndex(list(reversed(tools))).search("same", 10)]  # order-free
     assert first != sorted(names)
-

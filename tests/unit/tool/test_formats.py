@@ -33,19 +33,35 @@ SHAPES: list[tuple[str, dict[str, Any], str]] = [
     ("bfcl", BFCL, "cha_dri_change_drink"),
     (
         "openai tool",
-        {"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": {
-            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, "strict": True}},
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                "strict": True,
+            },
+        },
         "get_weather",
     ),
     ("openai legacy function, no parameters", {"name": "ping", "description": "Checks liveness."}, "ping"),
     ("anthropic", {"name": "Search", "description": "Searches.", "input_schema": {"type": "object"}}, "search"),
     ("mcp", {"name": "Get.Item-v2", "description": "An item.", "inputSchema": {"type": "object"}}, "get_item_v2"),
-    ("camel case", {"name": "Movies_1_FindMovies", "description": "Finds.", "parameters": {"type": "dict"}},
-     "movies_1_find_movies"),
+    (
+        "camel case",
+        {"name": "Movies_1_FindMovies", "description": "Finds.", "parameters": {"type": "dict"}},
+        "movies_1_find_movies",
+    ),
     (
         "gemini upper-case types",
-        {"name": "lookup", "description": "Looks up.", "parameters": {"type": "OBJECT", "properties": {
-            "n": {"type": "INTEGER"}, "tags": {"type": "ARRAY", "items": {"type": "STRING"}}}}},
+        {
+            "name": "lookup",
+            "description": "Looks up.",
+            "parameters": {
+                "type": "OBJECT",
+                "properties": {"n": {"type": "INTEGER"}, "tags": {"type": "ARRAY", "items": {"type": "STRING"}}},
+            },
+        },
         "lookup",
     ),
     ("properties without type", {"name": "f", "description": "F.", "parameters": {"properties": {"a": {}}}}, "f"),
@@ -86,14 +102,23 @@ INVALID: list[tuple[str, Any, str]] = [
     ("no name", {"description": "x"}, "tool.name"),
     ("empty description", {"name": "f", "description": " "}, "tool.description"),
     ("function not an object", {"type": "function", "function": "f"}, "tool.function"),
-    ("unknown type", {"name": "f", "description": "F.", "parameters": {"type": "dict", "properties": {
-        "a": {"type": "complex"}}}}, "tool.parameters.properties.a.type"),
+    (
+        "unknown type",
+        {"name": "f", "description": "F.", "parameters": {"type": "dict", "properties": {"a": {"type": "complex"}}}},
+        "tool.parameters.properties.a.type",
+    ),
     ("type not a name", {"name": "f", "description": "F.", "parameters": {"type": 3}}, "tool.parameters.type"),
-    ("parameters not an object type", {"name": "f", "description": "F.", "parameters": {"type": "string"}},
-     "tool.parameters"),
+    (
+        "parameters not an object type",
+        {"name": "f", "description": "F.", "parameters": {"type": "string"}},
+        "tool.parameters",
+    ),
     ("schema not an object", {"name": "f", "description": "F.", "parameters": "x"}, "tool.parameters"),
-    ("invalid schema", {"name": "f", "description": "F.", "parameters": {"type": "object", "required": "a"}},
-     "tool.parameters"),
+    (
+        "invalid schema",
+        {"name": "f", "description": "F.", "parameters": {"type": "object", "required": "a"}},
+        "tool.parameters",
+    ),
     ("examples not strings", {"name": "f", "description": "F.", "examples": [1]}, "tool.examples"),
 ]
 
