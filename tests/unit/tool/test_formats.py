@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentmesh.config import ToolsSettings
 from agentmesh.errors import ErrorCode, InvalidRequestError
+from tool_svc.builtin import default_specs
 from tool_svc.formats import convert, convert_all
 from tool_svc.mcp.names import registry_name
+from tool_svc.registry import ToolRegistry
 from tool_svc.validation import SchemaCheck
+
+BFCL_DATA = Path(__file__).resolve().parents[3] / "bench" / "data" / "bfcl"
 
 BFCL = {
     "name": "ChaDri.change_drink",
@@ -150,3 +158,18 @@ def test_two_names_mapping_to_one_are_an_error() -> None:
     assert caught.value.field == "tools[1].name"
     with pytest.raises(InvalidRequestError, match="defined twice"):
         convert_all([{"name": "f", "description": "D."}, {"name": "f", "description": "D."}])
+
+
+def test_every_bfcl_function_registers_after_conversion() -> None:
+    # Before issue 51 none did as written: top-level "dict", "float", dotted and upper-case names.
+    registry = ToolRegistry(ToolsSettings(http_allowlist=["http://127.0.0.1:*/"]), default_specs())
+    with gzip.open(BFCL_DATA / "BFCL_v4_multiple.json.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    converted = 0
+    for line in lines:  # one question's candidates at a time: across questions "car.rental" meets "car_rental"
+        contracts, names = convert_all(json.loads(line)["function"])
+        for contract in contracts:
+            registry.compile(contract.to_tooldef(endpoint_url="http://127.0.0.1:8080/"), "runtime")
+            assert names.original(contract.name) == contract.original_name
+            converted += 1
+    assert converted > 500
