@@ -19,14 +19,29 @@ _HASH_CHARS = 8
 _OTHER = re.compile(r"[^a-z0-9_]")
 
 
-def local_part(name: str) -> str:
-    """`name` in [a-z0-9_]: lowercased, anything else replaced by `_`."""
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def local_part(name: str, *, split_words: bool = False) -> str:
+    """`name` in [a-z0-9_]: lowercased, anything else replaced by `_`; with `split_words`, a `_` first
+    between the words of a camel-case name (`FindMovies` -> `find_movies`, not `findmovies`)."""
+    if split_words:
+        name = _CAMEL.sub("_", name)
     return _OTHER.sub("_", name.lower())
 
 
-def mapped_name(prefix: str, name: str, *, sep: str = "__", override: str | None = None) -> str:
-    """`<prefix><sep><name>` in [a-z0-9_], at most 64 characters (a hash of `name` ends a shortened one)."""
-    full = f"{prefix}{sep}{override or local_part(name)}"
+def mapped_name(
+    prefix: str, name: str, *, sep: str = "__", override: str | None = None, split_words: bool = False
+) -> str:
+    """`<prefix><sep><name>` in [a-z0-9_], at most 64 characters (a hash of `name` ends a shortened one).
+
+    With an empty prefix (tools converted from OpenAI / BFCL definitions, `tool_svc.formats`) the name is
+    the local part alone, `fn_` before it when it would not start with a letter."""
+    local = override or local_part(name, split_words=split_words)
+    if prefix:
+        full = f"{prefix}{sep}{local}"
+    else:
+        full = local if local[:1].isascii() and local[:1].isalpha() else f"fn_{local}"
     if len(full) <= MAX_NAME:
         return full
     suffix = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]

@@ -18,9 +18,12 @@ from agentmesh.tool_names import MAX_NAME, local_part, mapped_name
 __all__ = ["MAX_NAME", "Collision", "assign", "local_part", "registry_name"]
 
 
-def registry_name(prefix: str, tool: str, override: str | None = None) -> str:
-    """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (agentmesh.tool_names.mapped_name)."""
-    return mapped_name(prefix, tool, sep="__", override=override)
+def registry_name(prefix: str, tool: str, override: str | None = None, *, split_words: bool = False) -> str:
+    """`<prefix>__<tool>` in [a-z0-9_], at most 64 characters (agentmesh.tool_names.mapped_name). With
+    an empty prefix (tools converted from OpenAI / BFCL definitions, `tool_svc.formats`, which also split
+    camel-case words so DiscoverTools finds them) the local part alone. MCP names keep `split_words` off:
+    their names are deployed."""
+    return mapped_name(prefix, tool, sep="__", override=override, split_words=split_words)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tool_svc.discovery import ToolIndex, tokenize
+from tool_svc.discovery import ToolIndex, document_tokens, split_identifier, tokenize
 from tool_svc.model import ToolDef
 
 TOOLS: dict[str, tuple[str, list[str]]] = {
@@ -116,6 +116,7 @@ def test_chinese_is_tokenized_as_bigrams_and_english_is_stemmed() -> None:
     assert tokenize("重启服务") == ["重启", "启服", "服务"]
     assert tokenize("库") == ["库"]
     assert tokenize("Restarting the services") == ["restart", "servic"]
+    assert tokenize("réservation café") == ["reserv", "cafe"]  # not cut at the accents
     assert tokenize("payment-svc 日志") == ["payment", "svc", "日志"]
 
 
@@ -126,3 +127,63 @@ def test_k_and_filter(index: ToolIndex) -> None:
     only_cn = index.search("order refund", 10, allow=lambda t: t.name.startswith("cn_"))
     assert only_cn and all(s.tool.name.startswith("cn_") for s in only_cn)
     assert index.search("", 3)  # an empty goal still answers (all scores equal)
+
+
+def _tool(
+    name: str, description: str, schema: dict[str, object] | None = None, examples: tuple[str, ...] = ()
+) -> ToolDef:
+    return ToolDef(name=name, description=description, input_schema=schema or {"type": "object"}, examples=examples)
+
+
+def test_parameter_names_and_descriptions_are_matched() -> None:
+    # Neither name nor description says "coconut" or "sweetness": only the input schema does (issue 51).
+    drink = _tool(
+        "change_drink",
+        "Modifies an existing order.",
+        {
+            "type": "object",
+            "properties": {
+                "preferences": {
+                    "type": "object",
+                    "properties": {
+                        "sweetness_level": {"type": "string", "description": "How sweet."},
+                        "milk_type": {"type": "string", "enum": ["soy", "coconut"]},
+                    },
+                }
+            },
+        },
+    )
+    food = _tool("change_food", "Modifies an existing order.", {"type": "object", "properties": {"dish": {}}})
+    index = ToolIndex([food, drink])
+    assert index.search("coconut milk please", 1)[0].tool.name == "change_drink"
+    assert index.search("less sweetness", 1)[0].tool.name == "change_drink"
+    assert "dish" in document_tokens(food) and "sweet" in document_tokens(drink)
+
+
+def test_examples_are_matched() -> None:
+    index = ToolIndex(
+        [_tool("a_tool", "Does one thing."), _tool("b_tool", "Does one thing.", examples=("is my parcel late",))]
+    )
+    assert index.search("where is my parcel", 1)[0].tool.name == "b_tool"
+
+
+def test_identifier_parts_of_names_are_words() -> None:
+    assert split_identifier("ChaDri.change_drink") == "Cha Dri change drink"
+    assert split_identifier("getHTTPResponse") == "get HTTP Response"
+
+
+def test_two_tools_are_told_apart_by_a_word_of_one() -> None:
+    # Classic idf gave a word in one tool of two a weight of 0: ties fell back to alphabetical order.
+    index = ToolIndex(
+        [_tool("alpha_order", "Changes the food order."), _tool("zeta_order", "Changes the drink order.")]
+    )
+    assert index.search("change my drink", 1)[0].tool.name == "zeta_order"
+    assert index.search("change my food", 1)[0].tool.name == "alpha_order"
+
+
+def test_ties_are_deterministic_and_not_alphabetical() -> None:
+    names = [f"{letter}_tool" for letter in "abcdefghij"]
+    tools = [_tool(n, "Same words.") for n in names]
+    first = [s.tool.name for s in ToolIndex(tools).search("same", 10)]
+    assert first == [s.tool.name for s in ToolIndex(list(reversed(tools))).search("same", 10)]  # order-free
+    assert first != sorted(names)
