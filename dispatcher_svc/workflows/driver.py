@@ -10,7 +10,7 @@ leaves an index entry without a run (dropped at its next look), never a run nobo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,10 +45,12 @@ class Driver:
         async with self.store.guard("index workflow run"):
             await self.store.redis.zadd(self.index_key, {run_id: int(due_s * 1000)})
 
-    async def submit(self, run_id: str, workflow: Workflow, run_input: Any) -> None:
+    async def submit(
+        self, run_id: str, workflow: Workflow, run_input: Any, meta: Mapping[str, str] | None = None
+    ) -> None:
         """Starts a run and indexes it for advancing now; RunExistsError when the id is taken."""
         await self._index(run_id, self.executor.clock())
-        await self.executor.start(run_id, workflow, run_input)
+        await self.executor.start(run_id, workflow, run_input, meta)
 
     async def tick(self) -> dict[str, RunStatus | None]:
         """Advances every run that is due now; returns what became of each."""
@@ -95,9 +97,11 @@ class Driver:
         async with self.store.guard("unindex workflow run"):
             await self.store.redis.zrem(self.index_key, run_id)
 
-    async def fire_schedules(self, catalog: Mapping[str, Workflow]) -> list[str]:
+    async def fire_schedules(
+        self, catalog: Mapping[str, Workflow], meta: Callable[[Workflow], Mapping[str, str]] | None = None
+    ) -> list[str]:
         """Starts the run of every due schedule tick (once across replicas); returns the run ids this
-        replica started."""
+        replica started. `meta` gives what to record with a scheduled run (the identity it acts under)."""
         now = datetime.fromtimestamp(self.executor.clock(), UTC)
         started: list[str] = []
         for name, workflow in catalog.items():
@@ -120,7 +124,7 @@ class Driver:
                 continue
             run_id = tick_run_id(name, tick)
             try:
-                await self.submit(run_id, workflow, schedule.input)
+                await self.submit(run_id, workflow, schedule.input, None if meta is None else meta(workflow))
                 started.append(run_id)
             except RunExistsError:
                 pass  # another replica fired this tick
