@@ -172,8 +172,15 @@ class WorkflowRuns:
                 ) from None
             return record
         await self._list_index(run_id)
-        await self.executor.advance(run_id)  # its first nodes start now, not at the next pass
+        await self._advance_now(run_id)  # its first nodes start now, not at the next pass
         return await self.runs.load(run_id)
+
+    async def _advance_now(self, run_id: str) -> None:
+        """An advance outside the loop; a failure leaves the run to the loop's next pass (it is indexed)."""
+        try:
+            await self.executor.advance(run_id)
+        except AgentmeshError as err:
+            log.warning("workflow run %s: advance failed, the next pass retries: %s", run_id, err)
 
     async def get_run(self, run_id: str, *, caller: Identity, verb: str = "read") -> RunRecord:
         if not run_id:
@@ -226,7 +233,7 @@ class WorkflowRuns:
         reason = reason or f"cancelled by {caller.subject}"
         async with self.store.guard("cancel workflow run"):
             await self.store.redis.hset(self.runs.key(run_id), "cancel", reason[:500])
-        await self.executor.advance(run_id)
+        await self._advance_now(run_id)
         return await self.runs.load(run_id)
 
     async def list_runs(

@@ -10,11 +10,12 @@ leaves an index entry without a run (dropped at its next look), never a run nobo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agentmesh.errors import NotFoundError
+from agentmesh.errors import AgentmeshError, NotFoundError
 from agentmesh.store import Store
 from dispatcher_svc.workflows.executor import Executor
 from dispatcher_svc.workflows.runs import RunExistsError, StaleRunOwnerError
@@ -23,6 +24,8 @@ from dispatcher_svc.workflows.state import RunStatus
 from dispatcher_svc.workflows.validate import Workflow
 
 __all__ = ["ORPHAN_S", "Driver"]
+
+log = logging.getLogger("dispatcher_svc.workflows.driver")
 
 ORPHAN_S = 60.0
 """An index entry whose run does not exist this long after it was due is dropped."""
@@ -72,6 +75,12 @@ class Driver:
                     await self._drop(run_id)
                 else:
                     await self._index(run_id, now + self.poll_s)
+                continue
+            except AgentmeshError as err:
+                # Redis or a service failed mid-advance: nothing was committed; look again later, and go on
+                # with the other runs (one run's failure must not starve them).
+                log.warning("workflow run %s: advance failed, will retry: %s", run_id, err)
+                await self._index(run_id, now + self.poll_s)
                 continue
             done[run_id] = status
             if status is None:
