@@ -4,6 +4,7 @@ run, a cancel stops it and its task, bad requests get their typed errors, and a 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,38 @@ async def test_a_watch_resumes_after_a_sequence_without_gaps(make_mesh: MakeMesh
     with pytest.raises(grpc.aio.AioRpcError) as negative:
         await watch(mesh, "w-1", after=-1)
     assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_scheduled_run_acts_under_its_workflows_service_identity(make_mesh: MakeMesh) -> None:
+    daily = {
+        "name": "daily",
+        "schedule": {"cron": "* * * * *", "run_as": {"subject": "svc-report", "permissions": ["dev:test:read"]}},
+        "nodes": [
+            {"id": "report", "type": "agent", "agent": "ops", "goal": "write the report"},
+            {"id": "order", "type": "tool", "tool": "lookup_order", "arguments": {"order_id": "D"},
+             "after": ["report"]},
+        ],
+    }  # fmt: skip
+    config = {**CONFIG, "workflows": {**CONFIG["workflows"], "definitions": [daily]}}  # type: ignore[dict-item]
+    mesh = await make_mesh(policy, handlers(), config=config)
+    # A new every-minute schedule fires the current minute's tick at once (schedules.due_tick).
+    for _ in range(100):
+        listed = await stub(mesh).ListWorkflowRuns(W.ListWorkflowRunsRequest(workflow="daily"), metadata=mesh.md())
+        if listed.runs:
+            break
+        await asyncio.sleep(0.1)
+    [run] = listed.runs
+    assert run.run_id.startswith("daily.schedule.") and run.created_by == "svc-report"
+    events = await watch(mesh, run.run_id)
+    assert events[-1].run_status == W.WORKFLOW_RUN_STATUS_SUCCEEDED
+    done = (await stub(mesh).GetWorkflowRun(W.GetWorkflowRunRequest(run_id=run.run_id), metadata=mesh.md())).run
+    dispatcher = dispatcher_pb2_grpc.DispatcherServiceStub(mesh.dispatcher.channel)  # type: ignore[no-untyped-call]
+    task = (
+        await dispatcher.GetTask(
+            dispatcher_pb2.GetTaskRequest(task_id=nodes(done)["report"].task_id), metadata=mesh.md()
+        )
+    ).task
+    assert task.created_by == "svc-report"
+    [caller] = [c for c in mesh.tools.callers if c.instance == f"workflow/{run.run_id}"]
+    assert caller.subject == "svc-report" and caller.roles == frozenset({"agent"})
+    assert set(caller.permissions) == {"dev:test:read", "dev:agent.ops:run"}
