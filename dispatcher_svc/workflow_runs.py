@@ -105,6 +105,7 @@ class WorkflowRuns:
             self._loop.cancel()
             await asyncio.gather(self._loop, return_exceptions=True)
             self._loop = None
+        await self.steps.stop()
 
     async def _run_loop(self) -> None:
         # Also checks the flag: the Redis client sometimes swallows a cancellation mid-command.

@@ -161,6 +161,14 @@ class DispatcherSteps:
         """The dispatcher's CancelTask (as the run's identity: the task's creator)."""
         self._calls: dict[str, asyncio.Task[None]] = {}
 
+    async def stop(self) -> None:
+        """Stops this replica's tool calls: their heartbeats lapse and another replica sends them again
+        (the same idempotency key)."""
+        calls = list(self._calls.values())
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+
     def _key(self, step_id: str) -> str:
         return f"{self.store.keys.prefix}:wfstep:{{{run_of_step(step_id)}}}"
 

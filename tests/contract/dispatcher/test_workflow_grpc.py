@@ -267,3 +267,35 @@ async def test_a_scheduled_run_acts_under_its_workflows_service_identity(make_me
     [caller] = [c for c in mesh.tools.callers if c.instance == f"workflow/{run.run_id}"]
     assert caller.subject == "svc-report" and caller.roles == frozenset({"agent"})
     assert set(caller.permissions) == {"dev:test:read", "dev:agent.ops:run"}
+
+
+async def test_list_workflow_runs_pages_newest_first_and_refuses_a_bad_token(make_mesh: MakeMesh) -> None:
+    mesh = await mesh_of(make_mesh)
+    for n in range(3):
+        await stub(mesh).StartWorkflowRun(
+            W.StartWorkflowRunRequest(workflow="fatal", input_json='{"x": 1}', run_id=f"l-{n}"), metadata=mesh.md()
+        )
+        await asyncio.sleep(0.01)  # distinct create times
+    seen: list[str] = []
+    token = ""
+    for _ in range(5):
+        page = await stub(mesh).ListWorkflowRuns(
+            W.ListWorkflowRunsRequest(workflow="fatal", page_size=1, page_token=token), metadata=mesh.md()
+        )
+        seen += [r.run_id for r in page.runs]
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == ["l-2", "l-1", "l-0"]
+    with pytest.raises(grpc.aio.AioRpcError) as bad:
+        await stub(mesh).ListWorkflowRuns(W.ListWorkflowRunsRequest(page_token="garbage"), metadata=mesh.md())
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    first = await stub(mesh).ListWorkflowRuns(W.ListWorkflowRunsRequest(page_size=1), metadata=mesh.md())
+    with pytest.raises(grpc.aio.AioRpcError) as other_filter:
+        await stub(mesh).ListWorkflowRuns(
+            W.ListWorkflowRunsRequest(workflow="support", page_token=first.next_page_token), metadata=mesh.md()
+        )
+    assert other_filter.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as negative:
+        await stub(mesh).ListWorkflowRuns(W.ListWorkflowRunsRequest(page_size=-1), metadata=mesh.md())
+    assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
