@@ -7,7 +7,7 @@
 cancelled by its creator (the subject, and agent id, that started it) and operators; an id the caller
 may not see is PERMISSION_DENIED whether or not it exists, as for tasks (access.py).
 
-Extra keys: `<prefix>:wfruns:all` (sorted set: run id -> create ms), the index ListWorkflowRuns pages.
+ListWorkflowRuns pages the driver's `<prefix>:wfruns:all` (run id -> start ms).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from dispatcher_svc.access import Creator, is_creator, is_operator, task_denied
 from dispatcher_svc.listing import page_size_of
 from dispatcher_svc.service import Dispatcher
 from dispatcher_svc.workflow_steps import DispatcherSteps, RunIdentity, task_id_of
-from dispatcher_svc.workflows.driver import Driver
+from dispatcher_svc.workflows.driver import ORPHAN_S, Driver
 from dispatcher_svc.workflows.executor import Executor, step_id
 from dispatcher_svc.workflows.runs import RunExistsError, RunRecord, RunStore
 from dispatcher_svc.workflows.state import RunStatus
@@ -87,7 +88,7 @@ class WorkflowRuns:
             lease_ms=int(self.limits.lease_s * 1000),
         )
         self.driver = Driver(store, self.executor, poll_s=self.limits.poll_interval_s)
-        self.index_key = f"{store.keys.prefix}:wfruns:all"
+        self.index_key = self.driver.list_key
         key = settings.auth.key.get_secret_value() if settings.auth.key is not None else None
         self.tokens = PageTokens(key, "workflow_runs")
         self._loop: asyncio.Task[None] | None = None
@@ -116,9 +117,7 @@ class WorkflowRuns:
     async def pass_once(self) -> None:
         """One pass: fire due schedule ticks, then advance due runs. Never raises (the loop must not die)."""
         try:
-            started = await self.driver.fire_schedules(self.catalog, self._scheduled_meta)
-            for run_id in started:
-                await self._list_index(run_id)
+            await self.driver.fire_schedules(self.catalog, self._scheduled_meta)
             await self.driver.tick()
         except UnavailableError as exc:
             log.warning("cannot advance workflow runs: %s", exc)
@@ -127,11 +126,6 @@ class WorkflowRuns:
 
     def _scheduled_meta(self, workflow: Workflow) -> dict[str, str]:
         return RunIdentity.scheduled(workflow, self.settings.environment).meta()
-
-    async def _list_index(self, run_id: str) -> None:
-        record = await self.runs.load(run_id)
-        async with self.store.guard("index workflow run for listing"):
-            await self.store.redis.zadd(self.index_key, {run_id: record.created_ms})
 
     # -- the operations ------------------------------------------------------------------------
 
@@ -172,7 +166,6 @@ class WorkflowRuns:
                     ErrorCode.FAILED_PRECONDITION, f"run_id: run {run_id} exists for workflow {record.workflow}"
                 ) from None
             return record
-        await self._list_index(run_id)
         await self._advance_now(run_id)  # its first nodes start now, not at the next pass
         return await self.runs.load(run_id)
 
@@ -263,8 +256,9 @@ class WorkflowRuns:
             try:
                 record = await self.runs.load(run_id)
             except NotFoundError:
-                async with self.store.guard("unindex workflow run"):
-                    await self.store.redis.zrem(self.index_key, run_id)  # expired
+                if score < (time.time() - ORPHAN_S) * 1000:  # expired (or never created): not a start under way
+                    async with self.store.guard("unindex workflow run"):
+                        await self.store.redis.zrem(self.index_key, run_id)
                 continue
             if (not workflow or record.workflow == workflow) and self._visible(caller, record):
                 found.append(record)

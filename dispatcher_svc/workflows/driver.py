@@ -2,7 +2,8 @@
 the firing of schedule ticks. Every replica may call `tick`; the run's fence and lease (runs.py) make
 one of them advance a run at a time, and a tick's derived run id makes it one run.
 
-Keys: `<prefix>:wfruns:due` (sorted set: run id -> when to advance it next, ms) and
+Keys: `<prefix>:wfruns:due` (sorted set: run id -> when to advance it next, ms), `<prefix>:wfruns:all`
+(sorted set: run id -> start ms, what ListWorkflowRuns pages) and
 `<prefix>:wfsched:{<workflow>}` (hash: the last tick fired and its run id). Single-key commands only,
 so nothing here spans Cluster slots. A run is indexed before it is created, so a crash between the two
 leaves an index entry without a run (dropped at its next look), never a run nobody advances.
@@ -40,6 +41,8 @@ class Driver:
         self.poll_s = poll_s
         self.batch = batch
         self.index_key = f"{store.keys.prefix}:wfruns:due"
+        self.list_key = f"{store.keys.prefix}:wfruns:all"
+        """Every run by start time (ms), for listing; indexed before the run exists, as the due index."""
 
     def _schedule_key(self, workflow: str) -> str:
         return f"{self.store.keys.prefix}:wfsched:{{{workflow}}}"
@@ -52,7 +55,10 @@ class Driver:
         self, run_id: str, workflow: Workflow, run_input: Any, meta: Mapping[str, str] | None = None
     ) -> None:
         """Starts a run and indexes it for advancing now; RunExistsError when the id is taken."""
-        await self._index(run_id, self.executor.clock())
+        now = self.executor.clock()
+        await self._index(run_id, now)
+        async with self.store.guard("index workflow run for listing"):
+            await self.store.redis.zadd(self.list_key, {run_id: int(now * 1000)})
         await self.executor.start(run_id, workflow, run_input, meta)
 
     async def tick(self) -> dict[str, RunStatus | None]:

@@ -76,3 +76,34 @@ async def test_kill9_of_the_owner_mid_run_resumes_on_another_replica(mesh_env: M
             assert task.status == dispatcher_pb2.TASK_STATUS_SUCCEEDED
     seen = ops_api.state.bodies("/notify")
     assert sorted(b["seq"] for b in seen) == sorted(list(range(1, STEPS + 1)) * 3), seen
+
+
+async def test_two_dispatchers_fire_a_schedule_tick_once(mesh_env: Mesh, ops_api: OpsApi) -> None:
+    """Both replicas fire every due tick; the tick's derived run id makes it one run, and the run's fence one
+    task per node."""
+    tick = {**CHAIN, "name": "tick", "nodes": CHAIN["nodes"][:1], "schedule": {"cron": "* * * * *"}}
+    await asyncio.to_thread(prepare, mesh_env)
+    mesh_env.env["AGENTMESH_WORKFLOWS"] = json.dumps({"definitions": [tick], "poll_interval_s": 0.1, "lease_s": 2})
+    await asyncio.to_thread(mesh_env.start, "dispatcher", label="dispatcher-a")
+    port_b = free_port()
+    await asyncio.to_thread(mesh_env.start, "dispatcher", label="dispatcher-b", port=port_b)
+    md = mesh_env.operator_metadata()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port_b}") as channel:
+        stub = workflow_pb2_grpc.WorkflowServiceStub(channel)  # type: ignore[no-untyped-call]
+        deadline = time.monotonic() + 30
+        while not (runs := (await stub.ListWorkflowRuns(W.ListWorkflowRunsRequest(), metadata=md)).runs):
+            assert time.monotonic() < deadline, "no scheduled run"
+            await asyncio.sleep(0.1)
+        run_id = runs[-1].run_id
+        watch = stub.WatchWorkflowRun(W.WatchWorkflowRunRequest(run_id=run_id), metadata=md, timeout=60)
+        assert [r.event async for r in watch][-1].run_status == W.WORKFLOW_RUN_STATUS_SUCCEEDED
+        # Tasks first, then runs: a run exists before its task, so every task's run is in the later list (a
+        # minute that turns meanwhile fires one more tick: one more run, never a second run of one tick).
+        tasks = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
+        listed = await tasks.ListTasks(dispatcher_pb2.ListTasksRequest(agent_id="notifier"), metadata=md)
+        task_ids = [t.task_id for t in listed.tasks]
+        runs = (await stub.ListWorkflowRuns(W.ListWorkflowRunsRequest(), metadata=md)).runs
+        ticks = [r.run_id for r in runs]
+        assert len(ticks) == len(set(ticks)) and all(t.startswith("tick.schedule.") for t in ticks)
+        assert len(task_ids) == len(set(task_ids)) and set(task_ids) <= {f"wf.{t}.first.-.1" for t in ticks}
+        assert f"wf.{run_id}.first.-.1" in task_ids
