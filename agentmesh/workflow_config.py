@@ -27,6 +27,7 @@ __all__ = [
     "Node",
     "ParallelNode",
     "RetryPolicy",
+    "RunAs",
     "Schedule",
     "Step",
     "ToolNode",
@@ -160,14 +161,28 @@ def check_cron(expression: str) -> str:
     return expression
 
 
+class RunAs(_Model):
+    """The service identity a scheduled run acts under (nobody started it): its tasks' creator and the
+    identity of its tool calls. Least privilege: only what this workflow needs."""
+
+    subject: str = Field("", max_length=128, description='"" is "workflow:<name>".')
+    roles: list[Literal["agent", "operator", "admin"]] = Field(["agent"], min_length=1)
+    permissions: list[str] = Field(
+        [],
+        description="Grants (env:group:access) for its tool calls; the run grants of the workflow's agents "
+        "(<env>:agent.<id>:run) are added.",
+    )
+
+
 class Schedule(_Model):
-    """Starts a run at every tick of `cron` in `timezone` (not yet fired: issue 46, phase 3)."""
+    """Starts a run at every tick of `cron` in `timezone` (fired by every dispatcher, once across them)."""
 
     cron: str = Field(description="Five fields: minute hour day-of-month month day-of-week.")
     timezone: str = "UTC"
     input: dict[str, Any] = {}
     catch_up: Literal["none", "latest"] = Field("latest", description="Ticks missed while down: none, or the latest.")
     overlap: Literal["skip", "allow"] = Field("skip", description="A tick while the previous run is unfinished.")
+    run_as: RunAs = RunAs()
 
     @field_validator("cron")
     @classmethod
@@ -230,6 +245,12 @@ class WorkflowsSettings(_Model):
     """Macros (all, exists, map, filter...) inside one another, at most (checked at load)."""
     condition_max_cost: int = Field(1_000_000, ge=1000)
     """Estimated evaluation steps of one condition: its size x (longest list it sees)^nesting."""
+    poll_interval_s: float = Field(1.0, gt=0, le=60)
+    """How often each dispatcher advances due runs and fires due schedule ticks."""
+    lease_s: float = Field(30.0, ge=1, le=3600)
+    """A replica advancing a run holds it this long; another takes over after it lapses."""
+    run_ttl_s: int = Field(7 * 86400, ge=60)
+    """A run and its events are kept this long after their last change."""
 
     @model_validator(mode="after")
     def _names_unique(self) -> WorkflowsSettings:

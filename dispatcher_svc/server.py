@@ -19,7 +19,7 @@ from agentmesh.rpc.status import to_detail
 from agentmesh.spans import Span
 from agentmesh.telemetry import current_request_id
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
-from dispatcher_svc import testhooks
+from dispatcher_svc import testhooks, workflow_server
 from dispatcher_svc.adapters import grpc_ports
 from dispatcher_svc.agents import AgentConfig
 from dispatcher_svc.codec import SETTLEMENT_PB, pending_pb, tool_result_pb
@@ -361,7 +361,7 @@ def trace_reader(host: ServiceHost) -> TraceReader:
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
-    """Registers DispatcherService on the host and starts this replica's worker."""
+    """Registers DispatcherService and WorkflowService on the host and starts this replica's worker."""
     if host.store is None:
         raise RuntimeError("dispatcher_svc needs a connected Redis store")
     clients = ServiceClients(host.settings, telemetry=host.telemetry)
@@ -379,8 +379,10 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     host.add_servicer(
         SERVICE_NAME, dispatcher_pb2_grpc.add_DispatcherServiceServicer_to_server, DispatcherServicer(dispatcher)
     )
+    workflows = await workflow_server.register(host, dispatcher)  # WorkflowService and its loop
 
     async def cleanup() -> None:
+        await workflows.stop()
         await dispatcher.stop()
         await clients.close()
 

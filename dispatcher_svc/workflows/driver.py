@@ -2,7 +2,8 @@
 the firing of schedule ticks. Every replica may call `tick`; the run's fence and lease (runs.py) make
 one of them advance a run at a time, and a tick's derived run id makes it one run.
 
-Keys: `<prefix>:wfruns:due` (sorted set: run id -> when to advance it next, ms) and
+Keys: `<prefix>:wfruns:due` (sorted set: run id -> when to advance it next, ms), `<prefix>:wfruns:all`
+(sorted set: run id -> start ms, what ListWorkflowRuns pages) and
 `<prefix>:wfsched:{<workflow>}` (hash: the last tick fired and its run id). Single-key commands only,
 so nothing here spans Cluster slots. A run is indexed before it is created, so a crash between the two
 leaves an index entry without a run (dropped at its next look), never a run nobody advances.
@@ -10,11 +11,12 @@ leaves an index entry without a run (dropped at its next look), never a run nobo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from agentmesh.errors import NotFoundError
+from agentmesh.errors import AgentmeshError, NotFoundError
 from agentmesh.store import Store
 from dispatcher_svc.workflows.executor import Executor
 from dispatcher_svc.workflows.runs import RunExistsError, StaleRunOwnerError
@@ -23,6 +25,8 @@ from dispatcher_svc.workflows.state import RunStatus
 from dispatcher_svc.workflows.validate import Workflow
 
 __all__ = ["ORPHAN_S", "Driver"]
+
+log = logging.getLogger("dispatcher_svc.workflows.driver")
 
 ORPHAN_S = 60.0
 """An index entry whose run does not exist this long after it was due is dropped."""
@@ -37,6 +41,8 @@ class Driver:
         self.poll_s = poll_s
         self.batch = batch
         self.index_key = f"{store.keys.prefix}:wfruns:due"
+        self.list_key = f"{store.keys.prefix}:wfruns:all"
+        """Every run by start time (ms), for listing; indexed before the run exists, as the due index."""
 
     def _schedule_key(self, workflow: str) -> str:
         return f"{self.store.keys.prefix}:wfsched:{{{workflow}}}"
@@ -45,10 +51,15 @@ class Driver:
         async with self.store.guard("index workflow run"):
             await self.store.redis.zadd(self.index_key, {run_id: int(due_s * 1000)})
 
-    async def submit(self, run_id: str, workflow: Workflow, run_input: Any) -> None:
+    async def submit(
+        self, run_id: str, workflow: Workflow, run_input: Any, meta: Mapping[str, str] | None = None
+    ) -> None:
         """Starts a run and indexes it for advancing now; RunExistsError when the id is taken."""
-        await self._index(run_id, self.executor.clock())
-        await self.executor.start(run_id, workflow, run_input)
+        now = self.executor.clock()
+        await self._index(run_id, now)
+        async with self.store.guard("index workflow run for listing"):
+            await self.store.redis.zadd(self.list_key, {run_id: int(now * 1000)})
+        await self.executor.start(run_id, workflow, run_input, meta)
 
     async def tick(self) -> dict[str, RunStatus | None]:
         """Advances every run that is due now; returns what became of each."""
@@ -70,6 +81,12 @@ class Driver:
                     await self._drop(run_id)
                 else:
                     await self._index(run_id, now + self.poll_s)
+                continue
+            except AgentmeshError as err:
+                # Redis or a service failed mid-advance: nothing was committed; look again later, and go on
+                # with the other runs (one run's failure must not starve them).
+                log.warning("workflow run %s: advance failed, will retry: %s", run_id, err)
+                await self._index(run_id, now + self.poll_s)
                 continue
             done[run_id] = status
             if status is None:
@@ -95,9 +112,11 @@ class Driver:
         async with self.store.guard("unindex workflow run"):
             await self.store.redis.zrem(self.index_key, run_id)
 
-    async def fire_schedules(self, catalog: Mapping[str, Workflow]) -> list[str]:
+    async def fire_schedules(
+        self, catalog: Mapping[str, Workflow], meta: Callable[[Workflow], Mapping[str, str]] | None = None
+    ) -> list[str]:
         """Starts the run of every due schedule tick (once across replicas); returns the run ids this
-        replica started."""
+        replica started. `meta` gives what to record with a scheduled run (the identity it acts under)."""
         now = datetime.fromtimestamp(self.executor.clock(), UTC)
         started: list[str] = []
         for name, workflow in catalog.items():
@@ -120,7 +139,7 @@ class Driver:
                 continue
             run_id = tick_run_id(name, tick)
             try:
-                await self.submit(run_id, workflow, schedule.input)
+                await self.submit(run_id, workflow, schedule.input, None if meta is None else meta(workflow))
                 started.append(run_id)
             except RunExistsError:
                 pass  # another replica fired this tick

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -112,7 +112,9 @@ class Executor:
         self.draw = draw
         self._compiled: dict[str, Workflow] = {}
 
-    async def start(self, run_id: str, workflow: Workflow, run_input: Any) -> None:
+    async def start(
+        self, run_id: str, workflow: Workflow, run_input: Any, meta: Mapping[str, str] | None = None
+    ) -> None:
         """A new run of `workflow` (pinned to this definition); INVALID_REQUEST for input its schema refuses."""
         schema = workflow.definition.input_schema
         if schema is not None:
@@ -120,7 +122,7 @@ class Executor:
             if error is not None:
                 path = "input" + "".join(f"[{part!r}]" for part in error.absolute_path)
                 raise InvalidRequestError(path, error.message)
-        await self.runs.create(run_id, workflow, run_input, now_ms=int(self.clock() * 1000))
+        await self.runs.create(run_id, workflow, run_input, now_ms=int(self.clock() * 1000), meta=meta)
 
     def _workflow(self, definition: dict[str, Any]) -> Workflow:
         key = json.dumps(definition, sort_keys=True)
@@ -139,6 +141,9 @@ class Executor:
         workflow = self._workflow(record.definition)
         before = state = record.state
         now = self.clock()
+        if record.cancel and state.aborted is None:
+            state, running = sched.abort(state, ErrorCode.CANCELLED, record.cancel)
+            await self._cancel(run_id, state, running)
         state = await self._collect(workflow, run_id, state, now)
         state = await self._start_ready(workflow, run_id, record.input, state, now)
         status = sched.outcome(workflow, state)

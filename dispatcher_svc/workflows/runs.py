@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, NotFoundError
@@ -116,6 +116,11 @@ class RunRecord:
     status: RunStatus
     fence: int
     last_sequence: int
+    created_ms: int = 0
+    cancel: str = ""
+    """Why a cancel was asked for ("" when none): the run's next advance aborts it with CANCELLED."""
+    meta: Mapping[str, str] = field(default_factory=dict)
+    """What the caller recorded with the run at its start (who started it: dispatcher_svc/workflow_runs.py)."""
 
 
 class RunStore:
@@ -166,7 +171,9 @@ class RunStore:
             raise StaleRunOwnerError(run_id, fence or 0, int(current))
         return int(seq)
 
-    async def create(self, run_id: str, workflow: Workflow, run_input: Any, *, now_ms: int) -> None:
+    async def create(
+        self, run_id: str, workflow: Workflow, run_input: Any, *, now_ms: int, meta: Mapping[str, str] | None = None
+    ) -> None:
         """A new run, every node pending; RunExistsError when `run_id` is taken (a run id derived from a
         schedule tick is how a tick starts one run only)."""
         definition = workflow.definition.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -180,6 +187,7 @@ class RunStore:
             "owner": "",
             "lease_until": "0",
             "created_ms": str(now_ms),
+            **{f"m.{name}": value for name, value in (meta or {}).items()},
         }
         await self._write(run_id, None, fields, [{"kind": "run", "status": "running", "workflow": workflow.name}])
 
@@ -209,6 +217,9 @@ class RunStore:
             status=RunStatus(fields["status"]),
             fence=int(fields["fence"]),
             last_sequence=int(fields.get("last_sequence", "0")),
+            created_ms=int(fields.get("created_ms", "0")),
+            cancel=fields.get("cancel", ""),
+            meta={name[2:]: value for name, value in fields.items() if name.startswith("m.")},
         )
 
     async def commit(

@@ -28,7 +28,7 @@ def test_generated_stubs_have_not_drifted(tmp_path: Path) -> None:
 
 def test_every_contract_file_is_generated() -> None:
     names = {path.stem for path in proto_files()}
-    assert names == {"common", "context", "tool", "provider", "dispatcher"}
+    assert names == {"common", "context", "tool", "provider", "dispatcher", "workflow"}
     for stem in names:
         assert (COMMITTED / f"{stem}_pb2.py").exists()
         assert (COMMITTED / f"{stem}_pb2.pyi").exists()

@@ -400,6 +400,7 @@ async def make_mesh(start_service: Callable[..., Awaitable[RunningService]]) -> 
         needs_approval: set[str] | None = None,
         dispatcher: dict[str, Any] | None = None,
         agents: list[dict[str, Any]] | None = None,
+        config: dict[str, Any] | None = None,
     ) -> Mesh:
         tools = FakeToolService(handlers=handlers or {}, needs_approval=needs_approval or set())
         context = FakeContextService()
@@ -433,6 +434,7 @@ async def make_mesh(start_service: Callable[..., Awaitable[RunningService]]) -> 
                 "outage_budget_s": 0,
                 **(dispatcher or {}),
             },
+            **(config or {}),
         }
         svc = await start_service(SPEC, overrides)
         return Mesh(svc, tools, context, provider, started)
