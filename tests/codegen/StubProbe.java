@@ -40,7 +40,7 @@ public final class StubProbe {
     methods.forEach(m -> System.out.println("method " + m));
 
     List<FieldBehavior> behavior =
-        StartTaskRequest.getDescriptor().findFieldByName("agent_id").getOptions().getExtension(FieldBehaviorProto.fieldBehavior);
-    System.out.println("agent_id field_behavior " + behavior);
+        StartTaskRequest.getDescriptor().findFieldByName("goal").getOptions().getExtension(FieldBehaviorProto.fieldBehavior);
+    System.out.println("goal field_behavior " + behavior);
   }
 }

@@ -133,7 +133,7 @@ def test_java_stubs_compile_and_work(fresh_clients: FreshTree) -> None:
     rpcs = dispatcher_pb2.DESCRIPTOR.services_by_name["DispatcherService"].methods
     assert methods == sorted(f"agentmesh.v1.DispatcherService/{m.name}" for m in rpcs)
     assert "method agentmesh.v1.DispatcherService/WatchTask SERVER_STREAMING" in lines
-    assert lines[-1] == "agent_id field_behavior [REQUIRED]"
+    assert lines[-1] == "goal field_behavior [REQUIRED]"  # agent_id is not: a capability may stand for it
 
 
 def _build_with_path(what: str, root: Path, path: str) -> subprocess.CompletedProcess[str]:
