@@ -74,7 +74,8 @@ MODULES: dict[str, Module] = {
         ("tests/unit/test_auth.py", "tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py"),
     ),
     "oidc": Module("agentmesh/oidc.py", ("tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py")),
-    "guard": Module("tool_svc/guard.py", ("tests/unit/tool/test_guard.py",)),
+    # guard.py is reached through the gateway: its own test file alone leaves 158 mutants unreached.
+    "guard": Module("tool_svc/guard.py", ("tests/unit/tool",)),
     "redaction": Module(
         "agentmesh/redact/__init__.py",
         (

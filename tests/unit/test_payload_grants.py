@@ -4,9 +4,11 @@ that one ref was granted to it (issue 44); the grant names where the payload is 
 from __future__ import annotations
 
 import pytest
+import redis.exceptions as rexc
 
-from agentmesh.errors import NotFoundError
-from agentmesh.payload_grants import GRANTS_PART, grant
+from agentmesh.config import RedisSettings
+from agentmesh.errors import NotFoundError, UnavailableError
+from agentmesh.payload_grants import GRANTS_PART, grant, granted_fields
 from agentmesh.payloads import PayloadStore
 from agentmesh.store import Store
 
@@ -47,3 +49,40 @@ async def test_an_empty_grant_writes_nothing(store: Store) -> None:
     await grant(store, "child", {}, 60)
     await grant(store, "child", {"pl_" + "a" * 64: "child"}, 60)
     assert not await store.redis.exists(store.keys.session("child", GRANTS_PART))
+
+
+async def test_a_grant_is_a_durable_write_when_the_deployment_asks_for_replicas(redis_url: str) -> None:
+    """With `cluster_wait_replicas` the grant waits for replicas (WAIT): on this replica-less Redis it
+    cannot be confirmed, so the hop that needs it fails typed instead of trusting a write a failover loses."""
+    settings = RedisSettings(url=redis_url, cluster_wait_replicas=1, cluster_wait_timeout_s=0.05)
+    async with await Store.connect(settings, "dev") as durable:
+        with pytest.raises(UnavailableError):
+            await grant(durable, "child", {"pl_" + "b" * 64: "parent"}, 60)
+
+
+async def test_redis_down_is_unavailable_naming_what_was_being_done() -> None:
+    url = "redis://127.0.0.1:1/0"  # nothing listens there
+    settings = RedisSettings(url=url, socket_timeout_s=0.5)
+    down = Store(Store.client_for(url, settings), url=url, settings=settings, environment="dev")
+    try:
+        with pytest.raises(UnavailableError, match="redis unavailable during grant payloads: "):
+            await grant(down, "child", {"pl_" + "c" * 64: "parent"}, 60)
+        with pytest.raises(UnavailableError, match="redis unavailable during read grant: "):
+            await granted_fields(down, "child", "c" * 64, "pl_" + "c" * 64)
+    finally:
+        await down.close()
+
+
+async def test_an_outage_between_the_grant_and_the_payload_names_the_payload_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payloads = PayloadStore(store, ttl_s=60)
+    cited = await payloads.put("parent", b"cited", "text/plain")
+    await grant(store, "child", {cited.ref_id: "parent"}, 60)
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise rexc.ConnectionError("connection reset")
+
+    monkeypatch.setattr(store.redis, "hgetall", refused)
+    with pytest.raises(UnavailableError, match="redis unavailable during get payload: "):
+        await granted_fields(store, "child", cited.sha256, cited.ref_id)
