@@ -61,7 +61,7 @@ from agentmesh.v1 import (
     workflow_pb2_grpc,
 )
 from bench.bench_peer import timed
-from bench.bench_scale import AUTH_KEY, Mesh
+from bench.bench_scale import AUTH_KEY, SERVICES, Mesh
 from bench.common import percentile, table
 from provider_svc.models.scripted import ScriptedReply, ScriptedRequest
 from tool_svc.builtin.calculator import evaluate
@@ -173,6 +173,8 @@ class Sample:
     latencies: list[float]
     wall_s: float
     cpu_s: float
+    services: dict[str, float] = field(default_factory=dict)
+    """agentmesh: CPU seconds of each service."""
 
 
 @dataclass
@@ -187,6 +189,10 @@ class System:
     def cpu_ms_per_run(self) -> float:
         samples = (*self.c1, *self.chigh)
         return sum(s.cpu_s for s in samples) / sum(len(s.latencies) for s in samples) * 1000
+
+    def service_ms_per_run(self, service: str) -> float:
+        samples = (*self.c1, *self.chigh)
+        return sum(s.services.get(service, 0.0) for s in samples) / sum(len(s.latencies) for s in samples) * 1000
 
     def p50_ms(self) -> float:
         return statistics.median(percentile(s.latencies, 0.5) for s in self.c1) * 1000
@@ -226,14 +232,13 @@ class Services:
             self.mesh.stop()
         self.redis.__exit__(None, None, None)
 
-    def cpu_s(self) -> float:
-        assert self.mesh is not None
-        return sum(self.mesh.cpu().values())
-
     async def measure(self, one: Callable[[int], Awaitable[None]], n: int, concurrency: int) -> Sample:
-        before = self.cpu_s()
+        assert self.mesh is not None
+        before = self.mesh.cpu()
         latencies, wall = await timed(one, n, concurrency)
-        return Sample(latencies, wall, self.cpu_s() - before)
+        after = self.mesh.cpu()
+        spent = {service: after[service] - before[service] for service in SERVICES}
+        return Sample(latencies, wall, sum(spent.values()), spent)
 
     async def workflow(self, n: int, concurrency: int, tag: str) -> Sample:
         """Runs through StartWorkflowRun, each followed by WatchWorkflowRun to its end."""
@@ -439,7 +444,7 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
             System("tasks", services.tasks),
             System("langgraph+sqlite", graph.run),
         ]
-        for system in systems:  # warm-up: imports, connections, scripts loaded
+        for system in systems if args.warmup > 0 else ():  # warm-up: imports, connections, scripts loaded
             await system.run(args.warmup, min(args.warmup, 4), "warm")
         for r in range(args.rounds):
             order = systems[r % len(systems) :] + systems[: r % len(systems)]
@@ -479,6 +484,12 @@ def report(args: argparse.Namespace, systems: list[System]) -> str:
         for s in systems
     ]
     lines.append(table(header, body))
+    lines.append(
+        "agentmesh CPU-ms per run by service: "
+        + "; ".join(
+            f"{s.name}: " + ", ".join(f"{v} {s.service_ms_per_run(v):.1f}" for v in SERVICES) for s in systems[:2]
+        )
+    )
     flow = systems[0]
     for other in systems[1:]:
         lines.append(
