@@ -5,7 +5,7 @@ The chain: triage (reads the service's log with query_logs) -> log analyst -> re
 a carrier of the capability `closing` (verifier or closer, picked by capability routing). Each run plants
 five values: pod, heap and build in the triage agent's tool output (a log file of its own), the ticket and
 the change window in the user's words. Two modes on the same four services (tests/contract/stack.py,
-in process, one local redis-server), the same scripted policy (bench/relay_policy.py) and the same faults:
+in process, one local redis-server), the same scripted policy (provider_svc/scenarios/relay.py) and the same faults:
 
 - **hops**: agentmesh handoffs. Each agent calls `transfer_to_<next>` with a brief whose facts cite the
   session message holding each value; context_svc BuildHandoff checks the citations, adds the user's
@@ -31,6 +31,7 @@ import random
 import statistics
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,8 @@ from agentmesh.identity import Authenticator
 from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, percentile, table
-from bench.relay_policy import PLANTED
 from provider_svc.models.scripted.model import count_tokens
+from provider_svc.scenarios.relay import PLANTED
 from tests.contract.stack import Stack
 
 D = dispatcher_pb2
@@ -57,7 +58,7 @@ LOG_LINES = 120
 def _model(name: str, role: str, next_tool: str, seed: int) -> dict[str, Any]:
     return {
         "name": name,
-        "policy": "bench.relay_policy:relay_policy",
+        "policy": "provider_svc.scenarios.relay:relay_policy",
         "policy_args": {"role": role, "next_tool": next_tool},
         "faults": {"seed": seed, **FAULTS},
     }
@@ -86,9 +87,15 @@ def config(logs_dir: Path, seed: int) -> dict[str, Any]:
     return {
         "providers": {
             "default_model": "scripted/relay_triage",
-            "backends": [{"name": "scripted", "type": "scripted", "models": models}],
+            # No backend rate limit (its default is 60 requests a minute): the bench measures the relay.
+            "backends": [{"name": "scripted", "type": "scripted", "rate_limit_per_min": None, "models": models}],
         },
-        "tools": {"builtins": ["query_logs", "read_payload"], "logs_dir": str(logs_dir)},
+        # No tool rate limit either (its default bucket is 60 calls per agent, 1 a second).
+        "tools": {
+            "builtins": ["query_logs", "read_payload"],
+            "logs_dir": str(logs_dir),
+            "rate_limit": {"capacity": 1_000_000, "refill_per_second": 1_000_000},
+        },
         "agents": agents,
         "dispatcher": {"call_timeout_s": 30, "heartbeat_interval_s": 0.5},
     }
@@ -166,6 +173,8 @@ class RunResult:
     seconds: float = 0.0
     last_agent: str = ""
     pickup_ms: list[float] = field(default_factory=list)
+    failure: str = ""
+    """The failed task's agent and error code."""
     """hops: each child's wait on the work queue (its PENDING event to its first RUNNING one)."""
 
 
@@ -219,6 +228,8 @@ async def run_hops(client: Client, planted: Planted) -> RunResult:
             break
         task_id = task.child_task_id
     result.ok = task.status == D.TASK_STATUS_SUCCEEDED and len(result.hop_tokens) == len(ROLES)
+    if not result.ok:
+        result.failure = f"{task.agent_id}: {task.error.message[:90] or D.TaskStatus.Name(task.status)}"
     result.reached = _reached(task.goal, planted)
     result.last_agent = task.agent_id
     result.seconds = (last_ms - first_ms) / 1000
@@ -248,6 +259,7 @@ async def run_transcript(client: Client, planted: Planted) -> RunResult:
             result.last_agent = task.agent_id
             break
         if task.status != D.TASK_STATUS_SUCCEEDED:
+            result.failure = f"{task.agent_id}: {task.error.message[:90] or D.TaskStatus.Name(task.status)}"
             break
         result.hop_tokens.append(count_tokens(task.answer))
         goal = task.answer
@@ -390,6 +402,10 @@ def main(argv: list[str] | None = None) -> int:
           f"to the {MAX_GOAL_CHARS}-character goal limit.")  # fmt: skip
     print(f"the triage agent's raw tool output: {results['raw'][0].reached} tokens (p50); the transcript carries what "
           "the agent saw of it (context_svc offloads a big output to a preview with its ref).")  # fmt: skip
+    for mode in ("hops", "transcript"):
+        failures = Counter(r.failure for r in results[mode] if r.failure)
+        if failures:
+            print(f"{mode} failures: " + ", ".join(f"{why} x{n}" for why, n in failures.most_common()))
     if not args.quick:
         print(f"plot: {plot(args.plot, results)}")
     ok = all(r.ok for mode in ("hops", "transcript") for r in results[mode])

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from bench.bench_relay import HEADER, ROLES, bench, main, summary
-from bench.relay_policy import PLANTED
+from provider_svc.scenarios.relay import PLANTED
 
 HOP_CAP = 800
 """context_svc's default cap on a hop summary (tokens)."""

@@ -1,4 +1,4 @@
-"""The scripted model's policy for bench/bench_relay.py (issue 44): five roles of an ops relay.
+"""The scripted model's policy of a 5-agent ops relay (issue 44): bench/bench_relay.py, `agentmesh demo relay`.
 
 `relay_policy(role=..., next_tool=...)` is the factory a scripted model's `policy_args` call. The first
 role reads the service's log with `query_logs`; every role then either hands over with a brief (handoff
