@@ -74,6 +74,7 @@ test: lint toolchains
 
 demo: venv
 	$(BIN)/agentmesh demo
+	$(BIN)/agentmesh demo relay
 
 bench: venv
 	@for b in bench/bench_*.py; do m=$$(basename $$b .py); echo "== $$b"; $(PY) -m bench.$$m || exit 1; done

@@ -161,7 +161,7 @@ def cmd_demo(settings: Settings, configs: list[Path], args: argparse.Namespace) 
     except (FileNotFoundError, ConfigError) as exc:
         print(f"agentmesh demo: {exc}", file=sys.stderr)
         return 2
-    return run_demo(settings, configs)
+    return run_demo(settings, configs, scenario=args.scenario)
 
 
 def cmd_probe(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
@@ -420,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     token.set_defaults(func=cmd_token)
 
     demo = sub.add_parser("demo", help="start everything with the demo overlay, show it working, stop everything")
+    demo.add_argument("scenario", nargs="?", choices=["ops", "relay"], default="ops", help="relay: 5 agents, handoffs")
     demo.add_argument("--demo-config", type=Path, default=None, help=f"the demo overlay (default: {DEMO_CONFIG_FILE})")
     demo.set_defaults(func=cmd_demo)
 

@@ -110,9 +110,14 @@ def _kinds(outcome: RunOutcome) -> set[int]:
     return {e.kind for e in outcome.events}
 
 
-def run_demo(settings: Settings, configs: Sequence[Path]) -> int:
+def run_demo(settings: Settings, configs: Sequence[Path], scenario: str = "ops") -> int:
     """Runs the demo; 0 when every step behaved as described. `settings` and `configs` include the
-    demo overlay (agentmesh.demo.yaml: the ops tools and agent `ops`)."""
+    demo overlay (agentmesh.demo.yaml: the ops tools and agent `ops`). `scenario="relay"`: the 5-agent
+    handoff relay instead (agentmesh.cli.demo_relay, `agentmesh demo relay`)."""
+    if scenario == "relay":
+        from agentmesh.cli.demo_relay import run_relay_demo
+
+        return run_relay_demo(settings, configs)
     work = Path(tempfile.mkdtemp(prefix="agentmesh-demo-"))
     span_file = work / "spans.jsonl"
     logs_dir = work / "logs"
