@@ -34,7 +34,7 @@ import jsonpath_rfc9535
 from agentmesh.errors import InvalidRequestError, NotFoundError, PermissionDeniedError, echo
 from agentmesh.payloads import StoredPayload, check_selectors, parse_ref_id, select
 from context_svc.facts import find_facts, kept, occurs
-from context_svc.handoff_text import Layout, Section, fit, one_line, user_constraints
+from context_svc.handoff_text import HOP_HEADER, Layout, Section, fit, one_line, user_constraints, user_words
 from context_svc.tokens import TokenCounter
 
 __all__ = [
@@ -471,7 +471,7 @@ async def build_hop(
             missing.append(ref_id)
         else:
             artifacts[ref_id] = meta.session_id
-    constraints = user_constraints(await sources.user_messages(_MAX_USER_MESSAGES))
+    constraints = user_constraints(user_words(await sources.user_messages(_MAX_USER_MESSAGES)))
     record = {
         "kind": "agentmesh.handoff/v1",
         "session_id": session_id,
@@ -491,7 +491,7 @@ async def build_hop(
     inferred = [(i, _fact_line(c)) for i, c in enumerate(checked) if c.kind is FactKind.INFERRED]
     layout = Layout(
         header=(
-            f"Handoff from session {session_id}: the previous agent's brief. Confirmed facts were re-read "
+            f"{HOP_HEADER}{session_id}: the previous agent's brief. Confirmed facts were re-read "
             "from their citations; inferred ones were not checked."
         ),
         footer=f'Full record: read_payload(ref_id="{record_ref}")',

@@ -12,7 +12,17 @@ from dataclasses import dataclass, replace
 from context_svc.lines import states_value
 from context_svc.tokens import TokenCounter
 
-__all__ = ["DROP_ORDER", "Constraint", "Layout", "Section", "fit", "one_line", "user_constraints"]
+__all__ = [
+    "DROP_ORDER",
+    "HOP_HEADER",
+    "Constraint",
+    "Layout",
+    "Section",
+    "fit",
+    "one_line",
+    "user_constraints",
+    "user_words",
+]
 
 _MAX_CONSTRAINTS = 20
 _MAX_CONSTRAINT_CHARS = 500
@@ -31,6 +41,25 @@ class Constraint:
 # -- user constraints ----------------------------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|(?<=[。！？；])")
+
+
+HOP_HEADER = "Handoff from session "
+"""How a hop summary begins: the first message of a session a handoff created, sent as a user message."""
+_CARRIED = re.compile(r'^- \[#\d+\] "(.*)"$')
+
+
+def user_words(messages: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The user's own words in (index, content) user messages: a hop summary (the first message of a
+    session a handoff created) stands for the constraints it carried, not for its own lines, so each hop
+    of a chain passes the original user's words on instead of quoting the previous summary again."""
+    words: list[tuple[int, str]] = []
+    for index, content in messages:
+        if content.startswith(HOP_HEADER):
+            carried = [m.group(1) for line in content.splitlines() if (m := _CARRIED.match(line))]
+            words.append((index, "\n".join(carried)))
+        else:
+            words.append((index, content))
+    return words
 
 
 def user_constraints(messages: Sequence[tuple[int, str]]) -> list[Constraint]:

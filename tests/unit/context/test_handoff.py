@@ -384,3 +384,19 @@ async def test_the_same_brief_gives_the_same_record() -> None:
     brief = _big_brief(sources)
     first, second = await hop(sources, brief), await hop(sources, brief)
     assert first.record_ref_id == second.record_ref_id and first.text == second.text
+
+
+async def test_a_chain_passes_the_users_words_on_instead_of_quoting_the_previous_summary() -> None:
+    """Found by bench_relay: a child's first message is the hop summary (a user message); the next hop
+    quoted its lines as constraints again (`- [#0] "- [#0] "..."`), growing ~150 tokens a hop."""
+    first = await hop(
+        FakeSources(messages=[("user", "Fix checkout. We must not restart prod before 18:00.")]),
+        Brief(summary="Checked the pods."),
+    )
+    second = await hop(FakeSources(messages=[("user", first.text)]), Brief(summary="Read the logs."))
+    assert second.user_constraints == ("We must not restart prod before 18:00.",)
+    assert '- [#0] "We must not restart prod before 18:00."' in second.text
+    assert '"- [#' not in second.text
+    third = await hop(FakeSources(messages=[("user", second.text)]), Brief(summary="Restarted nothing."))
+    assert third.user_constraints == second.user_constraints
+    assert third.token_count <= second.token_count + 5
