@@ -54,7 +54,10 @@ MODULES: dict[str, Module] = {
             "tests/unit/tool/test_idempotency_header.py",
         ),
     ),
-    "access": Module("dispatcher_svc/access.py", ("tests/unit/dispatcher/test_access.py",)),
+    "access": Module(
+        "dispatcher_svc/access.py",
+        ("tests/unit/dispatcher/test_access.py", "tests/unit/dispatcher/test_access_rules.py"),
+    ),
     "settlement": Module(
         "dispatcher_svc/settling.py",
         ("tests/unit/dispatcher/test_settlement.py", "tests/unit/dispatcher/test_approval_expiry.py"),
