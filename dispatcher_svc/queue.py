@@ -137,14 +137,15 @@ class TaskQueue:
         return claimed
 
     async def stats(self) -> QueueStats:
-        """Depth and lag of the queue in two round trips. Finished entries are deleted (`done`), so
+        """Depth and lag of the queue in three round trips. Finished entries are deleted (`done`), so
         the stream holds exactly the waiting and the claimed ones."""
         async with self.store.guard("queue stats"):
             pipe = self.store.redis.pipeline(transaction=False)
             pipe.xinfo_groups(self.key)
             pipe.xlen(self.key)
-            pipe.time()
-            groups, length, (seconds, micros) = await pipe.execute()
+            groups, length = await pipe.execute()
+            # Not in the pipeline: a cluster client refuses a pipelined TIME (it has no key to route by).
+            seconds, micros = await self.store.redis.time()
         group = next((g for g in groups if _text(g.get("name")) == self.group), None)
         if group is None:
             return QueueStats(waiting=int(length), claimed=0, oldest_waiting_s=0.0)

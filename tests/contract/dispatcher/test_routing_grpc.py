@@ -10,11 +10,10 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
-import redis.asyncio as aioredis
 
 from agentmesh.errors import ErrorCode
 from agentmesh.rpc.status import from_rpc_error
-from agentmesh.store import Keys
+from agentmesh.store import Keys, Store
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc, provider_pb2
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh, answer, tool_call
 
@@ -58,26 +57,19 @@ async def wait_status(mesh: Mesh, task_id: str, *statuses: int) -> D.Task:
     raise AssertionError(f"task {task_id} never reached {statuses}: {D.TaskStatus.Name(task.status)}")
 
 
-async def depths(redis_url: str, *agents: str) -> dict[str, int]:
-    client = aioredis.from_url(redis_url)
-    try:
-        return {a: int(await client.zcard(KEYS.agent_active(a))) for a in agents}
-    finally:
-        await client.aclose()
+# Through the test's Store: a plain client cannot reach the cluster of `make test-cluster`.
+async def depths(store: Store, *agents: str) -> dict[str, int]:
+    return {a: int(await store.redis.zcard(KEYS.agent_active(a))) for a in agents}
 
 
-async def outcomes(redis_url: str, agent_id: str) -> tuple[int, int]:
-    client = aioredis.from_url(redis_url)
-    try:
-        counts: dict[Any, Any] = await client.hgetall(KEYS.agent_outcomes(agent_id))
-        ended = sum(int(v) for k, v in counts.items() if k.endswith(b":e"))
-        return ended, sum(int(v) for k, v in counts.items() if k.endswith(b":f"))
-    finally:
-        await client.aclose()
+async def outcomes(store: Store, agent_id: str) -> tuple[int, int]:
+    counts: dict[Any, Any] = await store.redis.hgetall(KEYS.agent_outcomes(agent_id))
+    ended = sum(int(v) for k, v in counts.items() if k.endswith(b":e"))
+    return ended, sum(int(v) for k, v in counts.items() if k.endswith(b":f"))
 
 
 async def test_start_by_capability_picks_the_least_loaded_carrier_and_records_it(
-    make_mesh: MakeMesh, redis_url: str
+    make_mesh: MakeMesh, store: Store
 ) -> None:
     mesh = await make_mesh(
         park_policy, {"restart": lambda a: "restarted", "noop": lambda a: "ok"}, needs_approval={"restart"}, agents=TEAM
@@ -88,7 +80,7 @@ async def test_start_by_capability_picks_the_least_loaded_carrier_and_records_it
     second = await start(mesh, capability="logs")
     assert second.agent_id == "log-b"  # log-a holds a parked task
     await wait_status(mesh, second.task_id, D.TASK_STATUS_WAITING_APPROVAL)
-    assert await depths(redis_url, "log-a", "log-b", "reporter") == {"log-a": 1, "log-b": 1, "reporter": 0}
+    assert await depths(store, "log-a", "log-b", "reporter") == {"log-a": 1, "log-b": 1, "reporter": 0}
     third = await start(mesh, capability="triage")
     assert third.agent_id == "log-a"  # the only carrier, whatever its depth
     # The choice is visible: the task's first event names the capability, and the run is the agent's.
@@ -151,9 +143,7 @@ async def test_carriers_all_unhealthy_is_unavailable_naming_the_capability(make_
     assert "reporter: model fake/m unavailable: FAKE_KEY is unset" in err.message
 
 
-async def test_the_depth_falls_back_as_tasks_succeed_fail_and_are_cancelled(
-    make_mesh: MakeMesh, redis_url: str
-) -> None:
+async def test_the_depth_falls_back_as_tasks_succeed_fail_and_are_cancelled(make_mesh: MakeMesh, store: Store) -> None:
     mesh = await make_mesh(
         park_policy, {"restart": lambda a: "restarted", "noop": lambda a: "ok"}, needs_approval={"restart"}, agents=TEAM
     )
@@ -161,7 +151,7 @@ async def test_the_depth_falls_back_as_tasks_succeed_fail_and_are_cancelled(
     assert sorted(t.agent_id for t in parked) == ["log-a", "log-a", "log-b", "log-b"]  # alternating by depth
     for task in parked:
         await wait_status(mesh, task.task_id, D.TASK_STATUS_WAITING_APPROVAL)
-    assert await depths(redis_url, "log-a", "log-b") == {"log-a": 2, "log-b": 2}
+    assert await depths(store, "log-a", "log-b") == {"log-a": 2, "log-b": 2}
     # Cancelled: a parked one and one still pending.
     await stub(mesh).CancelTask(D.CancelTaskRequest(task_id=parked[0].task_id, reason="no"), metadata=mesh.md())
     # Succeeded: approved by another operator, it runs to its answer.
@@ -185,22 +175,22 @@ async def test_the_depth_falls_back_as_tasks_succeed_fail_and_are_cancelled(
     failing = await start(mesh, "look again", agent_id="reporter")
     await wait_status(mesh, failing.task_id, D.TASK_STATUS_FAILED)
     left = {a: 2 - sum(1 for t in parked[:2] if t.agent_id == a) for a in ("log-a", "log-b")}
-    assert await depths(redis_url, "log-a", "log-b", "reporter") == {**left, "reporter": 0}
-    assert await outcomes(redis_url, "reporter") == (2, 1)
-    log_a, log_b = await outcomes(redis_url, "log-a"), await outcomes(redis_url, "log-b")
+    assert await depths(store, "log-a", "log-b", "reporter") == {**left, "reporter": 0}
+    assert await outcomes(store, "reporter") == (2, 1)
+    log_a, log_b = await outcomes(store, "log-a"), await outcomes(store, "log-b")
     assert (log_a[0] + log_b[0], log_a[1] + log_b[1]) == (2, 0)  # one cancelled, one succeeded: no FAILED
     # A repeated cancel of an ended task moves nothing.
     with contextlib.suppress(grpc.aio.AioRpcError):
         await stub(mesh).CancelTask(D.CancelTaskRequest(task_id=parked[0].task_id, reason="again"), metadata=mesh.md())
-    assert await depths(redis_url, "log-a", "log-b", "reporter") == {**left, "reporter": 0}
+    assert await depths(store, "log-a", "log-b", "reporter") == {**left, "reporter": 0}
     # Resumed after FAILED: unfinished again (and counted once more when it fails again).
     await start(mesh, "look again", agent_id="reporter", task_id=failing.task_id)
     await wait_status(mesh, failing.task_id, D.TASK_STATUS_FAILED)
-    assert await depths(redis_url, "reporter") == {"reporter": 0}
-    assert await outcomes(redis_url, "reporter") == (3, 2)
+    assert await depths(store, "reporter") == {"reporter": 0}
+    assert await outcomes(store, "reporter") == (3, 2)
 
 
-async def test_the_sweep_drops_a_finished_task_a_crash_left_in_a_set(make_mesh: MakeMesh, redis_url: str) -> None:
+async def test_the_sweep_drops_a_finished_task_a_crash_left_in_a_set(make_mesh: MakeMesh, store: Store) -> None:
     mesh = await make_mesh(
         park_policy,
         {"restart": lambda a: "restarted"},
@@ -210,20 +200,17 @@ async def test_the_sweep_drops_a_finished_task_a_crash_left_in_a_set(make_mesh: 
     )
     live = await start(mesh, capability="triage")
     await wait_status(mesh, live.task_id, D.TASK_STATUS_WAITING_APPROVAL)
-    client = aioredis.from_url(redis_url)
-    try:
-        # A task that ended, and one that never existed, left behind a minute ago (a crash between the
-        # task's last commit and its removal from the set).
-        await client.hset(KEYS.task("t-ended"), mapping={"status": D.TASK_STATUS_SUCCEEDED, "agent_id": "log-a"})
-        await client.zadd(KEYS.agent_active("log-a"), {"t-ended": 1, "t-never": 1})
-        for _ in range(100):
-            if await depths(redis_url, "log-a") == {"log-a": 1}:
-                break
-            await asyncio.sleep(0.05)
-        raw: list[bytes] = await client.zrange(KEYS.agent_active("log-a"), 0, -1)  # type: ignore[assignment]
-        assert {m.decode() for m in raw} == {live.task_id}
-    finally:
-        await client.aclose()
+    client = store.redis
+    # A task that ended, and one that never existed, left behind a minute ago (a crash between the
+    # task's last commit and its removal from the set).
+    await client.hset(KEYS.task("t-ended"), mapping={"status": D.TASK_STATUS_SUCCEEDED, "agent_id": "log-a"})
+    await client.zadd(KEYS.agent_active("log-a"), {"t-ended": 1, "t-never": 1})
+    for _ in range(100):
+        if await depths(store, "log-a") == {"log-a": 1}:
+            break
+        await asyncio.sleep(0.05)
+    raw: list[bytes] = await client.zrange(KEYS.agent_active("log-a"), 0, -1)  # type: ignore[assignment]
+    assert {m.decode() for m in raw} == {live.task_id}
     assert (await start(mesh, capability="logs")).agent_id == "log-b"  # log-a: depth 1 again, not 3
 
 
