@@ -122,6 +122,7 @@ async def test_a_refusal_says_when_to_retry_from_the_refill_rate(store: Store) -
 
 def test_bucket_subjects_hash_exactly_what_a_key_cannot_hold() -> None:
     assert bucket_subject("a" * 195) == "tool:" + "a" * 195  # 200 characters: kept
+    assert bucket_subject("Agent-X_9.v2") == "tool:Agent-X_9.v2"  # any printable character but braces
     hashed = bucket_subject("a" * 196)
     assert hashed == "tool:sha256:" + hashlib.sha256(("a" * 196).encode()).hexdigest()
     for bad in ("a}b", "a{b", "a b", "a\tb", "a\x00b"):
