@@ -384,3 +384,66 @@ async def test_a_jwks_is_fetched_without_redirects_and_within_the_size_limit(idp
         idp.status = status
         with pytest.raises(httpx.HTTPStatusError):
             await _httpx_fetch(idp.jwks_url, 5.0)
+
+
+def verifier_for(idp: FakeIdp, **extra: Any) -> OidcVerifier:
+    settings = OidcIssuerSettings(
+        issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json", **extra
+    )
+    return OidcVerifier([settings], clock_skew_s=30, fetch=idp)
+
+
+def signed(key: SigningKey, headers: dict[str, Any] | None = None, **claims: Any) -> str:
+    now = int(time.time())
+    body: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 600, **claims}
+    body = {k: v for k, v in body.items() if v is not None}  # None: the claim is left out
+    return jwt.encode(body, key.private, algorithm=key.alg, headers=headers)
+
+
+async def verify_refused(verifier: OidcVerifier, token: str, message: str) -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        await verifier.verify(token)
+    assert info.value.message == message
+
+
+async def test_a_verified_jwt_names_its_issuer_key_and_claims_and_a_later_check_sees_it_expire() -> None:
+    key = new_key("RS256")
+    verifier = verifier_for(FakeIdp(key))
+    exp = int(time.time()) + 600
+    token = signed(key, headers={"kid": key.kid}, exp=exp)
+    verified = await verifier.verify(token)
+    assert verified.issuer is verifier.caches[ISSUER].issuer and verified.kid == key.kid
+    assert verified.claims["sub"] == "alice" and verified.claims["exp"] == exp
+    assert (await verifier.verify(token, now=exp + 29.9)).kid == key.kid  # within the clock skew
+    await verify_refused_at(verifier, token, exp + 30)
+
+
+async def verify_refused_at(verifier: OidcVerifier, token: str, now: float) -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        await verifier.verify(token, now=now)
+    assert info.value.message == "JWT expired"
+
+
+async def test_a_jwt_without_kid_needs_exactly_one_key_for_its_algorithm() -> None:
+    key = new_key("ES256")
+    verified = await verifier_for(FakeIdp(key, new_key("RS256"))).verify(signed(key))
+    assert verified.kid == key.kid
+    two = verifier_for(FakeIdp(key, new_key("ES256")))
+    await verify_refused(two, signed(key), "JWT has no kid and its issuer has not exactly one key for its algorithm")
+
+
+async def test_each_refusal_says_why_exactly() -> None:
+    key = new_key("RS256")
+    verifier = verifier_for(FakeIdp(key))
+    kid = {"kid": key.kid}
+    now = int(time.time())
+    await verify_refused(verifier, "a.b.c", "malformed JWT")
+    await verify_refused(verifier, signed(key, kid, iss=None), "JWT issuer 'none' is not trusted")
+    long_issuer = "https://" + "i" * 200
+    await verify_refused(verifier, signed(key, kid, iss=long_issuer), f"JWT issuer {long_issuer[:80]!r} is not trusted")
+    await verify_refused(verifier, signed(key, kid, exp=now - 100), "JWT expired")
+    await verify_refused(verifier, signed(key, kid, nbf=now + 100), "JWT not valid yet")
+    await verify_refused(verifier, signed(new_key("RS256", kid=key.kid), kid), "JWT bad signature")
+    await verify_refused(verifier, signed(key, kid, aud="other"), f"JWT audience is not one of {[AUDIENCE]}")
+    es_only = verifier_for(FakeIdp(key), algorithms=["ES256"])
+    await verify_refused(es_only, signed(key, kid), f"JWT algorithm 'RS256' not accepted from {ISSUER!r}")
