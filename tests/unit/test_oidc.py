@@ -6,17 +6,21 @@ forbidden algorithm; a rotation is picked up; an unreachable identity provider i
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import jwt
 import pytest
 
 from agentmesh.config import AuthSettings, OidcIssuerSettings
 from agentmesh.errors import ErrorCode, UnauthenticatedError, UnavailableError
 from agentmesh.identity import Authenticator
-from tests.jwks import AUDIENCE, ISSUER, Issuer, new_key
+from agentmesh.oidc import MAX_JWKS_BYTES, JwksCache, OidcVerifier, _httpx_fetch, _parse_jwks, token_id
+from tests.jwks import AUDIENCE, ISSUER, Issuer, SigningKey, new_key
 
 KEY = "unit-test-hmac-key-" + "x" * 32
 
@@ -179,3 +183,267 @@ async def test_roles_only_through_role_map_and_subjects_prefixed_by_the_issuer(i
     assert chosen.subject == "idp:bob"
     bare = await authenticator(idp, subject_prefix="").authenticate(idp.token(sub="bob", roles=["sre"]))
     assert bare.subject == "bob"  # only when configured so
+
+
+# -- the key cache and the JWKS parser on their own (a fake identity provider, a fake clock) ------------
+
+
+class FakeIdp:
+    """Serves its keys' JWKS to JwksCache's fetch, counting fetches; `fail` makes it unreachable."""
+
+    def __init__(self, *keys: SigningKey) -> None:
+        self.keys = list(keys)
+        self.fetches: list[tuple[str, float]] = []
+        self.fail = False
+
+    async def __call__(self, url: str, timeout_s: float) -> bytes:
+        self.fetches.append((url, timeout_s))
+        if self.fail:
+            raise httpx.ConnectError("identity provider down")
+        return json.dumps({"keys": [k.jwk() for k in self.keys]}).encode()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def cache_for(idp: FakeIdp, clock: Clock) -> JwksCache:
+    settings = OidcIssuerSettings(
+        issuer=ISSUER,
+        audience=AUDIENCE,
+        jwks_url="https://idp.test.example/jwks.json",
+        jwks_cache_s=300,
+        jwks_refetch_min_s=60,
+        jwks_timeout_s=5,
+    )
+    return JwksCache(settings, fetch=idp, clock=clock)
+
+
+async def test_keys_are_cached_for_jwks_cache_s_then_fetched_again() -> None:
+    key = new_key("RS256")
+    idp, clock = FakeIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    assert not cache.has(key.kid)
+    assert (await cache.key(key.kid, "RS256")).algorithm_name == "RS256"
+    assert idp.fetches == [("https://idp.test.example/jwks.json", 5.0)]
+    clock.now += 299.9
+    await cache.key(key.kid, "RS256")
+    await cache.ensure_loaded()
+    assert len(idp.fetches) == 1 and cache.fetches == 1
+    clock.now += 0.1  # exactly jwks_cache_s later: stale
+    await cache.key(key.kid, "RS256")
+    assert len(idp.fetches) == 2
+    clock.now += 300
+    await cache.ensure_loaded()
+    assert len(idp.fetches) == 3 and cache.has(key.kid)
+
+
+async def test_an_unknown_kid_refetches_at_most_once_a_jwks_refetch_min_s() -> None:
+    key = new_key("RS256")
+    idp, clock = FakeIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    await cache.key(key.kid, "RS256")
+    forged = "f" * 100
+    with pytest.raises(UnauthenticatedError) as info:
+        await cache.key(forged, "RS256")
+    assert "f" * 64 in info.value.message and "f" * 65 not in info.value.message
+    assert len(idp.fetches) == 2  # the unknown kid refetched once
+    clock.now += 59.9
+    for _ in range(3):
+        with pytest.raises(UnauthenticatedError):
+            await cache.key(forged, "RS256")
+    assert len(idp.fetches) == 2
+    rotated = new_key("RS256")
+    idp.keys.append(rotated)
+    clock.now += 0.1  # a jwks_refetch_min_s after the last: the rotation is picked up
+    assert (await cache.key(rotated.kid, "RS256")).algorithm_name == "RS256"
+    assert len(idp.fetches) == 3
+
+
+async def test_a_key_is_refused_for_another_algorithm_than_its_own() -> None:
+    key = new_key("RS256")
+    cache = cache_for(FakeIdp(key), Clock())
+    with pytest.raises(UnauthenticatedError) as info:
+        await cache.key(key.kid, "ES256")
+    assert "is for RS256, token says ES256" in info.value.message
+
+
+async def test_an_unreachable_idp_leaves_the_cached_keys_in_use_and_is_not_asked_on_every_call() -> None:
+    key = new_key("RS256")
+    idp, clock = FakeIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    await cache.key(key.kid, "RS256")
+    idp.fail = True
+    clock.now += 300  # stale: a fetch is tried, fails, the cached key still verifies
+    assert (await cache.key(key.kid, "RS256")).algorithm_name == "RS256"
+    assert len(idp.fetches) == 2
+    clock.now += 59.9  # failed lately: not asked again
+    await cache.key(key.kid, "RS256")
+    await cache.ensure_loaded()
+    assert len(idp.fetches) == 2
+    idp.fail = False
+    clock.now += 0.1
+    await cache.key(key.kid, "RS256")
+    assert len(idp.fetches) == 3
+    clock.now += 299.9  # that fetch made the keys fresh again (and cleared the failure)
+    await cache.key(key.kid, "RS256")
+    assert len(idp.fetches) == 3
+
+
+async def test_an_unreachable_idp_without_cached_keys_is_unavailable_and_retryable() -> None:
+    idp, clock = FakeIdp(new_key("RS256")), Clock()
+    idp.fail = True
+    cache = cache_for(idp, clock)
+    with pytest.raises(UnavailableError) as info:
+        await cache.key("any", "RS256")
+    assert info.value.code == ErrorCode.UNAVAILABLE and info.value.retry_after == 1.0
+    assert ISSUER in info.value.message and "ConnectError: identity provider down" in info.value.message
+    with pytest.raises(UnavailableError):  # no keys to fall back on: asked again at once
+        await cache.ensure_loaded()
+    assert len(idp.fetches) == 2
+
+
+async def test_a_token_without_kid_takes_the_only_key_for_its_algorithm() -> None:
+    rsa_key, ec_key = new_key("RS256"), new_key("ES256")
+    idp = FakeIdp(rsa_key, ec_key)
+    cache = cache_for(idp, Clock())
+    await cache.ensure_loaded()
+    await cache.ensure_loaded()
+    assert len(idp.fetches) == 1
+    assert cache.sole_key("RS256") == rsa_key.kid and cache.sole_key("ES256") == ec_key.kid
+    assert cache.sole_key("EdDSA") is None
+    two = cache_for(FakeIdp(rsa_key, new_key("RS256")), Clock())
+    await two.ensure_loaded()
+    assert two.sole_key("RS256") is None
+
+
+def test_the_jwks_parser_keeps_only_usable_signing_keys() -> None:
+    good, enc, unnamed, other = new_key("RS256"), new_key("ES256"), new_key("EdDSA"), new_key("RS256")
+    no_use = {k: v for k, v in other.jwk().items() if k != "use"}  # "use" absent means a signing key
+    entries = [
+        good.jwk(),
+        {**enc.jwk(), "use": "enc"},
+        {k: v for k, v in unnamed.jwk().items() if k != "kid"},
+        {**new_key("RS256").jwk(), "kid": 7},
+        {"kty": "unknown", "kid": "strange", "use": "sig"},
+        "not an object",
+        no_use,
+    ]
+    keys = _parse_jwks(json.dumps({"keys": entries}).encode())
+    assert sorted(keys) == sorted([good.kid, other.kid])
+    assert keys[good.kid].algorithm_name == "RS256"
+    for body, reason in [
+        (b"{not json", "JWKS is not JSON"),
+        (b"[]", 'JWKS is not an object with a "keys" list'),
+        (b'{"keys": {}}', 'JWKS is not an object with a "keys" list'),
+        (b'{"keys": [{"kty": "unknown", "kid": "x"}]}', "JWKS holds no usable signing key"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            _parse_jwks(body)
+
+
+async def test_a_key_is_still_trusted_only_while_its_issuers_jwks_holds_it() -> None:
+    key, dropped = new_key("RS256"), new_key("RS256")
+    idp, clock = FakeIdp(key, dropped), Clock()
+    verifier = OidcVerifier(
+        [OidcIssuerSettings(issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json")],
+        fetch=idp,
+    )
+    cache = verifier.caches[ISSUER]
+    cache._clock = clock
+    assert not verifier.still_trusted(ISSUER, key.kid)  # nothing fetched yet
+    await cache.ensure_loaded()
+    assert verifier.still_trusted(ISSUER, key.kid) and verifier.still_trusted(ISSUER, dropped.kid)
+    assert not verifier.still_trusted("https://other.example/", key.kid)
+    idp.keys.remove(dropped)
+    clock.now += 300
+    await cache.ensure_loaded()
+    assert verifier.still_trusted(ISSUER, key.kid) and not verifier.still_trusted(ISSUER, dropped.kid)
+
+
+def test_a_token_id_is_its_jti_or_a_digest_never_the_token() -> None:
+    assert token_id("a.b.c", {"jti": "j" * 200}) == "j" * 128
+    digest = hashlib.sha256(b"a.b.c").hexdigest()[:32]
+    assert token_id("a.b.c", {"jti": ""}) == digest
+    assert token_id("a.b.c", {"jti": 42}) == digest
+    assert token_id("a.b.c", {}) == digest
+
+
+async def test_a_jwks_is_fetched_without_redirects_and_within_the_size_limit(idp: Issuer) -> None:
+    idp.body = b" " * MAX_JWKS_BYTES  # at the limit: read whole
+    assert await _httpx_fetch(idp.jwks_url, 5.0) == idp.body
+    idp.body = b" " * (MAX_JWKS_BYTES + 1)
+    with pytest.raises(ValueError, match="JWKS larger than"):
+        await _httpx_fetch(idp.jwks_url, 5.0)
+    idp.body = b"{}"
+    for status in (302, 500):
+        idp.status = status
+        with pytest.raises(httpx.HTTPStatusError):
+            await _httpx_fetch(idp.jwks_url, 5.0)
+
+
+def verifier_for(idp: FakeIdp, **extra: Any) -> OidcVerifier:
+    settings = OidcIssuerSettings(
+        issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json", **extra
+    )
+    return OidcVerifier([settings], clock_skew_s=30, fetch=idp)
+
+
+def signed(key: SigningKey, headers: dict[str, Any] | None = None, **claims: Any) -> str:
+    now = int(time.time())
+    body: dict[str, Any] = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "iat": now, "exp": now + 600, **claims}
+    body = {k: v for k, v in body.items() if v is not None}  # None: the claim is left out
+    return jwt.encode(body, key.private, algorithm=key.alg, headers=headers)
+
+
+async def verify_refused(verifier: OidcVerifier, token: str, message: str) -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        await verifier.verify(token)
+    assert info.value.message == message
+
+
+async def test_a_verified_jwt_names_its_issuer_key_and_claims_and_a_later_check_sees_it_expire() -> None:
+    key = new_key("RS256")
+    verifier = verifier_for(FakeIdp(key))
+    exp = int(time.time()) + 600
+    token = signed(key, headers={"kid": key.kid}, exp=exp)
+    verified = await verifier.verify(token)
+    assert verified.issuer is verifier.caches[ISSUER].issuer and verified.kid == key.kid
+    assert verified.claims["sub"] == "alice" and verified.claims["exp"] == exp
+    assert (await verifier.verify(token, now=exp + 29.9)).kid == key.kid  # within the clock skew
+    await verify_refused_at(verifier, token, exp + 30)
+
+
+async def verify_refused_at(verifier: OidcVerifier, token: str, now: float) -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        await verifier.verify(token, now=now)
+    assert info.value.message == "JWT expired"
+
+
+async def test_a_jwt_without_kid_needs_exactly_one_key_for_its_algorithm() -> None:
+    key = new_key("ES256")
+    verified = await verifier_for(FakeIdp(key, new_key("RS256"))).verify(signed(key))
+    assert verified.kid == key.kid
+    two = verifier_for(FakeIdp(key, new_key("ES256")))
+    await verify_refused(two, signed(key), "JWT has no kid and its issuer has not exactly one key for its algorithm")
+
+
+async def test_each_refusal_says_why_exactly() -> None:
+    key = new_key("RS256")
+    verifier = verifier_for(FakeIdp(key))
+    kid = {"kid": key.kid}
+    now = int(time.time())
+    await verify_refused(verifier, "a.b.c", "malformed JWT")
+    await verify_refused(verifier, signed(key, kid, iss=None), "JWT issuer 'none' is not trusted")
+    long_issuer = "https://" + "i" * 200
+    await verify_refused(verifier, signed(key, kid, iss=long_issuer), f"JWT issuer {long_issuer[:80]!r} is not trusted")
+    await verify_refused(verifier, signed(key, kid, exp=now - 100), "JWT expired")
+    await verify_refused(verifier, signed(key, kid, nbf=now + 100), "JWT not valid yet")
+    await verify_refused(verifier, signed(new_key("RS256", kid=key.kid), kid), "JWT bad signature")
+    await verify_refused(verifier, signed(key, kid, aud="other"), f"JWT audience is not one of {[AUDIENCE]}")
+    es_only = verifier_for(FakeIdp(key), algorithms=["ES256"])
+    await verify_refused(es_only, signed(key, kid), f"JWT algorithm 'RS256' not accepted from {ISSUER!r}")

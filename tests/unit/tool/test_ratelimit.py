@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+
+import pytest
+
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.store import Store
 from tool_svc.call import CallState
@@ -51,3 +55,80 @@ async def test_small_buckets_are_exact_and_agents_are_separate(store: Store) -> 
 def test_bucket_subjects_are_key_safe() -> None:
     assert bucket_subject("agent-a") == "tool:agent-a"
     assert bucket_subject("bad {agent} id").startswith("tool:sha256:")
+
+
+async def tokens_left(store: Store, agent: str) -> float:
+    """The agent's bucket as stored in Redis (what every replica draws from)."""
+    raw = await store.redis.hget(store.keys.ratelimit(bucket_subject(agent)), "tokens")
+    assert raw is not None
+    return float(raw)
+
+
+def test_the_local_batch_is_at_most_a_tenth_of_the_capacity_and_at_least_one() -> None:
+    assert RateLimit(None, capacity=1000, refill_per_second=1).batch == 16  # the default local_batch
+    assert RateLimit(None, capacity=1000, refill_per_second=1, local_batch=5).batch == 5
+    assert RateLimit(None, capacity=50, refill_per_second=1).batch == 5  # 10 % of 50
+    assert RateLimit(None, capacity=19, refill_per_second=1).batch == 1  # under 20: exact
+    assert RateLimit(None, capacity=5, refill_per_second=1, local_batch=0).batch == 1
+
+
+async def test_without_a_store_nothing_is_limited() -> None:
+    assert await RateLimit(None, capacity=1, refill_per_second=0.001)(call()) is None
+
+
+async def test_a_lease_is_spent_locally_until_it_expires_then_redis_is_asked(store: Store) -> None:
+    clock = Clock()
+    limit = RateLimit(store, capacity=20, refill_per_second=0.001, clock=clock)
+    assert limit.batch == 2
+    assert await limit(call("lease-a")) is None  # takes 2 from Redis, keeps 1
+    assert round(await tokens_left(store, "lease-a")) == 18
+    clock.now += 0.99  # the lease still holds: no Redis call
+    assert await limit(call("lease-a")) is None
+    assert round(await tokens_left(store, "lease-a")) == 18
+    assert await limit(call("lease-a")) is None  # the lease is spent: Redis again
+    assert round(await tokens_left(store, "lease-a")) == 16
+    clock.now += 1.0  # exactly at its expiry the kept token is dropped
+    assert await limit(call("lease-a")) is None
+    assert round(await tokens_left(store, "lease-a")) == 14
+
+
+async def test_the_oldest_lease_is_dropped_when_too_many_are_held(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("tool_svc.ratelimit._MAX_LEASES", 2)
+    limit = RateLimit(store, capacity=20, refill_per_second=0.001)
+    for agent in ("old-a", "old-b"):
+        assert await limit(call(agent)) is None  # a lease of one token each
+    assert await limit(call("old-a")) is None  # spends a's lease
+    assert await limit(call("old-a")) is None  # a new lease for a: a is now the most recent
+    assert round(await tokens_left(store, "old-a")) == 16
+    assert await limit(call("old-c")) is None  # a third lease: b's (the oldest) is dropped
+    assert await limit(call("old-a")) is None  # a's lease was kept: local
+    assert round(await tokens_left(store, "old-a")) == 16
+    assert await limit(call("old-b")) is None  # b's was dropped: Redis
+    assert round(await tokens_left(store, "old-b")) == 16
+
+
+async def test_a_refusal_says_when_to_retry_from_the_refill_rate(store: Store) -> None:
+    limit = RateLimit(store, capacity=3, refill_per_second=0.001)  # one token per 1,000 s
+    for _ in range(3):
+        assert await limit(call("slow-a")) is None
+    refused = await limit(call("slow-a"))
+    assert isinstance(refused, AgentmeshError) and refused.code == ErrorCode.RATE_LIMITED
+    assert refused.retry_after is not None and 999 < refused.retry_after <= 1000
+    assert "slow-a" in refused.message and "3 burst" in refused.message
+    assert round(await tokens_left(store, "slow-a")) == 0  # a refusal takes nothing
+
+
+def test_bucket_subjects_hash_exactly_what_a_key_cannot_hold() -> None:
+    assert bucket_subject("a" * 195) == "tool:" + "a" * 195  # 200 characters: kept
+    assert bucket_subject("Agent-X_9.v2") == "tool:Agent-X_9.v2"  # any printable character but braces
+    hashed = bucket_subject("a" * 196)
+    assert hashed == "tool:sha256:" + hashlib.sha256(("a" * 196).encode()).hexdigest()
+    for bad in ("a}b", "a{b", "a b", "a\tb", "a\x00b"):
+        assert bucket_subject(bad).startswith("tool:sha256:"), bad
+    lone_surrogate = "a\udc80"  # not UTF-8: still hashed, not an error
+    assert (
+        bucket_subject(lone_surrogate)
+        == "tool:sha256:" + hashlib.sha256(lone_surrogate.encode("utf-8", "surrogatepass")).hexdigest()
+    )
