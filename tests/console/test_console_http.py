@@ -134,7 +134,7 @@ async def test_get_task_trace_over_connect_follows_get_tasks_rule(stack: Stack) 
         for _ in range(100):  # a span reaches the file ~0.2 s after it ends (each service's batch processor)
             answer = await http.post(url, json={"taskId": task_id}, headers=bearer(stack))
             assert answer.status_code == 200, answer.text
-            spans = answer.json()["spans"]
+            spans = answer.json().get("spans", [])  # proto3 JSON leaves an empty list out: none flushed yet
             names = {s["name"] for s in spans}
             if "agentmesh.v1.DispatcherService/RunTask" in names and {s["service"] for s in spans} >= everyone:
                 break
