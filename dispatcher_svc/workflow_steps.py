@@ -40,7 +40,7 @@ from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError,
 from agentmesh.grants import agent_run_permission
 from agentmesh.identity import Authenticator, Identity
 from agentmesh.store import Store
-from dispatcher_svc.model import TaskStatus
+from dispatcher_svc.model import Task, TaskStatus
 from dispatcher_svc.ports import CallOptions, ToolPort
 from dispatcher_svc.starting import Starter, StartRequest
 from dispatcher_svc.tasks import TaskStore
@@ -51,6 +51,9 @@ from dispatcher_svc.workflows.validate import Workflow
 __all__ = ["DispatcherSteps", "RunIdentity", "run_of_step", "task_id_of"]
 
 log = logging.getLogger("dispatcher_svc.workflow_steps")
+
+_MAX_HANDOFFS = 64
+"""Tasks followed along a chain of transfer handoffs, at most."""
 
 
 def task_id_of(step_id: str) -> str:
@@ -287,17 +290,32 @@ class DispatcherSteps:
             return None
         return await self._task_result(step_id)
 
+    async def _chain_end(self, task_id: str) -> Task | None:
+        """The task at the end of `task_id`'s chain of transfer handoffs (HANDED_OFF is terminal for the
+        parent only: the work goes on in its child); None when a task of it does not exist."""
+        for _ in range(_MAX_HANDOFFS):
+            try:
+                task = (await self.tasks.load(task_id)).view()
+            except NotFoundError:
+                return None
+            if task.status != TaskStatus.HANDED_OFF or not task.child_task_id:
+                return task
+            task_id = task.child_task_id
+        return None  # longer than any chain a task may build
+
     async def _task_result(self, step_id: str) -> StepResult | None:
-        try:
-            task = (await self.tasks.load(task_id_of(step_id))).view()
-        except NotFoundError:
+        task = await self._chain_end(task_id_of(step_id))
+        if task is None:
             return StepResult(error=ErrorCode.INTERNAL)  # never created (expired?): a failed attempt
         if task.status == TaskStatus.SUCCEEDED:
             return StepResult(output=json.loads(task.output_json) if task.output_json else task.answer)
-        if task.status == TaskStatus.FAILED:
+        if task.status in (TaskStatus.FAILED, TaskStatus.ABORTED):
+            # ABORTED: a FATAL error stopped the task, and its code says so: the node's policy aborts the run.
             return StepResult(error=task.error.code if task.error is not None else ErrorCode.INTERNAL)
         if task.status == TaskStatus.CANCELLED:
             return StepResult(error=ErrorCode.CANCELLED)
+        if task.status == TaskStatus.HANDED_OFF:
+            return StepResult(error=ErrorCode.INTERNAL)  # handed off to no task: nothing would end the step
         return None
 
     async def cancel(self, step_id: str) -> None:
@@ -305,13 +323,9 @@ class DispatcherSteps:
         if call is not None:
             call.cancel()  # a tool call already sent may still run to its end in tool_svc
             return
-        task_id = task_id_of(step_id)
-        try:
-            record = await self.tasks.load(task_id)
-        except NotFoundError:
-            return
-        if record.status.terminal:
+        task = await self._chain_end(task_id_of(step_id))  # a handed-off step: the task doing its work
+        if task is None or task.status.terminal:
             return
         who = await self._identity(run_of_step(step_id))
         with contextlib.suppress(FailedPreconditionError):  # it ended meanwhile
-            await self.cancel_task(task_id, who.identity(self.environment))
+            await self.cancel_task(task.task_id, who.identity(self.environment))
