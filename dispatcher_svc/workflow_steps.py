@@ -47,8 +47,9 @@ from dispatcher_svc.tasks import TaskStore
 from dispatcher_svc.workflows.executor import StepRequest, StepResult
 from dispatcher_svc.workflows.runs import RunStore
 from dispatcher_svc.workflows.validate import Workflow
+from dispatcher_svc.workflows.wakes import Wakes
 
-__all__ = ["DispatcherSteps", "RunIdentity", "run_of_step", "task_id_of"]
+__all__ = ["DispatcherSteps", "RunIdentity", "run_of_step", "run_of_task", "task_id_of"]
 
 log = logging.getLogger("dispatcher_svc.workflow_steps")
 
@@ -65,6 +66,12 @@ def task_id_of(step_id: str) -> str:
 def run_of_step(step_id: str) -> str:
     """A step id is `<run>.<node>.<item or ->.<attempt>` (executor.step_id); node ids have no dots."""
     return step_id.rsplit(".", 3)[0]
+
+
+def run_of_task(task_id: str) -> str:
+    """The run whose agent step `task_id` is, or "" (another task, or a step id too long, kept as a digest)."""
+    step = task_id[3:] if task_id.startswith("wf.") else ""
+    return run_of_step(step) if step.count(".") >= 3 else ""
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,7 @@ class DispatcherSteps:
         self.ttl_s = ttl_s
         self.cancel_task = cancel_task
         """The dispatcher's CancelTask (as the run's identity: the task's creator)."""
+        self.wakes = Wakes(store)
         self._calls: dict[str, asyncio.Task[None]] = {}
 
     async def stop(self) -> None:
@@ -190,6 +198,7 @@ class DispatcherSteps:
     async def _finish(self, step_id: str, result: StepResult) -> None:
         body = {"o": result.output} if result.error is None else {"e": result.error.value}
         await self._put(step_id, {step_id: json.dumps(body, ensure_ascii=False)})
+        await self.wakes.wake(run_of_step(step_id))  # its owner advances the run now, not at its next poll
 
     async def start(self, request: StepRequest) -> None:
         who = await self._identity(request.run_id)

@@ -299,3 +299,18 @@ async def test_list_workflow_runs_pages_newest_first_and_refuses_a_bad_token(mak
     with pytest.raises(grpc.aio.AioRpcError) as negative:
         await stub(mesh).ListWorkflowRuns(W.ListWorkflowRunsRequest(page_size=-1), metadata=mesh.md())
     assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_step_that_ends_wakes_its_run_without_waiting_for_a_poll(make_mesh: MakeMesh) -> None:
+    """With a poll interval far past the watch's deadline, only wakes move the run: each agent node's task
+    ending (TaskStore.on_end) and the tool node's result (DispatcherSteps) wake it (workflows/wakes.py)."""
+    slow = {**CONFIG, "workflows": {"definitions": FLOWS, "poll_interval_s": 60, "lease_s": 2}}
+    mesh = await make_mesh(policy, handlers(), needs_approval={"deploy"}, config=slow)
+    await asyncio.sleep(0.2)  # the loop's first pass (at start) is behind it: the next is 60 s away
+    start = W.StartWorkflowRunRequest(workflow="support", input_json=json.dumps({"message": "refund"}), run_id="w-1")
+    await stub(mesh).StartWorkflowRun(start, metadata=mesh.md())
+    events = await watch(mesh, "w-1")  # its deadline (30 s) is half the poll interval
+    assert events[-1].run_status == W.WORKFLOW_RUN_STATUS_SUCCEEDED, events
+    run = (await stub(mesh).GetWorkflowRun(W.GetWorkflowRunRequest(run_id="w-1"), metadata=mesh.md())).run
+    steps = {n.node_id: n.attempts for n in run.nodes if n.node_id in ("intent", "lookup", "escalate", "reply")}
+    assert steps == {"intent": 1, "lookup": 1, "escalate": 1, "reply": 0}
