@@ -80,6 +80,7 @@ class WorkflowRuns:
             call_timeout_s=settings.dispatcher.call_timeout_s,
             lease_s=self.limits.lease_s,
             ttl_s=self.limits.run_ttl_s,
+            wake=self.limits.wake,
             cancel_task=lambda task_id, who: dispatcher.cancel(task_id, "workflow run ended", caller=who),
         )
         self.executor = Executor(
@@ -91,7 +92,8 @@ class WorkflowRuns:
         )
         self.driver = Driver(store, self.executor, poll_s=self.limits.poll_interval_s)
         self.wakes = Wakes(store)
-        dispatcher.tasks.on_end = self._task_ended
+        if self.limits.wake:
+            dispatcher.tasks.on_end = self._task_ended
         self.index_key = self.driver.list_key
         key = settings.auth.key.get_secret_value() if settings.auth.key is not None else None
         self.tokens = PageTokens(key, "workflow_runs")
@@ -120,10 +122,13 @@ class WorkflowRuns:
             # Between passes, the runs whose steps ended are advanced at once (wakes.py).
             next_pass = time.monotonic() + self.limits.poll_interval_s
             while not self._stopping and (left := next_pass - time.monotonic()) > 0:
+                if not self.limits.wake:
+                    await asyncio.sleep(left)
+                    break
                 after = await self._woken(after, left)
 
     async def _wake_start(self) -> str:
-        while not self._stopping:
+        while not self._stopping and self.limits.wake:
             try:
                 return await self.wakes.last_id()
             except AgentmeshError as exc:

@@ -156,6 +156,7 @@ class DispatcherSteps:
         lease_s: float,
         ttl_s: int,
         cancel_task: Callable[[str, Identity], Awaitable[object]],
+        wake: bool = True,
     ) -> None:
         self.store = store
         self.runs = runs
@@ -169,7 +170,7 @@ class DispatcherSteps:
         self.ttl_s = ttl_s
         self.cancel_task = cancel_task
         """The dispatcher's CancelTask (as the run's identity: the task's creator)."""
-        self.wakes = Wakes(store)
+        self.wakes = Wakes(store) if wake else None
         self._calls: dict[str, asyncio.Task[None]] = {}
 
     async def stop(self) -> None:
@@ -198,7 +199,8 @@ class DispatcherSteps:
     async def _finish(self, step_id: str, result: StepResult) -> None:
         body = {"o": result.output} if result.error is None else {"e": result.error.value}
         await self._put(step_id, {step_id: json.dumps(body, ensure_ascii=False)})
-        await self.wakes.wake(run_of_step(step_id))  # its owner advances the run now, not at its next poll
+        if self.wakes is not None:
+            await self.wakes.wake(run_of_step(step_id))  # its owner advances the run now, not at its next poll
 
     async def start(self, request: StepRequest) -> None:
         who = await self._identity(request.run_id)
