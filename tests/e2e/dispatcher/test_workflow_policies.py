@@ -26,7 +26,7 @@ from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc, workflow_pb2, workflow_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, REPO, WITH_DEMO, free_ports, service_json
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Mesh
-from tests.e2e.dispatcher.test_crash_safety import NOTIFIER, STEPS
+from tests.e2e.dispatcher.test_crash_safety import NOTIFIER
 from tests.rediscluster import cluster_mode, empty
 
 pytestmark = pytest.mark.e2e
@@ -34,6 +34,8 @@ W = workflow_pb2
 D = dispatcher_pb2
 STALL_S = 0.5
 """How long each stalled upstream call takes: long enough that calls a cap let through overlap."""
+NOTIFY_STALL_S = 2.0
+"""The other branch's call, stalled: the FATAL branch aborts the run meanwhile."""
 
 SHELL = {
     "id": "shell",
@@ -264,12 +266,15 @@ async def test_an_engineering_failure_retries_then_takes_its_fallback(mesh: Mesh
 
 async def test_fatal_in_one_branch_aborts_the_run_and_cancels_the_other(mesh: Mesh, ops: OpsApi, stub: Any) -> None:
     """`cleanup`'s task is ABORTED by the danger guard (FATAL) while `announce`'s task waits on its first
-    notify call: the run aborts at once, `announce`'s task is cancelled, and nothing after it runs."""
-    ops.state.stall("/notify", 3.0, effect=True)
+    notify call (stalled): the run aborts before that call returns, `announce`'s task is cancelled and makes
+    no further call once it does, and nothing after it runs."""
+    ops.state.stall("/notify", NOTIFY_STALL_S, effect=True)
     before = len(ops.state.bodies("/notify"))
-    started = time.monotonic()
+    answered = len(notify_spans(ops))
     run = await run_to_end(stub, "fatal", "fatal-1", {})
     assert run.status == W.WORKFLOW_RUN_STATUS_ABORTED, run
+    # Ordered by events, not timed: the stalled call had not returned when the run had ended.
+    assert len(notify_spans(ops)) == answered
     by_id = nodes(run)
     assert by_id["cleanup"].status == W.WORKFLOW_NODE_STATUS_FAILED, by_id["cleanup"]
     assert by_id["cleanup"].error_code == "DANGEROUS_OPERATION" and by_id["cleanup"].attempts == 1
@@ -290,11 +295,19 @@ async def test_fatal_in_one_branch_aborts_the_run_and_cancels_the_other(mesh: Me
             assert time.monotonic() < deadline, task
             await asyncio.sleep(0.1)
         assert task.status == D.TASK_STATUS_CANCELLED, task
-    # The abort did not wait for the stalled branch; the cancelled task made no further call.
-    assert time.monotonic() - started < 3.0 + STALL_S
-    await asyncio.sleep(1.0)
-    assert len(ops.state.bodies("/notify")) - before < STEPS
+    # The stalled call returns; a task still running would send its next notify then (3 in all).
+    deadline = time.monotonic() + 20
+    while len(notify_spans(ops)) == answered:
+        assert time.monotonic() < deadline, "the stalled notify call never returned"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    assert len(ops.state.bodies("/notify")) - before == 1
     assert not [b for b in ops.state.bodies("/ops/pods") if b["service"] == "never-svc"]
+
+
+def notify_spans(ops: OpsApi) -> list[tuple[float, float]]:
+    """The /notify calls the ops API has answered."""
+    return [(start, end) for path, _, start, end in ops.state.spans if path == "/notify"]
 
 
 async def test_a_condition_runs_the_branch_it_picks(mesh: Mesh, ops: OpsApi, stub: Any) -> None:
