@@ -7,7 +7,7 @@ entering a final status, on whichever replica ran it; a tool step's result, writ
 called it) appends the run's id to one stream, `<prefix>:wfwake`; every replica's loop blocks on that
 stream between its polls and advances the runs named at once. Only the run's lease holder can advance it
 (other replicas' acquire answers None at the cost of one script call), and the poll still runs, so a wake
-that is lost (a replica that dies between the end and the append, a trimmed stream) only costs the poll's
+that is lost (a replica that dies between the end and the append, a trimmed or expired stream) only costs the poll's
 delay. One key: nothing here spans Cluster slots.
 """
 
@@ -17,10 +17,12 @@ from typing import Any
 
 from agentmesh.store import Store
 
-__all__ = ["MAXLEN", "Wakes"]
+__all__ = ["MAXLEN", "TTL_S", "Wakes"]
 
 MAXLEN = 10_000
-"""Entries the stream keeps (approximately): readers are blocked on it, so only the newest matter."""
+"""Entries the stream keeps (approximately): readers read it at least every second, so only the newest matter."""
+TTL_S = 3600
+"""The stream expires this long after its last wake."""
 
 
 class Wakes:
@@ -34,7 +36,10 @@ class Wakes:
 
     async def wake(self, run_id: str) -> None:
         async with self.store.guard("wake workflow run"):
-            await self.store.redis.xadd(self.key, {"r": run_id}, maxlen=MAXLEN, approximate=True)
+            pipe = self.store.redis.pipeline(transaction=False)  # one key, one round trip
+            pipe.xadd(self.key, {"r": run_id}, maxlen=MAXLEN, approximate=True)
+            pipe.expire(self.key, TTL_S)  # an idle deployment keeps no stale wakes
+            await pipe.execute()
 
     async def last_id(self) -> str:
         """The newest entry's id ("0-0" for none): where a reader starts, to see only wakes from now on."""
