@@ -9,8 +9,10 @@
   it starts with a vendor's prefix: then gitleaks' rule for that vendor decides. The token may hold a
   password's punctuation (`!#$&*@|`, inside it, not beside a path, a `:`, a `$VARIABLE` or `user@`) and
   be as short as 10 characters when it holds digits, has few vowels and is no words (of one case: not
-  hex, and with five consonants in a row); 16 or more letters of one case count when they read as
-  random the same way; a token with `%XX` escapes is judged URL-decoded.
+  hex, and with five consonants in a row, or letter pairs words seldom hold: `randomness`); 16 or more
+  letters of one case count when they read as random the same way; 40 or 64 hex digits (a commit, a
+  container, a SHA-256) do not, 40 or 64 digits do; `name=value` is a field unless the name is random
+  letters; a token with `%XX` escapes is judged URL-decoded.
 All patterns are RE2 (linear time on hostile text).
 """
 
@@ -22,6 +24,7 @@ import re2
 
 from agentmesh.redact.gitleaks_rules import default_rules, shannon_entropy
 from agentmesh.redact.placeholders import is_placeholder
+from agentmesh.redact.randomness import reads_random
 from agentmesh.redact.spans import Finding
 
 _OPTIONS = re2.Options()
@@ -77,7 +80,11 @@ _LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|%-
 # `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
 # `-Dkeytab=/tmp/app.keytab`: a named field, not one token. (Judging the value alone instead, as
 # `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half.)
-_FIELD_PREFIX = re2.compile(r"^(?:-{0,2}[A-Za-z][A-Za-z_.-]*|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+_FIELD_PREFIX = re2.compile(r"^(?:-{0,2}(?P<name>[A-Za-z][A-Za-z_.-]*)|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
+# A name of random letters before the `=` is no field's: a token whose alphabet has `=` in it
+# (`cjbfbdlfhx=hv695c...`). Judged on 5 letter pairs or more: short names of protocols and tools read as
+# random (`mysql`, `smtp`, `jwks`).
+_MIN_NAME_PAIRS = 5
 # URL encoding (`%2F`): the token is judged decoded; a `%` without two hex digits is a template or a rate.
 _PERCENT = re2.compile(r"%[0-9A-Fa-f]{2}", _OPTIONS)
 # The punctuation passwords hold (`!#$&*@|`) is one only inside a token without `/` or `:`: at an end,
@@ -136,7 +143,7 @@ def _random_token(token: str) -> bool:
     the stricter `_SHORT_TOKEN` tests)."""
     random_letters = len(token) >= _MIN_LONG and token.isalpha() and _unpronounceable(token)
     if (
-        _HEX_DIGEST.search(token)
+        _digest(token)
         or _name_of_parts(token)
         or (_PATH_OR_WORDS.search(token) and not random_letters)
         or is_placeholder(token)
@@ -207,10 +214,12 @@ def _scattered_digits(token: str) -> bool:
 
 
 def _unpronounceable(token: str) -> bool:
-    """Whether a token's letters read as random: few vowels and five consonants in a row."""
+    """Whether a token's letters read as random: few vowels and five consonants in a row, or letter
+    pairs that English words seldom hold (`randomness`: random letters hold many vowels by chance)."""
     letters = [c for c in token if c.isalpha()]
     vowels = sum(c in "aeiouAEIOU" for c in letters)
-    return vowels < _MAX_RANDOM_VOWELS * len(letters) and _CONSONANT_RUN.search(token) is not None
+    few_vowels = vowels < _MAX_RANDOM_VOWELS * len(letters) and _CONSONANT_RUN.search(token) is not None
+    return few_vowels or reads_random(token)
 
 
 def _odd_punctuation(token: str) -> bool:
@@ -225,6 +234,20 @@ def _odd_punctuation(token: str) -> bool:
         or _VARIABLE.search(token) is not None
         or _USER_AT.search(token) is not None
     )
+
+
+def _field(token: str) -> bool:
+    """Whether the token is `name=value` or `name:value` (see `_FIELD_PREFIX`)."""
+    m = _FIELD_PREFIX.search(token)
+    if m is None:
+        return False
+    name = m.group("name")
+    return name is None or not reads_random(name, min_pairs=_MIN_NAME_PAIRS)
+
+
+def _digest(token: str) -> bool:
+    """A hex digest (`_HEX_DIGEST`); 40 or 64 digits alone are a number, no SHA's print (one in 10**8)."""
+    return _HEX_DIGEST.search(token) is not None and not token.isdigit()
 
 
 def lone_token(text: str) -> list[Finding]:
@@ -242,7 +265,7 @@ def lone_token(text: str) -> list[Finding]:
         token = urllib.parse.unquote(token)
         if any(c.isspace() for c in token):
             return []  # `hello%20world`: words
-    if _FIELD_PREFIX.search(token) or _odd_punctuation(token) or not _random_token(token):
+    if _field(token) or _odd_punctuation(token) or not _random_token(token):
         return []
     return [Finding(start, end, "context:lone-token")]
 

@@ -1,0 +1,62 @@
+"""Letter-pair randomness (agentmesh/redact/randomness.py) and the lone-token rule's use of it: random
+letters of one case are secrets, words and names joined together are not."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from agentmesh.redact import MASK, redact_text
+from agentmesh.redact.randomness import RANDOM_BELOW, english_score, letter_pairs, reads_random
+
+
+def test_the_table_scores_english_pairs_above_random_ones() -> None:
+    assert english_score("th") > 2 > english_score("qx") + 6
+    assert english_score("") == 0.0 and english_score("1234") == 0.0  # no letter pairs: no opinion
+    assert letter_pairs("ab1cD-eF") == ["ab", "cd", "ef"]
+
+
+def test_random_letters_read_random_and_words_do_not() -> None:
+    rng = random.Random(5)
+    for alphabet in (string.ascii_lowercase, string.ascii_uppercase):
+        tokens = ["".join(rng.choice(alphabet) for _ in range(20)) for _ in range(500)]
+        assert sum(map(reads_random, tokens)) >= 475  # about one in fifty reads like words by chance
+    words = ["getsnapshotdrafts", "kubernetesnamespace", "matchboxtwentytwo", "applicationjson"]
+    words += ["mysqlconnectionpool", "CONTENTSECURITYPOLICY", "httpsgithubcom"]
+    assert [w for w in words if reads_random(w)] == []
+
+
+def test_few_letter_pairs_decide_nothing() -> None:
+    assert english_score("xqzjk") < RANDOM_BELOW
+    assert not reads_random("xqzjk")  # 4 pairs: `smtp`, `jwks`, `pgsql` read random too
+    assert reads_random("xqzjk", min_pairs=4)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "aouqgluchaiyqvgaoita",  # nine vowels in twenty: the vowel test alone took it for a word
+        "QIUVOEWZAHBNTELXKDOG",
+        "cjbfbdlfhx=hv695clflqwkjlpx6bid962ucu_ai",  # `=` in the alphabet, random letters before it
+        "3792046137582046639148175290358164280153",  # 40 digits: a number, not a SHA-1's hex
+    ],
+)
+def test_random_tokens_of_one_case_standing_alone_are_masked(text: str) -> None:
+    assert redact_text(text) == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "getsnapshotdraftsforreview",
+        "KUBERNETESNAMESPACEDEFAULT",
+        "abcdefghijklmnopqrstuvwxyz",  # the alphabet: a stand-in
+        "session=Xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg0a",  # a named field (the name reads as a word)
+        "mysql=Xk9vQ2mR7tLp4Wz8Ns3Yd6Hf1Jc5Bg0a",  # a short name says nothing: a field
+        "3f786850e387550fdab836ed7e6dc881de23001b",  # git rev-parse HEAD
+    ],
+)
+def test_words_names_fields_and_digests_standing_alone_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
