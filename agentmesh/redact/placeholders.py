@@ -22,7 +22,7 @@ _WHOLE = re2.compile(
     r"|null|nil|none|true|false|undefined|empty|no|yes|on|off|n/a|na"
     r"|changeme|changeit|password|passwd|pass|pwd|secret|token|key|user|username|example|sample|test|testing|dummy"
     r"|placeholder|redacted|foo|bar|baz|foobar|qux|abc|abc123|123|1234|12345|123456|admin|root|guest|default"
-    r"|your[\w.-]*|my[\w.-]*|\w+[_-]here|insert[\w.-]*|enter[\w.-]*|replace[\w.-]*|todo|tbd|fixme|hidden|masked"
+    r"|(?:your|my|insert|enter|replace)[_.-]?[a-z]+(?:[_.-][a-z]+)*[_.-]?[0-9]{0,4}|\w+[_-]here|todo|tbd|fixme|hidden|masked"
     r"|sensitive|required|optional|string|str|int|bool|object|any|value|secret[\w.-]*value"
     r")$",
     _OPTIONS,

@@ -51,6 +51,7 @@ def english_score(token: str) -> float:
     return sum(table[p] for p in pairs) / len(pairs)
 
 
-def reads_random(token: str, min_pairs: int = MIN_PAIRS) -> bool:
-    """Whether the token's letters (at least `min_pairs` pairs) read as random rather than as words."""
-    return len(letter_pairs(token)) >= min_pairs and english_score(token) < RANDOM_BELOW
+def reads_random(token: str, min_pairs: int = MIN_PAIRS, below: float = RANDOM_BELOW) -> bool:
+    """Whether the token's letters (at least `min_pairs` pairs) read as random rather than as words
+    (a score under `below`)."""
+    return len(letter_pairs(token)) >= min_pairs and english_score(token) < below

@@ -60,3 +60,36 @@ def test_random_tokens_of_one_case_standing_alone_are_masked(text: str) -> None:
 )
 def test_words_names_fields_and_digests_standing_alone_are_kept(text: str) -> None:
     assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "af3r09fquo6s",  # 12 characters of one case: the letters (digits taken out) read random
+        "TJM7KV25PUZQ",
+        "kqzvbnwtrx-pqlmhgsdfv",  # random letters with a separator
+        "dffx-ktqn-ck1z-6x82",  # groups of four: random letters, not a name's short parts
+        "mYkb4K0IfljoJrKql8IidzklCcQr4PPcze",  # begins with `my`, yet no `my_password` stand-in
+    ],
+)
+def test_short_grouped_and_my_prefixed_random_tokens_are_masked(text: str) -> None:
+    assert redact_text(text) == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cmpxchg486",  # jargon with digits: reads random only on the short test's lower bar
+        "sda1-xfs-lvm",
+        "utf8mb4general",
+        "ubuntu2204lts",
+        "x86_64-linux-gnu",
+        "us-east-1",
+        "web-7d4b9c8f5-x2kqp",  # a pod: a name and Kubernetes' suffixes (no vowels, no 0, 1 or 3)
+        "nginx-deployment-66b6c48dd5-4jw2p",
+        "my-secret-key",
+        "MY_API_KEY_2",
+    ],
+)
+def test_jargon_names_pods_and_stand_ins_standing_alone_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
