@@ -137,6 +137,10 @@ def _up_to_space(text: str, start: int, end: int) -> str:
     return text[start:end]
 
 
+def _letters_and_digits(token: str) -> bool:
+    return any(c.isalpha() for c in token) and any(c.isdigit() for c in token)
+
+
 def _random_token(token: str) -> bool:
     """Whether one token looks random: not a digest, path, word, number, placeholder or a vendor's
     look-alike, with enough character classes and entropy for its alphabet (and, under 16 characters,
@@ -146,7 +150,11 @@ def _random_token(token: str) -> bool:
         _digest(token)
         or _name_of_parts(token)
         or (_PATH_OR_WORDS.search(token) and not random_letters)
-        or is_placeholder(token)
+        # A text that is one token of letters and digits typed as runs (`12345678-ABCD-ABCD-ABCD-1234567890AB`)
+        # is masked all the same: gitleaks' own tests take such values for keys, and masking a stand-in hides
+        # nothing a reader needs. (A run of the digits or the alphabet alone is filler; and beside a key's
+        # name, where near misses are typed so, runs still mark stand-ins.)
+        or is_placeholder(token, sequences=not _letters_and_digits(token))
         # A vendor's prefix: gitleaks' rule for that format has run on this text; what it did not find
         # is a look-alike (a wrong length, a missing checksum), as its own tests' near misses are.
         or default_rules().vendor_prefix(token)

@@ -8,7 +8,7 @@ import string
 
 import pytest
 
-from agentmesh.redact import MASK, redact_text
+from agentmesh.redact import MASK, find_secrets, redact_text
 from agentmesh.redact.randomness import RANDOM_BELOW, english_score, letter_pairs, reads_random
 
 
@@ -93,3 +93,24 @@ def test_short_grouped_and_my_prefixed_random_tokens_are_masked(text: str) -> No
 )
 def test_jargon_names_pods_and_stand_ins_standing_alone_are_kept(text: str) -> None:
     assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "changed"),
+    [
+        # Letters and digits typed as runs, alone: gitleaks' snyk rule tests take this for a key.
+        ("12345678-ABCD-ABCD-ABCD-1234567890AB", True),
+        ("abcdef0123456789abcdef", True),
+        # A run of the digits or of the alphabet alone is filler.
+        ("1234567890123456", False),
+        ("abcdefghijklmnopqrstuvwxyz", False),
+        ("12345678-1234-1234-1234-123456789012", False),
+    ],
+)
+def test_a_lone_token_typed_as_runs_is_masked_unless_one_run_alone(text: str, changed: bool) -> None:
+    assert redact_text(text)[1] is changed
+
+
+def test_beside_a_keys_name_runs_still_mark_a_stand_in() -> None:
+    text = 'api_key = "12345678-ABCD-ABCD-ABCD-1234567890AB"'
+    assert [f.rule for f in find_secrets(text) if not f.rule.startswith("gitleaks:")] == []
