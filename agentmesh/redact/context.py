@@ -80,10 +80,12 @@ _LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|%-
 # `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
 # `-Dkeytab=/tmp/app.keytab`: a named field, not one token. (Judging the value alone instead, as
 # `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half.)
-_FIELD_PREFIX = re2.compile(r"^(?:-{0,2}(?P<name>[A-Za-z][A-Za-z_.-]*)|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS)
-# A name of random letters before the `=` is no field's: a token whose alphabet has `=` in it
-# (`cjbfbdlfhx=hv695c...`). Judged on 5 letter pairs or more: short names of protocols and tools read as
-# random (`mysql`, `smtp`, `jwks`).
+_FIELD_PREFIX = re2.compile(
+    r"^(?:-{0,2}(?P<name>[A-Za-z](?:[A-Za-z_.-]*[A-Za-z])?)|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS
+)
+# A name ends with a letter; one of random letters before the `=` is no field's either: a token whose
+# alphabet has `=` in it (`cjbfbdlfhx=hv695c...`, `dnkey-=kqly...`). Judged on 5 letter pairs or more:
+# short names of protocols and tools read as random (`mysql`, `smtp`, `jwks`).
 _MIN_NAME_PAIRS = 5
 # URL encoding (`%2F`): the token is judged decoded; a `%` without two hex digits is a template or a rate.
 _PERCENT = re2.compile(r"%[0-9A-Fa-f]{2}", _OPTIONS)

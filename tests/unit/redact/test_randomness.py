@@ -40,6 +40,7 @@ def test_few_letter_pairs_decide_nothing() -> None:
         "aouqgluchaiyqvgaoita",  # nine vowels in twenty: the vowel test alone took it for a word
         "QIUVOEWZAHBNTELXKDOG",
         "cjbfbdlfhx=hv695clflqwkjlpx6bid962ucu_ai",  # `=` in the alphabet, random letters before it
+        "dnkey-=kqlyrw0aci6a9bcg5v7z18-qy-2ycjkx2d_xwrc",  # a field's name ends with a letter
         "3792046137582046639148175290358164280153",  # 40 digits: a number, not a SHA-1's hex
     ],
 )
