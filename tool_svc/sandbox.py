@@ -4,8 +4,8 @@ Isolation (bwrap): new user, pid, network, ipc, uts and cgroup namespaces; an un
 network at all; a read-only root holding only /usr (and the interpreter's prefix); a private, size-capped
 /tmp as the only writable place; a read-only /dev holding only bwrap's device nodes (null, zero, full,
 random, urandom, tty, a private devpts), so it cannot be filled with files; no /etc, /home, /root or the
-service's files; `--die-with-parent`; a seccomp filter (tool_svc/seccomp.py) denying with EPERM the
-system calls the code never needs (ptrace, mount, keyrings, bpf, unshare/setns, modules, ...).
+service's files; `--die-with-parent`; a seccomp filter (tool_svc/seccomp.py, built with libseccomp)
+denying with EPERM the system calls the code never needs (ptrace, mount, keyrings, bpf, unshare/setns, ...).
 Limits (set by a prelude inside the sandbox, before the code runs, hard as well as soft): CPU seconds,
 address space, processes, file size, open files. A wall-clock timeout kills the whole process group.
 
@@ -14,7 +14,7 @@ Root is exempt from the process limit, so when tool_svc runs as root bwrap is st
 to leave the sandbox (reads or writes outside /tmp, network sockets, unbounded forks, ctypes); the
 kernel blocks them regardless, the hook only tells us what was tried so the answer is typed.
 
-Where isolation cannot be set up (no bwrap, no user namespaces, no interpreter) the answer is
+Where isolation cannot be set up (no bwrap, no user namespaces, no interpreter, no libseccomp) the answer is
 SANDBOX_UNAVAILABLE: code never runs unisolated.
 """
 
@@ -44,7 +44,6 @@ log = logging.getLogger("tool_svc.sandbox")
 
 _REPORT_LIMIT = 64 * 1024
 MiB = 1024 * 1024
-_SECCOMP_PROGRAM = seccomp.program()
 
 # Runs inside the sandbox as `python -I -S -c PRELUDE <report fd> <limits json>`; the code comes on stdin.
 PRELUDE = r"""
@@ -336,6 +335,7 @@ class Sandbox:
     async def run(self, code: str, *, timeout_s: float | None = None) -> SandboxRun:
         """Runs `code`; SandboxUnavailableError when isolation cannot be set up."""
         s = self.settings
+        program = _seccomp_program()  # first: without the filter nothing is started, not even bwrap
         bwrap = self.bwrap()
         python = self.python()
         version = await self._bwrap_version(bwrap)
@@ -346,8 +346,12 @@ class Sandbox:
             "max_processes": s.max_processes,
             "file_bytes": s.tmp_size_mb * MiB,
         }
-        read_fd, write_fd = os.pipe()
-        filter_fd = _seccomp_fd()
+        filter_fd = _seccomp_fd(program)
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError:
+            os.close(filter_fd)
+            raise
         args = [
             bwrap,
             "--unshare-all",
@@ -470,13 +474,22 @@ class Sandbox:
         )
 
 
-def _seccomp_fd() -> int:
+def _seccomp_program() -> bytes:
+    try:
+        program = seccomp.program()
+    except seccomp.SeccompUnavailableError as exc:
+        raise SandboxUnavailableError(f"no seccomp filter: {exc}") from None
+    # Within one page, the least a pipe holds (pipe-user-pages-soft), so one write completes without a reader.
+    if not 0 < len(program) <= 4096 or len(program) % 8:
+        raise SandboxUnavailableError(f"the seccomp filter is {len(program)} bytes, not a usable program")
+    return program
+
+
+def _seccomp_fd(program: bytes) -> int:
     """A pipe's read end holding the seccomp program; bwrap reads it to its end (the write end is closed)."""
     read_end, write_end = os.pipe()
     try:
-        # Far below the pipe's capacity, so one write completes without a reader.
-        assert len(_SECCOMP_PROGRAM) < 4096
-        os.write(write_end, _SECCOMP_PROGRAM)
+        os.write(write_end, program)
     except BaseException:
         os.close(read_end)
         raise
