@@ -123,7 +123,8 @@ def test_libseccomp_agrees_with_the_hand_built_filter() -> None:
     assert {(arch, nr, ours, theirs) for arch, nr, ours, theirs in differ} == {
         (AUDIT_ARCH_X86_64, MINUS_ONE, ALLOW, EPERM)
     }, differ[:20]
-    print(f"{total} cases, {len(differ)} differ (syscall -1 on x86_64); hand-built verdicts {verdicts}")
+    named = {"ALLOW": verdicts[ALLOW], "EPERM": verdicts[EPERM], "ENOSYS": verdicts[ENOSYS]}
+    print(f"{total} cases, {len(differ)} differ (syscall -1 on x86_64); hand-built verdicts {named}")
 
 
 def test_the_program_is_well_formed() -> None:
@@ -209,6 +210,25 @@ def test_without_the_shared_library_the_filter_is_a_typed_error(monkeypatch: pyt
         seccomp.program()
     monkeypatch.undo()
     assert seccomp.program() == PROGRAM  # the error was not cached
+
+
+@pytest.mark.usefixtures("no_cached_program")
+def test_a_library_that_will_not_load_is_a_typed_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    broken = tmp_path / "libseccomp.so.2"
+    broken.write_bytes(b"not an ELF file")
+    real = ctypes.util.find_library
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: str(broken) if name == "seccomp" else real(name))
+    monkeypatch.delitem(sys.modules, "pyseccomp")
+    with pytest.raises(SeccompUnavailableError, match="libseccomp cannot be loaded"):
+        seccomp.program()
+
+
+@pytest.mark.usefixtures("no_cached_program")
+def test_a_call_libseccomp_does_not_know_is_a_typed_error_not_a_hole(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An older libseccomp lacks newer names (mount_setattr came in 2.5.2): refuse rather than leave it out.
+    monkeypatch.setattr(seccomp, "DENIED", (*DENIED, "no_such_call"))
+    with pytest.raises(SeccompUnavailableError, match="does not know the system call no_such_call"):
+        seccomp.program()
 
 
 @pytest.mark.usefixtures("no_cached_program")
