@@ -4,8 +4,11 @@
 role reads the service's log with `query_logs`; every role then either hands over with a brief (handoff
 mode: `next_tool` is its `transfer_to_*` tool), each planted value it can see stated as a fact citing the
 session message that holds it, or (baseline: no `next_tool`) answers with its whole transcript, which the
-bench forwards as the next agent's goal. A tool error (the injected faults) is answered by making the
-intended call again: the scripted model's corrections are clean unless `faults.on_corrections`.
+bench forwards as the next agent's goal. With an `ask_*` tool as `next_tool` (delegate and wait), the
+role answers once the delegated answer is back, quoting it. `fabricate` (tests) adds a fact whose
+citation does not hold its value: BuildHandoff must demote it. A tool error (the injected faults) is
+answered by making the intended call again: the scripted model's corrections are clean unless
+`faults.on_corrections`.
 """
 
 from __future__ import annotations
@@ -57,9 +60,10 @@ def _transcript(req: ScriptedRequest) -> str:
 class RelayPolicy:
     """One role of the relay (module docstring)."""
 
-    def __init__(self, role: str, next_tool: str = "") -> None:
+    def __init__(self, role: str, next_tool: str = "", fabricate: str = "") -> None:
         self.role = role
         self.next_tool = next_tool
+        self.fabricate = fabricate
 
     def __call__(self, req: ScriptedRequest) -> ScriptedReply:
         if self.role == "triage" and "query_logs" not in req.succeeded_tools:
@@ -69,6 +73,8 @@ class RelayPolicy:
         work = _WORK.get(self.role, self.role)
         if not self.next_tool:
             return ScriptedReply(text=f"{work}\n--- transcript ---\n{_transcript(req)}")
+        if self.next_tool.startswith("ask_") and self.next_tool in req.succeeded_tools:
+            return ScriptedReply(text=f"{work}\n--- delegated answer ---\n{req.last_result_text}")
         return ScriptedReply(tool_calls=(ScriptedToolCall(self.next_tool, json.dumps(self._brief(req, work))),))
 
     def _brief(self, req: ScriptedRequest, work: str) -> dict[str, object]:
@@ -81,10 +87,13 @@ class RelayPolicy:
                 if name not in seen:
                     seen.add(name)
                     facts.append({"statement": name, "value": value, "citation": {"message_index": index}})
+        if self.fabricate:
+            # Cited to the user's first message, which never said it: a fabricated citation.
+            facts.append({"statement": "root cause", "value": self.fabricate, "citation": {"message_index": 0}})
         facts.append({"statement": f"{self.role} conclusion", "basis": work})
         return {"summary": work, "facts": facts, "risks": ["A restart inside the change window breaks the SLA."]}
 
 
-def relay_policy(role: str, next_tool: str = "") -> Policy:
-    """The Policy of one role (scripted `policy_args`: {role, next_tool})."""
-    return RelayPolicy(role, next_tool)
+def relay_policy(role: str, next_tool: str = "", fabricate: str = "") -> Policy:
+    """The Policy of one role (scripted `policy_args`: {role, next_tool, fabricate})."""
+    return RelayPolicy(role, next_tool, fabricate)
