@@ -21,7 +21,7 @@ from agentmesh.cli.demo_relay import PLANTED, write_log
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from tests.e2e.conftest import free_port
 from tests.e2e.dispatcher.conftest import Mesh, kill9
-from tests.e2e.dispatcher.test_relay_acceptance import ROLES, _events, _settled, overlay, relay
+from tests.e2e.dispatcher.test_relay_acceptance import ROLES, _events, chain_from, overlay, relay
 
 pytestmark = pytest.mark.e2e
 D = dispatcher_pb2
@@ -75,7 +75,7 @@ async def test_kill9_while_the_child_runs_the_relay_completes_once(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port_b}") as channel:
         stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
         root_id = next(t.task_id for t in root_reply.tasks if t.agent_id == f"{mode}_triage")
-        chain = await _chain_from(stub, mesh_env, root_id)
+        chain = await chain_from(stub, mesh_env, root_id)
         described = [(t.agent_id, D.TaskStatus.Name(t.status), t.error.message) for t in chain]
         assert [t.agent_id for t in chain] == [f"{mode}_{r}" for r in ROLES], described
         assert chain[-1].status == D.TASK_STATUS_SUCCEEDED and chain[0].status in (
@@ -97,10 +97,3 @@ async def test_kill9_while_the_child_runs_the_relay_completes_once(
                 assert any("resumed on" in e.message for e in events if e.kind == D.TASK_EVENT_KIND_STATUS)
         assert paused_task == chain[1].task_id
         assert all(value in chain[-1].goal for value in PLANTED.values())
-
-
-async def _chain_from(stub: dispatcher_pb2_grpc.DispatcherServiceStub, mesh: Mesh, root_id: str) -> list[D.Task]:
-    chain = [await _settled(stub, mesh, root_id)]
-    while chain[-1].child_task_id and len(chain) <= len(ROLES):
-        chain.append(await _settled(stub, mesh, chain[-1].child_task_id))
-    return chain

@@ -26,7 +26,7 @@ import yaml
 from agentmesh.cli.demo_relay import GOAL, HOP_CAP, PLANTED, write_log
 from agentmesh.config import RedisSettings
 from agentmesh.store import Store
-from agentmesh.v1 import context_pb2, context_pb2_grpc, dispatcher_pb2, dispatcher_pb2_grpc
+from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, dispatcher_pb2, dispatcher_pb2_grpc
 from context_svc.sessions import SessionStore
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Mesh
 
@@ -44,24 +44,42 @@ def overlay(tmp: Path) -> Path:
     """Both relays' agents (ids `<mode>_<role>`), each a scripted model of its own on the relay policy."""
     models: list[dict[str, Any]] = []
     agents: list[dict[str, Any]] = []
-    for mode, verb in (("transfer", "transfer_to"), ("ask", "ask")):
+
+    def add(agent_id: str, args: dict[str, Any], tools: list[str], **more: Any) -> None:
+        models.append({"name": agent_id, "policy": f"{POLICY}:relay_policy", "policy_args": args})
+        agents.append(
+            {"id": agent_id, "model": f"scripted/{agent_id}", "permissions": ["*:*:*"], "max_steps": 8}
+            | {"tools": tools}
+            | more
+        )
+
+    # `verified`: transfers, the second agent's checked by a verifier (`verify_with`) before they go on.
+    for mode, verb in (("transfer", "transfer_to"), ("ask", "ask"), ("verified", "transfer_to")):
         chain = [f"{mode}_{role}" for role in ROLES]
         for i, (agent_id, role) in enumerate(zip(chain, ROLES, strict=True)):
             nxt = chain[i + 1] if i + 1 < len(chain) else ""
             args = {"role": role, "next_tool": f"{verb}_{nxt}" if nxt else ""}
+            more: dict[str, Any] = {"handoffs": [{"to": nxt, "mode": verb.removesuffix("_to")}] if nxt else []}
             if role == "logs":
                 args["fabricate"] = FABRICATED
-            models.append({"name": agent_id, "policy": f"{POLICY}:relay_policy", "policy_args": args})
-            agents.append(
-                {
-                    "id": agent_id,
-                    "model": f"scripted/{agent_id}",
-                    "permissions": ["*:*:*"],
-                    "max_steps": 8,
-                    "tools": ["query_logs"] if role == "triage" else ["none_here"],
-                    "handoffs": [{"to": nxt, "mode": mode}] if nxt else [],
-                }
-            )
+                if mode == "verified":
+                    more["verify_with"] = "checker"
+            add(agent_id, args, ["query_logs"] if role == "triage" else ["none_here"], **more)
+    add("checker", {"role": "verify"}, ["read_payload"], role="verifier")
+    # A producer that keeps its fabricated fact after the verifier's correction: its task fails typed.
+    add(
+        "stubborn_triage",
+        {"role": "triage", "next_tool": "transfer_to_stubborn_logs"},
+        ["query_logs"],
+        handoffs=["stubborn_logs"],
+    )
+    add(
+        "stubborn_logs",
+        {"role": "logs", "next_tool": "transfer_to_verified_remediation", "fabricate": FABRICATED, "stubborn": True},
+        ["none_here"],
+        handoffs=["verified_remediation"],
+        verify_with="checker",
+    )
     config = {
         "providers": {
             "backends": [{"name": "scripted", "type": "scripted", "rate_limit_per_min": None, "models": models}]
@@ -95,8 +113,14 @@ async def relay(stub: dispatcher_pb2_grpc.DispatcherServiceStub, mesh: Mesh, mod
     started = await stub.StartTask(
         D.StartTaskRequest(agent_id=f"{mode}_triage", goal=GOAL), metadata=mesh.operator_metadata()
     )
-    chain = [await _settled(stub, mesh, started.task.task_id)]
-    while chain[-1].child_task_id and len(chain) <= len(ROLES):
+    return await chain_from(stub, mesh, started.task.task_id)
+
+
+async def chain_from(stub: dispatcher_pb2_grpc.DispatcherServiceStub, mesh: Mesh, root_id: str) -> list[D.Task]:
+    """The chain of `child_task_id`s from `root_id`, each task settled."""
+    chain = [await _settled(stub, mesh, root_id)]
+    followed = (D.TASK_STATUS_HANDED_OFF, D.TASK_STATUS_SUCCEEDED)  # a FAILED task's child: its verifier's
+    while chain[-1].child_task_id and chain[-1].status in followed and len(chain) <= len(ROLES):
         chain.append(await _settled(stub, mesh, chain[-1].child_task_id))
     return chain
 
@@ -179,3 +203,49 @@ async def test_a_four_agent_relay_checks_what_crosses_each_hop(mesh_env: Mesh, t
         assert not missing, (missing, last.goal)
         if mode == "ask":  # the delegated answers came back up to the first agent
             assert "--- delegated answer ---" in chain[0].answer and "Report:" in chain[0].answer
+
+
+async def test_a_verifier_rejects_an_unsupported_conclusion_once(mesh_env: Mesh, tmp_path: Path) -> None:
+    """The second agent's transfers go to a verifier first (`verify_with`): it re-reads the hop's record
+    through read_payload and rejects the fabricated fact; told so (VERIFICATION_REJECTED, CONTRACT), the
+    producer hands over without it, the verifier accepts and the relay completes. A producer that keeps
+    the fact is rejected again and fails with that code; nothing goes past it."""
+    mesh_env.env["AGENTMESH_CONFIG"] = os.pathsep.join([mesh_env.env["AGENTMESH_CONFIG"], str(overlay(tmp_path))])
+    write_log(tmp_path / "logs")
+    for name in SERVICE_ORDER:
+        await asyncio.to_thread(mesh_env.start, name)
+    md = mesh_env.operator_metadata()
+    async with grpc.aio.insecure_channel(mesh_env.target("dispatcher")) as channel:
+        stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
+        chain, stubborn = await asyncio.gather(relay(stub, mesh_env, "verified"), relay(stub, mesh_env, "stubborn"))
+
+        described = [(t.agent_id, D.TaskStatus.Name(t.status), t.error.message) for t in chain]
+        assert [t.agent_id for t in chain] == [f"verified_{r}" for r in ROLES], described
+        assert chain[-1].status == D.TASK_STATUS_SUCCEEDED, described
+        assert all(value in chain[-1].goal for value in PLANTED.values())
+        assert FABRICATED not in chain[2].goal and FABRICATED not in chain[-1].goal  # dropped on correction
+        listed = await stub.ListTasks(D.ListTasksRequest(root_task_id=chain[0].task_id), metadata=md)
+        checks = sorted(
+            (t for t in listed.tasks if t.agent_id == "checker"), key=lambda t: t.create_time.ToNanoseconds()
+        )
+        verdicts = [json.loads(t.output_json) for t in checks]
+        assert [v["verdict"] for v in verdicts] == ["rejected", "accepted"], verdicts
+        assert FABRICATED in verdicts[0]["reasons"][0] and "value_not_in_source" in verdicts[0]["reasons"][0]
+        assert {t.parent_task_id for t in checks} == {chain[1].task_id}
+        events = await _events(stub, mesh_env, chain[1].task_id)
+        assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+        asked = [e for e in events if e.kind == D.TASK_EVENT_KIND_HANDOFF and e.attributes.get("mode") == "verify"]
+        assert [e.attributes["child_task_id"] for e in asked] == [t.task_id for t in checks]
+        told = [e for e in events if "VERIFICATION_REJECTED" in e.message]
+        # The rejection is the transfer call's typed result, and the model is corrected once.
+        assert [e.kind for e in told] == [D.TASK_EVENT_KIND_TOOL_RESULT, D.TASK_EVENT_KIND_CORRECTION], told
+
+        described = [(t.agent_id, D.TaskStatus.Name(t.status), t.error.message) for t in stubborn]
+        assert [t.agent_id for t in stubborn] == ["stubborn_triage", "stubborn_logs"], described
+        failed = stubborn[-1]
+        assert failed.status == D.TASK_STATUS_FAILED, described
+        assert failed.error.code == common_pb2.ERROR_CODE_VERIFICATION_REJECTED, failed.error
+        assert "verifier checker rejected the handoff" in failed.error.message
+        listed = await stub.ListTasks(D.ListTasksRequest(root_task_id=stubborn[0].task_id), metadata=md)
+        agents = sorted(t.agent_id for t in listed.tasks)
+        assert agents == ["checker", "checker", "stubborn_logs", "stubborn_triage"]  # nothing went past it
