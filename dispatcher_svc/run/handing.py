@@ -172,7 +172,9 @@ async def _ask_verifier(
         "demoted": str(hop.demoted),
         "depth": str(record.depth + 1),
     }
+    await run.downstream.reached("before_handoff_child")
     await _create_child(run, child_id, verifier, "verify", hop, hops, attributes)
+    await run.downstream.reached("after_handoff_child")
     event = run.checkpoints.event(
         EventKind.HANDOFF,
         f"asked verifier {verifier} (task {child_id}) to check the handoff to {target}; hop summary "
