@@ -55,8 +55,8 @@ async def _events(client: Client, task_id: str) -> list[D.TaskEvent]:
     return await client.call(watch, within_s=60)
 
 
-async def check_relay(client: Client, mode: str, root_id: str) -> list[str]:
-    """The violations of one relay (empty when it is whole)."""
+async def check_relay(client: Client, mode: str, root_id: str, resumed: list[str]) -> list[str]:
+    """The violations of one relay (empty when it is whole); adds to `resumed` its tasks another owner resumed."""
     deadline = time.monotonic() + 180
     chain = [await _settled(client, root_id, deadline)]
     while chain[-1].child_task_id and chain[-1].status in (D.TASK_STATUS_HANDED_OFF, D.TASK_STATUS_SUCCEEDED):
@@ -79,6 +79,8 @@ async def check_relay(client: Client, mode: str, root_id: str) -> list[str]:
         problems.append(f"{where}: tasks beyond the chain: {extra}")
     for task in chain:
         events = await _events(client, task.task_id)
+        if any("resumed on" in e.message for e in events if e.kind == D.TASK_EVENT_KIND_STATUS):
+            resumed.append(task.task_id)
         if [e.sequence for e in events] != list(range(1, len(events) + 1)):
             problems.append(f"{where}: {task.agent_id}'s events are {[e.sequence for e in events]}")
         sent = [
@@ -127,17 +129,18 @@ async def test_relays_complete_once_under_random_kills_of_their_dispatchers(mesh
             return kills
 
         async def starts() -> None:
-            for _ in range(RUNS):
-                await start(rng.choice(MODES))
+            for i in range(RUNS):
+                await start(MODES[i % len(MODES)])  # each shape as often
                 await asyncio.sleep(rng.uniform(0, 0.5))
 
         kills, _ = await asyncio.gather(chaos(), starts())
-        problems = [p for mode, root in relays for p in await check_relay(client, mode, root)]
+        resumed: list[str] = []
+        problems = [p for mode, root in relays for p in await check_relay(client, mode, root, resumed)]
         assert not problems, "\n".join(problems)
-        resumed = 0
-        for _, root in relays:
-            events = await _events(client, root)
-            resumed += any("resumed on" in e.message for e in events)
-        print(f"relay chaos: {len(relays)} relays, kills {kills}, {resumed} roots resumed by another owner: all whole")
+        shapes = {m: sum(1 for mode, _ in relays if mode == m) for m in MODES}
+        print(
+            f"relay chaos (seed {SEED}): {len(relays)} relays {shapes}, {len(kills)} kills {kills}; "
+            f"{len(resumed)} relay tasks resumed by another owner; every relay whole"
+        )
     finally:
         await client.close()
