@@ -137,8 +137,10 @@ CLUSTER_TESTS := tests/contract/context tests/contract/dispatcher \
   $(addprefix tests/contract/provider/test_,billing.py server.py retry_http.py) tests/contract/gateway \
   tests/contract/test_store_redis.py tests/contract/test_store_pool.py tests/contract/test_store_cluster.py \
   tests/contract/test_readiness.py tests/contract/test_audit_edge.py tests/compat \
+  tests/contract/test_workflow_runs.py tests/contract/test_workflow_driver.py \
   tests/e2e/dispatcher/test_demo_scenario.py tests/e2e/dispatcher/test_crash_safety.py \
   $(addprefix tests/e2e/dispatcher/test_,handoff_relay.py handoff_crash.py relay_acceptance.py relay_chaos.py) \
+  tests/e2e/dispatcher/test_workflow_crash.py tests/e2e/dispatcher/test_workflow_policies.py \
   tests/e2e/context tests/e2e/tool tests/chaos/test_chaos_replicas.py
 test-cluster: venv
 	$(BIN)/pytest -q --redis=cluster $(CLUSTER_TESTS) $(PYTEST_ARGS)

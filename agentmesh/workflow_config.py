@@ -247,6 +247,8 @@ class WorkflowsSettings(_Model):
     """Estimated evaluation steps of one condition: its size x (longest list it sees)^nesting."""
     poll_interval_s: float = Field(1.0, gt=0, le=60)
     """How often each dispatcher advances due runs and fires due schedule ticks."""
+    wake: bool = True
+    """A step's end wakes its run's owner at once (a Redis stream); false: runs move at polls only."""
     lease_s: float = Field(30.0, ge=1, le=3600)
     """A replica advancing a run holds it this long; another takes over after it lapses."""
     run_ttl_s: int = Field(7 * 86400, ge=60)

@@ -184,7 +184,7 @@ def measure(
 
 
 def tune(questions: Sequence[Question], pooled_tools: Sequence[ToolDef]) -> Weights:
-    """Grid search on the tune half: the best mean of per-question top-1 and pooled top-1."""
+    """Grid search on the tune half: the best mean of per-question top-1, pooled top-1 and pooled top-10."""
     best: tuple[float, Weights] = (-1.0, DEFAULT_WEIGHTS)
     grid = itertools.product((1.2, 2.0), (0.5, 0.75), (2, 3), (1, 2), (1, 2), (1,))
     for k1, b, name, description, parameter_names, parameter_text in grid:

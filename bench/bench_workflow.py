@@ -6,9 +6,11 @@ agent nodes (the other is skipped), a join (any) of the branches, a last calcula
 summarising agent node: 10 nodes, 8 steps run (3 tasks, 5 tool calls), on a scripted model that answers
 at once, so everything measured is overhead.
 - workflow: the four services as processes on one redis-server (bench_scale's Mesh, one of each), the
-  run started by StartWorkflowRun and followed by WatchWorkflowRun to its end. The dispatcher advances
-  runs every `workflows.poll_interval_s` (`--poll-s`; the shipped default is 1 s) and a watch polls
-  every 0.2 s: both are in the figures.
+  run started by StartWorkflowRun and followed by WatchWorkflowRun to its end. A step's end wakes the
+  run's owner at once (dispatcher_svc/workflows/wakes.py); the dispatcher also advances runs every
+  `workflows.poll_interval_s` (`--poll-s`; the shipped default is 1 s). A watch wakes on the run's events.
+- workflow (poll only), with `--poll-only`: the same on services of their own with `workflows.wake: false`,
+  so runs move only at polls (what the workflow was before wakes): the wake's gain, in the same run.
 - tasks: the same services, the same 10 nodes driven by a client: each agent node a RunTask (read to
   its final event), each tool node one ExecuteTool on tool_svc (the fan-out's three at once), the
   condition and the joins evaluated in the client: what a user writes without workflows.
@@ -22,7 +24,8 @@ runs/s). Per-node overhead = a run's latency over its 10 nodes (c1 p50) and, at 
 runs x 10 nodes. Beside them: CPU-ms per run (agentmesh: the four services' processes; LangGraph: this
 process while only it runs). Medians over rounds; compare the ratios, not the absolute numbers.
 
-Run: `.venv/bin/python -m bench.bench_workflow [--rounds 3] [--c1-runs 10] [--c16-runs 32] [--poll-s 0.05]`
+Run: `.venv/bin/python -m bench.bench_workflow [--rounds 3] [--c1-runs 10] [--c16-runs 32] [--poll-s 0.05]
+[--poll-only]`
 """
 
 from __future__ import annotations
@@ -127,7 +130,7 @@ def policy(req: ScriptedRequest) -> ScriptedReply:
     return ScriptedReply(text=f"ANSWER {req.goal[:60]}")
 
 
-def settings(poll_s: float) -> dict[str, Any]:
+def settings(poll_s: float, wake: bool = True) -> dict[str, Any]:
     return {
         "environment": "dev",
         "server": {"drain_delay_s": 0, "grace_period_s": 1},
@@ -161,6 +164,7 @@ def settings(poll_s: float) -> dict[str, Any]:
         "dispatcher": {"max_concurrent_tasks": 256, "call_timeout_s": 30},
         "workflows": {
             "poll_interval_s": poll_s,
+            "wake": wake,
             "definitions": [{"name": "bench", "nodes": NODES}],
         },
     }
@@ -211,10 +215,11 @@ class System:
 class Services:
     """The four services as processes on a redis-server of their own, and clients of them."""
 
-    def __init__(self, workdir: Path, poll_s: float) -> None:
+    def __init__(self, workdir: Path, poll_s: float, wake: bool = True) -> None:
         self.redis = LocalRedis()
         self.workdir = workdir
         self.poll_s = poll_s
+        self.wake = wake
         self.mesh: Mesh | None = None
         token = Authenticator(AuthSettings(key=AUTH_KEY), "dev").mint(
             subject="bench", roles=("operator",), agent_id="bench", permissions=("*:*:*",)
@@ -224,7 +229,8 @@ class Services:
 
     def start(self) -> None:
         url = self.redis.__enter__().url
-        self.mesh = Mesh(1, url, self.workdir, "", settings=settings(self.poll_s), tag="wf-")
+        tag = "wf-" if self.wake else "wfpoll-"
+        self.mesh = Mesh(1, url, self.workdir, "", settings=settings(self.poll_s, self.wake), tag=tag)
         self.mesh.start()
 
     def stop(self) -> None:
@@ -435,15 +441,20 @@ class LangGraph:
 
 async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
     services = Services(workdir, args.poll_s)
+    polled = Services(workdir, args.poll_s, wake=False) if args.poll_only else None
     graph = LangGraph(workdir)
     try:
         await asyncio.to_thread(services.start)
+        if polled is not None:
+            await asyncio.to_thread(polled.start)
         await graph.start()
         systems = [
             System("workflow", services.workflow),
             System("tasks", services.tasks),
             System("langgraph+sqlite", graph.run),
         ]
+        if polled is not None:
+            systems.append(System("workflow (poll only)", polled.workflow))
         for system in systems if args.warmup > 0 else ():  # warm-up: imports, connections, scripts loaded
             await system.run(args.warmup, min(args.warmup, 4), "warm")
         for r in range(args.rounds):
@@ -456,6 +467,8 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
     finally:
         await graph.stop()
         services.stop()
+        if polled is not None:
+            polled.stop()
 
 
 def report(args: argparse.Namespace, systems: list[System]) -> str:
@@ -487,7 +500,9 @@ def report(args: argparse.Namespace, systems: list[System]) -> str:
     lines.append(
         "agentmesh CPU-ms per run by service: "
         + "; ".join(
-            f"{s.name}: " + ", ".join(f"{v} {s.service_ms_per_run(v):.1f}" for v in SERVICES) for s in systems[:2]
+            f"{s.name}: " + ", ".join(f"{v} {s.service_ms_per_run(v):.1f}" for v in SERVICES)
+            for s in systems
+            if s.c1 and s.c1[0].services
         )
     )
     flow = systems[0]
@@ -507,6 +522,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c16-runs", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--poll-s", type=float, default=0.05, help="workflows.poll_interval_s (shipped default 1.0)")
+    parser.add_argument(
+        "--poll-only",
+        action="store_true",
+        help="also run the workflow with workflows.wake false (runs move at polls only), on services of its own",
+    )
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="agentmesh-bench-workflow-"))
     systems = asyncio.run(bench(args, workdir))  # on failure the services' logs stay in workdir

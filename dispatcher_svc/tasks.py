@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,8 @@ class TaskStore:
         self.settings = settings
         self.metrics = metrics or Metrics()  # every status a commit enters (`agentmesh.tasks`)
         self.feed = feed if feed is not None else LocalFeed()  # also gets this process's committed events
+        self.on_end: Callable[[str], Awaitable[None]] | None = None
+        """Awaited with the task id after a commit that ended a task (wakes a workflow run: wakes.py)."""
         self._commit = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA, durable=True)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
@@ -316,6 +318,8 @@ class TaskStore:
             if entered:
                 self.metrics.task_status(agent, TaskStatus(int(entered)).name)
                 await self._count(task_id, agent, TaskStatus(int(entered)), int(reply[4]))
+                if self.on_end is not None and TaskStatus(int(entered)).terminal:
+                    await self.on_end(task_id)
             if events and self.feed.subscribers(task_id):  # most commits have no watcher here
                 first = last_seq - len(events) + 1
                 ended = last_seq if status.terminal else -1

@@ -28,12 +28,13 @@ from agentmesh.store import Store
 from dispatcher_svc.access import Creator, is_creator, is_operator, task_denied
 from dispatcher_svc.listing import page_size_of
 from dispatcher_svc.service import Dispatcher
-from dispatcher_svc.workflow_steps import DispatcherSteps, RunIdentity, task_id_of
+from dispatcher_svc.workflow_steps import DispatcherSteps, RunIdentity, run_of_task, task_id_of
 from dispatcher_svc.workflows.driver import ORPHAN_S, Driver
 from dispatcher_svc.workflows.executor import Executor, step_id
 from dispatcher_svc.workflows.runs import RunExistsError, RunRecord, RunStore
 from dispatcher_svc.workflows.state import RunStatus
 from dispatcher_svc.workflows.validate import Workflow
+from dispatcher_svc.workflows.wakes import Wakes
 
 __all__ = ["MAX_EXAMINED", "RunEvent", "WorkflowRuns", "task_ids"]
 
@@ -41,7 +42,8 @@ log = logging.getLogger("dispatcher_svc.workflow_runs")
 
 MAX_EXAMINED = 1000
 """Runs examined per ListWorkflowRuns call, at most."""
-_WATCH_POLL_S = 0.2
+_WATCH_BLOCK_S = 1.0
+"""A watch looks at its run's record at least this often (its events wake it at once)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class WorkflowRuns:
             call_timeout_s=settings.dispatcher.call_timeout_s,
             lease_s=self.limits.lease_s,
             ttl_s=self.limits.run_ttl_s,
+            wake=self.limits.wake,
             cancel_task=lambda task_id, who: dispatcher.cancel(task_id, "workflow run ended", caller=who),
         )
         self.executor = Executor(
@@ -88,6 +91,9 @@ class WorkflowRuns:
             lease_ms=int(self.limits.lease_s * 1000),
         )
         self.driver = Driver(store, self.executor, poll_s=self.limits.poll_interval_s)
+        self.wakes = Wakes(store)
+        if self.limits.wake:
+            dispatcher.tasks.on_end = self._task_ended
         self.index_key = self.driver.list_key
         key = settings.auth.key.get_secret_value() if settings.auth.key is not None else None
         self.tokens = PageTokens(key, "workflow_runs")
@@ -110,9 +116,47 @@ class WorkflowRuns:
 
     async def _run_loop(self) -> None:
         # Also checks the flag: the Redis client sometimes swallows a cancellation mid-command.
+        after = await self._wake_start()
         while not self._stopping:
             await self.pass_once()
-            await asyncio.sleep(self.limits.poll_interval_s)
+            # Between passes, the runs whose steps ended are advanced at once (wakes.py).
+            next_pass = time.monotonic() + self.limits.poll_interval_s
+            while not self._stopping and (left := next_pass - time.monotonic()) > 0:
+                if not self.limits.wake:
+                    await asyncio.sleep(left)
+                    break
+                after = await self._woken(after, left)
+
+    async def _wake_start(self) -> str:
+        while not self._stopping and self.limits.wake:
+            try:
+                return await self.wakes.last_id()
+            except AgentmeshError as exc:
+                log.warning("cannot read workflow wakes: %s", exc)
+                await asyncio.sleep(self.limits.poll_interval_s)
+        return "0-0"
+
+    async def _woken(self, after: str, timeout_s: float) -> str:
+        """Advances the runs woken after `after` (waiting up to `timeout_s` for one); the next `after`."""
+        try:
+            runs, after = await self.wakes.wait(after, timeout_s)
+        except AgentmeshError as exc:
+            log.warning("cannot read workflow wakes: %s", exc)
+            await asyncio.sleep(timeout_s)
+            return after
+        for run_id in runs:
+            await self._advance_now(run_id)
+        return after
+
+    async def _task_ended(self, task_id: str) -> None:
+        """TaskStore.on_end: an agent step's task ended; wake its run (never raises: the commit is done)."""
+        run_id = run_of_task(task_id)
+        if not run_id:
+            return
+        try:
+            await self.wakes.wake(run_id)
+        except AgentmeshError as exc:
+            log.warning("workflow run %s: not woken (its next poll advances it): %s", run_id, exc)
 
     async def pass_once(self) -> None:
         """One pass: fire due schedule ticks, then advance due runs. Never raises (the loop must not die)."""
@@ -173,6 +217,8 @@ class WorkflowRuns:
         """An advance outside the loop; a failure leaves the run to the loop's next pass (it is indexed)."""
         try:
             await self.executor.advance(run_id)
+        except NotFoundError:
+            pass  # expired, or a wake of a run whose creation is still under way
         except AgentmeshError as err:
             log.warning("workflow run %s: advance failed, the next pass retries: %s", run_id, err)
 
@@ -215,7 +261,7 @@ class WorkflowRuns:
                 yield RunEvent(sequence, data)
             if record.status != RunStatus.RUNNING and after >= record.last_sequence:
                 return
-            await asyncio.sleep(_WATCH_POLL_S)
+            await self.runs.wait_events(run_id, after, _WATCH_BLOCK_S)  # returns on the next event
 
     async def cancel(self, run_id: str, reason: str, *, caller: Identity) -> RunRecord:
         """Aborts the run with CANCELLED: now if no other replica holds it, else at its owner's next pass."""

@@ -40,17 +40,21 @@ from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError,
 from agentmesh.grants import agent_run_permission
 from agentmesh.identity import Authenticator, Identity
 from agentmesh.store import Store
-from dispatcher_svc.model import TaskStatus
+from dispatcher_svc.model import Task, TaskStatus
 from dispatcher_svc.ports import CallOptions, ToolPort
 from dispatcher_svc.starting import Starter, StartRequest
 from dispatcher_svc.tasks import TaskStore
 from dispatcher_svc.workflows.executor import StepRequest, StepResult
 from dispatcher_svc.workflows.runs import RunStore
 from dispatcher_svc.workflows.validate import Workflow
+from dispatcher_svc.workflows.wakes import Wakes
 
-__all__ = ["DispatcherSteps", "RunIdentity", "run_of_step", "task_id_of"]
+__all__ = ["DispatcherSteps", "RunIdentity", "run_of_step", "run_of_task", "task_id_of"]
 
 log = logging.getLogger("dispatcher_svc.workflow_steps")
+
+_MAX_HANDOFFS = 64
+"""Tasks followed along a chain of transfer handoffs, at most."""
 
 
 def task_id_of(step_id: str) -> str:
@@ -62,6 +66,12 @@ def task_id_of(step_id: str) -> str:
 def run_of_step(step_id: str) -> str:
     """A step id is `<run>.<node>.<item or ->.<attempt>` (executor.step_id); node ids have no dots."""
     return step_id.rsplit(".", 3)[0]
+
+
+def run_of_task(task_id: str) -> str:
+    """The run whose agent step `task_id` is, or "" (another task, or a step id too long, kept as a digest)."""
+    step = task_id[3:] if task_id.startswith("wf.") else ""
+    return run_of_step(step) if step.count(".") >= 3 else ""
 
 
 @dataclass(frozen=True)
@@ -146,6 +156,7 @@ class DispatcherSteps:
         lease_s: float,
         ttl_s: int,
         cancel_task: Callable[[str, Identity], Awaitable[object]],
+        wake: bool = True,
     ) -> None:
         self.store = store
         self.runs = runs
@@ -159,6 +170,7 @@ class DispatcherSteps:
         self.ttl_s = ttl_s
         self.cancel_task = cancel_task
         """The dispatcher's CancelTask (as the run's identity: the task's creator)."""
+        self.wakes = Wakes(store) if wake else None
         self._calls: dict[str, asyncio.Task[None]] = {}
 
     async def stop(self) -> None:
@@ -187,6 +199,8 @@ class DispatcherSteps:
     async def _finish(self, step_id: str, result: StepResult) -> None:
         body = {"o": result.output} if result.error is None else {"e": result.error.value}
         await self._put(step_id, {step_id: json.dumps(body, ensure_ascii=False)})
+        if self.wakes is not None:
+            await self.wakes.wake(run_of_step(step_id))  # its owner advances the run now, not at its next poll
 
     async def start(self, request: StepRequest) -> None:
         who = await self._identity(request.run_id)
@@ -287,17 +301,32 @@ class DispatcherSteps:
             return None
         return await self._task_result(step_id)
 
+    async def _chain_end(self, task_id: str) -> Task | None:
+        """The task at the end of `task_id`'s chain of transfer handoffs (HANDED_OFF is terminal for the
+        parent only: the work goes on in its child); None when a task of it does not exist."""
+        for _ in range(_MAX_HANDOFFS):
+            try:
+                task = (await self.tasks.load(task_id)).view()
+            except NotFoundError:
+                return None
+            if task.status != TaskStatus.HANDED_OFF or not task.child_task_id:
+                return task
+            task_id = task.child_task_id
+        return None  # longer than any chain a task may build
+
     async def _task_result(self, step_id: str) -> StepResult | None:
-        try:
-            task = (await self.tasks.load(task_id_of(step_id))).view()
-        except NotFoundError:
+        task = await self._chain_end(task_id_of(step_id))
+        if task is None:
             return StepResult(error=ErrorCode.INTERNAL)  # never created (expired?): a failed attempt
         if task.status == TaskStatus.SUCCEEDED:
             return StepResult(output=json.loads(task.output_json) if task.output_json else task.answer)
-        if task.status == TaskStatus.FAILED:
+        if task.status in (TaskStatus.FAILED, TaskStatus.ABORTED):
+            # ABORTED: a FATAL error stopped the task, and its code says so: the node's policy aborts the run.
             return StepResult(error=task.error.code if task.error is not None else ErrorCode.INTERNAL)
         if task.status == TaskStatus.CANCELLED:
             return StepResult(error=ErrorCode.CANCELLED)
+        if task.status == TaskStatus.HANDED_OFF:
+            return StepResult(error=ErrorCode.INTERNAL)  # handed off to no task: nothing would end the step
         return None
 
     async def cancel(self, step_id: str) -> None:
@@ -305,13 +334,9 @@ class DispatcherSteps:
         if call is not None:
             call.cancel()  # a tool call already sent may still run to its end in tool_svc
             return
-        task_id = task_id_of(step_id)
-        try:
-            record = await self.tasks.load(task_id)
-        except NotFoundError:
-            return
-        if record.status.terminal:
+        task = await self._chain_end(task_id_of(step_id))  # a handed-off step: the task doing its work
+        if task is None or task.status.terminal:
             return
         who = await self._identity(run_of_step(step_id))
         with contextlib.suppress(FailedPreconditionError):  # it ended meanwhile
-            await self.cancel_task(task_id, who.identity(self.environment))
+            await self.cancel_task(task.task_id, who.identity(self.environment))

@@ -18,18 +18,25 @@ Names: `registry_name` of `tool_svc.mcp.names` (the one mapping function: camel-
 `_`, lowercased, anything outside [a-z0-9_] -> `_`, a hash ending a name over 64 characters:
 `ChaDri.change_drink` -> `cha_dri_change_drink`), with an optional prefix; `convert_all` keeps
 the mapping both ways (`NameMap`), so a model's call by the original name ("ChaDri.change_drink") is
-found and a registry name maps back. Two definitions mapping to one name are an error, never a silent
+found and a registry name maps back. A name with letters or digits outside ASCII has its accents folded
+first ("café.lookup" -> `cafe_lookup`); when letters still do not fit [a-z0-9] (Chinese, Cyrillic...),
+the ASCII words are kept and 8 hex digits of sha256(original name) end the name ("获取客户资料" ->
+`fn_<hash>`, "get_客户" -> `get_<hash>`), so two such names do not map to one (each would otherwise be
+a run of `_` of its length). Two definitions mapping to one name are an error, never a silent
 overwrite. Every bad input is an `InvalidRequestError` naming the path (`tools[3].parameters.type`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentmesh.errors import InvalidRequestError
-from tool_svc.mcp.names import registry_name
+from tool_svc.mcp.names import local_part, registry_name
 from tool_svc.model import ToolDef
 from tool_svc.validation import SchemaDefinitionError, check_tool_schema
 
@@ -65,6 +72,8 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
 _SCHEMA_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _MAX_DEPTH = 32
+_UNDERSCORES = re.compile(r"_+")
+_NAME_HASH_CHARS = 8
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,21 @@ def _unwrap(definition: Any, where: str) -> tuple[Mapping[str, Any], str, str]:
     return definition, "parameters", where
 
 
+def _local_name(name: str) -> str | None:
+    """The local part of a name with non-ASCII letters or digits (see the module docstring); None for
+    an ASCII name, which `registry_name` maps as it maps MCP names."""
+    if name.isascii():
+        return None
+    decomposed = unicodedata.normalize("NFKD", name)
+    folded = unicodedata.normalize("NFC", "".join(c for c in decomposed if not unicodedata.combining(c)))
+    words = _UNDERSCORES.sub("_", local_part(folded, split_words=True)).strip("_")
+    if all(c.isascii() or not c.isalnum() for c in folded):
+        return words or None
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_NAME_HASH_CHARS]
+    # `fn_` before a hash alone, as `registry_name` puts it before a name not starting with a letter.
+    return f"{words}_{digest}" if words else f"fn_{digest}"
+
+
 def convert(definition: Any, *, prefix: str = "", where: str = "tool") -> ToolContract:
     """One definition -> a ToolContract, or InvalidRequestError naming what is wrong."""
     fn, schema_key, where = _unwrap(definition, where)
@@ -178,7 +202,11 @@ def convert(definition: Any, *, prefix: str = "", where: str = "tool") -> ToolCo
     except SchemaDefinitionError as exc:
         raise InvalidRequestError(f"{where}.{schema_key}", str(exc)) from None
     return ToolContract(
-        registry_name(prefix, name, split_words=True), name, description.strip(), schema, tuple(examples)
+        registry_name(prefix, name, _local_name(name), split_words=True),
+        name,
+        description.strip(),
+        schema,
+        tuple(examples),
     )
 
 

@@ -43,6 +43,8 @@ class OpsState:
     counts: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stalls: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
+    spans: list[tuple[str, dict[str, Any], float, float]] = field(default_factory=list)
+    """Each answered request's path, body, and monotonic start and end: what ran at once (a cap's test)."""
 
     def stall(self, path: str, seconds: float, *, effect: bool) -> None:
         """The next request to `path` hangs `seconds`: recorded first (`effect`), or lost and dropped."""
@@ -58,6 +60,10 @@ class OpsState:
         with self.lock:
             self.calls.append((path, body))
             self.counts[path] += 1
+
+    def span(self, path: str, body: dict[str, Any], start: float) -> None:
+        with self.lock:
+            self.spans.append((path, body, start, time.monotonic()))
 
     def bodies(self, path: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -119,6 +125,7 @@ class OpsApi:
                 if not isinstance(body, dict):
                     body = {"_value": body}
                 path = self.path.split("?", 1)[0]
+                start = time.monotonic()
                 stall = state.next_stall(path)
                 if stall is not None and not stall[1]:
                     time.sleep(stall[0])  # lost: no effect, no answer
@@ -145,6 +152,7 @@ class OpsApi:
                     self._reply(200, {"ack": body.get("seq"), "nonce": body.get("nonce")})
                 else:
                     self._reply(404, {"error": f"no route {path}"})
+                state.span(path, body, start)
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True

@@ -22,17 +22,17 @@ _WHOLE = re2.compile(
     r"|null|nil|none|true|false|undefined|empty|no|yes|on|off|n/a|na"
     r"|changeme|changeit|password|passwd|pass|pwd|secret|token|key|user|username|example|sample|test|testing|dummy"
     r"|placeholder|redacted|foo|bar|baz|foobar|qux|abc|abc123|123|1234|12345|123456|admin|root|guest|default"
-    r"|your[\w.-]*|my[\w.-]*|\w+[_-]here|insert[\w.-]*|enter[\w.-]*|replace[\w.-]*|todo|tbd|fixme|hidden|masked"
+    r"|(?:your|my|insert|enter|replace)[_.-]?[a-z]+(?:[_.-][a-z]+)*[_.-]?[0-9]{0,4}|\w+[_-]here|todo|tbd|fixme|hidden|masked"
     r"|sensitive|required|optional|string|str|int|bool|object|any|value|secret[\w.-]*value"
     r")$",
     _OPTIONS,
 )
-# Somewhere in the value: filler (xxxx, ####, ****), a stand-in word, a run of the alphabet or digits.
+# Somewhere in the value: filler (xxxx, ####, ****), a stand-in word; a run of the alphabet or digits.
 _PART = re2.compile(
-    r"(?i)xxxx|\#\#\#\#|\*\*\*\*|\.\.\.|put[_-]?your|your[_-]|[_-]here\b|placeholder|changeme|replace[_-]?me|example"
-    r"|abcdefgh|bcdefghi|ijklmnop|qrstuvwx|12345678|23456789|34567890",
+    r"(?i)xxxx|\#\#\#\#|\*\*\*\*|\.\.\.|put[_-]?your|your[_-]|[_-]here\b|placeholder|changeme|replace[_-]?me|example",
     _OPTIONS,
 )
+_SEQUENCE_PART = re2.compile(r"(?i)abcdefgh|bcdefghi|ijklmnop|qrstuvwx|12345678|23456789|34567890", _OPTIONS)
 
 
 def _filler_run(value: str) -> bool:
@@ -61,12 +61,15 @@ def sequential_filler(value: str) -> bool:
     return steps >= _SEQUENCE_SHARE * (len(chars) - 1)
 
 
-def is_placeholder(value: str) -> bool:
-    """Whether a value is visibly a stand-in, not a secret (see the module's docstring)."""
+def is_placeholder(value: str, *, sequences: bool = True) -> bool:
+    """Whether a value is visibly a stand-in, not a secret (see the module's docstring). `sequences`:
+    a value holding a run of the alphabet or of the digits (`12345678-ABCD-...`) counts as one too."""
     quoted = value.strip().strip("\"'`")
     v = quoted.strip("<>[](){}")  # `<user:password>`, `[PASSWORD]` as well as `<password>`
     if not v or MASK in v or len(set(v)) <= 1:
         return True
     if _WHOLE.search(quoted) is not None or _WHOLE.search(v) is not None:
         return True
-    return _PART.search(v) is not None or _filler_run(v) or sequential_filler(v)
+    if _PART.search(v) is not None or _filler_run(v):
+        return True
+    return sequences and (_SEQUENCE_PART.search(v) is not None or sequential_filler(v))

@@ -12,9 +12,11 @@ next owner reads, so nothing finished runs again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -111,6 +113,8 @@ class Executor:
         self.clock = clock
         self.draw = draw
         self._compiled: dict[str, Workflow] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: Counter[str] = Counter()
 
     async def start(
         self, run_id: str, workflow: Workflow, run_input: Any, meta: Mapping[str, str] | None = None
@@ -134,6 +138,19 @@ class Executor:
 
     async def advance(self, run_id: str) -> RunStatus | None:
         """One step of the run; its status after it, or None when another replica holds it or it is finished."""
+        # One advance of a run at a time in this replica (the loop's pass, a wake, a start, a cancel): two
+        # would both acquire (same owner) and the later commit would find its fence stale.
+        lock = self._locks.setdefault(run_id, asyncio.Lock())
+        self._users[run_id] += 1
+        try:
+            async with lock:
+                return await self._advance(run_id)
+        finally:
+            self._users[run_id] -= 1
+            if not self._users[run_id]:  # nobody holds or waits for it
+                del self._users[run_id], self._locks[run_id]
+
+    async def _advance(self, run_id: str) -> RunStatus | None:
         fence = await self.runs.acquire(run_id, self.owner, self.lease_ms)
         if fence is None:
             return None

@@ -240,6 +240,13 @@ class RunStore:
         }
         return await self._write(run_id, fence, fields, events, release=release or status != RunStatus.RUNNING)
 
+    async def wait_events(self, run_id: str, after: int, timeout_s: float) -> None:
+        """Returns once the run has an event above `after`, or after `timeout_s` (capped at half the
+        socket timeout: a blocking read holds its connection)."""
+        block_ms = max(1, int(min(timeout_s, self.store.settings.socket_timeout_s * 0.5) * 1000))
+        async with self.store.guard("wait for workflow run events", blocking=True):
+            await self.store.redis.xread({f"{self.key(run_id)}:events": f"0-{after}"}, count=1, block=block_ms)
+
     async def events(self, run_id: str, after: int = 0, count: int = 1000) -> list[tuple[int, dict[str, Any]]]:
         """The run's events with a sequence above `after`, in order."""
         async with self.store.guard("read workflow run events"):

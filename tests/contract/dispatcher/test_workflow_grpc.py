@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.store import Store
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc, workflow_pb2, workflow_pb2_grpc
+from dispatcher_svc.workflows.wakes import Wakes
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh, answer, tool_call
 
 W = workflow_pb2
@@ -299,3 +301,34 @@ async def test_list_workflow_runs_pages_newest_first_and_refuses_a_bad_token(mak
     with pytest.raises(grpc.aio.AioRpcError) as negative:
         await stub(mesh).ListWorkflowRuns(W.ListWorkflowRunsRequest(page_size=-1), metadata=mesh.md())
     assert negative.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_step_that_ends_wakes_its_run_without_waiting_for_a_poll(make_mesh: MakeMesh, store: Store) -> None:
+    """With a poll interval far past the watch's deadline, only wakes move the run: each agent node's task
+    ending (TaskStore.on_end) and the tool node's result (DispatcherSteps) wake it (workflows/wakes.py)."""
+    slow = {**CONFIG, "workflows": {"definitions": FLOWS, "poll_interval_s": 60, "lease_s": 2}}
+    mesh = await make_mesh(policy, handlers(), needs_approval={"deploy"}, config=slow)
+    await asyncio.sleep(0.2)  # the loop's first pass (at start) is behind it: the next is 60 s away
+    start = W.StartWorkflowRunRequest(workflow="support", input_json=json.dumps({"message": "refund"}), run_id="w-1")
+    await stub(mesh).StartWorkflowRun(start, metadata=mesh.md())
+    events = await watch(mesh, "w-1")  # its deadline (30 s) is half the poll interval
+    assert events[-1].run_status == W.WORKFLOW_RUN_STATUS_SUCCEEDED, events
+    run = (await stub(mesh).GetWorkflowRun(W.GetWorkflowRunRequest(run_id="w-1"), metadata=mesh.md())).run
+    steps = {n.node_id: n.attempts for n in run.nodes if n.node_id in ("intent", "lookup", "escalate", "reply")}
+    assert steps == {"intent": 1, "lookup": 1, "escalate": 1, "reply": 0}
+    assert await wakes_of(store, "w-1") == 3  # two tasks ended, one tool call answered
+
+
+async def wakes_of(store: Store, run_id: str) -> int:
+    entries: Any = await store.redis.xrange(Wakes(store).key, "-", "+")
+    return sum(1 for _, fields in entries if fields.get(b"r", fields.get("r")) in (run_id, run_id.encode()))
+
+
+async def test_with_wake_off_runs_move_at_polls_only(make_mesh: MakeMesh, store: Store) -> None:
+    polled = {**CONFIG, "workflows": {"definitions": FLOWS, "poll_interval_s": 0.1, "lease_s": 2, "wake": False}}
+    mesh = await make_mesh(policy, handlers(), needs_approval={"deploy"}, config=polled)
+    start = W.StartWorkflowRunRequest(workflow="support", input_json=json.dumps({"message": "refund"}), run_id="p-1")
+    await stub(mesh).StartWorkflowRun(start, metadata=mesh.md())
+    events = await watch(mesh, "p-1")
+    assert events[-1].run_status == W.WORKFLOW_RUN_STATUS_SUCCEEDED, events
+    assert await wakes_of(store, "p-1") == 0

@@ -88,11 +88,11 @@ def test_changed_only_when_every_finding_is_masked_whole(samples: tuple[Sample, 
                 assert value not in out, (f.rule, value, out[:160])
 
 
-# What bench/bench_redaction.py measured (seed 40) after issue 40's fifth pass (held-out bare 93.8 %,
+# What bench/bench_redaction.py measured (seed 40) after issue 40's sixth pass (held-out bare 95.3 %,
 # near misses masked 9.5 % / tune 12.0 %), less a little slack.
 FLOORS = {
-    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.92},
-    "tune": {"generated": 0.99, "handwritten": 0.99, "bare": 0.97},
+    "heldout": {"generated": 0.99, "handwritten": 0.99, "bare": 0.945},
+    "tune": {"generated": 0.99, "handwritten": 0.99, "bare": 0.98},
 }
 FP_CEILINGS = {"heldout": 0.105, "tune": 0.13}
 

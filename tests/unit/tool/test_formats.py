@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,27 @@ def test_every_bfcl_function_registers_after_conversion() -> None:
             assert names.original(contract.name) == contract.original_name
             converted += 1
     assert converted > 500
+
+
+def test_accented_names_are_folded_not_cut() -> None:
+    contracts, names = convert_all(
+        {"name": n, "description": "D."} for n in ["café.lookup", "Müller_Suche", "ŽluťoučkýKůň", "ｆｕｌｌ"]
+    )
+    assert [c.name for c in contracts] == ["cafe_lookup", "muller_suche", "zlutoucky_kun", "full"]
+    assert names.original("cafe_lookup") == "café.lookup"
+
+
+def test_non_latin_names_stay_apart_and_map_back() -> None:
+    # Before, each mapped to a run of "_" as long as the name: two Chinese names of one length collided.
+    originals = ["获取客户资料", "查询客户资料", "привет", "get_客户", "get_订单", "9号"]
+    contracts, names = convert_all({"name": n, "description": "D."} for n in originals)
+    mapped = [c.name for c in contracts]
+    assert len(set(mapped)) == len(originals)
+    for original, name in zip(originals, mapped, strict=True):
+        assert re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name), name
+        assert names.original(name) == original
+        assert convert({"name": original, "description": "D."}).name == name  # deterministic
+    assert mapped[0].startswith("fn_") and mapped[3].startswith("get_") and mapped[5].startswith("fn_9_")
+    assert convert({"name": "获取" * 40, "description": "D."}).name.startswith("fn_")
+    # A lone surrogate (not encodable as UTF-8) still maps, never raises.
+    assert convert({"name": "f\ud800", "description": "D."}).name == "f"
