@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PROTO_FILES := $(wildcard protos/agentmesh/v1/*.proto)
 PYTEST_ARGS ?=
 
-.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context pool-pressure chaos venv clean up baseline test-cluster chaos-replicas test-readme mutate litellm-venv test-litellm bench-gateway bench-peer console console-screenshots
+.PHONY: test lint protos gen clients toolchains demo bench fuzz fuzz-context soak-context pool-pressure chaos venv clean up baseline test-cluster chaos-replicas chaos-relay test-readme mutate litellm-venv test-litellm bench-gateway bench-peer console console-screenshots
 
 # The contracts as released: `buf breaking` compares the protos against it in `make lint`. Recut it
 # (`make baseline`) only in a commit that also records the break in CHANGELOG.md.
@@ -116,6 +116,14 @@ CHAOS_SEED ?= 1
 chaos: venv
 	$(PY) -m tests.chaos --seed $(CHAOS_SEED) --rounds 10 --tasks 30 --kills 10 --no-resume
 
+# Relays of four agents (transfer, ask, transfer checked by a verifier) on two dispatcher replicas, one
+# killed with -9 at random moments (issue 44): every relay whole (one child a hop, every event once).
+# 40 relays and 12 kills (about 75 s); `PYTEST_ARGS=--redis=cluster` runs it on a Redis Cluster.
+RELAY_CHAOS_SEED ?= 44
+chaos-relay: venv
+	AGENTMESH_RELAY_CHAOS_RUNS=40 AGENTMESH_RELAY_CHAOS_KILLS=12 AGENTMESH_RELAY_CHAOS_SEED=$(RELAY_CHAOS_SEED) \
+	  $(BIN)/pytest -q -s tests/e2e/dispatcher/test_relay_chaos.py $(PYTEST_ARGS)
+
 # The tests that touch the store, on a local Redis Cluster of 3 primaries and 3 replicas
 # (tests/rediscluster.py, issue 28): the contract suites of the services' Redis state, the Store's own,
 # stored formats, the end-to-end runs of several processes on one Redis, and a short chaos run with two
@@ -131,6 +139,7 @@ CLUSTER_TESTS := tests/contract/context tests/contract/dispatcher \
   tests/contract/test_readiness.py tests/contract/test_audit_edge.py tests/compat \
   tests/contract/test_workflow_runs.py tests/contract/test_workflow_driver.py \
   tests/e2e/dispatcher/test_demo_scenario.py tests/e2e/dispatcher/test_crash_safety.py \
+  $(addprefix tests/e2e/dispatcher/test_,handoff_relay.py handoff_crash.py relay_acceptance.py) \
   tests/e2e/dispatcher/test_workflow_crash.py tests/e2e/dispatcher/test_workflow_policies.py \
   tests/e2e/context tests/e2e/tool tests/chaos/test_chaos_replicas.py
 test-cluster: venv

@@ -556,6 +556,12 @@ class AgentSettings(_Section):
     only; `off` skips the check."""
     handoffs: list[HandoffSettings] = []
     """The agents this one may hand work to (HandoffSettings); empty: no handoff tool is offered."""
+    role: Literal["agent", "verifier"] = "agent"
+    """`verifier`: it judges another agent's handoff (`verify_with`); its final answer is a verdict,
+    {"verdict": "accepted" | "rejected", "reasons": [...]} unless its own output_schema says more."""
+    verify_with: str | None = Field(None, pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    """A `role: verifier` agent that checks each transfer this agent makes before the next agent gets it:
+    a rejection comes back once as a VERIFICATION_REJECTED correction, a second fails the task."""
 
     @field_validator("handoffs", mode="before")
     @classmethod

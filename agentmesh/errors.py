@@ -47,6 +47,7 @@ class ErrorCode(enum.IntEnum):
     ARGUMENTS_NOT_JSON = 2
     UNKNOWN_TOOL = 3
     IDEMPOTENCY_CONFLICT = 4
+    VERIFICATION_REJECTED = 5
     # ENGINEERING (100-199)
     UPSTREAM_NOT_FOUND = 100
     UPSTREAM_TIMEOUT = 101
@@ -101,6 +102,7 @@ def _table() -> dict[ErrorCode, ErrorClass]:
         ErrorCode.ARGUMENTS_NOT_JSON: c,
         ErrorCode.UNKNOWN_TOOL: c,
         ErrorCode.IDEMPOTENCY_CONFLICT: c,
+        ErrorCode.VERIFICATION_REJECTED: c,
         ErrorCode.UPSTREAM_NOT_FOUND: e,
         ErrorCode.UPSTREAM_TIMEOUT: e,
         ErrorCode.UPSTREAM_UNAVAILABLE: e,

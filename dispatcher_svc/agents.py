@@ -6,10 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentmesh.answers import with_actions
+from agentmesh.answers import parse_schema, with_actions
 from agentmesh.config import AgentSettings, ConfigError
 from agentmesh.errors import NotFoundError, Violation, echo
-from dispatcher_svc.handoffs import HandoffTool, resolve_target, tools_for
+from dispatcher_svc.handoffs import VERDICT_SCHEMA, HandoffTool, resolve_target, tools_for
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,10 @@ class AgentConfig:
     """check | warn | off: the claims check of final answers (agentmesh/claims.py)."""
     handoff_tools: Mapping[str, HandoffTool] = field(default_factory=dict)
     """The handoff tools its `handoffs:` offers, by name (dispatcher_svc/handoffs.py); empty: none."""
+    role: str = "agent"
+    """agent | verifier (a verifier's final answer is a verdict: VERDICT_SCHEMA unless it has its own)."""
+    verify_with: str = ""
+    """The verifier agent that checks each transfer of this one; empty: none."""
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> AgentConfig:
@@ -54,11 +58,17 @@ class AgentConfig:
             max_steps=settings.max_steps,
             discover_k=settings.discover_k,
             max_context_tokens=settings.max_context_tokens,
-            output_schema=with_actions(settings.output_schema) if isinstance(settings.output_schema, dict) else None,
+            output_schema=with_actions(settings.output_schema)
+            if isinstance(settings.output_schema, dict)
+            else parse_schema(VERDICT_SCHEMA, trusted=True)
+            if settings.role == "verifier"
+            else None,
             claims=settings.claims,
             handoff_tools=tools_for(
                 settings.id, ((h.target, h.mode, h.capability is not None) for h in settings.handoffs)
             ),
+            role=settings.role,
+            verify_with=settings.verify_with or "",
         )
 
     def allows_tool(self, name: str, group: str) -> bool:
@@ -89,6 +99,17 @@ class AgentRegistry:
                     raise ConfigError(
                         f"agents[{index}].handoffs: no agent {tool.target!r} to hand off to (known: {known})"
                     )
+            if agent.verify_with:
+                verifiers = sorted(a.id for a in self._agents.values() if a.role == "verifier")
+                verifier = self._agents.get(agent.verify_with)
+                if verifier is None or verifier.role != "verifier" or verifier.id == agent.id:
+                    raise ConfigError(
+                        f"agents[{index}].verify_with: {agent.verify_with!r} is not another agent with role "
+                        f"verifier (verifiers: {', '.join(verifiers) or 'none'})"
+                    )
+                schema = verifier.output_schema or {}
+                if "verdict" not in schema.get("properties", {}):
+                    raise ConfigError(f"agents[{index}].verify_with: {verifier.id}'s output_schema has no `verdict`")
 
     def get(self, agent_id: str) -> AgentConfig:
         """The agent; NotFoundError naming the field and the known ids otherwise."""

@@ -26,15 +26,21 @@ from agentmesh.tool_names import mapped_name
 __all__ = [
     "ASK_PREFIX",
     "BRIEF_SCHEMA",
+    "MAX_VERIFY_REJECTIONS",
     "TRANSFER_PREFIX",
+    "VERDICT_SCHEMA",
     "HandoffTool",
+    "Verdict",
     "check_brief",
     "child_task_id",
     "guard",
     "looks_like_handoff",
     "not_offered",
+    "rejected",
     "resolve_target",
     "tools_for",
+    "verdict_of",
+    "verify_child_id",
 ]
 
 TRANSFER_PREFIX = "transfer_to"
@@ -241,3 +247,53 @@ def guard(*, hops: Sequence[str], to_agent: str, depth: int, limit: int) -> Agen
                 metadata={"reason": "handoff_cycle", "chain": chain[:400]},
             )
     return None
+
+
+# --- verification (`verify_with:`) -------------------------------------------------------------------
+
+VERDICT_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdict": {"enum": ["accepted", "rejected"]},
+        "reasons": {"type": "array", "items": {"type": "string", "maxLength": 2000}, "maxItems": 20},
+    },
+    "required": ["verdict"],
+}
+"""A verifier's final answer (its typed output): accepted, or rejected with the reasons the producer reads."""
+MAX_VERIFY_REJECTIONS = 1
+"""Rejections sent back to the producer as corrections; the next one fails its task."""
+
+
+def verify_child_id(parent_task_id: str, step: int, call_id: str, round_: int) -> str:
+    """The verifier's task for one handoff call (round: the rejections so far): stable across re-runs."""
+    return child_task_id(parent_task_id, step, f"{call_id}\x00verify\x00{round_}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    reasons: tuple[str, ...]
+
+
+def verdict_of(output: str) -> Verdict | None:
+    """The verdict in a verifier's typed output; None if it holds none (a verifier without one)."""
+    try:
+        data = json.loads(output)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("verdict") not in ("accepted", "rejected"):
+        return None
+    reasons = data.get("reasons", [])
+    texts = tuple(str(r) for r in reasons) if isinstance(reasons, list) else (str(reasons),)
+    return Verdict(data["verdict"] == "accepted", texts)
+
+
+def rejected(verifier: str, reasons: Sequence[str], *, final: bool) -> AgentmeshError:
+    """VERIFICATION_REJECTED naming the verifier and its reasons (CONTRACT: the producer's to fix)."""
+    listed = "; ".join(r.strip() for r in reasons if r.strip()) or "no reason given"
+    then = "the task fails" if final else "fix the brief and hand off again (one more rejection fails the task)"
+    return AgentmeshError(
+        ErrorCode.VERIFICATION_REJECTED,
+        f"verifier {verifier} rejected the handoff: {listed}"[:1800] + f"; {then}",
+        metadata={"verifier": verifier},
+    )

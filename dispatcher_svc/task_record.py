@@ -134,6 +134,8 @@ class Cursor:
     answer_corrections: int = 0
     """Final answers sent back for breaking the output schema (at most 2, then OUTPUT_INVALID)."""
     claim_corrections: int = 0
+    verify_rejections: int = 0
+    """Handoffs a verifier rejected (`verify_with:`): one goes back to the model, the next fails the task."""
     """Final answers sent back for an unsupported claim (at most 1, then CLAIM_UNSUPPORTED)."""
     fix: str = ""
     """In phase CORRECTING: the correction the model reads after its rejected answer (`reply`)."""
@@ -159,6 +161,8 @@ class Cursor:
             data["answer_fix"] = self.answer_corrections
         if self.claim_corrections:
             data["claim_fix"] = self.claim_corrections
+        if self.verify_rejections:
+            data["verify_fix"] = self.verify_rejections
         if self.fix:
             data["fix"] = self.fix
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -183,6 +187,7 @@ class Cursor:
             ledger={str(k): list(v) for k, v in data.get("ledger", {}).items()},
             answer_corrections=int(data.get("answer_fix", 0)),
             claim_corrections=int(data.get("claim_fix", 0)),
+            verify_rejections=int(data.get("verify_fix", 0)),
             fix=str(data.get("fix", "")),
         )
 

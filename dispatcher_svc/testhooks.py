@@ -5,7 +5,8 @@ that reaches that point in this process announce it (a line on stderr; with
 `DISPATCHER_TEST_PAUSE_FILE` set, "<point> <task id> <fence>" written to that file) and wait
 there until the file is deleted. A test can `kill -9` the process at exactly that point, or freeze
 it (SIGSTOP), let another replica take over, then thaw it and delete the file to watch the stale
-owner's next write be refused. Unset (always, outside tests), no hook is installed.
+owner's next write be refused. With `DISPATCHER_TEST_PAUSE_AGENT=<agent id>`, only a task of that agent
+pauses (a relay's child, while its parent waits). Unset (always, outside tests), no hook is installed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dispatcher_svc.tasks import TaskRecord
 
 PAUSE_AT_ENV = "DISPATCHER_TEST_PAUSE_AT"
 PAUSE_FILE_ENV = "DISPATCHER_TEST_PAUSE_FILE"
+PAUSE_AGENT_ENV = "DISPATCHER_TEST_PAUSE_AGENT"
 POINTS = frozenset(
     {
         "after_reply_checkpoint",
@@ -38,11 +40,12 @@ def from_env() -> Hook | None:
     if point not in POINTS:
         raise ValueError(f"{PAUSE_AT_ENV}={point!r}: expected one of {sorted(POINTS)}")
     marker = os.environ.get(PAUSE_FILE_ENV, "")
+    agent = os.environ.get(PAUSE_AGENT_ENV, "").strip()
     fired = False
 
     async def pause(reached: str, record: TaskRecord) -> None:
         nonlocal fired
-        if reached != point or fired:
+        if reached != point or fired or (agent and record.agent_id != agent):
             return
         fired = True
         print(f"PAUSED {reached} {record.task_id} fence={record.fence}", file=sys.stderr, flush=True)

@@ -1,20 +1,23 @@
 """`agentmesh demo relay`: a 5-agent ops relay over handoffs (issue 44) on the scripted model, then stop.
 
 The alert goes triage (reads the service's log with query_logs) -> log analyst -> remediation -> reporter
--> a carrier of the capability `closing` (verifier or closer, picked by capability routing). Each agent
+-> a carrier of the capability `closing` (verifier or closer, picked by capability routing). The log
+analyst's transfers are checked by a verifier agent first (`verify_with: relay_checker`): its first brief
+states a root cause cited to a message that does not hold it, the verifier (re-reading the hop's record
+with read_payload) rejects it, and the analyst hands over again without it. Each agent
 hands over with `transfer_to_<next>`; context_svc builds each hop summary (BuildHandoff: the user's
 constraints verbatim, every confirmed fact's citation re-read, capped). The demo prints each hop summary
 with its confirmed and inferred facts and their citations, and the tokens it carried against the
 transcript it replaced (the handing agent's context with every message and tool output whole). The
 agents, their scripted models (provider_svc/scenarios/relay.py) and the service log are written to a
-temporary overlay; it needs no demo overlay of its own. Not yet here: a verifier that re-reads the
-citations, an approval in the remediation hop.
+temporary overlay; it needs no demo overlay of its own. Not yet here: an approval in the remediation hop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +48,8 @@ GOAL = (
     f"Alert on service {SERVICE}: checkout requests fail. The customer ticket is {PLANTED['ticket']}; "
     f"do not restart anything {PLANTED['window']}. Find the cause and get it fixed."
 )
+UNSUPPORTED = "a cache leak in v2.1"
+"""The log analyst's first brief states it as confirmed, cited to the user's message: the verifier rejects it."""
 HOP_CAP = 800
 """context_svc's default cap on a hop summary (tokens)."""
 
@@ -55,12 +60,12 @@ def overlay(logs_dir: Path) -> dict[str, Any]:
     models: list[dict[str, Any]] = []
     agents: list[dict[str, Any]] = []
 
-    def add(agent_id: str, role: str, next_tool: str, **extra: Any) -> None:
+    def add(agent_id: str, policy_role: str, next_tool: str, fabricate: str = "", **extra: Any) -> None:
         models.append(
             {
                 "name": agent_id,
                 "policy": "provider_svc.scenarios.relay:relay_policy",
-                "policy_args": {"role": role, "next_tool": next_tool},
+                "policy_args": {"role": policy_role, "next_tool": next_tool, "fabricate": fabricate},
             }
         )
         agents.append(
@@ -79,9 +84,11 @@ def overlay(logs_dir: Path) -> dict[str, Any]:
         target = "closing" if last else chain[i + 1]
         handoffs: list[Any] = [{"capability": "closing"}] if last else [target]
         tools = ["query_logs"] if role == "triage" else ["none_here"]
-        add(chain[i], role, f"transfer_to_{target}", tools=tools, handoffs=handoffs)
+        checked: dict[str, Any] = {"verify_with": "relay_checker", "fabricate": UNSUPPORTED} if role == "logs" else {}
+        add(chain[i], role, f"transfer_to_{target}", tools=tools, handoffs=handoffs, **checked)
     for closer in ("relay_verifier", "relay_closer"):
         add(closer, "close", "", tools=["none_here"], capabilities=["closing"])
+    add("relay_checker", "verify", "", tools=["read_payload"], role="verifier")
     return {
         "providers": {
             "backends": [{"name": "scripted", "type": "scripted", "rate_limit_per_min": None, "models": models}]
@@ -110,19 +117,23 @@ async def _events(stub: Any, md: Any, task_id: str) -> list[D.TaskEvent]:
     return [r.event async for r in call if r.event.sequence]
 
 
-async def _relay(target: str, token: str) -> list[tuple[D.Task, list[D.TaskEvent]]]:
-    """The chain from the triage task to the last one, each task with its events."""
+async def _relay(target: str, token: str) -> tuple[list[tuple[D.Task, list[D.TaskEvent]]], list[D.Task]]:
+    """The chain from the triage task to the last one, each task with its events; the verifiers' tasks."""
     md = ((IDENTITY_HEADER, token),)
     async with grpc.aio.insecure_channel(target) as channel:
         stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
         started = await stub.StartTask(D.StartTaskRequest(agent_id="relay_triage", goal=GOAL), metadata=md)
-        task_id, chain = started.task.task_id, []
+        task_id, chain, checks = started.task.task_id, [], []
         while True:
             events = await _events(stub, md, task_id)
             reply: D.GetTaskResponse = await stub.GetTask(D.GetTaskRequest(task_id=task_id), metadata=md)
             chain.append((reply.task, events))
+            for e in events:
+                if e.kind == D.TASK_EVENT_KIND_HANDOFF and e.attributes.get("mode") == "verify":
+                    checked = D.GetTaskRequest(task_id=e.attributes["child_task_id"])
+                    checks.append((await stub.GetTask(checked, metadata=md)).task)
             if reply.task.status != D.TASK_STATUS_HANDED_OFF or len(chain) > len(ROLES):
-                return chain
+                return chain, checks
             task_id = reply.task.child_task_id
 
 
@@ -137,7 +148,12 @@ def print_hops(chain: Sequence[tuple[D.Task, Sequence[D.TaskEvent]]]) -> list[tu
     carried = []
     for (parent, events), (child, _) in itertools.pairwise(chain):
         hop = next(
-            (e for e in events if e.kind == D.TASK_EVENT_KIND_HANDOFF and e.attributes.get("child_task_id")), None
+            (
+                e
+                for e in events
+                if e.kind == D.TASK_EVENT_KIND_HANDOFF and e.attributes.get("child_task_id") == child.task_id
+            ),
+            None,
         )
         if hop is None:
             continue
@@ -150,6 +166,20 @@ def print_hops(chain: Sequence[tuple[D.Task, Sequence[D.TaskEvent]]]) -> list[tu
         )
         print("  " + child.goal.replace("\n", "\n  "))
     return carried
+
+
+def print_verdicts(checks: Sequence[D.Task]) -> list[str]:
+    """Prints each verifier task's verdict; the verdicts in order."""
+    verdicts = []
+    for task in checks:
+        try:
+            verdict = json.loads(task.output_json)
+        except ValueError:
+            verdict = {"verdict": D.TaskStatus.Name(task.status), "reasons": [task.error.message]}
+        verdicts.append(str(verdict.get("verdict")))
+        reasons = "; ".join(verdict.get("reasons", [])) or "-"
+        print(f"\n== verifier {task.agent_id} on the log analyst's handoff: {verdict.get('verdict')} ({reasons})")
+    return verdicts
 
 
 def run_relay_demo(settings: Settings, configs: Sequence[Path]) -> int:
@@ -178,7 +208,8 @@ def run_relay_demo(settings: Settings, configs: Sequence[Path]) -> int:
         supervisor.start(ready_timeout_s=60)
         token = Authenticator(settings.auth, settings.environment).mint(subject="demo-operator", roles=("operator",))
         print(f"\n== the alert: {GOAL}")
-        chain = asyncio.run(_relay(supervisor.target("dispatcher"), token))
+        chain, verifier_tasks = asyncio.run(_relay(supervisor.target("dispatcher"), token))
+        verdicts = print_verdicts(verifier_tasks)
         carried = print_hops(chain)
         last, _ = chain[-1]
         print(f"\n== {last.agent_id}: {D.TaskStatus.Name(last.status).removeprefix('TASK_STATUS_')}")
@@ -187,6 +218,10 @@ def run_relay_demo(settings: Settings, configs: Sequence[Path]) -> int:
         for i, (tokens, replaced) in enumerate(carried, 1):
             share = f"{100 * tokens / replaced:.0f}%" if replaced else "-"
             print(f"  hop {i}: {tokens:>5} against {replaced:>6,}  ({share})")
+        checks["the verifier rejected the unsupported root cause once, then accepted"] = verdicts == [
+            "rejected",
+            "accepted",
+        ] and all(UNSUPPORTED not in task.goal for task, _ in chain[2:])
         checks["the relay completed"] = last.status == D.TASK_STATUS_SUCCEEDED and len(chain) == len(ROLES) + 1
         checks["every planted value reached the last agent"] = all(v in last.goal for v in PLANTED.values())
         checks[f"every hop under {HOP_CAP} tokens"] = bool(carried) and all(t <= HOP_CAP for t, _ in carried)

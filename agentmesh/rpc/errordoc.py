@@ -56,6 +56,10 @@ CODE_ADVICE: Mapping[ErrorCode, str] = MappingProxyType(
             "The idempotency key was used with other arguments: resend the original arguments, or use a new key "
             "for a new request."
         ),
+        ErrorCode.VERIFICATION_REJECTED: (
+            "Hand on only what the cited sources support: drop or mark as inferred each fact the verifier's "
+            "reasons name, then hand off again; a second rejection fails the task."
+        ),
         ErrorCode.UPSTREAM_NOT_FOUND: (
             "The downstream resource does not exist: change the request or take `fallback_tool`."
         ),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentmesh.answers import canonical
@@ -67,8 +68,9 @@ def hops_of(record: TaskRecord) -> list[str]:
     return record.hops.split(",") if record.hops else [record.agent_id]
 
 
-async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild:
-    """Carries out one handoff call: the exit it takes, or the typed outcome the model is told."""
+async def hand_off(run: Run, cs: CallState, *, verified: bool = False) -> ToolOutcome | HandOff | WaitChild:
+    """Carries out one handoff call: the exit it takes, or the typed outcome the model is told. A transfer
+    of an agent with `verify_with:` goes to its verifier first (an ask), unless `verified`."""
     state, call = run.state, cs.call
     record, agent = state.record, state.agent
     tool = agent.handoff_tools.get(call.name)
@@ -88,20 +90,11 @@ async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild
     refused = handoffs.guard(hops=hops, to_agent=target, depth=record.depth, limit=run.settings.max_handoff_depth)
     if refused is not None:
         return _error(call, refused)
-    try:
-        hop = await run.downstream.call(
-            "BuildHandoff",
-            lambda o: run.downstream.ports.context.build_handoff(record.session_id, child_id, brief, o),
-            retry_on=decisions.UNCERTAIN_CODES,  # the same request again gives the same record
-        )
-    except PortFailure as failure:
-        if failure.error.code not in _BRIEF_CODES:
-            raise
-        err = failure.error
-        return _error(
-            call,
-            AgentmeshError(ErrorCode.SCHEMA_INVALID, f"the handoff brief: {err.message}", violations=err.violations),
-        )
+    if agent.verify_with and tool.mode == "transfer" and not verified:
+        return await _ask_verifier(run, cs, brief, target, hops)
+    hop = await _build_hop(run, call, child_id, brief)
+    if isinstance(hop, ToolOutcome):
+        return hop
     attributes = {
         "parent_task_id": record.task_id,
         "child_task_id": child_id,
@@ -129,6 +122,101 @@ async def hand_off(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild
     if tool.mode == "transfer":
         return HandOff(child_id, target, (event,))
     return WaitChild(child_id, call, (event,))
+
+
+async def _build_hop(run: Run, call: ToolCall, child_id: str, brief: dict[str, Any]) -> HopSummary | ToolOutcome:
+    """context_svc's hop summary for the child `child_id`; a brief it cannot use is the model's to fix."""
+    session_id = run.state.record.session_id
+    try:
+        hop: HopSummary = await run.downstream.call(
+            "BuildHandoff",
+            lambda o: run.downstream.ports.context.build_handoff(session_id, child_id, brief, o),
+            retry_on=decisions.UNCERTAIN_CODES,  # the same request again gives the same record
+        )
+    except PortFailure as failure:
+        if failure.error.code not in _BRIEF_CODES:
+            raise
+        err = failure.error
+        return _error(
+            call,
+            AgentmeshError(ErrorCode.SCHEMA_INVALID, f"the handoff brief: {err.message}", violations=err.violations),
+        )
+    return hop
+
+
+async def _ask_verifier(
+    run: Run, cs: CallState, brief: dict[str, Any], target: str, hops: list[str]
+) -> ToolOutcome | WaitChild:
+    """The transfer's brief goes to the agent's verifier first, as an ask: its hop summary (citations checked,
+    the cited payloads and the full record granted to the verifier's session) is the verifier's goal;
+    the parent waits, and the verdict comes back as this call's outcome (after_verdict)."""
+    state, call = run.state, cs.call
+    record, verifier = state.record, state.agent.verify_with
+    refused = handoffs.guard(hops=hops, to_agent=verifier, depth=record.depth, limit=run.settings.max_handoff_depth)
+    if refused is not None:
+        return _error(call, refused)
+    child_id = handoffs.verify_child_id(record.task_id, state.cursor.step, call.id, state.cursor.verify_rejections)
+    hop = await _build_hop(run, call, child_id, brief)
+    if isinstance(hop, ToolOutcome):
+        return hop
+    attributes = {
+        "parent_task_id": record.task_id,
+        "child_task_id": child_id,
+        "mode": "verify",
+        "from_agent": state.agent.id,
+        "to_agent": verifier,
+        "verifies": target,
+        "hop_tokens": str(hop.token_count),
+        "confirmed": str(hop.confirmed),
+        "inferred": str(hop.inferred),
+        "demoted": str(hop.demoted),
+        "depth": str(record.depth + 1),
+    }
+    await run.downstream.reached("before_handoff_child")
+    await _create_child(run, child_id, verifier, "verify", hop, hops, attributes)
+    await run.downstream.reached("after_handoff_child")
+    event = run.checkpoints.event(
+        EventKind.HANDOFF,
+        f"asked verifier {verifier} (task {child_id}) to check the handoff to {target}; hop summary "
+        f"{hop.token_count} tokens, {hop.confirmed} confirmed / {hop.inferred} inferred facts ({hop.demoted} demoted)",
+        tool_call=call,
+        usage=Usage(hop.token_count, 0),
+        attributes=attributes,
+    )
+    return WaitChild(child_id, call, (event,))
+
+
+def awaits_verdict(run: Run, cs: CallState) -> bool:
+    """Whether the call's delivered outcome is a verifier's verdict: a transfer never gets one otherwise."""
+    tool = run.state.agent.handoff_tools.get(cs.call.name)
+    return (
+        cs.resolved is not None and bool(run.state.agent.verify_with) and tool is not None and tool.mode == "transfer"
+    )
+
+
+async def after_verdict(run: Run, cs: CallState) -> ToolOutcome | HandOff | WaitChild | Fail:
+    """The verifier's verdict on a transfer: accepted, the transfer goes on (its child created once, as any);
+    rejected, the model is told why (VERIFICATION_REJECTED, CONTRACT) once, then the task fails with it.
+    A verifier that ended without a verdict is the call's ENGINEERING outcome."""
+    resolved, c = cs.resolved, run.state.cursor
+    assert resolved is not None
+    verifier = run.state.agent.verify_with
+    if resolved.error is not None:
+        return resolved
+    verdict = handoffs.verdict_of((resolved.output.inline if resolved.output is not None else "") or "")
+    if verdict is None:
+        error = AgentmeshError(ErrorCode.HANDOFF_FAILED, f"verifier {verifier} answered without a verdict")
+        return _error(cs.call, error)
+    trace.get_current_span().set_attributes(
+        {"agentmesh.verify.verdict": "accepted" if verdict.accepted else "rejected", "agentmesh.verify.by": verifier}
+    )
+    if verdict.accepted:
+        cs.resolved = None
+        return await hand_off(run, cs, verified=True)
+    if c.verify_rejections >= handoffs.MAX_VERIFY_REJECTIONS:
+        return Fail(handoffs.rejected(verifier, verdict.reasons, final=True))
+    c.verify_rejections += 1
+    return _error(cs.call, handoffs.rejected(verifier, verdict.reasons, final=False))
 
 
 async def _target(run: Run, tool: handoffs.HandoffTool, child_id: str) -> str | AgentmeshError | None:
@@ -182,7 +270,7 @@ async def _create_child(
         root_task_id=record.root,
         depth=record.depth + 1,
         hops=",".join([*hops, target]),
-        answer_to=record.task_id if mode == "ask" else record.answer_to,
+        answer_to=record.task_id if mode in ("ask", "verify") else record.answer_to,
         deadline_ms=state.deadline_ms,
     )
     if record.creator_agent:

@@ -28,7 +28,7 @@ from dispatcher_svc.run import decisions, handing, judging, tool_calls
 from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.downstream import AppendConflict, PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
-from dispatcher_svc.run.next_step import Continue, NextStep, Succeed
+from dispatcher_svc.run.next_step import Continue, Fail, HandOff, NextStep, Succeed, WaitChild
 from dispatcher_svc.run.texts import raw_tokens_of, reply_text
 from dispatcher_svc.tasks import CallState
 
@@ -261,9 +261,14 @@ async def act(run: Run) -> NextStep:
                 events += started
             issued = len(events)
             if cs.state is CallStage.RUNNING:
-                if early is None and cs.resolved is None and handing.is_handoff(run, cs.call):
-                    handed = await handing.hand_off(run, cs)
-                    if not isinstance(handed, ToolOutcome):
+                if early is None and handing.is_handoff(run, cs.call):
+                    handed: ToolOutcome | HandOff | WaitChild | Fail | None = None
+                    if cs.resolved is None:
+                        handed = await handing.hand_off(run, cs)
+                    elif handing.awaits_verdict(run, cs):  # a verifier's verdict on this transfer
+                        handed = await handing.after_verdict(run, cs)
+                        cs.resolved = None
+                    if handed is not None and not isinstance(handed, ToolOutcome):
                         return replace(handed, prefix=(*events, *handed.prefix))
                     early = handed
                 outcome = early if early is not None else await down.fetch_outcome(index, cs)

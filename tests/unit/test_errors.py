@@ -75,6 +75,8 @@ RPC_ENGINEERING = [
 ISSUE_ENGINEERING = ["OUTCOME_UNKNOWN", "CLAIM_UNSUPPORTED", "HANDOFF_DEPTH_EXCEEDED", "HANDOFF_FAILED"]
 # Issue 43: a spend budget of a key, agent or tenant is used up (FATAL: a task aborts).
 ISSUE_FATAL = ["BUDGET_EXCEEDED"]
+# Issue 44: a verifier rejected what an agent hands on (CONTRACT: the producer corrects it once).
+ISSUE_CONTRACT = ["VERIFICATION_REJECTED"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MAPPED = [c for c in ErrorCode if c is not ErrorCode.UNSPECIFIED]
 
@@ -105,13 +107,21 @@ def test_unspecified_is_unmapped_everywhere() -> None:
 
 
 def test_design_lists_cover_every_code_exactly_once() -> None:
-    listed = DESIGN_CONTRACT + DESIGN_ENGINEERING + DESIGN_FATAL + RPC_ENGINEERING + ISSUE_ENGINEERING + ISSUE_FATAL
+    listed = (
+        DESIGN_CONTRACT
+        + ISSUE_CONTRACT
+        + DESIGN_ENGINEERING
+        + DESIGN_FATAL
+        + RPC_ENGINEERING
+        + ISSUE_ENGINEERING
+        + ISSUE_FATAL
+    )
     assert sorted(listed) == sorted(c.name for c in MAPPED)
 
 
 @pytest.mark.parametrize(
     ("name", "expected"),
-    [(n, ErrorClass.CONTRACT) for n in DESIGN_CONTRACT]
+    [(n, ErrorClass.CONTRACT) for n in DESIGN_CONTRACT + ISSUE_CONTRACT]
     + [(n, ErrorClass.ENGINEERING) for n in DESIGN_ENGINEERING + RPC_ENGINEERING + ISSUE_ENGINEERING]
     + [(n, ErrorClass.FATAL) for n in DESIGN_FATAL + ISSUE_FATAL],
 )

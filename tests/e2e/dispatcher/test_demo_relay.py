@@ -1,5 +1,6 @@
 """`agentmesh demo relay` itself, on free ports (issue 44): five agents hand the alert on over four service
-processes; it must print each hop summary with its facts and citations and report every check as passed."""
+processes; it must print each hop summary with its facts and citations, the verifier's two verdicts on the log
+analyst's handoff (its unsupported root cause rejected once), and report every check as passed."""
 
 from __future__ import annotations
 
@@ -40,5 +41,9 @@ def test_demo_relay_hands_the_alert_on_and_stops_everything(
         "Inferred facts (not checked):",
         "== tokens each hop carried against the transcript it replaced",
         "[x] every planted value reached the last agent",
+        "== verifier relay_checker on the log analyst's handoff: rejected (root cause = 'a cache leak in v2.1': "
+        "its citation does not support it (value_not_in_source))",
+        "== verifier relay_checker on the log analyst's handoff: accepted (-)",
+        "[x] the verifier rejected the unsupported root cause once, then accepted",
     ):
         assert line in out, line

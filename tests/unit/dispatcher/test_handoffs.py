@@ -233,3 +233,41 @@ def test_a_handoff_names_an_agent_or_a_capability_and_a_capability_needs_a_carri
     for both_or_neither in ({"to": "b", "capability": "logs"}, {"mode": "ask"}):
         with pytest.raises(ValueError, match="one target"):
             AgentSettings(id="a", handoffs=[both_or_neither], **base)
+
+
+def test_verify_with_names_another_verifier_whose_answer_is_a_verdict() -> None:
+    base: dict[str, Any] = {"model": "m/m", "permissions": []}
+    checker = AgentSettings(id="checker", role="verifier", **base)
+    producer = AgentSettings(id="p", verify_with="checker", **base)
+    registry = AgentRegistry([producer, checker])
+    assert registry.get("p").verify_with == "checker"
+    schema = registry.get("checker").output_schema
+    assert schema is not None and schema["properties"]["verdict"] == {"enum": ["accepted", "rejected"]}
+    assert registry.get("p").output_schema is None
+    for agents in (
+        [producer],  # nobody of that id
+        [producer, AgentSettings(id="checker", **base)],  # not a verifier
+        [AgentSettings(id="checker", role="verifier", verify_with="checker", **base)],  # itself
+    ):
+        with pytest.raises(ConfigError, match="verify_with: 'checker' is not another agent with role verifier"):
+            AgentRegistry(agents)
+    mute = AgentSettings(id="checker", role="verifier", output_schema={"type": "object"}, **base)
+    with pytest.raises(ConfigError, match="output_schema has no `verdict`"):
+        AgentRegistry([producer, mute])
+    with pytest.raises(ValueError, match="role"):
+        AgentSettings(id="x", role="judge", **base)
+
+
+def test_a_verdict_is_read_from_the_verifiers_typed_output_and_a_rejection_is_contract() -> None:
+    assert handoffs.verdict_of('{"verdict":"accepted"}') == handoffs.Verdict(True, ())
+    assert handoffs.verdict_of('{"verdict":"rejected","reasons":["x is unsupported"]}') == handoffs.Verdict(
+        False, ("x is unsupported",)
+    )
+    for no_verdict in ("", "accepted", "[]", '{"verdict":"maybe"}', '{"reasons":[]}'):
+        assert handoffs.verdict_of(no_verdict) is None, no_verdict
+    first = handoffs.rejected("checker", ["x is unsupported", " "], final=False)
+    assert (first.code, first.error_class) == (ErrorCode.VERIFICATION_REJECTED, ErrorClass.CONTRACT)
+    assert first.message.startswith("verifier checker rejected the handoff: x is unsupported; fix the brief")
+    assert handoffs.rejected("checker", [], final=True).message.endswith("no reason given; the task fails")
+    a, b = (handoffs.verify_child_id("t-1", 3, "c1", n) for n in (0, 1))
+    assert a != b and a == handoffs.verify_child_id("t-1", 3, "c1", 0) != handoffs.child_task_id("t-1", 3, "c1")
