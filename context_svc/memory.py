@@ -196,7 +196,11 @@ def same_topic(new: str, old: str) -> bool | None:
 # Explicit statements of preference only: a sentence that starts with (or, for Chinese, holds) a cue.
 _SENTENCE_RE = re.compile(r"[^.!?。！？\n]+[.!?。！？]?")
 _PREFERENCE_RES = (
-    re.compile(r"^\s*(?:from now on,?\s*)?(?:i(?:'d| would)? (?:always )?prefer|i always want|please always)\b", re.I),
+    re.compile(
+        r"^\s*(?:(?:from now on|actually|instead|going forward|no),?\s*)*"
+        r"(?:i(?:'d| would)? (?:always |rather )?prefer|i always want|please always)\b",
+        re.I,
+    ),
     re.compile(r"(以后|今后|从现在起).*(都|总是|一律)|我(更)?(喜欢|偏好)|请(总是|一律)"),
 )
 

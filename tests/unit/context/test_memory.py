@@ -55,6 +55,7 @@ def test_extraction_takes_explicit_preference_sentences_only() -> None:
     assert extract_statements("以后发票都用欧元。谢谢") == [(PREF, "以后发票都用欧元。")]
     said = "From now on, I'd prefer short answers"
     assert extract_statements(said) == [(PREF, said)]
+    assert extract_statements("No, actually I prefer USD!") == [(PREF, "No, actually I prefer USD!")]
     assert extract_statements("Do you prefer EUR? The invoice is late.") == []
     assert extract_statements("") == []
 
@@ -153,6 +154,7 @@ async def test_the_store_supersedes_restates_expires_and_forgets(store: Store) -
     eur = await memories.remember(ALICE, "I prefer invoices in EUR", PREF, source=Source("s1", 0))
     again = await memories.remember(ALICE, "I prefer invoices in EUR.", PREF)
     assert again.already and again.record == eur.record
+    clock.now += 1
     fact = await memories.remember(ALICE, "My invoices are for ACME", MemoryKind.FACT, ttl_s=7 * DAY)
     clock.now += DAY
     usd = await memories.remember(ALICE, "Actually I prefer invoices in USD", PREF, source=Source("s2", 4))
