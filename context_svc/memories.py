@@ -12,11 +12,13 @@ Domain code only: no grpc, no stubs (docs/architecture.md §1).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentmesh.config import ContextSettings
+from agentmesh.errors import AgentmeshError, InvalidRequestError
 from agentmesh.store import Store
 from context_svc.memory import (
     LexicalMemoryRecall,
@@ -34,6 +36,8 @@ from context_svc.memory_store import MemoryStore, Remembered
 from context_svc.model import Caller, Session
 
 __all__ = ["Memories"]
+
+log = logging.getLogger("context_svc")
 
 
 class Memories:
@@ -91,7 +95,11 @@ class Memories:
         limit = self.settings.memory_recall_items
         if not session.owner or limit <= 0 or budget <= 0:
             return ""
-        records = await self.records.active(Subject(Scope.USER, session.owner))
+        try:
+            subject = Subject(Scope.USER, session.owner)
+        except InvalidRequestError:
+            return ""  # an owner no memory can be stored for (over-long id): nothing to recall
+        records = await self.records.active(subject)
         ranked = self.recall.rank(records, query, now=self.clock(), limit=limit)
         text = render_memories(ranked)
         while ranked and count(text) > budget:
@@ -108,13 +116,18 @@ class Memories:
         statements = extract_statements(content) if self.settings.memory_extract else []
         if not statements:
             return []
-        session, _ = await get(session_id)
-        if not session.owner:
-            return []
-        subject = Subject(Scope.USER, session.owner)
         source = Source(session_id=session_id, message_index=index)
-        return [
-            await self.records.remember(subject, statement, kind, source=source)
-            for kind, statement in statements
-            if len(statement) <= self.settings.memory_max_chars
-        ]
+        remembered = []
+        try:
+            session, _ = await get(session_id)
+            if not session.owner:
+                return []  # a session of a release before owners were recorded
+            subject = Subject(Scope.USER, session.owner)
+            for kind, statement in statements:
+                if len(statement) <= self.settings.memory_max_chars:
+                    remembered.append(await self.records.remember(subject, statement, kind, source=source))
+        except AgentmeshError as exc:
+            # The message is appended already: a failed extraction must not make the append look
+            # failed (a retry without client_message_id would append it twice). Logged, not raised.
+            log.warning("memory extraction of %s message %d failed: %s", session_id, index, exc)
+        return remembered

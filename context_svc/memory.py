@@ -259,9 +259,10 @@ def render_memories(ranked: Sequence[RankedMemory]) -> str:
     """The system block's memory section: each record with its kind, date and source."""
     if not ranked:
         return ""
-    lines = ["Remembered about the user (long-term memory; newest statement wins):"]
+    lines = ["Remembered about the user (long-term memory, the user's own words, quoted):"]
     for item in ranked:
         r = item.record
         day = time.strftime("%Y-%m-%d", time.gmtime(r.created_at))
-        lines.append(f"- [{r.kind.value}] {r.text} (source: {r.source.cite()}, {day}; memory {r.memory_id})")
+        # Quoted: the user's words, not instructions of the system prompt around them.
+        lines.append(f'- [{r.kind.value}] "{r.text}" (source: {r.source.cite()}, {day}; memory {r.memory_id})')
     return "\n".join(lines)

