@@ -6,10 +6,11 @@ subject's whole index, one key in one Cluster slot, so Forget of a subject is on
 record, index entry or cache behind (this module caches nothing between calls). A memory id names
 its subject's key (`mem_<scope>_<hash>_<random>`), so Forget by id needs no global index.
 
-Remember reads the subject's records, supersedes those the new one corrects and writes the changes
-in one HSET. Two Remembers racing on one topic may both stay current; the next one on that topic
-supersedes both (same_topic is checked against every current record). A subject holds at most
-`max_records` records: the oldest superseded or expired ones go first, then Remember is refused.
+Remember reads the subject's records, supersedes those the new one corrects and writes the changes in
+one transaction, which also deletes the subject's expired records. Two Remembers racing on one topic
+may both stay current; the next one on that topic supersedes both (same_topic is checked against
+every current record). A subject holds at most `max_records` records: the oldest superseded ones go
+first, then Remember is refused.
 
 The clock is injected (`clock`): tests and drills move it (`context.memory_clock_offset_s`).
 
@@ -40,6 +41,7 @@ from context_svc.memory import (
 
 __all__ = ["MemoryStore", "Remembered", "memory_key"]
 
+MAX_TTL_S = 100 * 365 * 86400
 _ID_RE = re.compile(r"mem_(user|agent|tenant)_([0-9a-f]{32})_[0-9a-f]{16}")
 
 
@@ -100,8 +102,10 @@ class MemoryStore:
         nothing (see memory.py)."""
         text = validate_text(text, self.max_chars)
         source = source or Source()
-        if ttl_s is not None and ttl_s <= 0:
-            raise InvalidRequestError("ttl", f"must be > 0 (leave it unset to keep the memory), got {ttl_s}")
+        if ttl_s is not None and not 0 < ttl_s <= MAX_TTL_S:
+            raise InvalidRequestError(
+                "ttl", f"must be > 0 and at most 100 years (leave it unset to keep the memory), got {ttl_s}s"
+            )
         if source.message_index < 0:
             raise InvalidRequestError("source.message_index", f"must be >= 0, got {source.message_index}")
         now = self.clock()
@@ -126,7 +130,10 @@ class MemoryStore:
         )
         changes: dict[FieldT, EncodableT] = {memory_id: record.to_json()}
         changes.update({old.memory_id: replace(old, superseded_by=memory_id).to_json() for old in corrected})
-        evict = self._evictions(existing, now, len(existing) + 1 - self.max_records)
+        # Expired records go at the next Remember of their subject (their lifetime was chosen).
+        expired = {r.memory_id for r in existing if r.expires_at is not None and now >= r.expires_at}
+        kept = [r for r in existing if r.memory_id not in expired]
+        evict = sorted(expired) + self._evictions(kept, now, len(kept) + 1 - self.max_records)
         key = self.key(subject)
         pipe = self.store.redis.pipeline(transaction=True)
         if evict:

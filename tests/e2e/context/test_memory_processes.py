@@ -188,7 +188,7 @@ def test_a_preference_is_remembered_weeks_later_for_its_user_only(
             memory_keys = [line for line in before.splitlines() if ":mem:{user:" in line]
             assert len(memory_keys) >= 2  # user-a's and user-c's records are in Redis
             forgotten = stub.Forget(K.ForgetRequest(subject=subject_a), metadata=alice2)
-            assert forgotten.deleted_count == 3  # EUR (superseded), USD, the expired PO-777 fact
+            assert forgotten.deleted_count == 2  # EUR (superseded) and USD; the expired PO-777 went at the USD one
             system = _system(stub, alice2, "a2")
             assert "long-term memory" not in system and "USD" not in system
             # The statements stay in the conversations' logs until the sessions go: delete them too.

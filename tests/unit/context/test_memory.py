@@ -191,8 +191,9 @@ async def test_the_store_supersedes_restates_expires_and_forgets(store: Store) -
 async def test_the_store_refuses_bad_input_and_evicts_inactive_records_first(store: Store) -> None:
     clock = Clock()
     memories = MemoryStore(store, max_chars=50, max_records=3, clock=clock)
-    with pytest.raises(InvalidRequestError, match="ttl"):
-        await memories.remember(ALICE, "x", PREF, ttl_s=0)
+    for ttl_s in (0, -1, 101 * 365 * DAY):
+        with pytest.raises(InvalidRequestError, match="ttl"):
+            await memories.remember(ALICE, "x", PREF, ttl_s=ttl_s)
     with pytest.raises(InvalidRequestError, match="message_index"):
         await memories.remember(ALICE, "x", PREF, source=Source("s", -1))
     with pytest.raises(InvalidRequestError, match="memory_max_chars"):
@@ -205,6 +206,14 @@ async def test_the_store_refuses_bad_input_and_evicts_inactive_records_first(sto
     assert first.record.memory_id not in ids and fourth.record.memory_id in ids and len(ids) == 3
     with pytest.raises(FailedPreconditionError, match="memory_max_records"):
         await memories.remember(ALICE, "My office is in Lyon", MemoryKind.FACT)
+    # An expired record goes at the subject's next Remember, whatever the room.
+    forgotten = await memories.forget_subject(ALICE)
+    assert forgotten == 3
+    short = await memories.remember(ALICE, "This week the reference is PO-7", MemoryKind.FACT, ttl_s=DAY)
+    clock.now += 2 * DAY
+    assert [r.memory_id for r in await memories.records(ALICE)] == [short.record.memory_id]  # listed until then
+    await memories.remember(ALICE, "My office is in Lyon", MemoryKind.FACT)
+    assert [r.text for r in await memories.records(ALICE)] == ["My office is in Lyon"]
 
 
 def _as_owner(
