@@ -128,7 +128,8 @@ class ContextService(Protocol):
 
     async def list_memories(self, request: ListMemoriesRequest, ctx: RequestContext[ListMemoriesRequest, ListMemoriesResponse], /) -> ListMemoriesResponse:
         """
-        Lists a subject's memories, newest first (superseded and expired ones on request).
+        Lists a subject's memories, newest first (superseded and expired ones on request); a subject holds at
+        most context.memory_max_records records, so the list is not paged.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -651,7 +652,8 @@ class ContextServiceClient(ConnectClient):
         use_get: bool = False,
     ) -> ListMemoriesResponse:
         """
-        Lists a subject's memories, newest first (superseded and expired ones on request).
+        Lists a subject's memories, newest first (superseded and expired ones on request); a subject holds at
+        most context.memory_max_records records, so the list is not paged.
         """
         return await self.execute_unary(
             request=request,

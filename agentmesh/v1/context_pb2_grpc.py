@@ -209,7 +209,8 @@ class ContextServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMemories(self, request, context):
-        """Lists a subject's memories, newest first (superseded and expired ones on request).
+        """Lists a subject's memories, newest first (superseded and expired ones on request); a subject holds at
+        most context.memory_max_records records, so the list is not paged.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
