@@ -13,10 +13,10 @@ import json
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
-import redis
 from google.protobuf import duration_pb2
 from pydantic import SecretStr
 
@@ -26,6 +26,7 @@ from agentmesh.identity import Authenticator
 from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn, wait_serving
+from tests.rediscluster import sync_client
 
 pytestmark = pytest.mark.e2e
 
@@ -99,7 +100,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _value(client: redis.Redis, key: bytes, kind: str) -> object:
+def _value(client: Any, key: bytes, kind: str) -> object:
     if kind == "string":
         return client.get(key)
     if kind == "hash":
@@ -115,7 +116,7 @@ def _value(client: redis.Redis, key: bytes, kind: str) -> object:
 
 def _dump(redis_server: LocalRedis) -> str:
     """Every key and value in Redis as text (strings, hashes, lists, sets, sorted sets, streams)."""
-    client = redis.Redis.from_url(redis_server.url)
+    client = sync_client(redis_server.url)  # a RedisCluster under --redis=cluster: scans every primary
     out: list[str] = []
     try:
         for key in client.scan_iter(match="*", count=1000):
