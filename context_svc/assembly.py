@@ -27,7 +27,7 @@ from context_svc.compaction import Compactor
 from context_svc.known import known_facts, render_known
 from context_svc.lines import choose_lines
 from context_svc.lru import LRU
-from context_svc.memories import Memories
+from context_svc.memories import Memories, Prefetch
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
 from context_svc.recall import Recall, Recalled, newest_user_text, query_of
 from context_svc.sessions import Loaded, SessionStore
@@ -101,8 +101,11 @@ class Assembler:
     def _message_tokens(self, counter: TokenCounter, role: Role, text: str) -> int:
         return counter.message(role.value, "") + self._count(counter, text)
 
-    async def build(self, loaded: Loaded, total: int, *, debug: bool = False) -> ContextView:
-        """The context of `loaded` that fits `total` tokens (the caller checked access and the budget)."""
+    async def build(
+        self, loaded: Loaded, total: int, *, debug: bool = False, memories: Prefetch | None = None
+    ) -> ContextView:
+        """The context of `loaded` that fits `total` tokens (the caller checked access and the budget);
+        `memories`: the owner's memories, read while the session loaded."""
         session = loaded.session
         counter = counter_for(session.budget.encoding)
         plan = BlockBudgets.of(total, session.budget)
@@ -111,7 +114,7 @@ class Assembler:
             # The user's long-term memories (issue 51) take at most a third of the system block.
             query = query_of(session.goal, [loaded.tail[i] for i in sorted(loaded.tail)])
             memory = await self.memory.recall_text(
-                session, query, plan.system // 3, lambda text: self._count(counter, text)
+                session, query, plan.system // 3, lambda text: self._count(counter, text), prefetched=memories
             )
         system_text, system_tokens, facts_cut = self._system(session, loaded.entities, plan.system, counter, memory)
 

@@ -525,6 +525,7 @@ class ContextEngine:
                 "budget_tokens",
                 f"must be > 0 (leave it unset for the session's max_context_tokens), got {budget_tokens}",
             )
+        memories = self.memory.prefetch(session_id)  # the owner's memories, read while the session loads
         loaded = await self.sessions.load(session_id)
         session = loaded.session
         check_access(caller, session_id, session.access)
@@ -532,7 +533,7 @@ class ContextEngine:
         total = session.budget.max_context_tokens if budget_tokens is None else budget_tokens
         if total < MIN_BUDGET_TOKENS:
             raise InvalidRequestError("budget_tokens", f"must be at least {MIN_BUDGET_TOKENS} tokens, got {total}")
-        return await self.assembly.build(loaded, total, debug=debug)
+        return await self.assembly.build(loaded, total, debug=debug, memories=memories)
 
     # -- compaction ----------------------------------------------------------------------------
 

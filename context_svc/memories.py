@@ -12,14 +12,17 @@ Domain code only: no grpc, no stubs (docs/architecture.md §1).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.config import ContextSettings
 from agentmesh.errors import AgentmeshError, InvalidRequestError
 from agentmesh.store import Store
+from context_svc.lru import LRU
 from context_svc.memory import (
     LexicalMemoryRecall,
     MemoryKind,
@@ -35,9 +38,24 @@ from context_svc.memory import (
 from context_svc.memory_store import MemoryStore, Remembered
 from context_svc.model import Caller, Session
 
-__all__ = ["Memories"]
+__all__ = ["Memories", "Prefetch"]
 
 log = logging.getLogger("context_svc")
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """A read of an owner's current memories started before the session loaded."""
+
+    owner: str
+    task: asyncio.Future[list[MemoryRecord]]
+
+
+def _retrieved(task: asyncio.Future[list[MemoryRecord]]) -> None:
+    # A prefetch the build did not use (the load failed, access was refused, the owner changed) must
+    # not log "exception was never retrieved": its outcome is read here and dropped.
+    if not task.cancelled():
+        task.exception()
 
 
 class Memories:
@@ -58,6 +76,10 @@ class Memories:
             store, max_chars=settings.memory_max_chars, max_records=settings.memory_max_records, clock=self.clock
         )
         self.recall = recall or LexicalMemoryRecall(half_life_days=settings.memory_half_life_days)
+        # Session id -> its owner, learned at BuildContext (an owner never changes within a session;
+        # a stale entry after a re-creation only wastes a prefetch): the next build of the session
+        # reads the owner's memories while the session loads. Forget of a user drops the user's entries.
+        self._owners: LRU[str, str] = LRU(settings.session_cache_entries)
 
     async def remember(
         self,
@@ -87,11 +109,37 @@ class Memories:
 
     async def forget_subject(self, caller: Caller, subject: Subject) -> int:
         check_memory_access(caller, subject)
+        if subject.scope is Scope.USER:
+            for session_id in self._owners.keys_of(subject.id):
+                self._owners.forget(session_id)
         return await self.records.forget_subject(subject)
 
-    async def recall_text(self, session: Session, query: str, budget: int, count: Callable[[str], int]) -> str:
+    def prefetch(self, session_id: str) -> Prefetch | None:
+        """Starts reading the memories of the owner this process saw for `session_id` last (None when
+        it saw none): BuildContext awaits them after loading the session, one round trip less."""
+        owner = self._owners.get(session_id)
+        if owner is None or self.settings.memory_recall_items <= 0:
+            return None
+        try:
+            subject = Subject(Scope.USER, owner)
+        except InvalidRequestError:
+            return None
+        task = asyncio.ensure_future(self.records.active(subject))
+        task.add_done_callback(_retrieved)
+        return Prefetch(owner, task)
+
+    async def recall_text(
+        self,
+        session: Session,
+        query: str,
+        budget: int,
+        count: Callable[[str], int],
+        *,
+        prefetched: Prefetch | None = None,
+    ) -> str:
         """The system block's memory section for `session` (its owner's memories relevant to `query`),
-        at most `budget` tokens by `count`; "" when the session has no owner or nothing is relevant."""
+        at most `budget` tokens by `count`; "" when the session has no owner or nothing is relevant.
+        `prefetched`: the owner's records read while the session loaded (used when the owner matches)."""
         limit = self.settings.memory_recall_items
         if not session.owner or limit <= 0 or budget <= 0:
             return ""
@@ -99,7 +147,11 @@ class Memories:
             subject = Subject(Scope.USER, session.owner)
         except InvalidRequestError:
             return ""  # an owner no memory can be stored for (over-long id): nothing to recall
-        records = await self.records.active(subject)
+        self._owners.put(session.session_id, session.owner)
+        if prefetched is not None and prefetched.owner == session.owner:
+            records = await prefetched.task
+        else:
+            records = await self.records.active(subject)
         ranked = self.recall.rank(records, query, now=self.clock(), limit=limit)
         text = render_memories(ranked)
         while ranked and count(text) > budget:

