@@ -1351,6 +1351,18 @@ class ContextSettings(_Section):
     """Bound of each per-message cache (extraction notes; protobuf forms of messages)."""
     token_cache_entries: int = Field(8192, ge=1)
     """Bound of the token-count cache (keyed by text: the largest entries, so the smallest bound)."""
+    memory_max_chars: int = Field(2000, ge=1)
+    """Longest statement Remember stores (characters); longer is INVALID_REQUEST (issue 51)."""
+    memory_max_records: int = Field(500, ge=1)
+    """Records one subject holds; superseded and expired ones are evicted first, then Remember is refused."""
+    memory_recall_items: int = Field(5, ge=0)
+    """Memories of a session's user recalled into its system block (0: none)."""
+    memory_half_life_days: float = Field(30.0, gt=0)
+    """Recall's recency weight: a memory this old counts 3/4 of a new one, a very old one 1/2."""
+    memory_extract: bool = False
+    """Remember the explicit preference statements of users' messages at append ("I prefer ...", "以后...都用...")."""
+    memory_clock_offset_s: float = 0.0
+    """Shifts memory's clock (for tests and drills: "three weeks later"); leave 0 in production."""
 
     @field_validator("summary_model")
     @classmethod

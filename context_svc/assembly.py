@@ -27,6 +27,7 @@ from context_svc.compaction import Compactor
 from context_svc.known import known_facts, render_known
 from context_svc.lines import choose_lines
 from context_svc.lru import LRU
+from context_svc.memories import Memories, Prefetch
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
 from context_svc.recall import Recall, Recalled, newest_user_text, query_of
 from context_svc.sessions import Loaded, SessionStore
@@ -71,9 +72,16 @@ class Assembler:
     """Builds the budgeted context view of a loaded session (see the module docstring)."""
 
     def __init__(
-        self, settings: ContextSettings, sessions: SessionStore, payloads: PayloadStore, compaction: Compactor
+        self,
+        settings: ContextSettings,
+        sessions: SessionStore,
+        payloads: PayloadStore,
+        compaction: Compactor,
+        *,
+        memory: Memories | None = None,
     ) -> None:
         self.settings = settings
+        self.memory = memory
         self.sessions = sessions
         self.payloads = payloads
         self.compaction = compaction
@@ -93,12 +101,22 @@ class Assembler:
     def _message_tokens(self, counter: TokenCounter, role: Role, text: str) -> int:
         return counter.message(role.value, "") + self._count(counter, text)
 
-    async def build(self, loaded: Loaded, total: int, *, debug: bool = False) -> ContextView:
-        """The context of `loaded` that fits `total` tokens (the caller checked access and the budget)."""
+    async def build(
+        self, loaded: Loaded, total: int, *, debug: bool = False, memories: Prefetch | None = None
+    ) -> ContextView:
+        """The context of `loaded` that fits `total` tokens (the caller checked access and the budget);
+        `memories`: the owner's memories, read while the session loaded."""
         session = loaded.session
         counter = counter_for(session.budget.encoding)
         plan = BlockBudgets.of(total, session.budget)
-        system_text, system_tokens, facts_cut = self._system(session, loaded.entities, plan.system, counter)
+        memory = ""
+        if self.memory is not None:
+            # The user's long-term memories (issue 51) take at most a third of the system block.
+            query = query_of(session.goal, [loaded.tail[i] for i in sorted(loaded.tail)])
+            memory = await self.memory.recall_text(
+                session, query, plan.system // 3, lambda text: self._count(counter, text), prefetched=memories
+            )
+        system_text, system_tokens, facts_cut = self._system(session, loaded.entities, plan.system, counter, memory)
 
         base = session.summarized_upto + 1
         groups = group_entries(loaded.entries, base)
@@ -172,7 +190,9 @@ class Assembler:
                 spare = total - plan.reply - system_tokens - summary_tokens - window_tokens
         if facts_cut and spare > 0:
             # Known facts that did not fit their share borrow what every other block left.
-            system_text, system_tokens, _ = self._system(session, loaded.entities, system_tokens + spare, counter)
+            system_text, system_tokens, _ = self._system(
+                session, loaded.entities, system_tokens + spare, counter, memory
+            )
         budgets = replace(plan, summary=summary_budget if summary_view is not None else plan.summary,
                           system=max(plan.system, system_tokens))  # fmt: skip
         return self._assemble(
@@ -227,12 +247,20 @@ class Assembler:
         return text, tokens
 
     def _system(
-        self, session: Session, entities: dict[str, tuple[str, int]], budget: int, counter: TokenCounter
+        self,
+        session: Session,
+        entities: dict[str, tuple[str, int]],
+        budget: int,
+        counter: TokenCounter,
+        memory: str = "",
     ) -> tuple[str, int, bool]:
-        """`system_block`, and whether known facts were left out (or shown without their quotes)."""
+        """`system_block`, and whether known facts were left out (or shown without their quotes);
+        `memory` (the user's recalled memories, already cut to its share) follows the goal."""
         goal = [f"Goal: {session.goal}"]
         if session.sub_goals:
             goal += ["Sub-goals:", *(f"- {g}" for g in session.sub_goals)]
+        if memory:
+            goal += ["", memory]
         facts = known_facts(entities)
         prompt = session.system_prompt
 

@@ -47,6 +47,7 @@ from context_svc.entities import extract_entities, pending_corrections, with_pre
 from context_svc.handoff_sources import Handoffs
 from context_svc.known import public_entities
 from context_svc.lru import LRU
+from context_svc.memories import Memories
 from context_svc.model import (
     Appended,
     Budget,
@@ -106,7 +107,8 @@ class ContextEngine:
         self.attachments = Attachments(store, session_ttl_s=settings.session_ttl_s)
         self.handoffs = Handoffs(self.sessions, self.payloads)  # BuildHandoff (handoff.py)
         self.compaction = Compactor(settings, self.sessions, summary_model=summary_model)
-        self.assembly = Assembler(settings, self.sessions, self.payloads, self.compaction)
+        self.memory = Memories(settings, store)  # Remember/ListMemories/Forget and recall (issue 51)
+        self.assembly = Assembler(settings, self.sessions, self.payloads, self.compaction, memory=self.memory)
         self._encodings: LRU[str, str] = LRU(settings.session_cache_entries)
 
     @property
@@ -204,12 +206,8 @@ class ContextEngine:
         # The first append need not read it (issue 45); the append script checks it anyway.
         self._encodings.put(stored.session_id, stored.budget.encoding)
         if not created:
-            same = (stored.agent_id, stored.goal, stored.sub_goals, stored.system_prompt) == (
-                session.agent_id,
-                session.goal,
-                session.sub_goals,
-                session.system_prompt,
-            )
+            fields = ("agent_id", "goal", "sub_goals", "system_prompt")
+            same = all(getattr(stored, f) == getattr(session, f) for f in fields)
             if not same or (budget is not None and stored.budget != session.budget):
                 raise FailedPreconditionError(
                     f"session {session.session_id} already exists with other global state",
@@ -380,6 +378,8 @@ class ContextEngine:
         if isinstance(result, Existing):
             assert dedupe is not None
             return self._repeat(result, dedupe, subject, metadata)
+        if message.role is Role.USER and self.settings.memory_extract:
+            await self.memory.extract(session_id, result[0], message.content, self.sessions.get)
         return Appended(*result)
 
     def _check_size(self, size: int, field: str) -> None:
@@ -525,6 +525,7 @@ class ContextEngine:
                 "budget_tokens",
                 f"must be > 0 (leave it unset for the session's max_context_tokens), got {budget_tokens}",
             )
+        memories = self.memory.prefetch(session_id)  # the owner's memories, read while the session loads
         loaded = await self.sessions.load(session_id)
         session = loaded.session
         check_access(caller, session_id, session.access)
@@ -532,7 +533,7 @@ class ContextEngine:
         total = session.budget.max_context_tokens if budget_tokens is None else budget_tokens
         if total < MIN_BUDGET_TOKENS:
             raise InvalidRequestError("budget_tokens", f"must be at least {MIN_BUDGET_TOKENS} tokens, got {total}")
-        return await self.assembly.build(loaded, total, debug=debug)
+        return await self.assembly.build(loaded, total, debug=debug, memories=memories)
 
     # -- compaction ----------------------------------------------------------------------------
 

@@ -30,6 +30,10 @@ class LRU(Generic[K, V]):
             self._data.move_to_end(key)
         return value
 
+    def keys_of(self, value: V) -> list[K]:
+        """The keys holding `value` (a scan of every entry: for rare operations, such as an erasure)."""
+        return [key for key, held in self._data.items() if held == value]
+
     def forget(self, key: K) -> None:
         self._data.pop(key, None)
 

@@ -21,7 +21,6 @@ from agentmesh.callctx import remaining_time
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Role, json_depth_exceeds
 from agentmesh.config import ConfigError
 from agentmesh.errors import InvalidRequestError
-from agentmesh.identity import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
@@ -32,7 +31,6 @@ from context_svc.handoff import Brief, Citation, Demotion, FactKind, Hop
 from context_svc.handoff import Fact as HandoffFact
 from context_svc.model import (
     BlockKind,
-    Caller,
     ContextView,
     Message,
     PendingInfo,
@@ -40,6 +38,7 @@ from context_svc.model import (
     Summary,
     ToolOutcome,
 )
+from context_svc.server_memory import MemoryRpcs, caller
 from context_svc.tokens import UnknownEncodingError
 
 __all__ = ["SERVICE_NAME", "SPEC", "ContextServicer", "ProviderSummaryModel"]
@@ -54,17 +53,6 @@ _BLOCK_TO_PB = {
     BlockKind.RECENT: context_pb2.CONTEXT_BLOCK_KIND_RECENT,
     BlockKind.OBSERVATIONS: context_pb2.CONTEXT_BLOCK_KIND_OBSERVATIONS,
 }
-
-
-def _caller() -> Caller:
-    identity = require_identity()
-    return Caller(
-        subject=identity.subject,
-        agent_id=identity.agent_id,
-        is_operator=identity.has_role("operator"),
-        task_id=identity.task_id,
-        creator=identity.creator,
-    )
 
 
 def message_domain(message: common_pb2.Message, *, max_json_depth: int = DEFAULT_MAX_JSON_DEPTH) -> Message:
@@ -321,8 +309,10 @@ def hop_pb(hop: Hop, request: context_pb2.BuildHandoffRequest) -> context_pb2.Bu
     )
 
 
-class ContextServicer(context_pb2_grpc.ContextServiceServicer):
-    """The ContextService servicer: one domain call per RPC."""
+class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
+    """The ContextService servicer: one domain call per RPC (the memory RPCs in server_memory.py)."""
+
+    engine: ContextEngine
 
     def __init__(
         self,
@@ -350,7 +340,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
                 encoding=b.encoding,
             )
         session, _ = await self.engine.create_session(
-            _caller(),
+            caller(),
             session_id=request.session_id,
             agent_id=request.agent_id,
             goal=request.goal,
@@ -363,7 +353,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     async def GetSession(
         self, request: context_pb2.GetSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.GetSessionResponse:
-        session, entities = await self.engine.get_session(_caller(), request.session_id)
+        session, entities = await self.engine.get_session(caller(), request.session_id)
         return context_pb2.GetSessionResponse(session=session_pb(session), entities=entities)
 
     async def AppendMessage(
@@ -373,7 +363,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
             raise InvalidRequestError("message", "required")
         message = message_domain(request.message, max_json_depth=self.max_json_depth)
         appended = await self.engine.append_message_once(
-            _caller(), request.session_id, message, client_message_id=request.client_message_id
+            caller(), request.session_id, message, client_message_id=request.client_message_id
         )
         return context_pb2.AppendMessageResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
@@ -385,7 +375,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if not request.HasField("result"):
             raise InvalidRequestError("result", "required")
         appended = await self.engine.append_tool_result_once(
-            _caller(), request.session_id, tool_outcome_domain(request.result)
+            caller(), request.session_id, tool_outcome_domain(request.result)
         )
         response = context_pb2.AppendToolResultResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
@@ -397,7 +387,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     async def GetToolResult(
         self, request: context_pb2.GetToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.GetToolResultResponse:
-        outcome, existing = await self.engine.tool_result(_caller(), request.session_id, request.tool_call_id)
+        outcome, existing = await self.engine.tool_result(caller(), request.session_id, request.tool_call_id)
         return context_pb2.GetToolResultResponse(
             result=tool_outcome_pb(outcome), index=existing.index, token_count=existing.message.token_count
         )
@@ -406,7 +396,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         self, request: context_pb2.BuildContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.BuildContextResponse:
         view = await self.engine.build_context(
-            _caller(),
+            caller(),
             request.session_id,
             budget_tokens=request.budget_tokens if request.HasField("budget_tokens") else None,
             debug=request.debug,
@@ -418,7 +408,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     ) -> context_pb2.GetPayloadResponse:
         selector = request.WhichOneof("selector")
         ref, content, partial = await self.engine.get_payload(
-            _caller(),
+            caller(),
             request.session_id,
             request.ref_id,
             json_path=request.json_path if selector == "json_path" else None,
@@ -430,7 +420,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     async def Compact(
         self, request: context_pb2.CompactRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.CompactResponse:
-        count, summary = await self.engine.compact(_caller(), request.session_id)
+        count, summary = await self.engine.compact(caller(), request.session_id)
         response = context_pb2.CompactResponse(summarized_messages=count)
         if summary is not None:
             response.summary.CopyFrom(summary_pb(summary))
@@ -440,7 +430,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         self, request: context_pb2.AttachTaskRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.AttachTaskResponse:
         attached = await self.engine.attach_task(
-            _caller(),
+            caller(),
             request.session_id,
             request.task_id,
             request.agent_id,
@@ -460,7 +450,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
         if not request.HasField("brief"):
             raise InvalidRequestError("brief", "required")
         hop = await self.engine.handoffs.build(
-            _caller(),
+            caller(),
             request.session_id,
             brief_domain(request.brief),
             child_session_id=request.child_session_id,
@@ -481,7 +471,7 @@ class ContextServicer(context_pb2_grpc.ContextServiceServicer):
     async def DeleteSession(
         self, request: context_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.DeleteSessionResponse:
-        deleted = await self.engine.delete_session(_caller(), request.session_id)
+        deleted = await self.engine.delete_session(caller(), request.session_id)
         return context_pb2.DeleteSessionResponse(deleted=deleted)
 
 

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .context_pb2 import AppendMessageRequest, AppendMessageResponse, AppendToolResultRequest, AppendToolResultResponse, AttachTaskRequest, AttachTaskResponse, BuildContextRequest, BuildContextResponse, BuildHandoffRequest, BuildHandoffResponse, CompactRequest, CompactResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, GetPayloadRequest, GetPayloadResponse, GetSessionRequest, GetSessionResponse, GetToolResultRequest, GetToolResultResponse
+from .context_pb2 import AppendMessageRequest, AppendMessageResponse, AppendToolResultRequest, AppendToolResultResponse, AttachTaskRequest, AttachTaskResponse, BuildContextRequest, BuildContextResponse, BuildHandoffRequest, BuildHandoffResponse, CompactRequest, CompactResponse, CreateSessionRequest, CreateSessionResponse, DeleteSessionRequest, DeleteSessionResponse, ForgetRequest, ForgetResponse, GetPayloadRequest, GetPayloadResponse, GetSessionRequest, GetSessionResponse, GetToolResultRequest, GetToolResultResponse, ListMemoriesRequest, ListMemoriesResponse, RememberRequest, RememberResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, Iterable, Mapping
@@ -113,6 +113,29 @@ class ContextService(Protocol):
         session and, with a child session, grants it read access to exactly the cited payloads and the
         record. For the callers who may use the parent session. The same request again gives the same
         record (content-addressed) and grants nothing more.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def remember(self, request: RememberRequest, ctx: RequestContext[RememberRequest, RememberResponse], /) -> RememberResponse:
+        """
+        Stores a long-term memory of a user, an agent or a tenant (issue 51). A record on the same topic as an
+        earlier one of the same subject and kind (context_svc/memory.py) supersedes it: the old record is kept
+        for audit and never recalled; the same statement again returns the existing record. Users' records
+        are recalled into BuildContext of their sessions. For the subject itself (a user, or the task's
+        creator; an agent for its own records) and operators; tenant records for operators only.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def list_memories(self, request: ListMemoriesRequest, ctx: RequestContext[ListMemoriesRequest, ListMemoriesResponse], /) -> ListMemoriesResponse:
+        """
+        Lists a subject's memories, newest first (superseded and expired ones on request); a subject holds at
+        most context.memory_max_records records, so the list is not paged.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def forget(self, request: ForgetRequest, ctx: RequestContext[ForgetRequest, ForgetResponse], /) -> ForgetResponse:
+        """
+        Deletes one memory, or every memory of a subject with its index (a user's right to erasure).
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -250,6 +273,39 @@ class ContextServiceASGIApplication(ConnectASGIApplication[ContextService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.build_handoff,
+                ),
+                "/agentmesh.v1.ContextService/Remember": Endpoint.unary(
+                    method=MethodInfo(
+                        name="Remember",
+                        service_name="agentmesh.v1.ContextService",
+                        input=RememberRequest,
+                        output=RememberResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.remember,
+                ),
+                "/agentmesh.v1.ContextService/ListMemories": Endpoint.unary(
+                    method=MethodInfo(
+                        name="ListMemories",
+                        service_name="agentmesh.v1.ContextService",
+                        input=ListMemoriesRequest,
+                        output=ListMemoriesResponse,
+                        idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.list_memories,
+                ),
+                "/agentmesh.v1.ContextService/Forget": Endpoint.unary(
+                    method=MethodInfo(
+                        name="Forget",
+                        service_name="agentmesh.v1.ContextService",
+                        input=ForgetRequest,
+                        output=ForgetResponse,
+                        idempotency_level=IdempotencyLevel.IDEMPOTENT,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.forget,
                 ),
             },
             interceptors=interceptors,
@@ -554,6 +610,82 @@ class ContextServiceClient(ConnectClient):
                 service_name="agentmesh.v1.ContextService",
                 input=BuildHandoffRequest,
                 output=BuildHandoffResponse,
+                idempotency_level=IdempotencyLevel.IDEMPOTENT,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def remember(
+        self,
+        request: RememberRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> RememberResponse:
+        """
+        Stores a long-term memory of a user, an agent or a tenant (issue 51). A record on the same topic as an
+        earlier one of the same subject and kind (context_svc/memory.py) supersedes it: the old record is kept
+        for audit and never recalled; the same statement again returns the existing record. Users' records
+        are recalled into BuildContext of their sessions. For the subject itself (a user, or the task's
+        creator; an agent for its own records) and operators; tenant records for operators only.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Remember",
+                service_name="agentmesh.v1.ContextService",
+                input=RememberRequest,
+                output=RememberResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+        )
+    async def list_memories(
+        self,
+        request: ListMemoriesRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+        use_get: bool = False,
+    ) -> ListMemoriesResponse:
+        """
+        Lists a subject's memories, newest first (superseded and expired ones on request); a subject holds at
+        most context.memory_max_records records, so the list is not paged.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="ListMemories",
+                service_name="agentmesh.v1.ContextService",
+                input=ListMemoriesRequest,
+                output=ListMemoriesResponse,
+                idempotency_level=IdempotencyLevel.NO_SIDE_EFFECTS,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
+            use_get=use_get,
+        )
+    async def forget(
+        self,
+        request: ForgetRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> ForgetResponse:
+        """
+        Deletes one memory, or every memory of a subject with its index (a user's right to erasure).
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Forget",
+                service_name="agentmesh.v1.ContextService",
+                input=ForgetRequest,
+                output=ForgetResponse,
                 idempotency_level=IdempotencyLevel.IDEMPOTENT,
                 stream_type=StreamType.UNARY,
             ),

@@ -34,6 +34,20 @@ class HandoffDemotionReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     HANDOFF_DEMOTION_REASON_VALUE_NOT_IN_SOURCE: _ClassVar[HandoffDemotionReason]
     HANDOFF_DEMOTION_REASON_NO_ACCESS: _ClassVar[HandoffDemotionReason]
     HANDOFF_DEMOTION_REASON_MALFORMED: _ClassVar[HandoffDemotionReason]
+
+class MemoryScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMORY_SCOPE_UNSPECIFIED: _ClassVar[MemoryScope]
+    MEMORY_SCOPE_USER: _ClassVar[MemoryScope]
+    MEMORY_SCOPE_AGENT: _ClassVar[MemoryScope]
+    MEMORY_SCOPE_TENANT: _ClassVar[MemoryScope]
+
+class MemoryKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMORY_KIND_UNSPECIFIED: _ClassVar[MemoryKind]
+    MEMORY_KIND_FACT: _ClassVar[MemoryKind]
+    MEMORY_KIND_PREFERENCE: _ClassVar[MemoryKind]
+    MEMORY_KIND_EVENT: _ClassVar[MemoryKind]
 CONTEXT_BLOCK_KIND_UNSPECIFIED: ContextBlockKind
 CONTEXT_BLOCK_KIND_SYSTEM: ContextBlockKind
 CONTEXT_BLOCK_KIND_SUMMARY: ContextBlockKind
@@ -47,6 +61,14 @@ HANDOFF_DEMOTION_REASON_CITATION_NOT_FOUND: HandoffDemotionReason
 HANDOFF_DEMOTION_REASON_VALUE_NOT_IN_SOURCE: HandoffDemotionReason
 HANDOFF_DEMOTION_REASON_NO_ACCESS: HandoffDemotionReason
 HANDOFF_DEMOTION_REASON_MALFORMED: HandoffDemotionReason
+MEMORY_SCOPE_UNSPECIFIED: MemoryScope
+MEMORY_SCOPE_USER: MemoryScope
+MEMORY_SCOPE_AGENT: MemoryScope
+MEMORY_SCOPE_TENANT: MemoryScope
+MEMORY_KIND_UNSPECIFIED: MemoryKind
+MEMORY_KIND_FACT: MemoryKind
+MEMORY_KIND_PREFERENCE: MemoryKind
+MEMORY_KIND_EVENT: MemoryKind
 
 class BudgetSettings(_message.Message):
     __slots__ = ("max_context_tokens", "reserve_system_prompt_tokens", "summary_trigger_tokens", "keep_recent_messages", "encoding")
@@ -442,3 +464,93 @@ class BuildHandoffResponse(_message.Message):
     omitted_count: int
     summary_clipped: bool
     def __init__(self, text: _Optional[str] = ..., token_count: _Optional[int] = ..., facts: _Optional[_Iterable[_Union[CheckedHandoffFact, _Mapping]]] = ..., confirmed_count: _Optional[int] = ..., inferred_count: _Optional[int] = ..., demoted_count: _Optional[int] = ..., record_ref_id: _Optional[str] = ..., user_constraints: _Optional[_Iterable[str]] = ..., granted_ref_ids: _Optional[_Iterable[str]] = ..., missing_artifacts: _Optional[_Iterable[str]] = ..., omitted_count: _Optional[int] = ..., summary_clipped: _Optional[bool] = ...) -> None: ...
+
+class MemorySubject(_message.Message):
+    __slots__ = ("scope", "id")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    scope: MemoryScope
+    id: str
+    def __init__(self, scope: _Optional[_Union[MemoryScope, str]] = ..., id: _Optional[str] = ...) -> None: ...
+
+class MemorySource(_message.Message):
+    __slots__ = ("session_id", "message_index", "task_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    message_index: int
+    task_id: str
+    def __init__(self, session_id: _Optional[str] = ..., message_index: _Optional[int] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class MemoryRecord(_message.Message):
+    __slots__ = ("memory_id", "subject", "text", "kind", "source", "create_time", "expire_time", "superseded_by")
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_BY_FIELD_NUMBER: _ClassVar[int]
+    memory_id: str
+    subject: MemorySubject
+    text: str
+    kind: MemoryKind
+    source: MemorySource
+    create_time: _timestamp_pb2.Timestamp
+    expire_time: _timestamp_pb2.Timestamp
+    superseded_by: str
+    def __init__(self, memory_id: _Optional[str] = ..., subject: _Optional[_Union[MemorySubject, _Mapping]] = ..., text: _Optional[str] = ..., kind: _Optional[_Union[MemoryKind, str]] = ..., source: _Optional[_Union[MemorySource, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., superseded_by: _Optional[str] = ...) -> None: ...
+
+class RememberRequest(_message.Message):
+    __slots__ = ("subject", "text", "kind", "source", "ttl")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    subject: MemorySubject
+    text: str
+    kind: MemoryKind
+    source: MemorySource
+    ttl: _duration_pb2.Duration
+    def __init__(self, subject: _Optional[_Union[MemorySubject, _Mapping]] = ..., text: _Optional[str] = ..., kind: _Optional[_Union[MemoryKind, str]] = ..., source: _Optional[_Union[MemorySource, _Mapping]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RememberResponse(_message.Message):
+    __slots__ = ("record", "already_remembered", "superseded_ids")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_REMEMBERED_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_IDS_FIELD_NUMBER: _ClassVar[int]
+    record: MemoryRecord
+    already_remembered: bool
+    superseded_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, record: _Optional[_Union[MemoryRecord, _Mapping]] = ..., already_remembered: _Optional[bool] = ..., superseded_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListMemoriesRequest(_message.Message):
+    __slots__ = ("subject", "include_inactive")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_INACTIVE_FIELD_NUMBER: _ClassVar[int]
+    subject: MemorySubject
+    include_inactive: bool
+    def __init__(self, subject: _Optional[_Union[MemorySubject, _Mapping]] = ..., include_inactive: _Optional[bool] = ...) -> None: ...
+
+class ListMemoriesResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[MemoryRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[MemoryRecord, _Mapping]]] = ...) -> None: ...
+
+class ForgetRequest(_message.Message):
+    __slots__ = ("memory_id", "subject")
+    MEMORY_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    memory_id: str
+    subject: MemorySubject
+    def __init__(self, memory_id: _Optional[str] = ..., subject: _Optional[_Union[MemorySubject, _Mapping]] = ...) -> None: ...
+
+class ForgetResponse(_message.Message):
+    __slots__ = ("deleted_count",)
+    DELETED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    deleted_count: int
+    def __init__(self, deleted_count: _Optional[int] = ...) -> None: ...

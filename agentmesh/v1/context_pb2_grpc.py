@@ -90,6 +90,21 @@ class ContextServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffResponse.FromString,
                 _registered_method=True)
+        self.Remember = channel.unary_unary(
+                '/agentmesh.v1.ContextService/Remember',
+                request_serializer=agentmesh_dot_v1_dot_context__pb2.RememberRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_context__pb2.RememberResponse.FromString,
+                _registered_method=True)
+        self.ListMemories = channel.unary_unary(
+                '/agentmesh.v1.ContextService/ListMemories',
+                request_serializer=agentmesh_dot_v1_dot_context__pb2.ListMemoriesRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_context__pb2.ListMemoriesResponse.FromString,
+                _registered_method=True)
+        self.Forget = channel.unary_unary(
+                '/agentmesh.v1.ContextService/Forget',
+                request_serializer=agentmesh_dot_v1_dot_context__pb2.ForgetRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_context__pb2.ForgetResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -182,6 +197,32 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Remember(self, request, context):
+        """Stores a long-term memory of a user, an agent or a tenant (issue 51). A record on the same topic as an
+        earlier one of the same subject and kind (context_svc/memory.py) supersedes it: the old record is kept
+        for audit and never recalled; the same statement again returns the existing record. Users' records
+        are recalled into BuildContext of their sessions. For the subject itself (a user, or the task's
+        creator; an agent for its own records) and operators; tenant records for operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemories(self, request, context):
+        """Lists a subject's memories, newest first (superseded and expired ones on request); a subject holds at
+        most context.memory_max_records records, so the list is not paged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Forget(self, request, context):
+        """Deletes one memory, or every memory of a subject with its index (a user's right to erasure).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -239,6 +280,21 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.BuildHandoff,
                     request_deserializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_context__pb2.BuildHandoffResponse.SerializeToString,
+            ),
+            'Remember': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remember,
+                    request_deserializer=agentmesh_dot_v1_dot_context__pb2.RememberRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_context__pb2.RememberResponse.SerializeToString,
+            ),
+            'ListMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemories,
+                    request_deserializer=agentmesh_dot_v1_dot_context__pb2.ListMemoriesRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_context__pb2.ListMemoriesResponse.SerializeToString,
+            ),
+            'Forget': grpc.unary_unary_rpc_method_handler(
+                    servicer.Forget,
+                    request_deserializer=agentmesh_dot_v1_dot_context__pb2.ForgetRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_context__pb2.ForgetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -539,6 +595,87 @@ class ContextService:
             '/agentmesh.v1.ContextService/BuildHandoff',
             agentmesh_dot_v1_dot_context__pb2.BuildHandoffRequest.SerializeToString,
             agentmesh_dot_v1_dot_context__pb2.BuildHandoffResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Remember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ContextService/Remember',
+            agentmesh_dot_v1_dot_context__pb2.RememberRequest.SerializeToString,
+            agentmesh_dot_v1_dot_context__pb2.RememberResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ContextService/ListMemories',
+            agentmesh_dot_v1_dot_context__pb2.ListMemoriesRequest.SerializeToString,
+            agentmesh_dot_v1_dot_context__pb2.ListMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Forget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ContextService/Forget',
+            agentmesh_dot_v1_dot_context__pb2.ForgetRequest.SerializeToString,
+            agentmesh_dot_v1_dot_context__pb2.ForgetResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -78,9 +78,10 @@ async def test_a_flood_of_unauthenticated_garbage_costs_little_log_and_no_traceb
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
     _no_tracebacks(logged)
     assert all(r.levelno <= logging.INFO for r in logged.records), logged.lines(logging.WARNING)
-    # At the level a service logs by default (INFO) and below it alike.
+    # At the level a service logs by default (INFO) and below it alike. The log is rate-limited per
+    # (method, code), so its bound grows with the service's methods (~1.8 kB each; 11 methods: 20 kB).
     size = sum(len(line) + 1 for line in logged.lines())
-    assert size < 20_000, (size, len(logged.records), logged.lines()[:5])
+    assert size < 1_800 * len(methods), (size, len(logged.records), logged.lines()[:5])
     # Still visible to the operator, kind by kind.
     assert any("UNAUTHENTICATED" in r.getMessage() for r in logged.records)
 

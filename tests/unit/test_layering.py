@@ -1,7 +1,7 @@
 """The layering rules of docs/architecture.md hold in what loads, and `make lint` enforces them.
 
-- Every domain module (a service's modules but server.py, workflow_server.py, adapters.py, codec.py and
-  __main__) and every core module of agentmesh imports without loading grpc, in a fresh interpreter.
+- Every domain module (a service's modules but server.py, server_memory.py, workflow_server.py, adapters.py,
+  codec.py and __main__) and every core module of agentmesh imports without loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
   importing another, a domain module importing grpc or the stubs, the core importing the edge.
 """
@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("context_svc", "tool_svc", "provider_svc", "dispatcher_svc")
-EDGE_MODULES = {"server", "workflow_server", "adapters", "codec", "__main__"}
+EDGE_MODULES = {"server", "server_memory", "workflow_server", "adapters", "codec", "__main__"}
 FIXTURES = ROOT / "tests" / "lint_fixtures"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
