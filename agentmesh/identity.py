@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from agentmesh.apikeys import KeyAuthenticator
 
 __all__ = [
+    "KEY_PREFIX",
     "KNOWN_ROLES",
     "TOKEN_VERSION",
     "Authenticator",
@@ -51,6 +52,7 @@ __all__ = [
     "TokenError",
     "current_identity",
     "identity_var",
+    "is_api_key",
     "mint_token",
     "require_identity",
     "token_command",
@@ -68,6 +70,13 @@ _IMPLIED_ROLES: Mapping[str, frozenset[str]] = {"admin": frozenset({"operator"})
 _MAX_TOKEN_CHARS = 16 * 1024
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
 _DEV_SUBJECT = "dev"
+# A key's shape is here, below agentmesh.apikeys (which imports this module): no import back.
+KEY_PREFIX = "amk_"
+
+
+def is_api_key(token: str) -> bool:
+    """Whether `token` has the shape of an API key (cheap: checked before any lookup)."""
+    return token.startswith(KEY_PREFIX)
 
 
 class TokenError(UnauthenticatedError):
@@ -462,8 +471,6 @@ class Authenticator:
 
     async def verify_any(self, token: str, *, now: int | float | None = None) -> Identity:
         """The Identity of one of our HMAC tokens, an API key, or a JWT from a configured OIDC issuer."""
-        from agentmesh.apikeys import is_api_key
-
         if is_api_key(token):
             return await self.verify_key(token, now=now)
         if not looks_like_jwt(token):
@@ -493,8 +500,6 @@ class Authenticator:
                 )
             return await self.verify_any(token, now=now)
         if token:
-            from agentmesh.apikeys import is_api_key
-
             if is_api_key(token):
                 # Even with auth disabled: a key carries budgets, and a bad one must not spend as "dev".
                 return await self.verify_key(token, now=now)
