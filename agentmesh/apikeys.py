@@ -30,7 +30,7 @@ from typing import Any
 
 from agentmesh.config import QuotaLimits
 from agentmesh.errors import InvalidRequestError, NotFoundError
-from agentmesh.identity import Identity, TokenError
+from agentmesh.identity import KEY_PREFIX, Identity, TokenError, is_api_key
 from agentmesh.store import Store
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "parse_budget",
 ]
 
-KEY_PREFIX = "amk_"
 _ID_HEX = 12
 _KEY = re.compile(r"amk_([0-9a-f]{12})_([A-Za-z0-9_-]{32})")
 _NANO = 1_000_000_000
@@ -59,11 +58,6 @@ class KeyRejected(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def is_api_key(token: str) -> bool:
-    """Whether `token` has the shape of an API key (cheap: checked before any lookup)."""
-    return token.startswith(KEY_PREFIX)
 
 
 def new_key() -> tuple[str, str]:

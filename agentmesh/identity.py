@@ -32,18 +32,19 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentmesh import callctx
 from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import UnauthenticatedError
+from agentmesh.identity_value import KNOWN_ROLES, Identity
 from agentmesh.oidc import Fetch, OidcVerifier, VerifiedJwt, looks_like_jwt, token_id
 
 if TYPE_CHECKING:
     from agentmesh.apikeys import KeyAuthenticator
 
 __all__ = [
+    "KEY_PREFIX",
     "KNOWN_ROLES",
     "TOKEN_VERSION",
     "Authenticator",
@@ -51,6 +52,7 @@ __all__ = [
     "TokenError",
     "current_identity",
     "identity_var",
+    "is_api_key",
     "mint_token",
     "require_identity",
     "token_command",
@@ -60,14 +62,17 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 TOKEN_VERSION = 1
-KNOWN_ROLES: frozenset[str] = frozenset({"agent", "operator", "admin"})
-# Role implication: holding the key role grants the listed roles too.
-_IMPLIED_ROLES: Mapping[str, frozenset[str]] = {"admin": frozenset({"operator"})}
 
 # A token is a few hundred bytes; refusing huge ones bounds the work an unauthenticated caller causes.
 _MAX_TOKEN_CHARS = 16 * 1024
 _B64URL = re.compile(r"[A-Za-z0-9_-]+")
-_DEV_SUBJECT = "dev"
+# A key's shape is here, below agentmesh.apikeys (which imports this module): no import back.
+KEY_PREFIX = "amk_"
+
+
+def is_api_key(token: str) -> bool:
+    """Whether `token` has the shape of an API key (cheap: checked before any lookup)."""
+    return token.startswith(KEY_PREFIX)
 
 
 class TokenError(UnauthenticatedError):
@@ -76,56 +81,6 @@ class TokenError(UnauthenticatedError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Who is calling, as proven by a verified token (or the dev identity when auth is disabled)."""
-
-    subject: str
-    """The agent id for agents; the operator's or admin's name for humans."""
-    agent_id: str
-    instance: str
-    """The agent instance acting (e.g. task-scoped)."""
-    environment: str
-    roles: frozenset[str]
-    permissions: tuple[str, ...]
-    """Grants "environment:group:access" (e.g. "prod:ops.read:read", "*:k8s:write"); tool_svc checks them."""
-    task_id: str
-    issued_at: int
-    expires_at: int
-    token_id: str
-    creator: str = ""
-    """For a task's token: the subject that started the task (the session's owner); "" otherwise."""
-    api_key_id: str = ""
-    """For a call made with an API key (`agentmesh keys`): the key's id, whose quotas apply; "" otherwise."""
-    model_patterns: tuple[str, ...] = ()
-    """For an API key: the models it may call (fnmatch patterns on `<backend>/<model>`); empty: any."""
-
-    def has_role(self, role: str) -> bool:
-        """Whether the identity holds `role`, directly or by implication (admin implies operator)."""
-        return any(role == held or role in _IMPLIED_ROLES.get(held, ()) for held in self.roles)
-
-    def has_any_role(self, roles: Iterable[str]) -> bool:
-        """Whether the identity holds at least one of `roles`."""
-        return any(self.has_role(role) for role in roles)
-
-    @classmethod
-    def dev(cls, environment: str = "dev", now: int | None = None) -> Identity:
-        """The identity every call gets while auth is disabled: all roles, every permission."""
-        issued = int(time.time()) if now is None else now
-        return cls(
-            subject=_DEV_SUBJECT,
-            agent_id="",
-            instance="",
-            environment=environment,
-            roles=KNOWN_ROLES,
-            permissions=("*:*:*",),
-            task_id="",
-            issued_at=issued,
-            expires_at=issued + 365 * 24 * 3600,
-            token_id="",
-        )
 
 
 # --- tokens ---------------------------------------------------------------------------------------
@@ -462,8 +417,6 @@ class Authenticator:
 
     async def verify_any(self, token: str, *, now: int | float | None = None) -> Identity:
         """The Identity of one of our HMAC tokens, an API key, or a JWT from a configured OIDC issuer."""
-        from agentmesh.apikeys import is_api_key
-
         if is_api_key(token):
             return await self.verify_key(token, now=now)
         if not looks_like_jwt(token):
@@ -493,8 +446,6 @@ class Authenticator:
                 )
             return await self.verify_any(token, now=now)
         if token:
-            from agentmesh.apikeys import is_api_key
-
             if is_api_key(token):
                 # Even with auth disabled: a key carries budgets, and a bad one must not spend as "dev".
                 return await self.verify_key(token, now=now)

@@ -27,7 +27,6 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
@@ -36,6 +35,18 @@ from jsonpath_rfc9535.exceptions import JSONPathError
 
 from agentmesh.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
 from agentmesh.payload_grants import granted_fields
+from agentmesh.payload_value import (
+    MEDIA_JSON,
+    MEDIA_TEXT,
+    OFFLOAD_THRESHOLD_BYTES,
+    StoredPayload,
+    is_json_media_type,
+    parse_ref_id,
+    ref_id_for,
+)
+from agentmesh.payload_value import (
+    clip as _clip,
+)
 from agentmesh.store import Store
 
 __all__ = [
@@ -55,15 +66,9 @@ __all__ = [
     "text_digest",
 ]
 
-OFFLOAD_THRESHOLD_BYTES: Final = 2048
-"""Tool outputs above this many bytes are stored as payloads; the prompt gets a ref + digest."""
 DEFAULT_TTL_S: Final = 86400
 DEFAULT_MAX_BYTES: Final = 16 * 1024 * 1024
-MEDIA_JSON: Final = "application/json"
-MEDIA_TEXT: Final = "text/plain; charset=utf-8"
 
-REF_PREFIX: Final = "pl_"
-_REF_RE = re.compile(r"pl_([0-9a-f]{64})")
 _MAX_MEDIA_TYPE_LEN = 255
 PAYLOAD_INDEX_PART: Final = "payloads"  # the part of the session's keys (am:sess:{<session>}:payloads) listing them
 
@@ -75,45 +80,6 @@ redis.call('EXPIRE', KEYS[1], ARGV[5])
 redis.call('SADD', KEYS[2], ARGV[6])
 return redis.call('EXPIRE', KEYS[2], ARGV[5])"""
 Range = tuple[int, int]
-
-
-@dataclass(frozen=True)
-class StoredPayload:
-    """Domain mirror of common.proto PayloadRef."""
-
-    ref_id: str  # "pl_" + sha256 hex
-    session_id: str  # the session storing it (for a granted ref, not the reader's: payload_grants.py)
-    size_bytes: int
-    media_type: str  # "application/json" or "text/plain; charset=utf-8" ...
-    sha256: str
-    expire_at: float  # Unix seconds
-
-
-def ref_id_for(sha256: str) -> str:
-    """The ref id of content with this sha256 hex digest."""
-    return REF_PREFIX + sha256
-
-
-def parse_ref_id(ref_id: str) -> str:
-    """The sha256 a ref id names; InvalidRequestError (field ref_id) when it is malformed."""
-    match = _REF_RE.fullmatch(ref_id or "")
-    if match is None:
-        raise InvalidRequestError(
-            "ref_id",
-            f"{_clip(ref_id or '', 80)!r} is not a payload ref (expected 'pl_' + 64 lowercase hex characters)",
-            metadata={"ref_id": _clip(ref_id or "", 100)},
-        )
-    return match.group(1)
-
-
-def is_json_media_type(media_type: str) -> bool:
-    """application/json, application/problem+json, text/json ..."""
-    main = media_type.split(";", 1)[0].strip().lower()
-    return main.endswith("/json") or main.endswith("+json")
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def _check_media_type(media_type: str) -> str:

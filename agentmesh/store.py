@@ -44,8 +44,9 @@ from redis.commands.core import AsyncScript
 
 from agentmesh.clusterclient import CLUSTER_SCHEMES, BoundedCluster, PoolExhaustedError
 from agentmesh.config import RedisSettings
-from agentmesh.errors import AgentmeshError, FailedPreconditionError, InvalidRequestError, UnavailableError
+from agentmesh.errors import AgentmeshError, InvalidRequestError, UnavailableError
 from agentmesh.metrics import Metrics
+from agentmesh.storecheck import StoreMisconfiguredError, check_server
 
 __all__ = [
     "SCRIPTS",
@@ -85,10 +86,6 @@ class _BoundedPool(redis.asyncio.BlockingConnectionPool):
             if isinstance(exc.__cause__, TimeoutError):  # the pool's own wait expired
                 raise PoolExhaustedError(f"no connection free within {self.timeout}s") from exc
             raise
-
-
-class StoreMisconfiguredError(FailedPreconditionError):
-    """Redis is reachable but unfit for agentmesh (evicting policy, bad credentials, no URL)."""
 
 
 class InvalidKeyError(InvalidRequestError, ValueError):
@@ -526,8 +523,6 @@ class Store:
         """Refuses an evicting Redis (every node of a Cluster), or a Cluster node spoken to with the
         standalone client; warns when persistence is off outside dev or replicas are missing
         (`agentmesh.storecheck`)."""
-        from agentmesh.storecheck import check_server  # it imports this module: not at the top
-
         await check_server(self)
 
     def _on(self, node: ClusterNode | None) -> dict[str, Any]:

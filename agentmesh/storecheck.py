@@ -1,5 +1,8 @@
 """The Store's start-up check (`Store.check_server`): is this Redis fit for agentmesh?
 
+This module sits below `agentmesh.store`: the store imports it (and re-exports
+StoreMisconfiguredError, defined here so both can raise it); it sees the Store only as a type.
+
 - every node (each node of a Cluster: a replica becomes a primary in a failover) must run
   `maxmemory-policy noeviction`, or start-up is refused: eviction silently drops tasks, sessions and
   idempotency records;
@@ -19,16 +22,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rexc
 from redis.asyncio.cluster import ClusterNode
 
-from agentmesh.store import Store, StoreMisconfiguredError
+from agentmesh.errors import FailedPreconditionError
 
-__all__ = ["check_server"]
+if TYPE_CHECKING:  # a type only: the store imports this module, so no runtime import back
+    from agentmesh.store import Store
+
+__all__ = ["StoreMisconfiguredError", "check_server"]
 
 log = logging.getLogger("agentmesh.store")
+
+
+class StoreMisconfiguredError(FailedPreconditionError):
+    """Redis is reachable but unfit for agentmesh (evicting policy, bad credentials, no URL)."""
+
+    __module__ = "agentmesh.store"  # its public home: named so in tracebacks and error docs
 
 
 async def check_server(store: Store) -> None:

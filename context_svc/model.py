@@ -14,7 +14,7 @@ from typing import Any
 
 from agentmesh.chat import Correction, Role, ToolCall
 from agentmesh.errors import AgentmeshError, error_from_json, error_to_json
-from agentmesh.payloads import StoredPayload
+from agentmesh.payload_value import StoredPayload
 
 __all__ = [
     "Appended",

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
-from agentmesh.identity import Identity
-from agentmesh.payloads import StoredPayload
+from agentmesh.identity_value import Identity
+from agentmesh.payload_value import StoredPayload
 
 ResultKind = Literal["structured", "text"]
 Access = Literal["read", "write"]

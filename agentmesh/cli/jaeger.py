@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from agentmesh.cli.trace_view import Span
 from agentmesh.semconv import ATTR_REQUEST_ID, ATTR_TASK_ID
+from agentmesh.spans import Span
 
 __all__ = ["JaegerError", "JaegerQuery", "spans_from_otlp_json"]
 
