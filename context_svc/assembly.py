@@ -24,8 +24,8 @@ from agentmesh.config import ContextSettings
 from agentmesh.payloads import MEDIA_TEXT, PayloadStore, StoredPayload
 from context_svc.budget import BlockBudgets, extend_window, group_entries, select_window
 from context_svc.compaction import Compactor
-from context_svc.known import known_facts, render_known
-from context_svc.lines import choose_lines
+from context_svc.facts.known import known_facts, render_known
+from context_svc.facts.lines import choose_lines
 from context_svc.lru import LRU
 from context_svc.memories import Memories, Prefetch
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary

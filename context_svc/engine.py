@@ -43,9 +43,9 @@ from context_svc.assembly import Assembler
 from context_svc.attach import Attachment, Attachments
 from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, select_window
 from context_svc.compaction import Compactor
-from context_svc.entities import extract_entities, pending_corrections, with_previous
+from context_svc.facts.entities import extract_entities, pending_corrections, with_previous
+from context_svc.facts.known import public_entities
 from context_svc.handoff_sources import Handoffs
-from context_svc.known import public_entities
 from context_svc.lru import LRU
 from context_svc.memories import Memories
 from context_svc.model import (

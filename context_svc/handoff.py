@@ -33,7 +33,7 @@ import jsonpath_rfc9535
 
 from agentmesh.errors import InvalidRequestError, NotFoundError, PermissionDeniedError, echo
 from agentmesh.payloads import StoredPayload, check_selectors, parse_ref_id, select
-from context_svc.facts import find_facts, kept, occurs
+from context_svc.facts.facts import find_facts, kept, occurs
 from context_svc.handoff_text import HOP_HEADER, Layout, Section, fit, one_line, user_constraints, user_words
 from context_svc.tokens import TokenCounter
 

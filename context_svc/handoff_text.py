@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from context_svc.lines import states_value
+from context_svc.facts.lines import states_value
 from context_svc.tokens import TokenCounter
 
 __all__ = [

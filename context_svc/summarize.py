@@ -21,7 +21,7 @@ from typing import Protocol
 
 from agentmesh.chat import lone_surrogate_path
 from agentmesh.retrieval import tokenize
-from context_svc.facts import Fact, find_facts, missing_facts
+from context_svc.facts.facts import Fact, find_facts, missing_facts
 from context_svc.model import Message, OpenItem, Role, Summary
 
 __all__ = [

@@ -19,7 +19,7 @@ from agentmesh.audit import AuditLog
 from agentmesh.chat import Usage
 from agentmesh.store import Store
 from context_svc.engine import BudgetRequest, ContextEngine
-from context_svc.known import known_facts
+from context_svc.facts.known import known_facts
 from context_svc.model import Message, Role
 from dispatcher_svc.model import EventKind, ModelReply, Phase, TaskStatus
 from dispatcher_svc.tasks import Cursor, fields_of

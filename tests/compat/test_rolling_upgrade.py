@@ -52,7 +52,7 @@ from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError,
 from agentmesh.payloads import is_json_media_type
 from agentmesh.store import RedisClient, Store
 from context_svc.engine import ContextEngine
-from context_svc.known import known_facts
+from context_svc.facts.known import known_facts
 from context_svc.model import Caller as ContextCaller
 from context_svc.model import Message, Role
 from context_svc.model import ToolOutcome as ContextOutcome

@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 
 from context_svc.engine import ContextEngine
-from context_svc.facts import fact_keys, find_facts, occurs
-from context_svc.known import KNOWN_FACTS_HEADER
+from context_svc.facts.facts import fact_keys, find_facts, occurs
+from context_svc.facts.known import KNOWN_FACTS_HEADER
+from context_svc.facts.numbers import normalize
 from context_svc.model import Caller, ContextView, Message, Role, ToolCall, ToolOutcome
-from context_svc.numbers import normalize
 from context_svc.tokens import counter_for
 from tests.contextgen.sessions import GenSession, Value
 

@@ -3,7 +3,8 @@
 - Every domain module (a service's modules but server.py, server_memory.py, workflow_server.py, adapters.py,
   codec.py and __main__) and every core module of agentmesh imports without loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
-  importing another, a domain module importing grpc or the stubs, the core importing the edge.
+  importing another, a domain module importing grpc or the stubs, the core importing the edge, the fact
+  engine (context_svc.facts) importing the rest of context_svc, agentmesh, or one of its own upper layers.
 """
 
 from __future__ import annotations
@@ -64,6 +65,21 @@ def test_the_core_contract_lists_every_core_module() -> None:
     assert sorted(contracts["core-grpc-free"]["source_modules"]) == core_modules()
 
 
+def test_the_facts_contract_forbids_every_other_context_module() -> None:
+    """context_svc.facts stands alone: its contract names every module of context_svc outside it (a new
+    module cannot slip past), and its layers name every module inside it."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = {c["id"]: c for c in config["tool"]["importlinter"]["contracts"]}
+    alone = contracts["facts-alone"]
+    assert alone["source_modules"] == ["context_svc.facts"]
+    inside = [m for m in _modules("context_svc") if m.startswith("context_svc.facts.")]
+    outside = [m for m in _modules("context_svc") if m != "context_svc.facts" and m not in inside]
+    assert "context_svc.engine" in outside and "context_svc.facts.facts" in inside
+    assert sorted(alone["forbidden_modules"]) == sorted(["agentmesh", *outside])
+    layered = {name.strip() for layer in contracts["facts-layers"]["layers"] for name in layer.split("|")}
+    assert sorted(f"context_svc.facts.{name}" for name in layered) == inside
+
+
 def _tree_copy(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -91,6 +107,9 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
         ("domain_imports_grpc.py", "tool_svc/_lint_fixture.py", False, "Only the RPC edge"),
         ("domain_imports_stubs.py", "dispatcher_svc/_lint_fixture.py", False, "Only the RPC edge"),
         ("core_imports_grpc.py", "agentmesh/semconv.py", True, "The core never imports grpc"),
+        ("facts_imports_context.py", "context_svc/facts/labels.py", True, "The fact engine (context_svc.facts)"),
+        ("facts_imports_agentmesh.py", "context_svc/facts/numbers.py", True, "The fact engine (context_svc.facts)"),
+        ("facts_imports_upwards.py", "context_svc/facts/numbers.py", True, "The fact engine's modules import"),
     ],
 )
 def test_lint_fails_on_each_layering_violation(

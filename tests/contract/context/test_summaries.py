@@ -17,7 +17,7 @@ import pytest
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.v1 import common_pb2, context_pb2, provider_pb2, provider_pb2_grpc
-from context_svc.facts import missing_facts
+from context_svc.facts.facts import missing_facts
 from tests.contract.context.conftest import AGENT, Ctx
 from tests.unit.context.ops_session import Step, ops_session
 

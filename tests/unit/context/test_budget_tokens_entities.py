@@ -6,8 +6,8 @@ import pytest
 
 from agentmesh.config import ConfigError, ContextSettings, load_settings
 from context_svc.budget import BlockBudgets, Group, extend_window, group_entries, select_window
-from context_svc.entities import extract_entities
-from context_svc.known import public_entities
+from context_svc.facts.entities import extract_entities
+from context_svc.facts.known import public_entities
 from context_svc.model import Budget, IndexEntry, Role
 from context_svc.tokens import MESSAGE_OVERHEAD_TOKENS, UnknownEncodingError, counter_for, offline_encodings
 

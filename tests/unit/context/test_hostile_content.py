@@ -8,7 +8,7 @@ import random
 
 from agentmesh.payloads import digest
 from context_svc import summarize
-from context_svc.facts import Fact
+from context_svc.facts.facts import Fact
 from context_svc.tokens import counter_for
 
 

@@ -9,8 +9,8 @@ import pytest
 from agentmesh.config import ContextSettings
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
-from context_svc.entities import KnownFact, extract_known
-from context_svc.known import KNOWN_FACTS_HEADER
+from context_svc.facts.entities import KnownFact, extract_known
+from context_svc.facts.known import KNOWN_FACTS_HEADER
 from context_svc.model import Caller, Message, Role
 
 OPERATOR = Caller("oncall", is_operator=True)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentmesh.errors import UnavailableError
-from context_svc.facts import fact_strings
+from context_svc.facts.facts import fact_strings
 from context_svc.model import Message, Role, ToolCall
 from context_svc.summarize import (
     ExtractiveSummarizer,

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from context_svc.numbers import EN_DAY, MONTHS, normalize, word_number_spans
+from context_svc.facts.numbers import EN_DAY, MONTHS, normalize, word_number_spans
 
 __all__ = ["Fact", "fact_keys", "fact_strings", "find_facts", "kept", "missing_facts", "occurs"]
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from context_svc.facts import find_facts
+from context_svc.facts.facts import find_facts
 
 __all__ = ["Choice", "choose_lines", "render_group", "skeleton", "states_value"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from context_svc.entities import MAX_ENTITIES_SHOWN, KnownFact, decode_entity
+from context_svc.facts.entities import MAX_ENTITIES_SHOWN, KnownFact, decode_entity
 
 __all__ = ["KNOWN_FACTS_HEADER", "known_facts", "public_entities", "render_known"]
 

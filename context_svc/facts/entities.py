@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from context_svc.facts import Fact, find_facts
-from context_svc.labels import (
+from context_svc.facts.facts import Fact, find_facts
+from context_svc.facts.labels import (
     Segment,
     compatible,
     is_change,

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from context_svc.entities import KnownFact, decode_entity, extract_entities, extract_known, with_previous
-from context_svc.known import KNOWN_FACTS_HEADER, known_facts, public_entities, render_known
+from context_svc.facts.entities import KnownFact, decode_entity, extract_entities, extract_known, with_previous
+from context_svc.facts.known import KNOWN_FACTS_HEADER, known_facts, public_entities, render_known
 
 
 def facts(text: str, role: str = "user") -> dict[str, KnownFact]:

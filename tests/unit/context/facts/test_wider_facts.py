@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from context_svc.facts import Fact, fact_keys, find_facts, kept, missing_facts
-from context_svc.numbers import normalize
+from context_svc.facts.facts import Fact, fact_keys, find_facts, kept, missing_facts
+from context_svc.facts.numbers import normalize
 
 
 def found(text: str) -> list[tuple[str, str, str]]:

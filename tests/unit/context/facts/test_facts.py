@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from context_svc.facts import fact_strings, find_facts, missing_facts, occurs
+from context_svc.facts.facts import fact_strings, find_facts, missing_facts, occurs
 
 
 def kinds(text: str) -> list[tuple[str, str]]:
