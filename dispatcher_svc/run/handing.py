@@ -95,18 +95,7 @@ async def hand_off(run: Run, cs: CallState, *, verified: bool = False) -> ToolOu
     hop = await _build_hop(run, call, child_id, brief)
     if isinstance(hop, ToolOutcome):
         return hop
-    attributes = {
-        "parent_task_id": record.task_id,
-        "child_task_id": child_id,
-        "mode": tool.mode,
-        "from_agent": agent.id,
-        "to_agent": target,
-        "hop_tokens": str(hop.token_count),
-        "confirmed": str(hop.confirmed),
-        "inferred": str(hop.inferred),
-        "demoted": str(hop.demoted),
-        "depth": str(record.depth + 1),
-    }
+    attributes = _hop_attributes(record.task_id, child_id, tool.mode, agent.id, target, hop, record.depth)
     await run.downstream.reached("before_handoff_child")
     await _create_child(run, child_id, target, tool.mode, hop, hops, attributes)
     await run.downstream.reached("after_handoff_child")
@@ -122,6 +111,24 @@ async def hand_off(run: Run, cs: CallState, *, verified: bool = False) -> ToolOu
     if tool.mode == "transfer":
         return HandOff(child_id, target, (event,))
     return WaitChild(child_id, call, (event,))
+
+
+def _hop_attributes(
+    parent_id: str, child_id: str, mode: str, from_agent: str, to_agent: str, hop: HopSummary, depth: int
+) -> dict[str, str]:
+    """The HANDOFF event's attributes: who handed what to whom, and what the hop summary carried."""
+    return {
+        "parent_task_id": parent_id,
+        "child_task_id": child_id,
+        "mode": mode,
+        "from_agent": from_agent,
+        "to_agent": to_agent,
+        "hop_tokens": str(hop.token_count),
+        "confirmed": str(hop.confirmed),
+        "inferred": str(hop.inferred),
+        "demoted": str(hop.demoted),
+        "depth": str(depth + 1),
+    }
 
 
 async def _build_hop(run: Run, call: ToolCall, child_id: str, brief: dict[str, Any]) -> HopSummary | ToolOutcome:
@@ -159,19 +166,8 @@ async def _ask_verifier(
     hop = await _build_hop(run, call, child_id, brief)
     if isinstance(hop, ToolOutcome):
         return hop
-    attributes = {
-        "parent_task_id": record.task_id,
-        "child_task_id": child_id,
-        "mode": "verify",
-        "from_agent": state.agent.id,
-        "to_agent": verifier,
-        "verifies": target,
-        "hop_tokens": str(hop.token_count),
-        "confirmed": str(hop.confirmed),
-        "inferred": str(hop.inferred),
-        "demoted": str(hop.demoted),
-        "depth": str(record.depth + 1),
-    }
+    attributes = _hop_attributes(record.task_id, child_id, "verify", state.agent.id, verifier, hop, record.depth)
+    attributes["verifies"] = target
     await run.downstream.reached("before_handoff_child")
     await _create_child(run, child_id, verifier, "verify", hop, hops, attributes)
     await run.downstream.reached("after_handoff_child")
