@@ -68,9 +68,10 @@ MODULES: dict[str, Module] = {
     "grants": Module("agentmesh/grants.py", ("tests/unit/test_grants.py", "tests/unit/tool/test_steps.py")),
     "breaker": Module("tool_svc/breaker.py", ("tests/unit/tool/test_breaker.py", "tests/unit/tool/test_steps.py")),
     "ratelimit": Module("tool_svc/ratelimit.py", ("tests/unit/tool/test_ratelimit.py",)),
+    # The store's own tests (fast, direct): test_tasks.py's replica rigs add minutes per survivor, no kills.
     "fencing": Module(
         "dispatcher_svc/tasks.py",
-        ("tests/unit/dispatcher/test_tasks.py", "tests/unit/dispatcher/test_commit_commands.py"),
+        ("tests/unit/dispatcher/test_task_store.py", "tests/unit/dispatcher/test_commit_commands.py"),
     ),
     "identity": Module(
         "agentmesh/identity.py",
