@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -45,6 +46,11 @@ def event(message: str, task_id: str = T, status: TaskStatus = TaskStatus.PENDIN
 def new_task(task_id: str = T, **extra: str | int) -> dict[str, str]:
     fields = fields_of(status=TaskStatus.PENDING, step=0, task_id=task_id, agent_id=AGENT, goal="g")
     return {**fields, **{key: str(value) for key, value in extra.items()}}
+
+
+async def commands(store: Store) -> Counter[str]:
+    stats: Any = await store.redis.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
 
 
 class Env:
@@ -95,8 +101,12 @@ async def env(store: Store) -> Env:
 
 
 async def test_create_stores_indexes_and_queues_the_task_in_one_step(env: Env) -> None:
+    before = await commands(env.store)
     created = await env.tasks.create(T, new_task(create_ms=1234), event("created"), env.queue)
     assert created == Created(created=True, taken=[])
+    # One pipelined round trip of three commands, not a transaction (MULTI/EXEC would hold up every client).
+    spent = await commands(env.store) - before
+    assert (spent["evalsha"], spent["multi"], spent["exec"]) == (2, 0, 0)
     other = TaskStore(env.store, DispatcherSettings())  # another replica's view
     record = await other.load(T)
     assert (record.status, record.fence, record.last_sequence, record.agent_id) == (TaskStatus.PENDING, 0, 1, AGENT)
@@ -121,6 +131,10 @@ async def test_creating_an_existing_task_changes_nothing_but_queues_it_again(env
     assert await env.store.redis.zscore(env.tasks.index_key, T) == 1234  # the first create time stays
     assert await env.queued() == [T, T]  # a harmless extra entry: its run finds the task taken or done
     assert env.counted(TaskStatus.PENDING) == 1 and await env.active() == []
+    # A task of no agent is counted under no agent, in no agent's set.
+    agentless = {k: v for k, v in new_task("t-3").items() if k != "agent_id"}
+    assert (await env.tasks.create("t-3", agentless, event("c", "t-3"), env.queue)).created
+    assert env.counted(TaskStatus.PENDING, agent="") == 1 and await env.store.redis.keys("*agentload*") == []
     # Without a create time, the task is still listed (at 0).
     await env.tasks.create("t-2", new_task("t-2"), event("created", "t-2"), env.queue)
     assert await env.store.redis.zscore(env.tasks.index_key, "t-2") == 0
@@ -187,14 +201,18 @@ async def test_with_replicated_writes_create_commits_the_task_then_queues_it(fre
             created = await env.tasks.create(T, new_task(create_ms=77), event("created"), env.queue, take=True)
             assert created.created and [task for _, task in created.taken] == [T]
             assert await env.active() == [T]
+            await store.redis.delete(store.keys.agent_active(AGENT))
             again = await env.tasks.create(T, new_task(), event("again"), env.queue)
-            assert again == Created(created=False, taken=[])
+            assert again == Created(created=False, taken=[]) and await env.active() == []
+            agentless = {k: v for k, v in new_task("t-none").items() if k != "agent_id"}
+            assert (await env.tasks.create("t-none", agentless, event("c", "t-none"), env.queue)).created
+            assert await store.redis.keys("*agentload*") == []
             # The replica holds what the primary acknowledged.
             async with await Store.connect(RedisSettings(url=replica.url), "dev") as read:
                 record = await TaskStore(read, DispatcherSettings()).load(T)
                 assert (record.status, record.fence) == (TaskStatus.PENDING, 0)
                 assert await read.redis.zscore(env.tasks.index_key, T) == 77
-                assert await read.redis.xlen(env.queue.key) == 2
+                assert await read.redis.xlen(env.queue.key) == 3  # t-store twice, t-none
     finally:
         replica.stop()
 
@@ -317,7 +335,10 @@ async def test_a_run_that_raised_ends_failed_if_it_still_holds_the_task(env: Env
     await tasks.commit(T, fence=record.fence, fields=fields_of(cursor=Cursor(step=2)))
     record = await tasks.load(T)
     before = int(time.time() * 1000)
-    await tasks.fail_unexpectedly(record, KeyError("boom"), ttl_s=300)
+    with tasks.feed.subscribe(T) as watcher:
+        await tasks.fail_unexpectedly(record, KeyError("boom"), ttl_s=300)
+    (seen,) = watcher.take()
+    assert (seen.task_id, seen.sequence, seen.status) == (T, record.last_sequence + 1, TaskStatus.FAILED)
     failed = await tasks.load(T)
     assert failed.status == TaskStatus.FAILED and failed.lease_until_ms == 0
     assert failed.error is not None and failed.error.code == ErrorCode.INTERNAL
@@ -351,10 +372,20 @@ async def test_light_reads_of_a_task(env: Env) -> None:
     assert await tasks.creator(T) == ("alice", "")
     await env.store.redis.hset(env.store.keys.task(T), "creator_agent", "planner")
     assert await tasks.creator(T) == ("alice", "planner")
+    await env.store.redis.hset(env.store.keys.task(T), "creator", b"\xffalice")  # not UTF-8: shown, not raised
+    assert await tasks.creator(T) == ("\ufffdalice", "planner")
     before: Any = await env.store.redis.time()
     now = await tasks.redis_time_ms()
     after: Any = await env.store.redis.time()
     assert before[0] * 1000 + before[1] // 1000 <= now <= after[0] * 1000 + after[1] // 1000
+
+
+async def test_redis_time_is_read_in_whole_milliseconds(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def time_reply() -> tuple[int, int]:
+        return (1_700_000_000, 999_000)  # TIME: seconds, microseconds
+
+    monkeypatch.setattr(env.store.redis, "time", time_reply)
+    assert await env.tasks.redis_time_ms() == 1_700_000_000_999
 
 
 async def test_handoff_trees_list_their_tasks_and_expire_after_twice_the_task_ttl(env: Env) -> None:
@@ -383,6 +414,9 @@ async def test_parked_tasks_come_due_at_their_expiry_once_per_hold(env: Env) -> 
     assert await tasks.due_approvals(10, 30_000) == [("t-1", "ap-1")]
     members: Any = await env.store.redis.zrange(tasks.waiting_key, 0, -1)
     assert sorted(m.decode() for m in members) == ["t-1 ap-1", "t-3 ap-3"]
+    # Task ids hold no space; everything after the first one is the approval id.
+    await tasks.index_approval("t-4", "ap 4", now - 1)
+    assert ("t-4", "ap 4") in await tasks.due_approvals(10, 30_000)
 
 
 async def test_each_operation_is_measured_under_its_own_name(env: Env) -> None:
