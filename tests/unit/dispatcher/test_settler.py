@@ -16,6 +16,7 @@ from agentmesh.config import AgentSettings, DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError
 from agentmesh.store import Store
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
+from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import (
     ApprovalRecord,
     CallStage,
@@ -31,6 +32,7 @@ from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.settling import ApprovalSettler
 from dispatcher_svc.tasks import CallState, Cursor, TaskRecord, TaskStore, fields_of
+from tests.metricsutil import recorded_metrics
 from tests.unit.dispatcher.fakes import FakeContext, FakeProvider, FakeTools, reply
 
 T = "t-parked"
@@ -69,7 +71,8 @@ class Tools(FakeTools):
 class Env:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.tasks = TaskStore(store, DispatcherSettings())
+        self.recorded = recorded_metrics()
+        self.tasks = TaskStore(store, DispatcherSettings(), metrics=self.recorded.metrics)
         self.queue = TaskQueue(store, "workers", "c1")
         self.tools = Tools()
         self.minted: list[tuple[str, str]] = []
@@ -81,6 +84,9 @@ class Env:
             task_ttl_s=TTL_S,
             mint_token=self.mint,
         )
+
+    def counted(self, status: TaskStatus) -> float:
+        return self.recorded.value("agentmesh.tasks", agent="ops", status=status.name)
 
     def mint(self, record: TaskRecord, agent: AgentConfig) -> str:
         self.minted.append((record.task_id, agent.id))
@@ -145,13 +151,18 @@ async def test_an_approved_call_resumes_the_task_once_with_its_outcome(env: Env)
     assert record.pending is not None
     outcome = ToolOutcome(PLAN.id, PLAN.name, output=ToolOutput(inline="restarted"))
     approval = record_of(record.pending, "APPROVED", resolved_by="bob")
-    assert await env.settler.settle(record, approval, outcome, resolver="carol", reason="looks fine")
+    before = now_ms()
+    with env.tasks.feed.subscribe(T) as watcher:
+        assert await env.settler.settle(record, approval, outcome, resolver="carol", reason="looks fine")
     resumed = await env.tasks.load(T)
+    assert before <= resumed.update_time_ms <= now_ms() and env.counted(TaskStatus.PENDING) == 1
     assert resumed.status == TaskStatus.PENDING and resumed.pending is None and resumed.fence == record.fence
     (call,) = resumed.cursor.calls
     assert call.state == CallStage.RUNNING and call.resolved == outcome
     resolved, status = (await env.events())[1:]
     assert (resolved.kind, resolved.status, resolved.step) == (EventKind.APPROVAL_RESOLVED, TaskStatus.PENDING, 2)
+    assert (status.status, status.step) == (TaskStatus.PENDING, 2)
+    assert [(e.task_id, e.sequence) for e in watcher.take()] == [(T, 2), (T, 3)]  # as this replica's watchers see them
     assert resolved.message == "approval ap-1 approved by bob: looks fine"
     assert resolved.attributes == {"state": "APPROVED", "resolved_by": "bob"}
     assert resolved.tool_call == PLAN and resolved.pending_approval == record.pending and resolved.error is None
@@ -183,6 +194,17 @@ async def test_a_denied_call_fails_with_approval_denied_naming_the_resolver(env:
     assert resolved.attributes == {"state": "DENIED", "resolved_by": "carol"}
 
 
+async def test_the_outcome_tool_svc_returned_with_a_denial_is_the_one_the_call_gets(env: Env) -> None:
+    record = await env.park()
+    assert record.pending is not None
+    err = AgentmeshError(ErrorCode.APPROVAL_DENIED, "tool_svc's own words")
+    given = ToolOutcome(PLAN.id, PLAN.name, error=err)
+    assert await env.settler.settle(record, record_of(record.pending, "DENIED"), given, resolver="carol", reason="")
+    (call,) = (await env.tasks.load(T)).cursor.calls
+    assert call.resolved is not None and call.resolved.error is not None
+    assert call.resolved.error.message == "tool_svc's own words"
+
+
 async def test_an_expired_call_fails_with_approval_expired(env: Env) -> None:
     record = await env.park()
     assert record.pending is not None
@@ -191,6 +213,9 @@ async def test_an_expired_call_fails_with_approval_expired(env: Env) -> None:
     assert call.resolved is not None and call.resolved.error is not None
     assert call.resolved.error.code == ErrorCode.APPROVAL_EXPIRED
     assert call.resolved.error.metadata == {"approval_id": "ap-1", "task_id": T}
+    assert (
+        call.resolved.error.message == "approval ap-1 for restart expired before anyone decided; the call did not run"
+    )
     resolved, status = (await env.events())[1:]
     assert resolved.message == "approval ap-1 expired before anyone decided; restart did not run"
     assert resolved.attributes == {"state": "EXPIRED"}
@@ -200,28 +225,40 @@ async def test_an_expired_call_fails_with_approval_expired(env: Env) -> None:
 
 
 @pytest.mark.parametrize(
-    ("settlement", "verdict"), [("ran", "RAN (recorded as ran; not re-sent)"), ("not_ran", "NOT_RAN (sent once more)")]
+    ("state", "settlement", "reason", "message"),
+    [
+        ("APPROVED", "ran", "seen", "RAN (recorded as ran; not re-sent) by bob: seen"),
+        ("APPROVED", "not_ran", "seen", "NOT_RAN (sent once more) by bob: seen"),
+        ("DENIED", "", "", "denied by bob"),  # no verdict recorded: the state, and no empty reason
+    ],
 )
-async def test_a_settlement_resumes_the_task_with_its_verdict(env: Env, settlement: str, verdict: str) -> None:
+async def test_a_settlement_resumes_the_task_with_its_verdict(
+    env: Env, state: str, settlement: str, reason: str, message: str
+) -> None:
     record = await env.park("stl-1", kind="settlement")
     assert record.pending is not None
-    approval = record_of(record.pending, "APPROVED", resolved_by="bob", settlement=settlement)
-    assert await env.settler.settle(record, approval, None, resolver="carol", reason="checked the ledger")
+    approval = record_of(record.pending, state, resolved_by="bob", settlement=settlement)
+    assert await env.settler.settle(record, approval, None, resolver="carol", reason=reason)
     resolved = (await env.events())[1]
-    assert resolved.message == f"settlement stl-1 of restart: {verdict} by bob: checked the ledger"
-    assert resolved.attributes == {"state": "APPROVED", "resolved_by": "bob", "settlement": settlement}
+    assert resolved.message == f"settlement stl-1 of restart: {message}"
+    assert resolved.attributes == {"state": state, "resolved_by": "bob", "settlement": settlement}
     assert (await env.tasks.load(T)).status == TaskStatus.PENDING and await env.queued() == [T]
 
 
 async def test_a_settlement_nobody_decided_fails_the_task_outcome_unknown(env: Env) -> None:
     record = await env.park("stl-1", kind="settlement", expire_ms=1)
     assert record.pending is not None
+    before = now_ms()
     assert await env.settler.settle(record, record_of(record.pending, "EXPIRED"), None, resolver="", reason="")
     failed = await env.tasks.load(T)
     assert failed.status == TaskStatus.FAILED and failed.pending is None
+    assert before <= failed.update_time_ms <= now_ms() and env.counted(TaskStatus.FAILED) == 1
     assert failed.error is not None and failed.error.code == ErrorCode.OUTCOME_UNKNOWN
     assert failed.error.metadata == {"settlement_id": "stl-1", "task_id": T}
-    assert "nothing was re-sent" in failed.error.message
+    assert failed.error.message == (
+        "settlement stl-1 for restart expired before anyone settled it; "
+        "nothing was re-sent and the outcome stays unknown"
+    )
     assert TTL_S - 5 < await env.store.redis.ttl(env.store.keys.task(T)) <= TTL_S
     resolved, status = (await env.events())[1:]
     assert resolved.message == "settlement stl-1 expired unsettled; restart was not re-sent"
@@ -240,9 +277,12 @@ async def test_the_sweeper_settles_what_tool_svc_says_and_passes_over_the_rest(e
     late = await env.tasks.load("t-late")
     assert late.pending is not None
     env.tools.answers["ap-late"] = record_of(late.pending, "PENDING")
+    second = await env.park("ap-2", expire_ms=3, task_id="t-2")
+    assert second.pending is not None
+    env.tools.answers["ap-2"] = record_of(second.pending, "EXPIRED")
     before = await env.tasks.redis_time_ms()
-    assert await env.settler.sweep() == 1
-    assert (await env.tasks.load(T)).status == TaskStatus.PENDING and await env.queued() == [T]
+    assert await env.settler.sweep() == 2
+    assert (await env.tasks.load(T)).status == TaskStatus.PENDING and sorted(await env.queued()) == sorted([T, "t-2"])
     # Asked with the task's own identity, request id and the sweep's timeout.
     asked = {a: (timeout, opts) for a, timeout, opts in env.tools.asked}
     assert asked["ap-old"] == (10.0, CallOptions(identity_token=f"token-of-{T}", request_id="req-9", timeout_s=10.0))
@@ -261,6 +301,7 @@ async def test_expire_leaves_an_approval_not_due_and_drops_stale_entries(env: En
     # Another approval's entry, and a task that is gone: dropped, nothing queued.
     await env.tasks.index_approval(T, "ap-0", 5)
     assert not await env.settler.expire(T, "ap-0")
+    await env.tasks.index_approval("t-gone", "ap-9", 5)
     assert not await env.settler.expire("t-gone", "ap-9")
     assert await env.indexed() == [f"{T} ap-1"] and await env.queued() == []
     # Resumed by a settle that died before queueing it: queued (again), entry dropped.
@@ -297,7 +338,8 @@ async def test_a_sweep_survives_a_failing_entry_and_counts_the_others(
     with caplog.at_level(logging.WARNING, logger="dispatcher_svc.service"):
         assert await env.settler.sweep() == 0
     assert any(
-        "approval ap-1 not settled yet" in r.getMessage() and "RuntimeError" in r.getMessage() for r in caplog.records
+        f"task {T}: approval ap-1 not settled yet" in r.getMessage() and "RuntimeError" in r.getMessage()
+        for r in caplog.records
     )
     assert await env.indexed() == [f"{T} ap-1"]  # comes due again after the hold
 
@@ -309,4 +351,33 @@ async def test_an_unindex_that_fails_is_logged_not_raised(env: Env, caplog: pyte
     env.tasks.unindex_approval = down  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, logger="dispatcher_svc.service"):
         await env.settler.unindex(T, "ap-1")
-    assert any(f"task {T}: approval ap-1 left in the expiry index" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"task {T}: approval ap-1 left in the expiry index: UNAVAILABLE: redis unavailable"
+    ]
+
+
+async def test_an_approval_is_due_at_its_expiry_and_applied_as_tool_svc_decided(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = await env.park("ap-1", expire_ms=10_000)
+    assert record.pending is not None
+    env.tools.answers["ap-1"] = record_of(record.pending, "APPROVED", resolved_by="bob")
+
+    async def now_is_the_expiry() -> int:
+        return 10_000
+
+    monkeypatch.setattr(env.tasks, "redis_time_ms", now_is_the_expiry)
+    assert await env.settler.expire(T, "ap-1")
+    resolved = (await env.events())[1]
+    assert resolved.message == "approval ap-1 approved by bob"  # tool_svc's decision, not an expiry
+    (call,) = (await env.tasks.load(T)).cursor.calls
+    assert call.state == CallStage.RUNNING and call.resolved is None  # re-sent: tool_svc replays its outcome
+
+
+async def test_a_decision_without_a_resolver_names_none(env: Env) -> None:
+    record = await env.park("ap-1", expire_ms=1)
+    assert record.pending is not None
+    env.tools.answers["ap-1"] = record_of(record.pending, "DENIED", reason="policy")
+    assert await env.settler.expire(T, "ap-1")
+    resolved = (await env.events())[1]
+    assert resolved.attributes == {"state": "DENIED", "resolved_by": ""}
