@@ -204,3 +204,14 @@ async def test_a_deep_chain_is_read_to_fifty_frames() -> None:
     assert [part.split(" ")[0] for part in suspended_at(run).split(" <- ")] == ["_pong", "_ping", "_pong"]
     gate.set_result(None)
     await run
+
+
+async def test_a_frame_of_code_without_a_file_path_is_named_too() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile("async def wait(gate):\n    await gate\n", "<generated>", "exec"), namespace)
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    run = asyncio.create_task(namespace["wait"](gate))
+    await asyncio.sleep(0)
+    assert suspended_at(run) == "wait (<generated>:2)"
+    gate.set_result(None)
+    await run
