@@ -3,13 +3,18 @@ and what each refusal tells the caller (the subject, the task and the rule, neve
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from agentmesh.errors import PermissionDeniedError
+from agentmesh.audit import AuditLog
+from agentmesh.errors import PermissionDeniedError, UnavailableError
+from agentmesh.store import Store
 from dispatcher_svc.access import (
     NOT_TASK_AGENT,
     NOT_TASK_CREATOR,
     TASK_ACCESS,
+    Auditor,
     Creator,
     check_resolver,
     check_run,
@@ -38,6 +43,9 @@ def test_a_creator_is_recorded_with_its_agent_only_when_it_has_one() -> None:
 def test_the_creator_may_not_resolve_and_the_refusal_says_why() -> None:
     err = denied(lambda: check_resolver(ALICE, "t-1", Creator.of(ALICE), task_agent="ops"))
     assert err.missing_permission == NOT_TASK_CREATOR
+    assert err.message == (
+        "alice started task t-1 and may not resolve its approvals: another operator must (separation of duties)"
+    )
     assert "alice started task t-1 and may not resolve its approvals" in err.message
     assert "another operator must (separation of duties)" in err.message
     check_resolver(BOB, "t-1", Creator.of(ALICE), task_agent="ops")  # another operator may
@@ -68,3 +76,39 @@ def test_a_refused_start_names_the_grant_it_needs() -> None:
         "billing-bot may not start tasks as agent ops: needs the operator role or the grant dev:agent.ops:run"
     )
     check_run(ALICE, "dev", "ops")
+
+
+# --- the audit entries (agentmesh.audit), as a reader of the stream finds them ---------------------------
+
+
+async def test_an_act_is_audited_with_no_detail_unless_given(store: Store) -> None:
+    auditor = Auditor(AuditLog(store))
+    await auditor.record(ALICE, "task.start", "t-1")
+    refusal = denied(lambda: check_task(BILLING_AGENT, "t-1", Creator.of(ALICE), "cancel"))
+    await auditor.refused(BILLING_AGENT, "task.cancel", "t-1", refusal)
+    (started, refused) = await AuditLog(store).read()
+    assert (started.subject, started.action, started.target, started.outcome, started.detail) == (
+        "alice",
+        "task.start",
+        "t-1",
+        "ok",
+        "",
+    )
+    assert (refused.subject, refused.outcome, refused.detail) == ("billing-bot", "PERMISSION_DENIED", TASK_ACCESS)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"), [(UnavailableError("redis away"), "redis away"), (RuntimeError(), "RuntimeError")]
+)
+async def test_a_failed_audit_write_is_logged_whole_and_never_raised(
+    store: Store, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, error: Exception, said: str
+) -> None:
+    auditor = Auditor(AuditLog(store))
+
+    async def failing(**fields: str) -> None:
+        raise error
+
+    monkeypatch.setattr(auditor.audit, "record", failing)
+    with caplog.at_level(logging.WARNING, logger="dispatcher_svc.access"):
+        await auditor.record(ALICE, "task.start", "t-1")
+    assert [r.getMessage() for r in caplog.records] == [f"audit: task.start of t-1 by alice not recorded: {said}"]

@@ -4,14 +4,17 @@ time the lease reads (no sleeps)."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentmesh.config import DispatcherSettings
 from dispatcher_svc import lease as lease_module
-from dispatcher_svc.lease import Lease, NoProgressError
+from dispatcher_svc.lease import Lease, NoProgressError, suspended_at
 from dispatcher_svc.tasks import StaleOwnerError, TaskStore
 
 
@@ -124,10 +127,13 @@ async def test_keep_renews_while_the_run_makes_progress_and_gives_up_after_the_l
     clock.now = 124.0
     await lease.keep()
     assert len(tasks.commits) == 2
+    clock.now = 125.0
+    await lease.keep()  # exactly the window without progress: still kept
+    assert len(tasks.commits) == 3
     clock.now = 125.5
     with pytest.raises(NoProgressError, match=r"no progress for 10s \(liveness window 10s\)"):
         await lease.keep()
-    assert len(tasks.commits) == 2  # no renewal once given up
+    assert len(tasks.commits) == 3  # no renewal once given up
 
 
 async def test_keep_without_a_liveness_window_always_renews(clock: Clock) -> None:
@@ -142,3 +148,70 @@ def test_the_liveness_window_defaults_to_twice_the_call_timeout_plus_the_claim_i
     assert DispatcherSettings().liveness_window_s == 2 * 60 + 15
     assert DispatcherSettings(liveness_s=30).liveness_window_s == 30
     assert DispatcherSettings(call_timeout_s=5, claim_idle_s=2).liveness_window_s == 12
+
+
+# --- where a run that lost its claim waits (the log line of a claim given up) ------------------------
+
+
+SOURCE = Path(__file__).read_text(encoding="utf-8").splitlines()
+
+
+async def _inner(gate: asyncio.Future[None]) -> None:
+    await gate
+
+
+@types.coroutine
+def _middle(gate: asyncio.Future[None]) -> Any:
+    yield from _inner(gate)  # a generator-based coroutine: gi_frame / gi_yieldfrom
+
+
+async def _outer(gate: asyncio.Future[None]) -> None:
+    await _middle(gate)
+
+
+async def _ping(n: int, gate: asyncio.Future[None]) -> None:
+    await (_pong(n - 1, gate) if n else gate)
+
+
+async def _pong(n: int, gate: asyncio.Future[None]) -> None:
+    await (_ping(n - 1, gate) if n else gate)
+
+
+async def test_a_waiting_run_is_named_by_its_three_innermost_frames() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    run = asyncio.create_task(_outer(gate))
+    await asyncio.sleep(0)
+    where = suspended_at(run)
+    found = re.fullmatch(
+        r"_inner \(test_lease\.py:(\d+)\) <- _middle \(test_lease\.py:(\d+)\) <- _outer \(test_lease\.py:(\d+)\)", where
+    )
+    assert found, where
+    assert [SOURCE[int(n) - 1].strip() for n in found.groups()] == [
+        "await gate",
+        "yield from _inner(gate)  # a generator-based coroutine: gi_frame / gi_yieldfrom",
+        "await _middle(gate)",
+    ]
+    gate.set_result(None)
+    await run
+    assert suspended_at(run) == "?"  # finished: no frame left
+
+
+async def test_a_deep_chain_is_read_to_fifty_frames() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    run = asyncio.create_task(_ping(60, gate))
+    await asyncio.sleep(0)
+    # Frames 48..50 from the outside (_ping is even, _pong odd), innermost first.
+    assert [part.split(" ")[0] for part in suspended_at(run).split(" <- ")] == ["_pong", "_ping", "_pong"]
+    gate.set_result(None)
+    await run
+
+
+async def test_a_frame_of_code_without_a_file_path_is_named_too() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile("async def wait(gate):\n    await gate\n", "<generated>", "exec"), namespace)
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    run = asyncio.create_task(namespace["wait"](gate))
+    await asyncio.sleep(0)
+    assert suspended_at(run) == "wait (<generated>:2)"
+    gate.set_result(None)
+    await run

@@ -473,6 +473,7 @@ async def test_a_write_marked_sent_keeps_its_arguments_hash_and_generation(env: 
     call = make_call("k22")
     await env.put("k22", {"s": "run", "h": call.call_sha256, "t": "t_dead", "g": 4})
     await env.idem()(call)  # taken over at generation 4
+    assert TTL_S * 1000 - 5000 < await env.pttl("k22") <= TTL_S * 1000  # taken over with the key's TTL
     await send(call)
     # What a replica that finds it dead reads: which arguments, whose, and which settlement to open.
     assert await env.record("k22") == {"s": "sent", "h": call.call_sha256, "t": call.owner, "g": 4}
@@ -502,25 +503,26 @@ async def test_finishing_stops_the_heartbeat(env: Env) -> None:
 async def test_a_heartbeat_that_fails_is_logged_and_goes_on(
     env: Env, beats: BeatSleeps, caplog: pytest.LogCaptureFixture
 ) -> None:
-    call = make_call("hb2")
+    key = "hb2-" + "x" * 96  # the log names a key by its first 80 characters
+    call = make_call(key)
     idem = env.idem(lease_s=3.0, heartbeat_s=2.0)
     await idem(call)
-    record = await env.raw("hb2")
+    record = await env.raw(key)
     # The record's key answers WRONGTYPE for a moment (any Redis error would do): the beat fails.
     swap = "redis.call('DEL', KEYS[1]); redis.call('HSET', KEYS[1], 'x', '1')"  # at once: never seen gone
-    await env.store.redis.eval(swap, 1, env.record_key("hb2"))
+    await env.store.redis.eval(swap, 1, env.record_key(key))
     with caplog.at_level(logging.WARNING, logger="tool_svc.idempotency"):
         await beats.next()
     logged = [r.getMessage() for r in caplog.records if r.name == "tool_svc.idempotency"]
-    assert logged and logged[0].startswith("heartbeat of hb2 failed: ") and "WRONGTYPE" in logged[0]
+    assert logged and logged[0].startswith(f"heartbeat of {key[:80]} failed: ") and "WRONGTYPE" in logged[0]
     # Redis answers again: the same heartbeat refreshes the lease.
-    await env.store.redis.set(env.record_key("hb2"), record or b"", px=60_000)  # SET replaces the hash
-    await env.store.redis.pexpire(env.record_key("hb2") + ":hb", 100)
+    await env.store.redis.set(env.record_key(key), record or b"", px=60_000)  # SET replaces the hash
+    await env.store.redis.pexpire(env.record_key(key) + ":hb", 100)
     await beats.next()
-    assert 2500 < await env.heartbeat_pttl("hb2") <= 3000
+    assert 2500 < await env.heartbeat_pttl(key) <= 3000
     # Let it stop by itself (its key taken) rather than cancel it in the middle of a Redis call.
-    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == "idempotency heartbeat hb2"]
-    await env.put("hb2", {"s": "run", "h": call.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
+    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"idempotency heartbeat {key[:40]}"]
+    await env.put(key, {"s": "run", "h": call.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
     await asyncio.wait_for(task, 10)
     await finish(call, None)
 
