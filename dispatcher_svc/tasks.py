@@ -209,9 +209,7 @@ class TaskStore:
                 await self.store.redis.zadd(self.index_key, listed, nx=True)
                 commit_reply = await self._commit(keys=keys, args=args)
                 queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
-                created = int(commit_reply[0]) == _OK
-                if created and self.agent_load is not None:
-                    await self.agent_load.entered(fields.get("agent_id", ""), task_id)
+                created = await self._count_created(task_id, fields, commit_reply)
                 return Created(created=created, taken=taken_entries(queue_reply))
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
@@ -235,12 +233,17 @@ class TaskStore:
             for reply in (commit_reply, queue_reply):
                 if isinstance(reply, Exception):
                     raise reply
+        created = await self._count_created(task_id, fields, commit_reply)
+        return Created(created=created, taken=taken + taken_entries(queue_reply))
+
+    async def _count_created(self, task_id: str, fields: Mapping[str, str], commit_reply: Any) -> bool:
+        """Whether the commit created the task; a new task is counted PENDING and under its agent's load."""
         created = int(commit_reply[0]) == _OK
         if created:
             self.metrics.task_status(fields.get("agent_id", ""), TaskStatus.PENDING.name)
             if self.agent_load is not None:
                 await self.agent_load.entered(fields.get("agent_id", ""), task_id)
-        return Created(created=created, taken=taken + taken_entries(queue_reply))
+        return created
 
     async def redis_time_ms(self) -> int:
         now: Any = await self.store.call("time", self.store.redis.time())

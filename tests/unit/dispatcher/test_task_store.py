@@ -207,6 +207,8 @@ async def test_with_replicated_writes_create_commits_the_task_then_queues_it(fre
             agentless = {k: v for k, v in new_task("t-none").items() if k != "agent_id"}
             assert (await env.tasks.create("t-none", agentless, event("c", "t-none"), env.queue)).created
             assert await store.redis.keys("*agentload*") == []
+            # Counted like a pipelined create: the two new tasks once each, the repeated create not at all.
+            assert env.counted(TaskStatus.PENDING) == 1 and env.counted(TaskStatus.PENDING, agent="") == 1
             # The replica holds what the primary acknowledged.
             async with await Store.connect(RedisSettings(url=replica.url), "dev") as read:
                 record = await TaskStore(read, DispatcherSettings()).load(T)
