@@ -1,5 +1,5 @@
-"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run`, `settle`, `tasks`, `approvals`, `trace`,
-`init`, `config show`, ...
+"""The `agentmesh` command: `up`, `status`, `token`, `demo`, `run` (a task or a workflow), `settle`, `tasks`,
+`approvals`, `trace`, `init`, `config show`, ...
 
 Every sub-command reads the configuration `find_config` finds (`--config`, before or after the
 sub-command and more than once for overlays, else $AGENTMESH_CONFIG, else ./agentmesh.yaml), on top of
@@ -171,42 +171,6 @@ def cmd_probe(settings: Settings, configs: list[Path], args: argparse.Namespace)
     code, line = run_probe(args.addr, service=args.service, timeout_s=args.timeout, settings=settings)
     print(line, file=sys.stdout if code == 0 else sys.stderr)
     return code
-
-
-def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
-    """Starts a task and streams its events; 0 when it SUCCEEDED."""
-    from agentmesh.cli.run_view import run_command
-    from agentmesh.cli.supervisor import wait_serving
-
-    def waiting(target: str) -> None:
-        print(f"waiting up to {args.wait:g}s for dispatcher_svc at {target} ...", file=sys.stderr, flush=True)
-
-    if args.wait > 0:
-        wait_serving(settings, "dispatcher", args.wait, waiting)
-    approve = "yes" if args.approve else "no" if args.deny else "ask"
-    return run_command(
-        settings,
-        args.agent,
-        args.goal,
-        approve=approve,
-        token_budget=args.token_budget,
-        max_steps=args.max_steps,
-        task_id=args.task_id,
-        session_id=args.session,
-        output_schema_json=_schema_text(args.output_schema),
-        approver_token=args.approver_token,
-    )
-
-
-def _schema_text(given: str) -> str:
-    """--output-schema: inline JSON, or @FILE holding it."""
-    if given.startswith("@"):
-        try:
-            return Path(given[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            print(f"agentmesh run: --output-schema {given}: {exc.strerror}", file=sys.stderr)
-            raise SystemExit(2) from None
-    return given
 
 
 def cmd_trace(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
@@ -456,38 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--timeout", type=positive_seconds, default=2.0, help="seconds to wait for the answer")
     probe.set_defaults(func=cmd_probe)
 
-    run = sub.add_parser("run", help="run an agent on a goal and stream its events")
-    run.add_argument("agent", help="agent id (see agents: in agentmesh.yaml)")
-    run.add_argument("goal", help="what the agent should do")
-    decide = run.add_mutually_exclusive_group()
-    decide.add_argument("--approve", action="store_true", help="approve every approval request of the task")
-    decide.add_argument("--deny", action="store_true", help="deny every approval request of the task")
-    run.add_argument("--token-budget", type=int, default=0, help="token budget (default: the agent's)")
-    run.add_argument("--max-steps", type=int, default=0, help="step limit (default: the agent's)")
-    run.add_argument("--task-id", default="", help="task id (idempotent; resumes a FAILED task)")
-    run.add_argument(
-        "--session", default="", help="continue this session (the next turn of a conversation; printed by run)"
-    )
-    run.add_argument(
-        "--output-schema",
-        default="",
-        metavar="JSON|@FILE",
-        help="a JSON Schema the final answer must follow (narrows the agent's output_schema); printed as JSON",
-    )
-    run.add_argument(
-        "--approver-token",
-        default=None,
-        help="a second operator's token to resolve approvals with (the task's creator may not; "
-        "in environment dev one is minted for <user>-approver without it)",
-    )
-    run.add_argument(
-        "--wait",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="wait this long for the dispatcher to be SERVING first, e.g. right after `agentmesh up &` (0: not)",
-    )
-    run.set_defaults(func=cmd_run)
+    from agentmesh.cli.run_args import add_parser as run_parser
+
+    run_parser(sub)  # `run AGENT GOAL`, `run --workflow NAME`
 
     settle = sub.add_parser("settle", help="say whether a call with an unknown outcome ran (the task waits)")
     settle.add_argument("task_id", help="the task waiting for a settlement")
