@@ -15,7 +15,7 @@ _TASK_ONLY = ("approve", "deny", "token_budget", "max_steps", "task_id", "sessio
 
 
 def _usage_error(message: str) -> int:
-    print(f"agentmesh run: {ErrorCode.INVALID_ARGUMENT.name}: {message}", file=sys.stderr)
+    print(f"agentmesh run: {ErrorCode.INVALID_REQUEST.name}: {message}", file=sys.stderr)
     return 2
 
 
@@ -36,7 +36,7 @@ def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -
             return _usage_error("--workflow: must not be empty")
         if given := _task_options_given(args):
             return _usage_error(f"{', '.join(given)}: for an agent's task, not with --workflow")
-    elif args.agent is None or args.goal is None:
+    elif args.agent is None or args.goal is None:  # argparse made them optional for --workflow
         return _usage_error("give an agent and a goal (`agentmesh run AGENT GOAL`), or --workflow NAME")
     elif args.input or args.run_id:
         return _usage_error("--input and --run-id go with --workflow")
@@ -56,8 +56,8 @@ def cmd_run(settings: Settings, configs: list[Path], args: argparse.Namespace) -
     approve = "yes" if args.approve else "no" if args.deny else "ask"
     return run_command(
         settings,
-        args.agent,
-        args.goal,
+        str(args.agent),
+        str(args.goal),
         approve=approve,
         token_budget=args.token_budget,
         max_steps=args.max_steps,

@@ -8,7 +8,7 @@ dispatcher cannot be reached, 130 Ctrl-C, which detaches: the run goes on (it ou
 `--run-id` re-attaches to it.
 
 `--input` takes a JSON object, `@FILE` holding one, or `key=value` (a string) / `key:=JSON` (any JSON
-value) items, merged into one object; anything else is INVALID_ARGUMENT before anything is sent.
+value) items, merged into one object; anything else is INVALID_REQUEST before anything is sent.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def parse_input(items: Sequence[str]) -> str:
         merged[key] = value
 
     for item in items:
-        if item.lstrip().startswith("{"):
+        if item.lstrip().startswith(("{", "[")):  # JSON (an array is refused by name)
             for key, value in _json_object(item, "--input").items():
                 put(key, value, item)
         elif item.startswith("@"):
@@ -163,7 +163,9 @@ async def stream_run(
                 await asyncio.sleep(min(2.0, 0.2 * 2**reconnects))
                 continue
             raise
-    return (await stub.GetWorkflowRun(W.GetWorkflowRunRequest(run_id=run.run_id), metadata=metadata, timeout=10)).run
+    got = await stub.GetWorkflowRun(W.GetWorkflowRunRequest(run_id=run.run_id), metadata=metadata, timeout=10)
+    final: workflow_pb2.WorkflowRun = got.run
+    return final
 
 
 def _failure(run: workflow_pb2.WorkflowRun) -> str:
@@ -209,7 +211,7 @@ def workflow_command(
     try:
         input_json = parse_input(inputs)
     except InputError as exc:
-        err.write(f"agentmesh run: {ErrorCode.INVALID_ARGUMENT.name}: {exc}\n")
+        err.write(f"agentmesh run: {ErrorCode.INVALID_REQUEST.name}: {exc}\n")
         return 2
     token = token or operator_token(settings)
     metadata = ((IDENTITY_HEADER, token),) if token else ()
