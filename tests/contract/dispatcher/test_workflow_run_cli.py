@@ -8,12 +8,15 @@ import asyncio
 import io
 import json
 from pathlib import Path
+from typing import Any
 
+import grpc
+import grpc.aio
 import pytest
 
 from agentmesh.cli import build_parser
 from agentmesh.cli.run_args import cmd_run
-from agentmesh.cli.workflow_run_view import InputError, format_workflow_event, parse_input, workflow_command
+from agentmesh.cli.workflow_run_view import InputError, format_workflow_event, parse_input, stream_run, workflow_command
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.v1 import workflow_pb2, workflow_pb2_grpc
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh
@@ -181,3 +184,54 @@ def test_event_lines() -> None:
     assert format_workflow_event(node, color=True).startswith("\x1b[31;1m")
     run = W.WorkflowEvent(sequence=9, kind=W.WORKFLOW_EVENT_KIND_RUN, run_status=W.WORKFLOW_RUN_STATUS_SUCCEEDED)
     assert format_workflow_event(run) == "   9  run                       SUCCEEDED"
+
+
+class BreakingWatch:
+    """A WorkflowService whose first watch breaks (UNAVAILABLE) after two events, as a restarting
+    dispatcher would; the resumed watch starts again from event 1 as far as the client can tell."""
+
+    def __init__(self) -> None:
+        self.afters: list[int] = []
+        self.events = [
+            W.WorkflowEvent(sequence=1, kind=W.WORKFLOW_EVENT_KIND_RUN, run_status=W.WORKFLOW_RUN_STATUS_RUNNING),
+            W.WorkflowEvent(sequence=2, kind=W.WORKFLOW_EVENT_KIND_NODE, node_id="a", attempt=1),
+            W.WorkflowEvent(sequence=3, kind=W.WORKFLOW_EVENT_KIND_NODE, node_id="b", attempt=1),
+            W.WorkflowEvent(sequence=4, kind=W.WORKFLOW_EVENT_KIND_RUN, run_status=W.WORKFLOW_RUN_STATUS_FAILED),
+        ]
+
+    async def StartWorkflowRun(self, request: Any, **_: Any) -> Any:
+        return W.StartWorkflowRunResponse(run=W.WorkflowRun(run_id="x-1", workflow=request.workflow))
+
+    async def GetWorkflowRun(self, request: Any, **_: Any) -> Any:
+        return W.GetWorkflowRunResponse(run=W.WorkflowRun(run_id="x-1", status=W.WORKFLOW_RUN_STATUS_FAILED))
+
+    def WatchWorkflowRun(self, request: Any, **_: Any) -> Any:
+        self.afters.append(request.after_sequence)
+        first = len(self.afters) == 1
+
+        async def stream() -> Any:
+            for event in self.events if not first else self.events[:2]:
+                if not first and event.sequence == 1:
+                    yield W.WatchWorkflowRunResponse(event=event)  # a duplicate the client must drop
+                if event.sequence > request.after_sequence:
+                    yield W.WatchWorkflowRunResponse(event=event)
+            if first:
+                raise grpc.aio.AioRpcError(
+                    grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone"
+                )
+
+        return stream()
+
+
+async def test_a_broken_watch_resumes_after_the_last_event_seen() -> None:
+    service = BreakingWatch()
+    seen: list[int] = []
+    run = await stream_run(
+        service,  # type: ignore[arg-type]
+        W.StartWorkflowRunRequest(workflow="w"),
+        (),
+        on_start=lambda run: None,
+        on_event=lambda event: seen.append(event.sequence),
+    )
+    assert service.afters == [0, 2]
+    assert seen == [1, 2, 3, 4] and run.status == W.WORKFLOW_RUN_STATUS_FAILED
