@@ -217,7 +217,7 @@ class BreakingWatch:
                     yield W.WatchWorkflowRunResponse(event=event)
             if first:
                 raise grpc.aio.AioRpcError(
-                    grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone"
+                    grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "gone", None
                 )
 
         return stream()
