@@ -235,3 +235,12 @@ async def test_a_broken_watch_resumes_after_the_last_event_seen() -> None:
     )
     assert service.afters == [0, 2]
     assert seen == [1, 2, 3, 4] and run.status == W.WORKFLOW_RUN_STATUS_FAILED
+
+
+async def test_the_parsed_command_line_reaches_the_run(make_mesh: MakeMesh, capsys: pytest.CaptureFixture[str]) -> None:
+    mesh = await mesh_of(make_mesh)
+    argv = ["run", "--workflow", "support", "--input", "message=refund", "--run-id", "argv-1", "--wait", "5"]
+    code = await asyncio.to_thread(cmd_run, settings_for(mesh), [], build_parser().parse_args(argv))
+    captured = capsys.readouterr()
+    assert code == 0, captured
+    assert "workflow run argv-1 (support): SUCCEEDED" in captured.out and await runs_of(mesh) == ["argv-1"]
