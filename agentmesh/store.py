@@ -7,8 +7,9 @@ Every service reaches Redis through one `Store`. Its guarantees:
 - connections are bounded: one blocking pool of `redis.max_connections`; a command finding none
   free waits up to `redis.pool_timeout_s`, then fails UnavailableError("redis connection pool
   exhausted ..."), never MaxConnectionsError (what the default, non-blocking pool raises at once);
-- every Redis outage becomes a typed `UnavailableError` (via `Store.guard` / `Store.call`), never a
-  raw redis-py exception, so servicers map it to gRPC UNAVAILABLE without knowing about Redis;
+- every Redis outage becomes a typed `UnavailableError` (via `Store.guard` / `Store.call`, the mapping
+  in `agentmesh.storeguard`), never a raw redis-py exception, so servicers map it to gRPC UNAVAILABLE
+  without knowing about Redis;
 - start-up refuses an evicting Redis (`maxmemory-policy` must be `noeviction`): eviction would
   silently drop tasks, sessions and idempotency records;
 - a Redis Cluster is spoken to with redis-py's cluster client (`redis.cluster`, or a
@@ -27,9 +28,8 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Self, TypeVar
@@ -42,9 +42,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 
+from agentmesh import storeguard
 from agentmesh.clusterclient import CLUSTER_SCHEMES, BoundedCluster, PoolExhaustedError
 from agentmesh.config import RedisSettings
-from agentmesh.errors import AgentmeshError, InvalidRequestError, UnavailableError
+from agentmesh.errors import InvalidRequestError, UnavailableError
 from agentmesh.metrics import Metrics
 from agentmesh.storecheck import StoreMisconfiguredError, check_server
 
@@ -90,27 +91,6 @@ class _BoundedPool(redis.asyncio.BlockingConnectionPool):
 
 class InvalidKeyError(InvalidRequestError, ValueError):
     """An id that would break a key (or its Cluster hash tag). Also a ValueError for plain callers."""
-
-
-# redis-py raises these when the server is down, frozen, loading, failing over or full. They all
-# mean "the store cannot serve this now" (transient for the caller), not "your request is wrong".
-_UNAVAILABLE_ERRORS: Final[tuple[type[BaseException], ...]] = (
-    rexc.ConnectionError,  # includes BusyLoadingError, MaxConnectionsError
-    rexc.TimeoutError,
-    rexc.InvalidResponse,  # a protocol desync: the connection is unusable
-    rexc.ReadOnlyError,  # a replica after failover
-    rexc.TryAgainError,
-    rexc.ClusterError,  # includes ClusterDownError, MasterDownError, "TTL exhausted" redirections
-    rexc.SlotNotCoveredError,  # a primary failed and no replica took over (yet)
-    rexc.AskError,  # includes MovedError: a slot moving while a pinned write ran (see Store.durable)
-    rexc.OutOfMemoryError,  # noeviction refuses writes when full: loud, unlike eviction
-    OSError,  # socket errors redis-py did not wrap (builtin TimeoutError is excluded in guard)
-)
-# Wrong credentials are not transient: retrying cannot help, an operator must fix the config.
-_AUTH_ERRORS: Final[tuple[type[BaseException], ...]] = (
-    rexc.AuthenticationError,
-    rexc.AuthorizationError,
-)
 
 
 def redact_url(url: str) -> str:
@@ -437,65 +417,13 @@ class Store:
 
     # -- failure mapping -----------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def guard(self, op: str, *, blocking: bool = False) -> AsyncIterator[None]:
+    def guard(self, op: str, *, blocking: bool = False) -> contextlib.AbstractAsyncContextManager[None]:
         """Maps Redis outages inside the block to UnavailableError("redis unavailable during <op>")
-        and bad credentials to StoreMisconfiguredError. Other errors (WRONGTYPE, script bugs) are
-        programming errors and propagate unchanged.
-
-        Records the block's duration under `op` (a fixed string per call site: a metric label), with
-        `error.type` when it failed; a `blocking` read (XREAD BLOCK) is recorded only when it fails,
-        since its duration is time spent waiting for news, not Redis latency."""
-        started = time.perf_counter()
-        error = ""
-        try:
-            yield
-        except TimeoutError:
-            # Builtin TimeoutError is the caller's own asyncio.timeout() expiring (redis-py wraps its
-            # socket timeouts in redis.exceptions.TimeoutError): a deadline, not an outage.
-            error = "deadline"
-            raise
-        except BaseException as exc:
-            error = _error_type(exc)
-            mapped = self._mapped(op, exc)
-            if mapped is not None:
-                raise mapped from exc
-            raise
-        finally:
-            if self.metrics.enabled and (error or not blocking):
-                self.metrics.redis_operation(op, time.perf_counter() - started, error)
-
-    def _mapped(self, op: str, exc: BaseException) -> AgentmeshError | None:
-        """The AgentmeshError a Redis failure maps to; None for anything else (raised unchanged)."""
-        if isinstance(exc, PoolExhaustedError):
-            return UnavailableError(
-                f"redis connection pool exhausted during {op}: all {self.settings.max_connections} "
-                f"connections stayed busy for {self.settings.pool_timeout_s}s (redis.max_connections)",
-                retry_after=self.settings.pool_timeout_s,
-                metadata={"store": "redis", "op": op, "redis_url": self._safe_url, "reason": "pool_exhausted"},
-            )
-        if isinstance(exc, _AUTH_ERRORS):
-            return StoreMisconfiguredError(f"redis at {self._safe_url} rejected our credentials during {op}: {exc}")
-        if isinstance(exc, _UNAVAILABLE_ERRORS):
-            return UnavailableError(
-                f"redis unavailable during {op}: {type(exc).__name__}: {exc}",
-                metadata={"store": "redis", "op": op, "redis_url": self._safe_url},
-            )
-        if isinstance(exc, rexc.RedisClusterException):
-            # The cluster client's own errors: no seed node reachable, no full slot map (an outage,
-            # retryable), a node without cluster mode (misconfigured); anything else (keys of one
-            # command in several slots) is a programming error and propagates.
-            if "not enabled" in str(exc):
-                return StoreMisconfiguredError(
-                    f"redis at {self._safe_url} is not a Redis Cluster node ({exc}): unset redis.cluster "
-                    "or use a redis:// URL"
-                )
-            if isinstance(exc.__cause__, _UNAVAILABLE_ERRORS) or "not covered" in str(exc):
-                return UnavailableError(
-                    f"redis cluster unavailable during {op}: {exc}",
-                    metadata={"store": "redis", "op": op, "redis_url": self._safe_url},
-                )
-        return None
+        and bad credentials to StoreMisconfiguredError, and records the block's duration under `op`
+        (`agentmesh.storeguard.guard`; a `blocking` read is recorded only when it fails)."""
+        return storeguard.guard(
+            op, settings=self.settings, safe_url=self._safe_url, metrics=self.metrics, blocking=blocking
+        )
 
     async def call(self, op: str, awaitable: Awaitable[T]) -> T:
         """`await store.call("load task", store.redis.hgetall(key))`: one guarded command."""
@@ -635,20 +563,3 @@ class Store:
             reply = await self.script("token_bucket")(keys=[key], args=args)
         allowed, remaining, retry_ms = (int(x) for x in reply)
         return BucketResult(allowed=bool(allowed), remaining=remaining, retry_after_s=retry_ms / 1000)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _error_type(exc: BaseException) -> str:
-    """The `error.type` of a failed Redis operation (a bounded set: our kinds, else the class name)."""
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled"
-    if isinstance(exc, PoolExhaustedError):
-        return "pool_exhausted"
-    if isinstance(exc, _AUTH_ERRORS):
-        return "auth"
-    if isinstance(exc, _UNAVAILABLE_ERRORS):
-        return "unavailable"
-    return type(exc).__name__
