@@ -510,3 +510,60 @@ async def test_a_verifier_tolerates_thirty_seconds_of_clock_skew_by_default() ->
     token = signed(key, headers={"kid": key.kid}, exp=exp)
     assert (await verifier.verify(token, now=exp + 29.5)).kid == key.kid
     await verify_refused_at(verifier, token, exp + 30.5)
+
+
+class GatedIdp(FakeIdp):
+    """A FakeIdp whose answers wait for `gate`: callers pile up behind a fetch in flight."""
+
+    def __init__(self, *keys: SigningKey) -> None:
+        super().__init__(*keys)
+        self.gate = asyncio.Event()
+
+    async def __call__(self, url: str, timeout_s: float) -> bytes:
+        await self.gate.wait()
+        return await super().__call__(url, timeout_s)
+
+
+async def test_callers_waiting_on_a_fetch_in_flight_use_its_keys_and_fetches_counts_every_attempt() -> None:
+    key = new_key("RS256")
+    idp, clock = GatedIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    waiting = [asyncio.ensure_future(cache.key(key.kid, "RS256")) for _ in range(3)]
+    waiting.append(asyncio.ensure_future(cache.ensure_loaded()))
+    await asyncio.sleep(0.01)  # all four are queued on the first caller's fetch
+    idp.gate.set()
+    found = await asyncio.gather(*waiting)
+    assert [k.algorithm_name for k in found[:3]] == ["RS256"] * 3
+    assert len(idp.fetches) == 1 and cache.fetches == 1
+    for _ in range(2):  # each stale period: one more attempt, counted
+        clock.now += 300
+        await cache.ensure_loaded()
+    assert len(idp.fetches) == 3 and cache.fetches == 3
+
+
+class LongFailureIdp(FakeIdp):
+    async def __call__(self, url: str, timeout_s: float) -> bytes:
+        if self.fail:
+            self.fetches.append((url, timeout_s))
+            raise httpx.ConnectError("x" * 500)
+        return await super().__call__(url, timeout_s)
+
+
+async def test_a_failed_refresh_is_logged_with_its_issuer_and_reason_and_a_long_reason_is_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = new_key("RS256")
+    idp, clock = LongFailureIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    await cache.ensure_loaded()
+    idp.fail, clock.now = True, clock.now + 300
+    with caplog.at_level("WARNING", logger="agentmesh.oidc"):
+        await cache.ensure_loaded()
+    reason = "ConnectError: " + "x" * 186  # 200 characters
+    assert [r.getMessage() for r in caplog.records if r.name == "agentmesh.oidc"] == [
+        f"JWKS of {ISSUER} not refreshed (using cached keys): {reason}"
+    ]
+    cold = cache_for(idp, clock)
+    with pytest.raises(UnavailableError) as info:
+        await cold.ensure_loaded()
+    assert info.value.message == f"cannot fetch the signing keys of issuer {ISSUER!r}: {reason}"
