@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -399,6 +400,27 @@ def test_require_identity_returns_the_identity_set_for_the_call() -> None:
         assert auth.require_identity() is identity
     finally:
         auth.identity_var.reset(reset)
+
+
+def test_the_dev_identity_holds_every_role_and_permission_for_a_year() -> None:
+    year = 365 * 24 * 3600
+    assert Identity.dev("staging", now=1_000) == Identity(
+        subject="dev",
+        agent_id="",
+        instance="",
+        environment="staging",
+        roles=frozenset({"agent", "operator", "admin"}),
+        permissions=("*:*:*",),
+        task_id="",
+        issued_at=1_000,
+        expires_at=1_000 + year,
+        token_id="",
+    )
+    assert Identity.dev(now=0).issued_at == 0  # a given time is used even when it is 0
+    before = int(time.time())
+    default = Identity.dev()
+    assert default.environment == "dev" and default.subject == "dev"
+    assert before <= default.issued_at <= int(time.time()) and default.expires_at == default.issued_at + year
 
 
 # --- agentmesh token ------------------------------------------------------------------------------
