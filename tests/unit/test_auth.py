@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import hmac
 import json
@@ -442,6 +443,58 @@ def test_token_command_admin_with_ttl_and_default_subject() -> None:
     assert identity.has_role("operator")
     assert identity.subject
     assert identity.expires_at - identity.issued_at == 30
+
+
+def test_token_command_for_an_agent_carries_its_id_and_grants_and_each_refusal_says_why_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(environment="staging", auth=enabled())
+    agent = verify_token(KEY, auth.token_command(settings, None, None, None, agent_id="ops", permissions=["a:b:c"]))
+    assert (agent.subject, agent.agent_id, agent.roles) == ("ops", "ops", frozenset({"agent"}))
+    assert agent.permissions == ("a:b:c",) and agent.environment == "staging"
+
+    def no_login_name() -> str:
+        raise KeyError("no passwd entry")
+
+    monkeypatch.setattr(getpass, "getuser", no_login_name)
+    assert verify_token(KEY, auth.token_command(settings, "admin", None, None)).subject == "admin"
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"role": None}, "--role must be one of admin, agent, operator (or name an --agent), got None"),
+        ({"role": "agent"}, "an agent token needs --agent"),
+    ]
+    for grant in ("a:b", "a:b:c:d", "a::c", ":b:c"):
+        refusals.append(
+            (
+                {"role": "operator", "permissions": [grant]},
+                f"--permission {grant!r} is not env:group:access (e.g. dev:ops.*:read)",
+            )
+        )
+    for kwargs, message in refusals:
+        role = kwargs.pop("role")
+        with pytest.raises(ValueError) as info:
+            auth.token_command(settings, role, "x", None, **kwargs)
+        assert str(info.value) == message
+    with pytest.raises(ConfigError) as config:  # Settings refuses auth enabled without a key: only disabled gets here
+        auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
+    assert str(config.value) == (
+        "auth.key is not set (AGENTMESH_AUTH_KEY): cannot sign a token; while auth is disabled no token is needed"
+    )
+
+
+def test_require_identity_outside_a_call_says_what_is_missing() -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        auth.require_identity()
+    assert info.value.message == "no caller identity (is the RPC edge's AuthInterceptor installed?)"
+
+
+def test_from_settings_uses_the_services_environment() -> None:
+    authenticator = Authenticator.from_settings(Settings(environment="staging", auth=enabled()))
+    assert verify_token(KEY, authenticator.mint(subject="bob", roles=("operator",))).environment == "staging"
+
+
+def test_a_minted_token_defaults_to_no_agent_instance_or_task_in_dev() -> None:
+    identity = verify_token(KEY, mint_token(KEY, subject="s", roles=("operator",), ttl_s=60))
+    assert (identity.agent_id, identity.instance, identity.task_id, identity.environment) == ("", "", "", "dev")
 
 
 def test_token_command_refuses_an_agent_role_without_agent_and_missing_key() -> None:
