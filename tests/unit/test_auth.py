@@ -506,3 +506,35 @@ def test_token_command_refuses_an_agent_role_without_agent_and_missing_key() -> 
         auth.token_command(Settings(auth=enabled()), None, None, None, agent_id="ops", permissions=["ops.read"])
     with pytest.raises(ConfigError, match="no token is needed"):
         auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
+
+
+def test_authenticator_mint_carries_every_claim_and_defaults_to_none() -> None:
+    authenticator = Authenticator(enabled(), environment="dev")
+    full = authenticator.verify(
+        authenticator.mint(
+            subject="ops",
+            roles=("agent",),
+            agent_id="ops",
+            instance="ops-1",
+            permissions=("dev:k8s:read",),
+            task_id="t-1",
+            creator="alice",
+        )
+    )
+    assert (full.agent_id, full.instance, full.task_id, full.creator) == ("ops", "ops-1", "t-1", "alice")
+    assert full.permissions == ("dev:k8s:read",)
+    bare = authenticator.verify(authenticator.mint(subject="bob", roles=("operator",)))
+    assert (bare.agent_id, bare.instance, bare.task_id, bare.creator, bare.permissions) == ("", "", "", "", ())
+
+
+def test_a_verified_token_is_remembered() -> None:
+    authenticator = Authenticator(enabled(), environment="dev")
+    token = authenticator.mint(subject="bob", roles=("operator",))
+    first = authenticator.verify(token)
+    assert authenticator.verify(token) is first  # answered from the cache, not verified again
+
+
+async def test_api_keys_without_a_store_are_refused_with_the_reason() -> None:
+    with pytest.raises(TokenError) as info:
+        await Authenticator(enabled(), environment="dev").verify_key("amk_whatever")
+    assert info.value.message == "API keys are not accepted here (the service has no store)"
