@@ -538,3 +538,48 @@ async def test_api_keys_without_a_store_are_refused_with_the_reason() -> None:
     with pytest.raises(TokenError) as info:
         await Authenticator(enabled(), environment="dev").verify_key("amk_whatever")
     assert info.value.message == "API keys are not accepted here (the service has no store)"
+
+
+def _signed(payload: bytes) -> str:
+    """A token of these raw claims bytes, correctly signed with KEY (to reach the checks after the signature)."""
+    part = base64.urlsafe_b64encode(payload).rstrip(b"=").decode()
+    digest = hmac.new(KEY, part.encode(), hashlib.sha256).digest()
+    return f"{part}.{base64.urlsafe_b64encode(digest).rstrip(b'=').decode()}"
+
+
+def _claims_of(token: str) -> dict[str, Any]:
+    part = token.split(".", maxsplit=1)[0]
+    loaded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    return loaded
+
+
+def test_each_malformed_token_is_refused_with_its_exact_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    good = mint_token(KEY, subject="s", roles=("operator",), ttl_s=60, now=1_000)
+    same_times = {**_claims_of(good), "exp": 1_000}
+    for token, reason in [
+        (123, "malformed token: empty"),
+        ("a!.abcd", "malformed token: claims is not unpadded base64url"),
+        ("abcd.a!", "malformed token: signature is not unpadded base64url"),
+        ("abcde.abcd", "malformed token: claims is not unpadded base64url"),  # 5 characters: no base64 is
+        ("a" * (16 * 1024), "malformed token: expected 2 dot-separated parts, got 1"),  # at the limit: read
+        (good.split(".")[0] + ".abcd", "bad signature"),
+        (_signed(b"not json"), "malformed token: claims are not JSON"),
+        (_signed(b"[1]"), "malformed token: claims are not a JSON object"),
+        (_signed(json.dumps(same_times).encode()), "malformed token: expires before it is issued"),
+    ]:
+        with pytest.raises(TokenError) as info:
+            verify_token(KEY, token, now=1_010)  # type: ignore[arg-type]
+        assert info.value.message == reason, token
+    with pytest.raises(ValueError) as key_error:
+        verify_token(b"", good)
+    assert str(key_error.value) == "the auth key must be non-empty bytes"
+    # Times are shown in UTC whatever the host's zone.
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        with pytest.raises(TokenError) as expired:
+            verify_token(KEY, good, now=2_000, clock_skew_s=0)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert expired.value.message == "token expired at 1970-01-01T00:17:40Z (now 1970-01-01T00:33:20Z)"
