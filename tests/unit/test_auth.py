@@ -583,3 +583,44 @@ def test_each_malformed_token_is_refused_with_its_exact_reason(monkeypatch: pyte
         monkeypatch.delenv("TZ")
         time.tzset()
     assert expired.value.message == "token expired at 1970-01-01T00:17:40Z (now 1970-01-01T00:33:20Z)"
+
+
+class _FakeKeys:
+    """Stands in for agentmesh.apikeys.KeyAuthenticator: answers one Identity and records what it was asked."""
+
+    def __init__(self, identity: Identity) -> None:
+        self.answer = identity
+        self.asked: list[tuple[str, int | float | None]] = []
+
+    async def identity(self, key: str, *, now: int | float | None = None) -> Identity:
+        self.asked.append((key, now))
+        return self.answer
+
+
+async def test_an_api_key_is_asked_of_the_store_with_its_time_and_must_be_for_this_environment() -> None:
+    authenticator = Authenticator(enabled(), environment="dev")
+    keys = _FakeKeys(Identity.dev("dev", now=NOW))
+    authenticator.api_keys = keys  # type: ignore[assignment]
+    assert await authenticator.verify_key("amk_1", now=NOW + 5) is keys.answer
+    assert keys.asked == [("amk_1", NOW + 5)]
+    keys.answer = Identity.dev("prod", now=NOW)
+    with pytest.raises(TokenError) as info:
+        await authenticator.verify_key("amk_2")
+    assert info.value.message == "token for environment 'prod' used on a service of environment 'dev'"
+
+
+def test_identify_checks_a_token_at_the_given_time_and_auth_disabled_falls_back_to_dev(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    enabled_auth = Authenticator(enabled(), environment="dev")
+    token = enabled_auth.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert enabled_auth.identify(token, now=NOW + 10).subject == "bob"
+    with pytest.raises(TokenError, match="token expired"):
+        enabled_auth.identify(token, now=NOW + 1_000)
+    disabled = Authenticator(AuthSettings(mode="disabled", key=SecretStr(KEY.decode())), environment="dev")
+    assert disabled.identify(token, now=NOW + 10).subject == "bob"
+    with caplog.at_level(logging.DEBUG, logger="agentmesh.identity"):
+        assert disabled.identify(token, now=NOW + 1_000).subject == "dev"
+    ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
+    assert len(ignored) == 1
+    assert ignored[0].startswith("auth disabled: ignoring an unverifiable token: token expired at "), ignored
