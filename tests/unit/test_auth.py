@@ -566,6 +566,7 @@ def test_each_malformed_token_is_refused_with_its_exact_reason(monkeypatch: pyte
         (_signed(b"not json"), "malformed token: claims are not JSON"),
         (_signed(b"[1]"), "malformed token: claims are not a JSON object"),
         (_signed(json.dumps(same_times).encode()), "malformed token: expires before it is issued"),
+        (_signed(json.dumps({**same_times, "exp": True}).encode()), "malformed token: claim 'exp' must be int"),
     ]:
         with pytest.raises(TokenError) as info:
             verify_token(KEY, token, now=1_010)  # type: ignore[arg-type]
