@@ -625,3 +625,18 @@ def test_identify_checks_a_token_at_the_given_time_and_auth_disabled_falls_back_
     ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
     assert len(ignored) == 1
     assert ignored[0].startswith("auth disabled: ignoring an unverifiable token: token expired at "), ignored
+
+
+def test_mint_token_writes_compact_sorted_claims_accepts_a_one_second_ttl_and_says_what_is_missing() -> None:
+    token = mint_token(KEY, subject="s", roles=("operator",), ttl_s=1, creator="alice", now=NOW)
+    raw = base64.urlsafe_b64decode(token.split(".", maxsplit=1)[0] + "==")
+    claims = json.loads(raw)
+    assert raw == json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()  # canonical: compact, sorted
+    assert claims["creator"] == "alice" and claims["exp"] == NOW + 1
+    for kwargs, message in [
+        ({"subject": "", "roles": ("operator",)}, "a token needs a subject"),
+        ({"subject": "s", "roles": ()}, "a token needs at least one role"),
+    ]:
+        with pytest.raises(ValueError) as info:
+            mint_token(KEY, ttl_s=60, **kwargs)  # type: ignore[arg-type]
+        assert str(info.value) == message
