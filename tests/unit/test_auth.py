@@ -15,9 +15,10 @@ import pytest
 from pydantic import SecretStr
 
 from agentmesh import identity as auth
-from agentmesh.config import AuthSettings, ConfigError, Settings
+from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
 from agentmesh.identity import Authenticator, Identity, TokenError, mint_token, verify_token
+from agentmesh.oidc import VerifiedJwt
 
 KEY = b"unit-test-key-0123456789abcdef0123"
 NOW = 1_700_000_000
@@ -640,3 +641,29 @@ def test_mint_token_writes_compact_sorted_claims_accepts_a_one_second_ttl_and_sa
         with pytest.raises(ValueError) as info:
             mint_token(KEY, ttl_s=60, **kwargs)  # type: ignore[arg-type]
         assert str(info.value) == message
+
+
+def test_a_jwts_environment_claim_and_issue_time_are_read_when_configured() -> None:
+    issuer = OidcIssuerSettings.model_validate(
+        {
+            "issuer": "https://idp.example/",
+            "audience": "agentmesh",
+            "jwks_url": "https://idp.example/jwks",
+            "role_map": {"sre": ["operator"]},
+            "claims": {"environment": "env"},
+        }
+    )
+    base = {"sub": "bob", "roles": ["sre"], "exp": NOW + 600, "iat": NOW}
+
+    def identity(**claims: Any) -> Identity:
+        return auth.identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
+
+    found = identity(env="staging")
+    assert (found.environment, found.issued_at) == ("staging", NOW)
+    for bad in ({}, {"env": ""}, {"env": 5}):
+        with pytest.raises(TokenError) as info:
+            identity(**bad)
+        assert info.value.message == "JWT claim 'env' (the environment) is missing"
+    before = int(time.time())
+    for iat in (True, "yesterday", None):  # an ill-typed or missing iat: the time of verification
+        assert identity(env="dev", iat=iat, exp=before + 600).issued_at >= before
