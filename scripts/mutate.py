@@ -76,6 +76,8 @@ MODULES: dict[str, Module] = {
         "agentmesh/identity.py",
         ("tests/unit/test_auth.py", "tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py"),
     ),
+    # The Identity value (roles and their implication, the dev identity) moved out of identity.py.
+    "identity_value": Module("agentmesh/identity_value.py", ("tests/unit/test_auth.py",)),
     "oidc": Module("agentmesh/oidc.py", ("tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py")),
     # guard.py is reached through the gateway: its own test file alone leaves 158 mutants unreached.
     "guard": Module("tool_svc/guard.py", ("tests/unit/tool",)),
@@ -88,7 +90,11 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
-    "sandbox_policy": Module("tool_svc/sandbox.py", ("tests/unit/tool/test_sandbox.py",)),
+    "sandbox_policy": Module(
+        "tool_svc/sandbox.py", ("tests/unit/tool/test_sandbox.py", "tests/unit/tool/test_sandbox_hardening.py")
+    ),
+    # The sandbox's seccomp filter (libseccomp), checked by a BPF interpreter against the hand-built oracle.
+    "seccomp": Module("tool_svc/seccomp.py", ("tests/unit/tool/test_seccomp.py",)),
 }
 
 

@@ -55,6 +55,12 @@ class Issuer:
     body: bytes | None = None
     """When set, served instead of the JWKS (garbage, for the error paths)."""
     status: int = 200
+    location: str | None = None
+    """When set, sent as the response's Location header (a redirect, with a 3xx status)."""
+    stall_s: float = 0.0
+    """How long the endpoint waits before it answers (a slow identity provider)."""
+    accepts: list[str | None] = field(default_factory=list)
+    """The Accept header of each request, in order."""
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -81,6 +87,9 @@ class Issuer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 issuer.fetches += 1
+                issuer.accepts.append(self.headers.get("accept"))
+                if issuer.stall_s:
+                    time.sleep(issuer.stall_s)
                 payload = (
                     issuer.body
                     if issuer.body is not None
@@ -89,6 +98,8 @@ class Issuer:
                 self.send_response(issuer.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
+                if issuer.location is not None:
+                    self.send_header("location", issuer.location)
                 self.end_headers()
                 self.wfile.write(payload)
 

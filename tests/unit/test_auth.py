@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import base64
+import getpass
 import hashlib
 import hmac
 import json
 import logging
+import time
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
 from agentmesh import identity as auth
-from agentmesh.config import AuthSettings, ConfigError, Settings
+from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
 from agentmesh.identity import Authenticator, Identity, TokenError, mint_token, verify_token
+from agentmesh.oidc import VerifiedJwt
 
 KEY = b"unit-test-key-0123456789abcdef0123"
 NOW = 1_700_000_000
@@ -401,6 +404,27 @@ def test_require_identity_returns_the_identity_set_for_the_call() -> None:
         auth.identity_var.reset(reset)
 
 
+def test_the_dev_identity_holds_every_role_and_permission_for_a_year() -> None:
+    year = 365 * 24 * 3600
+    assert Identity.dev("staging", now=1_000) == Identity(
+        subject="dev",
+        agent_id="",
+        instance="",
+        environment="staging",
+        roles=frozenset({"agent", "operator", "admin"}),
+        permissions=("*:*:*",),
+        task_id="",
+        issued_at=1_000,
+        expires_at=1_000 + year,
+        token_id="",
+    )
+    assert Identity.dev(now=0).issued_at == 0  # a given time is used even when it is 0
+    before = int(time.time())
+    default = Identity.dev()
+    assert default.environment == "dev" and default.subject == "dev"
+    assert before <= default.issued_at <= int(time.time()) and default.expires_at == default.issued_at + year
+
+
 # --- agentmesh token ------------------------------------------------------------------------------
 
 
@@ -422,6 +446,58 @@ def test_token_command_admin_with_ttl_and_default_subject() -> None:
     assert identity.expires_at - identity.issued_at == 30
 
 
+def test_token_command_for_an_agent_carries_its_id_and_grants_and_each_refusal_says_why_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = Settings(environment="staging", auth=enabled())
+    agent = verify_token(KEY, auth.token_command(settings, None, None, None, agent_id="ops", permissions=["a:b:c"]))
+    assert (agent.subject, agent.agent_id, agent.roles) == ("ops", "ops", frozenset({"agent"}))
+    assert agent.permissions == ("a:b:c",) and agent.environment == "staging"
+
+    def no_login_name() -> str:
+        raise KeyError("no passwd entry")
+
+    monkeypatch.setattr(getpass, "getuser", no_login_name)
+    assert verify_token(KEY, auth.token_command(settings, "admin", None, None)).subject == "admin"
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"role": None}, "--role must be one of admin, agent, operator (or name an --agent), got None"),
+        ({"role": "agent"}, "an agent token needs --agent"),
+    ]
+    for grant in ("a:b", "a:b:c:d", "a::c", ":b:c"):
+        refusals.append(
+            (
+                {"role": "operator", "permissions": [grant]},
+                f"--permission {grant!r} is not env:group:access (e.g. dev:ops.*:read)",
+            )
+        )
+    for kwargs, message in refusals:
+        role = kwargs.pop("role")
+        with pytest.raises(ValueError) as info:
+            auth.token_command(settings, role, "x", None, **kwargs)
+        assert str(info.value) == message
+    with pytest.raises(ConfigError) as config:  # Settings refuses auth enabled without a key: only disabled gets here
+        auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
+    assert str(config.value) == (
+        "auth.key is not set (AGENTMESH_AUTH_KEY): cannot sign a token; while auth is disabled no token is needed"
+    )
+
+
+def test_require_identity_outside_a_call_says_what_is_missing() -> None:
+    with pytest.raises(UnauthenticatedError) as info:
+        auth.require_identity()
+    assert info.value.message == "no caller identity (is the RPC edge's AuthInterceptor installed?)"
+
+
+def test_from_settings_uses_the_services_environment() -> None:
+    authenticator = Authenticator.from_settings(Settings(environment="staging", auth=enabled()))
+    assert verify_token(KEY, authenticator.mint(subject="bob", roles=("operator",))).environment == "staging"
+
+
+def test_a_minted_token_defaults_to_no_agent_instance_or_task_in_dev() -> None:
+    identity = verify_token(KEY, mint_token(KEY, subject="s", roles=("operator",), ttl_s=60))
+    assert (identity.agent_id, identity.instance, identity.task_id, identity.environment) == ("", "", "", "dev")
+
+
 def test_token_command_refuses_an_agent_role_without_agent_and_missing_key() -> None:
     with pytest.raises(ValueError, match="needs --agent"):
         auth.token_command(Settings(auth=enabled()), "agent", "x", None)
@@ -431,3 +507,163 @@ def test_token_command_refuses_an_agent_role_without_agent_and_missing_key() -> 
         auth.token_command(Settings(auth=enabled()), None, None, None, agent_id="ops", permissions=["ops.read"])
     with pytest.raises(ConfigError, match="no token is needed"):
         auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
+
+
+def test_authenticator_mint_carries_every_claim_and_defaults_to_none() -> None:
+    authenticator = Authenticator(enabled(), environment="dev")
+    full = authenticator.verify(
+        authenticator.mint(
+            subject="ops",
+            roles=("agent",),
+            agent_id="ops",
+            instance="ops-1",
+            permissions=("dev:k8s:read",),
+            task_id="t-1",
+            creator="alice",
+        )
+    )
+    assert (full.agent_id, full.instance, full.task_id, full.creator) == ("ops", "ops-1", "t-1", "alice")
+    assert full.permissions == ("dev:k8s:read",)
+    bare = authenticator.verify(authenticator.mint(subject="bob", roles=("operator",)))
+    assert (bare.agent_id, bare.instance, bare.task_id, bare.creator, bare.permissions) == ("", "", "", "", ())
+
+
+def test_a_verified_token_is_remembered() -> None:
+    authenticator = Authenticator(enabled(), environment="dev")
+    token = authenticator.mint(subject="bob", roles=("operator",))
+    first = authenticator.verify(token)
+    assert authenticator.verify(token) is first  # answered from the cache, not verified again
+
+
+async def test_api_keys_without_a_store_are_refused_with_the_reason() -> None:
+    with pytest.raises(TokenError) as info:
+        await Authenticator(enabled(), environment="dev").verify_key("amk_whatever")
+    assert info.value.message == "API keys are not accepted here (the service has no store)"
+
+
+def _signed(payload: bytes) -> str:
+    """A token of these raw claims bytes, correctly signed with KEY (to reach the checks after the signature)."""
+    part = base64.urlsafe_b64encode(payload).rstrip(b"=").decode()
+    digest = hmac.new(KEY, part.encode(), hashlib.sha256).digest()
+    return f"{part}.{base64.urlsafe_b64encode(digest).rstrip(b'=').decode()}"
+
+
+def _claims_of(token: str) -> dict[str, Any]:
+    part = token.split(".", maxsplit=1)[0]
+    loaded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    return loaded
+
+
+def test_each_malformed_token_is_refused_with_its_exact_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    good = mint_token(KEY, subject="s", roles=("operator",), ttl_s=60, now=1_000)
+    same_times = {**_claims_of(good), "exp": 1_000}
+    for token, reason in [
+        (123, "malformed token: empty"),
+        ("a!.abcd", "malformed token: claims is not unpadded base64url"),
+        ("abcd.a!", "malformed token: signature is not unpadded base64url"),
+        ("abcde.abcd", "malformed token: claims is not unpadded base64url"),  # 5 characters: no base64 is
+        ("a" * (16 * 1024), "malformed token: expected 2 dot-separated parts, got 1"),  # at the limit: read
+        (good.split(".")[0] + ".abcd", "bad signature"),
+        (_signed(b"not json"), "malformed token: claims are not JSON"),
+        (_signed(b"[1]"), "malformed token: claims are not a JSON object"),
+        (_signed(json.dumps(same_times).encode()), "malformed token: expires before it is issued"),
+        (_signed(json.dumps({**same_times, "exp": True}).encode()), "malformed token: claim 'exp' must be int"),
+    ]:
+        with pytest.raises(TokenError) as info:
+            verify_token(KEY, token, now=1_010)  # type: ignore[arg-type]
+        assert info.value.message == reason, token
+    with pytest.raises(ValueError) as key_error:
+        verify_token(b"", good)
+    assert str(key_error.value) == "the auth key must be non-empty bytes"
+    # Times are shown in UTC whatever the host's zone.
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    try:
+        with pytest.raises(TokenError) as expired:
+            verify_token(KEY, good, now=2_000, clock_skew_s=0)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert expired.value.message == "token expired at 1970-01-01T00:17:40Z (now 1970-01-01T00:33:20Z)"
+
+
+class _FakeKeys:
+    """Stands in for agentmesh.apikeys.KeyAuthenticator: answers one Identity and records what it was asked."""
+
+    def __init__(self, identity: Identity) -> None:
+        self.answer = identity
+        self.asked: list[tuple[str, int | float | None]] = []
+
+    async def identity(self, key: str, *, now: int | float | None = None) -> Identity:
+        self.asked.append((key, now))
+        return self.answer
+
+
+async def test_an_api_key_is_asked_of_the_store_with_its_time_and_must_be_for_this_environment() -> None:
+    authenticator = Authenticator(enabled(), environment="dev")
+    keys = _FakeKeys(Identity.dev("dev", now=NOW))
+    authenticator.api_keys = keys  # type: ignore[assignment]
+    assert await authenticator.verify_key("amk_1", now=NOW + 5) is keys.answer
+    assert keys.asked == [("amk_1", NOW + 5)]
+    keys.answer = Identity.dev("prod", now=NOW)
+    with pytest.raises(TokenError) as info:
+        await authenticator.verify_key("amk_2")
+    assert info.value.message == "token for environment 'prod' used on a service of environment 'dev'"
+
+
+def test_identify_checks_a_token_at_the_given_time_and_auth_disabled_falls_back_to_dev(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    enabled_auth = Authenticator(enabled(), environment="dev")
+    token = enabled_auth.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert enabled_auth.identify(token, now=NOW + 10).subject == "bob"
+    with pytest.raises(TokenError, match="token expired"):
+        enabled_auth.identify(token, now=NOW + 1_000)
+    disabled = Authenticator(AuthSettings(mode="disabled", key=SecretStr(KEY.decode())), environment="dev")
+    assert disabled.identify(token, now=NOW + 10).subject == "bob"
+    with caplog.at_level(logging.DEBUG, logger="agentmesh.identity"):
+        assert disabled.identify(token, now=NOW + 1_000).subject == "dev"
+    ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
+    assert len(ignored) == 1
+    assert ignored[0].startswith("auth disabled: ignoring an unverifiable token: token expired at "), ignored
+
+
+def test_mint_token_writes_compact_sorted_claims_accepts_a_one_second_ttl_and_says_what_is_missing() -> None:
+    token = mint_token(KEY, subject="s", roles=("operator",), ttl_s=1, creator="alice", now=NOW)
+    raw = base64.urlsafe_b64decode(token.split(".", maxsplit=1)[0] + "==")
+    claims = json.loads(raw)
+    assert raw == json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()  # canonical: compact, sorted
+    assert claims["creator"] == "alice" and claims["exp"] == NOW + 1
+    for kwargs, message in [
+        ({"subject": "", "roles": ("operator",)}, "a token needs a subject"),
+        ({"subject": "s", "roles": ()}, "a token needs at least one role"),
+    ]:
+        with pytest.raises(ValueError) as info:
+            mint_token(KEY, ttl_s=60, **kwargs)  # type: ignore[arg-type]
+        assert str(info.value) == message
+
+
+def test_a_jwts_environment_claim_and_issue_time_are_read_when_configured() -> None:
+    issuer = OidcIssuerSettings.model_validate(
+        {
+            "issuer": "https://idp.example/",
+            "audience": "agentmesh",
+            "jwks_url": "https://idp.example/jwks",
+            "role_map": {"sre": ["operator"]},
+            "claims": {"environment": "env"},
+        }
+    )
+    base = {"sub": "bob", "roles": ["sre"], "exp": NOW + 600, "iat": NOW}
+
+    def identity(**claims: Any) -> Identity:
+        return auth.identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
+
+    found = identity(env="staging")
+    assert (found.environment, found.issued_at) == ("staging", NOW)
+    for bad in ({}, {"env": ""}, {"env": 5}):
+        with pytest.raises(TokenError) as info:
+            identity(**bad)
+        assert info.value.message == "JWT claim 'env' (the environment) is missing"
+    before = int(time.time())
+    for iat in (True, "yesterday", None):  # an ill-typed or missing iat: the time of verification
+        assert identity(env="dev", iat=iat, exp=before + 600).issued_at >= before

@@ -6,6 +6,7 @@ forbidden algorithm; a rotation is picked up; an unreachable identity provider i
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import time
@@ -341,9 +342,11 @@ def test_the_jwks_parser_keeps_only_usable_signing_keys() -> None:
         (b"[]", 'JWKS is not an object with a "keys" list'),
         (b'{"keys": {}}', 'JWKS is not an object with a "keys" list'),
         (b'{"keys": [{"kty": "unknown", "kid": "x"}]}', "JWKS holds no usable signing key"),
+        (b"[" * 100_000 + b"]" * 100_000, "JWKS is not JSON"),  # nested past the recursion limit
     ]:
-        with pytest.raises(ValueError, match=reason):
+        with pytest.raises(ValueError) as info:
             _parse_jwks(body)
+        assert str(info.value) == reason
 
 
 async def test_a_key_is_still_trusted_only_while_its_issuers_jwks_holds_it() -> None:
@@ -447,3 +450,123 @@ async def test_each_refusal_says_why_exactly() -> None:
     await verify_refused(verifier, signed(key, kid, aud="other"), f"JWT audience is not one of {[AUDIENCE]}")
     es_only = verifier_for(FakeIdp(key), algorithms=["ES256"])
     await verify_refused(es_only, signed(key, kid), f"JWT algorithm 'RS256' not accepted from {ISSUER!r}")
+
+
+async def test_a_jwks_is_asked_for_as_json_not_followed_through_a_redirect_and_not_waited_on_forever(
+    idp: Issuer,
+) -> None:
+    assert await _httpx_fetch(idp.jwks_url, 5.0)
+    assert idp.accepts == ["application/json"]
+    # A redirect (with somewhere to go, here back to itself) is an error, not a second request.
+    idp.status, idp.location = 302, idp.jwks_url
+    with pytest.raises(httpx.HTTPStatusError):
+        await _httpx_fetch(idp.jwks_url, 5.0)
+    assert idp.fetches == 2
+    # An identity provider that does not answer: the fetch gives up after its timeout, not the client's
+    # default (5 s) nor never (the outer bound only keeps a broken fetch from hanging the suite).
+    idp.status, idp.location, idp.stall_s = 200, None, 4.0
+    with pytest.raises(httpx.TimeoutException):
+        await asyncio.wait_for(_httpx_fetch(idp.jwks_url, 0.2), timeout=3.0)
+
+
+async def test_an_issuer_claim_that_is_not_a_string_is_untrusted_and_a_long_algorithm_is_cut() -> None:
+    key = new_key("RS256")
+    verifier = verifier_for(FakeIdp(key))
+    kid = {"kid": key.kid}
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": int(time.time()) + 600}
+    for iss in ([ISSUER], {"name": ISSUER}):  # PyJWT's encode refuses these: signed as raw JWS payloads
+        token = jwt.PyJWS().encode(json.dumps({**claims, "iss": iss}).encode(), key.private, "RS256", kid)
+        await verify_refused(verifier, token, "JWT issuer 'none' is not trusted")
+    header = {"alg": "X" * 40, "typ": "JWT", "kid": key.kid}
+    parts = [base64.urlsafe_b64encode(json.dumps(p).encode()).rstrip(b"=").decode() for p in (header, claims)]
+    forged = ".".join([*parts, "c2ln"])
+    await verify_refused(verifier, forged, f"JWT algorithm {'X' * 16!r} not accepted from {ISSUER!r}")
+
+
+async def test_the_clock_skew_lets_a_just_expired_or_nearly_valid_jwt_through_and_no_further() -> None:
+    key = new_key("RS256")
+    kid = {"kid": key.kid}
+    now = int(time.time())
+    verifier = verifier_for(FakeIdp(key))  # clock_skew_s=30
+    assert (await verifier.verify(signed(key, kid, exp=now - 10))).kid == key.kid
+    assert (await verifier.verify(signed(key, kid, nbf=now + 10))).kid == key.kid
+    await verify_refused(verifier, signed(key, kid, exp=now - 120), "JWT expired")
+    await verify_refused(verifier, signed(key, kid, nbf=now + 120), "JWT not valid yet")
+    strict = OidcVerifier([c.issuer for c in verifier.caches.values()], clock_skew_s=0, fetch=FakeIdp(key))
+    await verify_refused(strict, signed(key, kid, exp=now - 10), "JWT expired")
+
+
+async def test_a_long_kid_for_another_algorithm_is_cut_in_the_refusal() -> None:
+    key = new_key("RS256", kid="k" * 100)
+    cache = cache_for(FakeIdp(key), Clock())
+    with pytest.raises(UnauthenticatedError) as info:
+        await cache.key(key.kid, "ES256")
+    assert info.value.message == f"key {'k' * 64!r} is for RS256, token says ES256"
+
+
+async def test_a_verifier_tolerates_thirty_seconds_of_clock_skew_by_default() -> None:
+    key = new_key("RS256")
+    settings = OidcIssuerSettings(issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json")
+    verifier = OidcVerifier([settings], fetch=FakeIdp(key))
+    exp = int(time.time()) + 600
+    token = signed(key, headers={"kid": key.kid}, exp=exp)
+    assert (await verifier.verify(token, now=exp + 29.5)).kid == key.kid
+    await verify_refused_at(verifier, token, exp + 30.5)
+
+
+class GatedIdp(FakeIdp):
+    """A FakeIdp whose answers wait for `gate`: callers pile up behind a fetch in flight."""
+
+    def __init__(self, *keys: SigningKey) -> None:
+        super().__init__(*keys)
+        self.gate = asyncio.Event()
+
+    async def __call__(self, url: str, timeout_s: float) -> bytes:
+        await self.gate.wait()
+        return await super().__call__(url, timeout_s)
+
+
+async def test_callers_waiting_on_a_fetch_in_flight_use_its_keys_and_fetches_counts_every_attempt() -> None:
+    key = new_key("RS256")
+    idp, clock = GatedIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    waiting = [asyncio.ensure_future(cache.key(key.kid, "RS256")) for _ in range(3)]
+    loading = asyncio.ensure_future(cache.ensure_loaded())
+    await asyncio.sleep(0.01)  # all four are queued on the first caller's fetch
+    idp.gate.set()
+    found = await asyncio.gather(*waiting)
+    await loading
+    assert [k.algorithm_name for k in found] == ["RS256"] * 3
+    assert len(idp.fetches) == 1 and cache.fetches == 1
+    for _ in range(2):  # each stale period: one more attempt, counted
+        clock.now += 300
+        await cache.ensure_loaded()
+    assert len(idp.fetches) == 3 and cache.fetches == 3
+
+
+class LongFailureIdp(FakeIdp):
+    async def __call__(self, url: str, timeout_s: float) -> bytes:
+        if self.fail:
+            self.fetches.append((url, timeout_s))
+            raise httpx.ConnectError("x" * 500)
+        return await super().__call__(url, timeout_s)
+
+
+async def test_a_failed_refresh_is_logged_with_its_issuer_and_reason_and_a_long_reason_is_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = new_key("RS256")
+    idp, clock = LongFailureIdp(key), Clock()
+    cache = cache_for(idp, clock)
+    await cache.ensure_loaded()
+    idp.fail, clock.now = True, clock.now + 300
+    with caplog.at_level("WARNING", logger="agentmesh.oidc"):
+        await cache.ensure_loaded()
+    reason = "ConnectError: " + "x" * 186  # 200 characters
+    assert [r.getMessage() for r in caplog.records if r.name == "agentmesh.oidc"] == [
+        f"JWKS of {ISSUER} not refreshed (using cached keys): {reason}"
+    ]
+    cold = cache_for(idp, clock)
+    with pytest.raises(UnavailableError) as info:
+        await cold.ensure_loaded()
+    assert info.value.message == f"cannot fetch the signing keys of issuer {ISSUER!r}: {reason}"

@@ -249,3 +249,12 @@ async def test_the_sandbox_fails_closed_without_libseccomp(monkeypatch: pytest.M
     assert "no seccomp filter: the pyseccomp package is not installed" in caught.value.message
     assert not spawned and not marker.exists()
     assert len(os.listdir("/proc/self/fd")) == fds  # no pipe left open
+
+
+def test_system_call_zero_is_a_number_not_an_error_and_an_unsupported_architecture_is_named() -> None:
+    # Number 0 is a real call (read on x86_64, io_setup on aarch64): only negative numbers mean "none".
+    assert syscall_number("read", "x86_64") == 0
+    assert syscall_number("io_setup", "aarch64") == 0
+    with pytest.raises(ValueError) as info:
+        syscall_number("ptrace", "riscv64")
+    assert str(info.value) == "unsupported architecture 'riscv64'; expected one of x86_64, aarch64"
