@@ -84,7 +84,15 @@ async def test_context_svc_restarted_mid_task_the_task_succeeds_without_a_resume
 async def test_context_svc_down_past_the_budget_fails_typed_then_a_resume_finishes(
     mesh_env: Mesh, ops_api: OpsApi
 ) -> None:
-    outage = {"service_retry_backoff_s": 0.1, "outage_max_backoff_s": 0.5, "outage_budget_s": 2.0}
+    # One quiet retry, not three: retries against a killed process may take long enough (the channel's
+    # reconnect) that three quiet ones spend the whole 2 s budget, and the run then fails without the
+    # reported wait the resume below checks for (seen once in make test).
+    outage = {
+        "service_retry_backoff_s": 0.1,
+        "outage_max_backoff_s": 0.5,
+        "outage_budget_s": 2.0,
+        "service_retry_attempts": 1,
+    }
     task_id, pause = await held_after_first_call(mesh_env, outage)
     await asyncio.to_thread(kill9, mesh_env.processes["context"])
     pause.unlink()
