@@ -296,6 +296,19 @@ def _interactive_decide(out: TextIO, read: Callable[[str], str]) -> Decide:
     return decide
 
 
+def report_refusal(exc: grpc.aio.AioRpcError, err: TextIO) -> int:
+    """Writes a refused `agentmesh run` call as its typed error and violations; the exit code: 3 when
+    the dispatcher cannot be reached, else 2."""
+    error = from_rpc_error(exc)
+    err.write(f"agentmesh run: {error.code.name}: {error.message}\n")
+    for v in error.violations:
+        err.write(f"  {v.path}: {v.hint or v.rule}\n")
+    if error.code == ErrorCode.UNAVAILABLE:
+        err.write("  is the dispatcher up? start everything with `agentmesh up`\n")
+        return 3
+    return 2
+
+
 def run_command(
     settings: Settings,
     agent_id: str,
@@ -388,14 +401,7 @@ def run_command(
             outcome = asyncio.run(main(command))
     except grpc.aio.AioRpcError as exc:
         progress.clear()
-        error = from_rpc_error(exc)
-        err.write(f"agentmesh run: {error.code.name}: {error.message}\n")
-        for v in error.violations:
-            err.write(f"  {v.path}: {v.hint or v.rule}\n")
-        if error.code == ErrorCode.UNAVAILABLE:
-            err.write("  is the dispatcher up? start everything with `agentmesh up`\n")
-            return 3
-        return 2
+        return report_refusal(exc, err)
     except KeyboardInterrupt:
         progress.clear()
         err.write("interrupted; the task keeps running (it outlives this stream)\n")

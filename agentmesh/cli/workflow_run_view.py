@@ -25,11 +25,10 @@ import grpc
 import grpc.aio
 
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.cli.run_view import operator_token
+from agentmesh.cli.run_view import operator_token, report_refusal
 from agentmesh.cli.tracing import CommandTrace, cli_channel, command_trace
 from agentmesh.config import Settings
 from agentmesh.errors import ErrorCode
-from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import workflow_pb2, workflow_pb2_grpc
 
 W = workflow_pb2
@@ -241,14 +240,7 @@ def workflow_command(
             command.span.set_attribute("agentmesh.workflow", workflow)
             run = asyncio.run(main(command))
     except grpc.aio.AioRpcError as exc:
-        error = from_rpc_error(exc)
-        err.write(f"agentmesh run: {error.code.name}: {error.message}\n")
-        for v in error.violations:
-            err.write(f"  {v.path}: {v.hint or v.rule}\n")
-        if error.code == ErrorCode.UNAVAILABLE:
-            err.write("  is the dispatcher up? start everything with `agentmesh up`\n")
-            return 3
-        return 2
+        return report_refusal(exc, err)
     except KeyboardInterrupt:
         if not started:
             err.write("interrupted before the run was started\n")
