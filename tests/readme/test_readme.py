@@ -206,6 +206,10 @@ def check_answers(result: SessionResult, blocks: list[Block]) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(480)
+@pytest.mark.skipif(
+    os.environ.get("README_TEST_CHECKOUT") != "1",
+    reason="CI runs the README once, from a fresh clone (make test-readme); README_TEST_CHECKOUT=1 here",
+)
 def test_readme_runs_in_this_checkout(tmp_path: Path) -> None:
     blocks = readme_blocks()
     # About 90 s alone (two `agentmesh up`s since "Your first agent"); a guard, generous for a loaded machine.
