@@ -8,7 +8,8 @@ import json
 import logging
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.payloads import PayloadStore, StoredPayload, digest
+from agentmesh.payload_digest import digest
+from agentmesh.payloads import PayloadStore, StoredPayload
 from tool_svc.call import CallState
 from tool_svc.cpu import CpuPool
 from tool_svc.model import MEDIA_JSON, MEDIA_TEXT, Outcome, Output, Produced
