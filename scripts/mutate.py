@@ -96,7 +96,9 @@ MODULES: dict[str, Module] = {
     ),
     "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
     "sandbox_policy": Module(
-        "tool_svc/sandbox.py", ("tests/unit/tool/test_sandbox.py", "tests/unit/tool/test_sandbox_hardening.py")
+        "tool_svc/sandbox.py",
+        ("tests/unit/tool/test_sandbox.py", "tests/unit/tool/test_sandbox_hardening.py"),
+        also=("tool_svc/sandbox_prelude.py",),
     ),
     # The sandbox's seccomp filter (libseccomp), checked by a BPF interpreter against the hand-built oracle.
     "seccomp": Module("tool_svc/seccomp.py", ("tests/unit/tool/test_seccomp.py",)),
