@@ -31,8 +31,8 @@ node_modules/.installed: package.json package-lock.json
 
 # The server's stubs (agentmesh/v1) and the Python client's copy (clients/python/agentmesh_client/_v1).
 protos: $(VENV)/.installed
-	$(PY) -m agentmesh.codegen agentmesh/v1
-	$(PY) -m agentmesh.codegen --client clients/python/agentmesh_client/_v1
+	$(PY) -m agentmesh.dev.codegen agentmesh/v1
+	$(PY) -m agentmesh.dev.codegen --client clients/python/agentmesh_client/_v1
 
 # Go, TypeScript and Java stubs into gen/ (not committed), and the Python ones into agentmesh/v1 (the
 # same bytes as `make protos`): buf.gen.yaml, local plugins only.

@@ -17,7 +17,7 @@ Every service reaches Redis through one `Store`. Its guarantees:
   hash tag; with `redis.cluster_wait_replicas` every durable write (`Store.script(..., durable=True)`,
   `Store.durable`) is followed by WAIT on its connection and fails UNAVAILABLE unless replicated.
 
-The throwaway local redis-server (CLI, tests) is `agentmesh.localredis`.
+The throwaway local redis-server (CLI, tests) is `agentmesh.dev.localredis`.
 
 Domain code only: this module must not import grpc (docs/architecture.md §1).
 """

@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.demo_ops import OpsApi, write_service_log
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, percentile, table
 from bench.longchain_scenario import (

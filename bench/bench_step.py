@@ -47,8 +47,8 @@ import grpc.aio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.channels import create_channel
 from agentmesh.v1 import (
     context_pb2_grpc,

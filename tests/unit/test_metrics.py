@@ -13,8 +13,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentmesh.config import ConfigError, RedisSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import UnavailableError
-from agentmesh.localredis import LocalRedis
 from agentmesh.metrics import METRIC_NAMES, Metrics, MetricsExporters, build_meter_provider, metrics_exporters
 from agentmesh.store import Store
 from tests.metricsutil import Recorded, recorded_metrics

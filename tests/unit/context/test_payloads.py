@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError, UnavailableError
-from agentmesh.localredis import LocalRedis
 from agentmesh.payload_digest import digest, structured_digest, text_digest
 from agentmesh.payload_value import OFFLOAD_THRESHOLD_BYTES, parse_ref_id
 from agentmesh.payloads import PayloadStore

@@ -33,7 +33,7 @@ __all__ = [
     "find_redis_server",
 ]
 
-log = logging.getLogger("agentmesh.localredis")
+log = logging.getLogger("agentmesh.dev.localredis")
 
 # Env var naming an explicit redis-server binary for LocalRedis (CI images, custom builds).
 REDIS_SERVER_ENV: Final = "AGENTMESH_REDIS_SERVER"
