@@ -44,7 +44,7 @@ gen: venv toolchains
 clients: gen
 	scripts/build-clients.sh all
 
-# The web console (console/, docs/architecture.md §17) into agentmesh/console_dist/, committed: the pinned
+# The web console (console/, docs/design.md §17) into agentmesh/console_dist/, committed: the pinned
 # protoc-gen-es, TypeScript (strict check) and esbuild; tests/console checks the committed bytes are its build.
 console: node_modules/.installed
 	scripts/build-console.sh

@@ -1,4 +1,4 @@
-"""Digests of a payload that fit in a prompt, saying what they kept and what they cut (docs/architecture.md §4).
+"""Digests of a payload that fit in a prompt, saying what they kept and what they cut (docs/design.md §4).
 
 Pure: no store, no I/O. Structured content (JSON) keeps the first N non-empty records (empty/null ones are
 filtered first); text keeps error/warning/goal lines and their neighbours; bytes that are not UTF-8 are flagged.

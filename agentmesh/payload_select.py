@@ -1,4 +1,4 @@
-"""Selecting part of a payload's content: RFC 9535 JSONPath, a line range or a byte range (docs/architecture.md §4).
+"""Selecting part of a payload's content: RFC 9535 JSONPath, a line range or a byte range (docs/design.md §4).
 
 Pure: no store, no I/O. `agentmesh.payloads.PayloadStore.read` selects after reading; tool_svc runs `select` in a
 worker process. A bad selector, or content a selector cannot apply to, is an InvalidRequestError naming it.

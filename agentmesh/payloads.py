@@ -1,4 +1,4 @@
-"""Session-scoped payloads: large content stored once in Redis (docs/architecture.md §4).
+"""Session-scoped payloads: large content stored once in Redis (docs/design.md §4).
 
 Used by tool_svc (offload at the source) and context_svc (anything large that still arrives, and `GetPayload`).
 The value (StoredPayload, ref ids, media types) is `agentmesh.payload_value`; selecting part of the content is

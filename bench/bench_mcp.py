@@ -1,4 +1,4 @@
-"""Benchmark: what the gateway adds to a call of an MCP server's tool (docs/architecture.md §16).
+"""Benchmark: what the gateway adds to a call of an MCP server's tool (docs/design.md §16).
 
 One run, same machine, same moment, against one MCP server written with the official SDK
 (tests/contract/tool/mcp_upstream.py, tool `Echo.Text`), over stdio and over streamable HTTP:

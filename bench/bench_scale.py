@@ -22,7 +22,7 @@ cores shared by every process here cannot show scaling): N machines of `--cores`
 services N x cores / (service CPU per task) tasks/s; a Redis primary gives 1 / (Redis CPU per task);
 K primaries of a cluster share every key but the queue stream, whose primary also carries the whole
 queue: K primaries hold lambda tasks/s while lambda x ((R - Q) / K + Q) < 1, so the queue caps the
-cluster at 1 / Q tasks/s, where one stream must be split into several (docs/architecture.md §10).
+cluster at 1 / Q tasks/s, where one stream must be split into several (docs/design.md §10).
 
 Run: `.venv/bin/python -m bench.bench_scale [--tasks 120] [--concurrency 24] [--cores 8]`.
 """

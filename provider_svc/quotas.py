@@ -1,4 +1,4 @@
-"""Quotas and spend budgets per API key, agent and tenant, enforced across replicas (docs/architecture.md §6).
+"""Quotas and spend budgets per API key, agent and tenant, enforced across replicas (docs/design.md §6).
 
 Every model call is admitted by each scope that applies to it before anything goes upstream, and
 settled after the reply with its real usage:

@@ -1,4 +1,4 @@
-"""Danger guard: destructive commands in fields marked `x-agentmesh-kind` are FATAL (docs/architecture.md §5).
+"""Danger guard: destructive commands in fields marked `x-agentmesh-kind` are FATAL (docs/design.md §5).
 
 Values are parsed, not grepped: shell with shlex (so `rm -r -f`, `rm -fr`, `--recursive --force`,
 `sudo`, `bash -c`, `$(...)`, `find -exec` and pipelines are all seen as the commands they run), SQL with

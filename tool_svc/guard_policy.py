@@ -1,6 +1,6 @@
 """The danger guard's policy: `policy/danger.yaml` parsed into rules, and the path-aware globs they match with.
 
-What counts as destructive is data, not code (docs/architecture.md §5); `tool_svc.guard` applies it to values.
+What counts as destructive is data, not code (docs/design.md §5); `tool_svc.guard` applies it to values.
 """
 
 from __future__ import annotations

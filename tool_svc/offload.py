@@ -1,4 +1,4 @@
-"""Offload of large outputs at the source (docs/architecture.md §2, §4): an output over the threshold is stored
+"""Offload of large outputs at the source (docs/design.md §2, §4): an output over the threshold is stored
 once in the session's payloads (`agentmesh.payloads`) and the result carries its ref plus a digest that
 fits in a prompt; the model reads more with `read_payload`."""
 

@@ -1,4 +1,4 @@
-"""The bubblewrap sandbox `run_python` runs code in (docs/architecture.md §5, §9).
+"""The bubblewrap sandbox `run_python` runs code in (docs/design.md §5, §9).
 
 Isolation (bwrap): new user, pid, network, ipc, uts and cgroup namespaces; an unprivileged uid; no
 network at all; a read-only root holding only /usr (and the interpreter's prefix); a private, size-capped

@@ -1,4 +1,4 @@
-"""What runs inside the sandbox before the code (docs/architecture.md §5, §9): the prelude and the setuid trampoline.
+"""What runs inside the sandbox before the code (docs/design.md §5, §9): the prelude and the setuid trampoline.
 
 Both are Python source run with `python -c` (the prelude by the sandbox's interpreter, isolated, `-I -S -B`), so
 they are strings here: the prelude sets the hard limits, installs the audit hook that reports attempts to leave

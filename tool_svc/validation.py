@@ -1,4 +1,4 @@
-"""Argument parsing and JSON Schema validation -> CONTRACT errors a model can act on (docs/architecture.md §3, §5).
+"""Argument parsing and JSON Schema validation -> CONTRACT errors a model can act on (docs/design.md §3, §5).
 
 - `parse_arguments`: the raw `arguments_json` -> a value, or ARGUMENTS_NOT_JSON with the parse position.
 - `SchemaCheck`: a compiled Draft 2020-12 schema; `violations(value)` gives one `Violation` per error with

@@ -1,4 +1,4 @@
-"""A JSON Schema error as the `Violation`s a model can act on (docs/architecture.md §3, §5).
+"""A JSON Schema error as the `Violation`s a model can act on (docs/design.md §3, §5).
 
 Each jsonschema `ValidationError` becomes one Violation per problem: the JSON path, the rule, what was
 expected, what was given, and a hint taken from the schema's description / pattern / enum / examples (a
