@@ -31,8 +31,8 @@ node_modules/.installed: package.json package-lock.json
 
 # The server's stubs (agentmesh/v1) and the Python client's copy (clients/python/agentmesh_client/_v1).
 protos: $(VENV)/.installed
-	$(PY) -m agentmesh.codegen agentmesh/v1
-	$(PY) -m agentmesh.codegen --client clients/python/agentmesh_client/_v1
+	$(PY) -m agentmesh.dev.codegen agentmesh/v1
+	$(PY) -m agentmesh.dev.codegen --client clients/python/agentmesh_client/_v1
 
 # Go, TypeScript and Java stubs into gen/ (not committed), and the Python ones into agentmesh/v1 (the
 # same bytes as `make protos`): buf.gen.yaml, local plugins only.
@@ -44,7 +44,7 @@ gen: venv toolchains
 clients: gen
 	scripts/build-clients.sh all
 
-# The web console (console/, docs/architecture.md §17) into agentmesh/console_dist/, committed: the pinned
+# The web console (console/, docs/design.md §17) into agentmesh/console_dist/, committed: the pinned
 # protoc-gen-es, TypeScript (strict check) and esbuild; tests/console checks the committed bytes are its build.
 console: node_modules/.installed
 	scripts/build-console.sh

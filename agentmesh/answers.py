@@ -1,4 +1,4 @@
-"""Typed final answers (docs/architecture.md §7, issue 41): output schemas, how a task's schema narrows
+"""Typed final answers (docs/design.md §7, issue 41): output schemas, how a task's schema narrows
 its agent's, and the check of an answer against one, as violations in the format of tool arguments
 (path, rule, expected, actual, hint; tool_svc/validation.py).
 

@@ -1,4 +1,4 @@
-"""API keys: long-lived bearer credentials bound to an identity, with quotas and budgets (docs/architecture.md §9).
+"""API keys: long-lived bearer credentials bound to an identity, with quotas and budgets (docs/design.md §9).
 
 `agentmesh keys create --agent A --budget-usd 5/day --rpm 60 --models 'openai/*'` mints one: the key is
 shown once and only its SHA-256 is stored, with the identity it stands for (subject, agent, grants,

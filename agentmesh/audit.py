@@ -1,4 +1,4 @@
-"""The audit trail (docs/architecture.md §9): who did what to which task, tool or approval, and how it
+"""The audit trail (docs/design.md §9): who did what to which task, tool or approval, and how it
 ended, in one Redis stream (`am:audit`), bounded by length and age.
 
 Every service appends to it through `AuditLog.record`: task starts, cancels and resumes, approvals and
@@ -6,7 +6,7 @@ settlements, tool registrations, and every call the edge refused for its role. `
 reads it (`AuditLog.read`). Entries are facts, never secrets: subjects, action names, ids and
 outcome codes, each clipped.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class AuditLog:
     @property
     def key(self) -> str:
         # One stream for the whole deployment: read in time order by an operator; its slot is a
-        # known hotspot only at audit rates (docs/architecture.md §10).
+        # known hotspot only at audit rates (docs/design.md §10).
         return f"{self.store.keys.prefix}:audit"
 
     async def record(self, *, subject: str, action: str, target: str, outcome: str = "ok", detail: str = "") -> None:

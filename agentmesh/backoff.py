@@ -3,7 +3,7 @@
 `Backoff.delay(n, draw)` is the delay before retry `n` (1-based): min(initial * multiplier^(n-1), max)
 + jitter * draw, where `draw` in [0, 1) is the caller's random number. Pure (no clock, no randomness
 of its own), so a decision that uses it stays a pure function and a test picks the draw. The
-dispatcher's outage waits use it (docs/architecture.md §7); the other retry loops can adopt it.
+dispatcher's outage waits use it (docs/design.md §7); the other retry loops can adopt it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Claims of completed actions in a final answer, checked against the task's action ledger (issue 41,
-docs/architecture.md §7).
+docs/design.md §7).
 
 A model that writes "the pod was restarted" (or "Pod 已重启成功") when no restart ran is the worst
 answer an agent can give. Two checks, both pure functions:

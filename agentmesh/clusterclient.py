@@ -1,5 +1,5 @@
 """The Redis Cluster side of the Store (issue 28): seed-node URLs, and redis-py's cluster client bounded
-the way agentmesh bounds its standalone pool (docs/architecture.md §10).
+the way agentmesh bounds its standalone pool (docs/design.md §10).
 
 `redis+cluster://[user:password@]host:port[,host:port...]/[?query]` (or `rediss+cluster://` for TLS)
 names seed nodes; `redis.cluster: true` with a plain `redis://` URL means the same with one seed.
@@ -14,7 +14,7 @@ names seed nodes; `redis.cluster: true` with a plain `redis://` URL means the sa
   and TRYAGAIN, which mean the command did not run, are still followed. A command that meets a
   failover fails (UNAVAILABLE through `Store.guard`) and the next one reads the new topology.
 
-Domain code only: this module must not import grpc (docs/architecture.md §1).
+Domain code only: this module must not import grpc (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ CONFIG_ENV_VAR = "AGENTMESH_CONFIG"
 DEFAULT_CONFIG_FILE = "agentmesh.yaml"
 PACKAGED_CONFIG = Path(__file__).resolve().parent / "defaults" / "agentmesh.yaml"
 """The production-safe configuration shipped inside the package: a verbatim copy of the repository's
-agentmesh.yaml (`python -m agentmesh.deployfiles` writes it; a test fails when it is stale). The CLI
+agentmesh.yaml (`python -m agentmesh.dev.deployfiles` writes it; a test fails when it is stale). The CLI
 falls back to it anywhere outside a directory with an agentmesh.yaml."""
 
 PACKAGED_LABEL = "packaged default"

@@ -1,4 +1,4 @@
-"""The agentmesh error vocabulary as plain Python (docs/architecture.md §3).
+"""The agentmesh error vocabulary as plain Python (docs/design.md §3).
 
 Domain code raises and inspects these errors; it never touches grpc or protobuf, so this module
 must not import either. The gRPC mapping lives in ``agentmesh.rpc.status``.
@@ -141,7 +141,7 @@ def _table() -> dict[ErrorCode, ErrorClass]:
     }
 
 
-# The one table deriving a code's class (docs/architecture.md §3); read-only so nobody patches it at runtime.
+# The one table deriving a code's class (docs/design.md §3); read-only so nobody patches it at runtime.
 ERROR_CLASS: Mapping[ErrorCode, ErrorClass] = MappingProxyType(_table())
 
 # Codes where the same request may succeed later unchanged.

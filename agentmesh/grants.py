@@ -1,4 +1,4 @@
-"""Grants: what a verified token may do, as "<environment>:<group>:<access>" (docs/architecture.md §5, §9).
+"""Grants: what a verified token may do, as "<environment>:<group>:<access>" (docs/design.md §5, §9).
 
 One matcher for every service: tool_svc checks a tool's permission with it, the dispatcher who may run
 which agent. In a grant each part may be `*` or a glob (`ops.*`).
@@ -10,7 +10,7 @@ Access levels:
   writing a tool's system;
 - `*` confers all three.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

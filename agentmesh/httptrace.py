@@ -1,4 +1,4 @@
-"""A CLIENT span and the trace headers of every HTTP call to an upstream (docs/architecture.md §8).
+"""A CLIENT span and the trace headers of every HTTP call to an upstream (docs/design.md §8).
 
 HTTP tools (tool_svc/http.py), model servers (provider_svc/models/_http.py) and MCP servers over
 streamable HTTP (tool_svc/mcp/connection.py) send their requests through `TracedTransport` (httpx) or

@@ -1,4 +1,4 @@
-"""The metrics every service records, on the OpenTelemetry metrics API (docs/architecture.md §8).
+"""The metrics every service records, on the OpenTelemetry metrics API (docs/design.md §8).
 
 `Metrics` holds one service's instruments and is what domain code records through: a typed method
 per fact (a task reached a status, a tool call ended, a model call used tokens, a Redis command
@@ -71,7 +71,7 @@ METRIC_NAMES: Final = {
     "agentmesh.gen_ai.quota.refusals": "agentmesh_gen_ai_quota_refusals_total",
     "db.client.operation.duration": "db_client_operation_duration_seconds",
 }
-"""Every instrument (OTel name) and the family it becomes on the Prometheus endpoint; docs/architecture.md
+"""Every instrument (OTel name) and the family it becomes on the Prometheus endpoint; docs/design.md §8
 and the Grafana dashboard (deploy/grafana/agentmesh.json) use the right-hand names."""
 
 BreakerStates = Callable[[], Iterable[tuple[str, str, int]]]

@@ -1,4 +1,4 @@
-"""JWTs from configured OpenID Connect issuers, verified against their JWKS (docs/architecture.md §9).
+"""JWTs from configured OpenID Connect issuers, verified against their JWKS (docs/design.md §9).
 
 Clients in any language get an identity from their organisation's identity provider and send it as
 `authorization: Bearer <jwt>`; agentmesh's own HMAC tokens (`agentmesh.identity`) stay for what the

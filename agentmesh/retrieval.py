@@ -1,6 +1,6 @@
 """Lexical retrieval shared by the services: a `Retriever` interface and its BM25 implementation.
 
-tool_svc's DiscoverTools ranks tools with it (docs/architecture.md §5) and context_svc ranks a
+tool_svc's DiscoverTools ranks tools with it (docs/design.md §5) and context_svc ranks a
 session's older turns against the newest user message (§4, issue 37). A semantic retriever (the
 long-term memory issue) implements the same `Retriever` protocol.
 

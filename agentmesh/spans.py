@@ -1,4 +1,4 @@
-"""The JSONL span file read back: its spans, and the traces of one request or task (docs/architecture.md §8).
+"""The JSONL span file read back: its spans, and the traces of one request or task (docs/design.md §8).
 
 Every service appends one JSON object per span to `telemetry.span_file` when spans are not exported
 over OTLP (agentmesh.telemetry.JsonlSpanExporter: trace_id, span_id, parent_span_id, name, kind,

@@ -17,9 +17,9 @@ Every service reaches Redis through one `Store`. Its guarantees:
   hash tag; with `redis.cluster_wait_replicas` every durable write (`Store.script(..., durable=True)`,
   `Store.durable`) is followed by WAIT on its connection and fails UNAVAILABLE unless replicated.
 
-The throwaway local redis-server (CLI, tests) is `agentmesh.localredis`.
+The throwaway local redis-server (CLI, tests) is `agentmesh.dev.localredis`.
 
-Domain code only: this module must not import grpc (docs/architecture.md §1).
+Domain code only: this module must not import grpc (docs/design.md §1).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _check_id(kind: str, value: str) -> str:
 
 
 class Keys:
-    """Cluster-safe key builders (docs/architecture.md §2). The `{...}` is a literal Redis Cluster hash tag:
+    """Cluster-safe key builders (docs/design.md §2). The `{...}` is a literal Redis Cluster hash tag:
     every key of one task / session / subject hashes to the same slot, so multi-key Lua scripts and
     transactions over them stay valid on a Cluster."""
 

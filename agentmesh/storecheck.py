@@ -15,7 +15,7 @@ StoreMisconfiguredError, defined here so both can raise it); it sees the Store o
 CONFIG may be renamed or forbidden on managed Redis: then INFO is used, and if neither answers we
 warn and continue rather than block start-up on an unknowable setting.
 
-Domain code only: this module must not import grpc (docs/architecture.md §1).
+Domain code only: this module must not import grpc (docs/design.md §1).
 """
 
 from __future__ import annotations

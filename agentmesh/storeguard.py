@@ -8,7 +8,7 @@ of Redis commands and records the block's duration (`db.client.operation.duratio
 propagate unchanged.
 
 This module sits below `agentmesh.store` (which holds the connection and calls `guard`); it imports
-nothing of the store. Domain code only: no grpc (docs/architecture.md §1).
+nothing of the store. Domain code only: no grpc (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Traces, request ids and JSON logs for every service (docs/architecture.md §8).
+"""Traces, request ids and JSON logs for every service (docs/design.md §8).
 
 One `Telemetry` per service: an SDK TracerProvider and MeterProvider with `service.name`
 (OTEL_SERVICE_NAME wins), exporting spans over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or

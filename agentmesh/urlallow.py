@@ -1,7 +1,7 @@
 """URL allowlists: `scheme://host[:port]/path-prefix` patterns, `*` as the port or the leftmost host label.
 
 One implementation for every outgoing HTTP request configuration allows: tool_svc's HTTP tools and
-`http_request` (`tools.http_allowlist`, docs/architecture.md §5) and provider_svc's spend-alert
+`http_request` (`tools.http_allowlist`, docs/design.md §5) and provider_svc's spend-alert
 webhook, which must be on the same list (§6). Domain code only: no grpc, no stubs.
 """
 

@@ -1,7 +1,7 @@
 """What the Connect protocol on the HTTP listener costs beside gRPC, for the same RPC, same run, same machine.
 
 The four real services run in this process behind their real ServiceHosts (interceptors, auth,
-telemetry, load shedding) on a real Redis (agentmesh.localredis), with their HTTP listeners open, as
+telemetry, load shedding) on a real Redis (agentmesh.dev.localredis), with their HTTP listeners open, as
 the contract tests run them (tests/contract/stack.py; the agent's model is the offline scripted one:
 it calls `calculator`, then answers). Measured at concurrency 1:
 - `bare gRPC round trip`: a 64-byte echo to a grpc.aio server with no interceptors (the floor);
@@ -44,8 +44,8 @@ from starlette.routing import Route
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.http import HttpListener
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, BareEchoServer, Stats, bar_plot, measure, table

@@ -48,8 +48,8 @@ import yaml
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import load_settings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator, mint_token
-from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.codec import role_from_pb
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.store import Store

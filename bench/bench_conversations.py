@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmesh.config import ContextSettings, RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller, Message, Role

@@ -36,7 +36,7 @@ import yaml
 from agentmesh.apikeys import ApiKeys
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import QuotaLimits, RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from bench.common import BENCH_DIR, alternating, stats_of, table
 from tests.litellm.proxy import LiteLLMProxy, available, free_port

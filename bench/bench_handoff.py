@@ -19,7 +19,7 @@ import statistics
 import time
 
 from agentmesh.config import ContextSettings, RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.facts.facts import find_facts

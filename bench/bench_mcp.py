@@ -1,4 +1,4 @@
-"""Benchmark: what the gateway adds to a call of an MCP server's tool (docs/architecture.md §16).
+"""Benchmark: what the gateway adds to a call of an MCP server's tool (docs/design.md §16).
 
 One run, same machine, same moment, against one MCP server written with the official SDK
 (tests/contract/tool/mcp_upstream.py, tool `Echo.Text`), over stdio and over streamable HTTP:
@@ -34,8 +34,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import mint_token
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from bench.bench_tool import _free_port
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table

@@ -22,7 +22,7 @@ import sys
 import httpx
 
 from agentmesh.config import DispatcherSettings, ProvidersSettings, RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from agentmesh.v1 import common_pb2, provider_pb2
 from bench.common import STATS_HEADER, Stats, bare_roundtrip, measure, table

@@ -35,8 +35,8 @@ import yaml
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import mint_token
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from bench.common import (
     BENCH_DIR,

@@ -38,8 +38,8 @@ from typing import Any
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.chat import MAX_GOAL_CHARS
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, percentile, table
 from provider_svc.models.scripted.model import count_tokens

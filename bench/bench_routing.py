@@ -16,7 +16,7 @@ import random
 import time
 
 from agentmesh.config import AgentSettings, RedisSettings, RoutingSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from bench.common import percentile, table
 from dispatcher_svc.agent_load import AgentLoad

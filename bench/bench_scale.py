@@ -22,7 +22,7 @@ cores shared by every process here cannot show scaling): N machines of `--cores`
 services N x cores / (service CPU per task) tasks/s; a Redis primary gives 1 / (Redis CPU per task);
 K primaries of a cluster share every key but the queue stream, whose primary also carries the whole
 queue: K primaries hold lambda tasks/s while lambda x ((R - Q) / K + Q) < 1, so the queue caps the
-cluster at 1 / Q tasks/s, where one stream must be split into several (docs/architecture.md §10).
+cluster at 1 / Q tasks/s, where one stream must be split into several (docs/design.md §10).
 
 Run: `.venv/bin/python -m bench.bench_scale [--tasks 120] [--concurrency 24] [--cores 8]`.
 """
@@ -54,8 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import AuthSettings, DispatcherSettings, RedisSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import table

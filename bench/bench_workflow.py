@@ -26,6 +26,8 @@ process while only it runs). Medians over rounds; compare the ratios, not the ab
 
 Run: `.venv/bin/python -m bench.bench_workflow [--rounds 3] [--c1-runs 10] [--c16-runs 32] [--poll-s 0.05]
 [--poll-only]`
+
+The graph and its inputs are `bench.workflow_graph`; the LangGraph arm is `bench.workflow_langgraph`.
 """
 
 from __future__ import annotations
@@ -34,9 +36,7 @@ import argparse
 import asyncio
 import itertools
 import json
-import operator
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -44,7 +44,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import grpc.aio
 
@@ -52,8 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import (
     common_pb2,
     dispatcher_pb2,
@@ -66,68 +66,13 @@ from agentmesh.v1 import (
 from bench.bench_peer import timed
 from bench.bench_scale import AUTH_KEY, SERVICES, Mesh
 from bench.common import percentile, table
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest
-from tool_svc.builtin.calculator import evaluate
+from bench.workflow_graph import NODE_COUNT, NODES, Sample, run_input
+from bench.workflow_langgraph import LangGraph
 
 D = dispatcher_pb2
 W = workflow_pb2
 HIGH = 16
 """The concurrency of the throughput rounds."""
-NODE_COUNT = 10
-
-NODES: list[dict[str, Any]] = [
-    {"id": "intake", "type": "agent", "agent": "wf", "goal": "classify: {{ input.question }}"},
-    {
-        "id": "total",
-        "type": "tool",
-        "tool": "calculator",
-        "after": ["intake"],
-        "arguments": {"expression": "{{ input.expression }}"},
-    },
-    {
-        "id": "parts",
-        "type": "parallel",
-        "after": ["intake"],
-        "over": "{{ input.parts }}",
-        "max_concurrency": 3,
-        "do": {"type": "tool", "tool": "calculator", "arguments": {"expression": "{{ item }}"}},
-    },
-    {"id": "evidence", "type": "join", "after": ["total", "parts"]},
-    {
-        "id": "big",
-        "type": "condition",
-        "after": ["evidence"],
-        "when": "double(nodes.total.output.result) > 100.0",
-        "then": ["detail"],
-        "else": ["brief"],
-    },
-    {"id": "detail", "type": "agent", "agent": "wf", "goal": "explain in detail: {{ nodes.total.output }}"},
-    {"id": "brief", "type": "agent", "agent": "wf", "goal": "explain briefly: {{ nodes.total.output }}"},
-    {"id": "answered", "type": "join", "mode": "any", "after": ["detail", "brief"]},
-    {
-        "id": "check",
-        "type": "tool",
-        "tool": "calculator",
-        "after": ["answered"],
-        "arguments": {"expression": "{{ input.expression }} - 1"},
-    },
-    {"id": "summary", "type": "agent", "agent": "wf", "after": ["check"], "goal": "sum up: {{ nodes.check.output }}"},
-]
-assert len(NODES) == NODE_COUNT
-
-
-def run_input(i: int) -> dict[str, Any]:
-    """Run i's input: every other run takes the `detail` branch (result > 100), the others `brief`."""
-    return {
-        "question": f"question {i}",
-        "expression": f"{i % 7 + 2} * {60 if i % 2 == 0 else 10}",
-        "parts": [f"{i} + 1", f"{i} * 2", f"{i} - 3"],
-    }
-
-
-def policy(req: ScriptedRequest) -> ScriptedReply:
-    """Every agent node answers at once."""
-    return ScriptedReply(text=f"ANSWER {req.goal[:60]}")
 
 
 def settings(poll_s: float, wake: bool = True) -> dict[str, Any]:
@@ -143,7 +88,7 @@ def settings(poll_s: float, wake: bool = True) -> dict[str, Any]:
                     "type": "scripted",
                     "rate_limit_per_min": None,
                     "concurrency": 256,
-                    "models": [{"name": "wf", "policy": "bench.bench_workflow:policy"}],
+                    "models": [{"name": "wf", "policy": "bench.workflow_graph:policy"}],
                 }
             ],
         },
@@ -168,17 +113,6 @@ def settings(poll_s: float, wake: bool = True) -> dict[str, Any]:
             "definitions": [{"name": "bench", "nodes": NODES}],
         },
     }
-
-
-@dataclass
-class Sample:
-    """One batch of runs: each run's seconds, the batch's wall seconds, and its CPU seconds."""
-
-    latencies: list[float]
-    wall_s: float
-    cpu_s: float
-    services: dict[str, float] = field(default_factory=dict)
-    """agentmesh: CPU seconds of each service."""
 
 
 @dataclass
@@ -329,114 +263,6 @@ class Services:
         if failed:
             raise RuntimeError(f"tasks: {len(failed)} of {n} runs failed, e.g. {failed[0]}; see {self.workdir}")
         return sample
-
-
-class RunState(TypedDict):
-    """The state of one LangGraph run: the input, each node's output, the fan-out's outputs."""
-
-    question: str
-    expression: str
-    parts: list[str]
-    outputs: Annotated[dict[str, Any], operator.or_]
-    part_results: Annotated[list[Any], operator.add]
-
-
-class LangGraph:
-    """The same graph as a StateGraph with AsyncSqliteSaver, in this process."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.path = workdir / "langgraph.sqlite"
-        self.graph: Any = None
-        self.saver_cm: Any = None
-
-    async def start(self) -> None:
-        from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-        from langchain_core.messages import AIMessage, HumanMessage
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-        from langgraph.graph import END, START, StateGraph
-        from langgraph.types import Send
-
-        model = GenericFakeChatModel(messages=itertools.cycle([AIMessage(content="ANSWER")]))
-
-        def agent(name: str, goal: Callable[[RunState], str]) -> Any:  # Any: StateGraph.add_node's overloads
-            async def node(state: RunState) -> dict[str, Any]:
-                reply = await model.ainvoke([HumanMessage(content=goal(state))])
-                return {"outputs": {name: f"{reply.content} {goal(state)[:60]}"}}
-
-            return node
-
-        def calc(expression: str) -> dict[str, Any]:
-            return {"expression": expression, "result": evaluate(expression)}
-
-        async def total(state: RunState) -> dict[str, Any]:
-            return {"outputs": {"total": calc(state["expression"])}}
-
-        async def part(item: dict[str, str]) -> dict[str, Any]:
-            return {"part_results": [calc(item["expression"])]}
-
-        async def evidence(state: RunState) -> dict[str, Any]:
-            return {"outputs": {"evidence": {"total": state["outputs"]["total"], "parts": state["part_results"]}}}
-
-        async def big(state: RunState) -> dict[str, Any]:
-            return {"outputs": {"big": {"value": float(state["outputs"]["total"]["result"]) > 100.0}}}
-
-        async def answered(state: RunState) -> dict[str, Any]:
-            return {"outputs": {"answered": True}}
-
-        async def check(state: RunState) -> dict[str, Any]:
-            return {"outputs": {"check": calc(f"{state['expression']} - 1")}}
-
-        builder = StateGraph(RunState)
-        builder.add_node("intake", agent("intake", lambda s: f"classify: {s['question']}"))
-        builder.add_node("total", total)
-        builder.add_node("part", part)  # type: ignore[arg-type]
-        builder.add_node("evidence", evidence)
-        builder.add_node("big", big)
-        builder.add_node("detail", agent("detail", lambda s: f"explain in detail: {s['outputs']['total']}"))
-        builder.add_node("brief", agent("brief", lambda s: f"explain briefly: {s['outputs']['total']}"))
-        builder.add_node("answered", answered)
-        builder.add_node("check", check)
-        builder.add_node("summary", agent("summary", lambda s: f"sum up: {s['outputs']['check']}"))
-        builder.add_edge(START, "intake")
-        builder.add_edge("intake", "total")
-        builder.add_conditional_edges(
-            "intake", lambda s: [Send("part", {"expression": p}) for p in s["parts"]], ["part"]
-        )
-        builder.add_edge(["total", "part"], "evidence")
-        builder.add_edge("evidence", "big")
-        builder.add_conditional_edges(
-            "big", lambda s: "detail" if s["outputs"]["big"]["value"] else "brief", ["detail", "brief"]
-        )
-        builder.add_edge("detail", "answered")
-        builder.add_edge("brief", "answered")
-        builder.add_edge("answered", "check")
-        builder.add_edge("check", "summary")
-        builder.add_edge("summary", END)
-        self.saver_cm = AsyncSqliteSaver.from_conn_string(str(self.path))
-        saver = await self.saver_cm.__aenter__()
-        self.graph = builder.compile(checkpointer=saver)
-
-    async def stop(self) -> None:
-        if self.saver_cm is not None:
-            await self.saver_cm.__aexit__(None, None, None)
-
-    async def run(self, n: int, concurrency: int, tag: str) -> Sample:
-        failed: list[str] = []
-
-        async def one(i: int) -> None:
-            config = {"configurable": {"thread_id": f"{tag}-{i}"}}
-            state = {**run_input(i), "outputs": {}, "part_results": []}
-            out = await self.graph.ainvoke(state, config)
-            if "summary" not in out["outputs"] or len(out["part_results"]) != 3:
-                failed.append(str(out)[:300])
-
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        latencies, wall = await timed(one, n, concurrency)
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        if failed:
-            raise RuntimeError(f"langgraph: {len(failed)} of {n} runs failed, e.g. {failed[0]}")
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        return Sample(latencies, wall, cpu)
 
 
 async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:

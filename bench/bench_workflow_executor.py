@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from agentmesh.config import RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from agentmesh.workflow_config import WorkflowsSettings
 from bench.common import table

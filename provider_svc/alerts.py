@@ -1,4 +1,4 @@
-"""Spend alerts: where a crossed budget threshold is reported (docs/architecture.md §6).
+"""Spend alerts: where a crossed budget threshold is reported (docs/design.md §6).
 
 `quotas.py` decides that a threshold fired (in the same Lua script that settles the spend, so it fires
 once per scope, budget, period and threshold whatever the number of replicas) and counts it in

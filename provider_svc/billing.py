@@ -1,4 +1,4 @@
-"""Who a Generate is billed to (docs/architecture.md §9): the caller's own agent, unless it is admin.
+"""Who a Generate is billed to (docs/design.md §9): the caller's own agent, unless it is admin.
 
 The usage ledger (`usage.py`) records tokens and cost per agent; the agent comes from the verified
 token, and a request's `agent_id` may only repeat it:
@@ -9,7 +9,7 @@ token, and a request's `agent_id` may only repeat it:
   from every agent's); naming any agent is PERMISSION_DENIED;
 - an admin may bill any agent; an empty `agent_id` means its own agent, else its subject.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

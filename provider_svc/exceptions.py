@@ -1,4 +1,4 @@
-"""Upstream failures normalized to the agentmesh error vocabulary (docs/architecture.md §3).
+"""Upstream failures normalized to the agentmesh error vocabulary (docs/design.md §3).
 
 Every adapter turns what its provider answered into one of these, so every provider's failures
 look the same to the dispatcher:

@@ -1,4 +1,4 @@
-"""Which models are healthy, for price routing (docs/architecture.md §6).
+"""Which models are healthy, for price routing (docs/design.md §6).
 
 A `choose: cheapest` route skips a model whose breaker is open or that its upstream rate-limits:
 - its breaker opens after `gateway.health.failure_threshold` consecutive failed calls (after the

@@ -1,5 +1,5 @@
 """What a request may cost before it is sent: the reserve budgets are held against, and the price a
-`choose: cheapest` route compares (docs/architecture.md §6).
+`choose: cheapest` route compares (docs/design.md §6).
 
 The input is estimated from the request's bytes (UTF-8 bytes / 3: above tiktoken's count for English,
 about one token per character for CJK text, so the estimate errs high, as a reserve should), plus a

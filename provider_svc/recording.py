@@ -7,7 +7,7 @@ of a task resend almost the same messages each time, so every distinct string's 
 a bounded cache: a step pays for its new text only. A large body is masked in a worker thread (the cache
 is shared under a lock), so it does not hold the event loop; a small one (`INLINE_BYTES`) on the loop.
 
-Domain code: no grpc, no protobuf (docs/architecture.md §1, §6).
+Domain code: no grpc, no protobuf (docs/design.md §1, §6).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """provider_svc's gRPC surface: maps protobuf to the provider domain (`provider_svc.service`) and back.
 
 RPC-level faults (bad request, unknown model, upstream failures after retries and fallbacks) end
-the call with a rich status (docs/architecture.md §3): 429 -> RESOURCE_EXHAUSTED + RetryInfo, timeout ->
+the call with a rich status (docs/design.md §3): 429 -> RESOURCE_EXHAUSTED + RetryInfo, timeout ->
 DEADLINE_EXCEEDED, 5xx/529 -> UNAVAILABLE, 400 -> INVALID_ARGUMENT, upstream 401/403 ->
 FAILED_PRECONDITION. A failed call's attempts are summarized in the error's metadata["attempts"].
 

@@ -1,4 +1,4 @@
-"""GetSpendSummary and ListBudgets: who spent what, and against which budget (docs/architecture.md §6, §17).
+"""GetSpendSummary and ListBudgets: who spent what, and against which budget (docs/design.md §6, §17).
 
 - **Summary** (`SpendReports.summary`): the usage ledger's rows (`usage.py`) in a range of UTC days,
   filtered by agent, API key and model, summed by one dimension (day, agent, key, model, task tag), with

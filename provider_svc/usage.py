@@ -1,4 +1,4 @@
-"""Usage and cost per call, in Redis; aggregated by agent, provider, model and UTC day (docs/architecture.md §6).
+"""Usage and cost per call, in Redis; aggregated by agent, provider, model and UTC day (docs/design.md §6).
 
 Layout: one hash per (agent, day) at `am:usage:{<agent>}:<day>:r` whose fields are
 `<task tag>|<api key id>|<provider>/<model>#<metric>` (metrics: calls, in, out, cost_nusd, latency_us;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the web console (console/, docs/architecture.md §17) into agentmesh/console_dist/, the files the
+# Builds the web console (console/, docs/design.md §17) into agentmesh/console_dist/, the files the
 # dispatcher's HTTP listener serves at /console (agentmesh/rpc/console.py):
 #   1. the TypeScript stubs of protos/agentmesh/v1 (protoc-gen-es, package.json's pin) into console/gen/;
 #   2. a type check of console/src with the pinned TypeScript (strict);

@@ -42,6 +42,11 @@ TARGET = 0.90
 class Module:
     source: str
     tests: tuple[str, ...]
+    also: tuple[str, ...] = ()  # files split out of `source` (one job each), mutated and scored with it
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.source, *self.also)
 
 
 MODULES: dict[str, Module] = {
@@ -80,7 +85,7 @@ MODULES: dict[str, Module] = {
     "identity_value": Module("agentmesh/identity_value.py", ("tests/unit/test_auth.py",)),
     "oidc": Module("agentmesh/oidc.py", ("tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py")),
     # guard.py is reached through the gateway: its own test file alone leaves 158 mutants unreached.
-    "guard": Module("tool_svc/guard.py", ("tests/unit/tool",)),
+    "guard": Module("tool_svc/guard.py", ("tests/unit/tool",), also=("tool_svc/guard_policy.py",)),
     "redaction": Module(
         "agentmesh/redact/__init__.py",
         (
@@ -91,7 +96,9 @@ MODULES: dict[str, Module] = {
     ),
     "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
     "sandbox_policy": Module(
-        "tool_svc/sandbox.py", ("tests/unit/tool/test_sandbox.py", "tests/unit/tool/test_sandbox_hardening.py")
+        "tool_svc/sandbox.py",
+        ("tests/unit/tool/test_sandbox.py", "tests/unit/tool/test_sandbox_hardening.py"),
+        also=("tool_svc/sandbox_prelude.py",),
     ),
     # The sandbox's seccomp filter (libseccomp), checked by a BPF interpreter against the hand-built oracle.
     "seccomp": Module("tool_svc/seccomp.py", ("tests/unit/tool/test_seccomp.py",)),
@@ -111,7 +118,7 @@ def _work_dir(name: str, module: Module) -> Path:
     config = (
         "\n[tool.mutmut]\n"
         f"source_paths = [{json.dumps(package)}]\n"
-        f"only_mutate = [{json.dumps(module.source)}]\n"
+        f"only_mutate = {json.dumps(list(module.paths))}\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=60"]\n'
         "use_git_change_detection = false\n"
@@ -154,13 +161,24 @@ def _status(code: int | None) -> str:
     return "suspicious"
 
 
+def _codes(name: str, module: Module) -> dict[str, int | None] | None:
+    """mutmut's exit code per mutant over every file of the module; None before the main file's first run."""
+    codes: dict[str, int | None] = {}
+    for path in module.paths:
+        meta = VAR / name / "mutants" / (path + ".meta")
+        if meta.exists():
+            codes.update(json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"])
+        elif path == module.source:
+            return None
+    return codes
+
+
 def report(name: str, module: Module) -> bool:
     """Prints the module's score and survivors; writes var/mutate/<name>/summary.json. True at >= TARGET."""
-    meta = VAR / name / "mutants" / (module.source + ".meta")
-    if not meta.exists():
-        print(f"== {name}: no results ({meta} missing)")
+    codes = _codes(name, module)
+    if codes is None:
+        print(f"== {name}: no results (var/mutate/{name}/mutants/{module.source}.meta missing)")
         return False
-    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
     equivalent = _equivalents()
     statuses = {mutant: _status(code) for mutant, code in codes.items()}
     listed = {m for m in statuses if m in equivalent}
@@ -183,6 +201,7 @@ def report(name: str, module: Module) -> bool:
         print(f"   listed as equivalent but killed: {mutant}")
     summary = {
         "module": module.source,
+        "also": list(module.also),
         "tests": list(module.tests),
         "total": len(statuses),
         "equivalent": len(listed),
@@ -198,10 +217,7 @@ def report(name: str, module: Module) -> bool:
 
 def _not_killed(name: str, module: Module) -> list[str]:
     """The mutants the last run of `name` did not kill (survived, unreached, ...), equivalent ones included."""
-    meta = VAR / name / "mutants" / (module.source + ".meta")
-    if not meta.exists():
-        return []
-    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    codes = _codes(name, module) or {}
     return sorted(m for m, code in codes.items() if _status(code) not in ("killed", "timeout"))
 
 
@@ -232,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, module in MODULES.items():
-            print(f"{name:12} {module.source:28} {' '.join(module.tests)}")
+            print(f"{name:12} {','.join(module.paths):28} {' '.join(module.tests)}")
         return 0
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:

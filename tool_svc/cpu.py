@@ -1,4 +1,4 @@
-"""CPU-heavy work off the event loop: a bounded process pool whose timeouts kill the worker (docs/architecture.md §5).
+"""CPU-heavy work off the event loop: a bounded process pool whose timeouts kill the worker (docs/design.md §5).
 
 A thread cannot be stopped and holds the GIL, so CPU-bound work on the loop (or in `asyncio.to_thread`)
 stalls every RPC of the replica, health included, and no `asyncio.timeout` can interrupt it. Here each

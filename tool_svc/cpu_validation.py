@@ -1,4 +1,4 @@
-"""Argument validation of large calls in the CPU pool (docs/architecture.md §5, `tool_svc.cpu`).
+"""Argument validation of large calls in the CPU pool (docs/design.md §5, `tool_svc.cpu`).
 
 `validation.ValidateArguments` parses the raw JSON and checks it against the tool's input schema on the
 event loop: microseconds for the usual few hundred bytes, but for arguments of hundreds of KiB (up to

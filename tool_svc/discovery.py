@@ -1,4 +1,4 @@
-"""DiscoverTools: BM25 over each tool's name, description, input schema and examples (docs/architecture.md §5).
+"""DiscoverTools: BM25 over each tool's name, description, input schema and examples (docs/design.md §5).
 
 The ranking is the shared one (`agentmesh.retrieval`: Lucene idf, Unicode words folded and stemmed,
 CJK character bigrams), the one context_svc ranks older turns with. A tool's document is its fields,

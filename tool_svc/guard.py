@@ -1,30 +1,28 @@
-"""Danger guard: destructive commands in fields marked `x-agentmesh-kind` are FATAL (docs/architecture.md §5).
+"""Danger guard: destructive commands in fields marked `x-agentmesh-kind` are FATAL (docs/design.md §5).
 
 Values are parsed, not grepped: shell with shlex (so `rm -r -f`, `rm -fr`, `--recursive --force`,
 `sudo`, `bash -c`, `$(...)`, `find -exec` and pipelines are all seen as the commands they run), SQL with
 sqlglot (a `TRUNCATE` inside a string literal is not a statement), Python with ast. What counts as
-destructive is the policy file `policy/danger.yaml`, not code. The shell lexing is `tool_svc.guard_shell`.
+destructive is the policy file `policy/danger.yaml`, not code, parsed by `tool_svc.guard_policy`. The shell
+lexing is `tool_svc.guard_shell`.
 """
 
 from __future__ import annotations
 
 import ast
 import fnmatch
-import posixpath
 import re
 import shlex
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import sqlglot
-import yaml
 from sqlglot import TokenType, exp
 from sqlglot.errors import ParseError, TokenError
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from tool_svc.call import CallState
+from tool_svc.guard_policy import Finding, Policy, ShellRule, clip, glob_match, matches_any
 from tool_svc.guard_shell import (
     ASSIGNMENT,
     command_name,
@@ -36,170 +34,6 @@ from tool_svc.guard_shell import (
 )
 from tool_svc.model import Outcome
 from tool_svc.validation import marked_values
-
-DEFAULT_POLICY = Path(__file__).resolve().parent / "policy" / "danger.yaml"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Why a value is destructive."""
-
-    rule: str
-    reason: str
-    snippet: str
-
-
-@dataclass(frozen=True)
-class ShellRule:
-    id: str
-    commands: tuple[str, ...]
-    reason: str
-    flags_all: tuple[frozenset[str], ...] = ()
-    flags_any: frozenset[str] = frozenset()
-    args_any: tuple[str, ...] = ()
-    targets_any: tuple[str, ...] = ()
-    subcommand: str = ""
-
-
-@dataclass(frozen=True)
-class Wrapper:
-    value_options: frozenset[str] = frozenset()
-    positional: int = 0
-
-
-@dataclass
-class Policy:
-    """The parsed danger policy."""
-
-    wrappers: dict[str, Wrapper] = field(default_factory=dict)
-    shells: frozenset[str] = frozenset()
-    python: frozenset[str] = frozenset()
-    remote: dict[str, Wrapper] = field(default_factory=dict)
-    eval_commands: frozenset[str] = frozenset()
-    find_exec: frozenset[str] = frozenset()
-    protected_redirects: tuple[str, ...] = ()
-    system_paths: tuple[str, ...] = ()
-    rules: tuple[ShellRule, ...] = ()
-    pipe_to_shell: bool = True
-    raw_patterns: tuple[tuple[str, re.Pattern[str], str], ...] = ()
-    max_depth: int = 5
-    sql_dialect: str = ""
-    sql_deny: frozenset[str] = frozenset()
-    sql_require_where: frozenset[str] = frozenset()
-    path_protected: tuple[str, ...] = ()
-    code_shell_calls: frozenset[str] = frozenset()
-    code_delete_calls: frozenset[str] = frozenset()
-    code_fork_loop: bool = True
-
-    @classmethod
-    def load(cls, path: Path = DEFAULT_POLICY) -> Policy:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return cls.from_mapping(data)
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> Policy:
-        shell = data.get("shell", {})
-        sql = data.get("sql", {})
-        code = data.get("code", {})
-
-        def wrapper(spec: Mapping[str, Any] | None) -> Wrapper:
-            spec = spec or {}
-            return Wrapper(frozenset(spec.get("value_options", ())), int(spec.get("positional", 0)))
-
-        rules = []
-        for raw in shell.get("rules", ()):
-            rules.append(
-                ShellRule(
-                    id=raw["id"],
-                    commands=tuple(raw["commands"]),
-                    reason=raw["reason"],
-                    flags_all=tuple(frozenset(group) for group in raw.get("flags_all", ())),
-                    flags_any=frozenset(raw.get("flags_any", ())),
-                    args_any=tuple(raw.get("args_any", ())),
-                    targets_any=tuple(raw.get("targets_any", ())),
-                    subcommand=raw.get("subcommand", ""),
-                )
-            )
-        return cls(
-            wrappers={name: wrapper(spec) for name, spec in (shell.get("wrappers") or {}).items()},
-            shells=frozenset(shell.get("shells", ())),
-            python=frozenset(shell.get("python", ())),
-            remote={name: wrapper(spec) for name, spec in (shell.get("remote") or {}).items()},
-            eval_commands=frozenset(shell.get("eval", ())),
-            find_exec=frozenset(shell.get("find_exec", ())),
-            protected_redirects=tuple(shell.get("protected_redirects", ())),
-            system_paths=tuple(shell.get("system_paths", ())),
-            rules=tuple(rules),
-            pipe_to_shell=bool(shell.get("pipe_to_shell", True)),
-            raw_patterns=tuple(
-                (p["id"], re.compile(p["regex"], re.IGNORECASE), p["reason"]) for p in shell.get("raw_patterns", ())
-            ),
-            max_depth=int(shell.get("max_depth", 5)),
-            sql_dialect=sql.get("dialect", "") or "",
-            sql_deny=frozenset(sql.get("deny", ())),
-            sql_require_where=frozenset(sql.get("require_where", ())),
-            path_protected=tuple((data.get("path") or {}).get("protected", ())),
-            code_shell_calls=frozenset(code.get("shell_calls", ())),
-            code_delete_calls=frozenset(code.get("recursive_delete_calls", ())),
-            code_fork_loop=bool(code.get("fork_loop", True)),
-        )
-
-
-def _clip(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _normalize_path(value: str) -> str:
-    if value in ("/", "~", ".", ".."):
-        return value
-    stripped = value.rstrip("/") or "/"
-    if stripped.startswith("/"):
-        return posixpath.normpath(stripped).replace("//", "/")
-    return stripped
-
-
-_GLOB_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def _glob(pattern: str) -> re.Pattern[str]:
-    """A path-aware glob: `*` stays within one path segment, `**` crosses segments, `[*]` is a literal star."""
-    cached = _GLOB_CACHE.get(pattern)
-    if cached is not None:
-        return cached
-    out, i, n = [], 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        elif ch == "[":
-            end = pattern.find("]", i + 1)
-            if end == -1:
-                out.append(re.escape(ch))
-            else:
-                out.append("[" + pattern[i + 1 : end].replace("\\", "\\\\") + "]")
-                i = end
-        else:
-            out.append(re.escape(ch))
-        i += 1
-    compiled = re.compile("".join(out) + r"\Z")
-    _GLOB_CACHE[pattern] = compiled
-    return compiled
-
-
-def _glob_match(value: str, pattern: str) -> bool:
-    return _glob(pattern).match(value) is not None
-
-
-def _matches_any(value: str, patterns: Sequence[str]) -> bool:
-    candidates = {value, _normalize_path(value)}
-    return any(_glob_match(c, p) for c in candidates for p in patterns)
 
 
 class DangerGuard:
@@ -235,11 +69,11 @@ class DangerGuard:
     def check_shell(self, text: str, depth: int = 0) -> Finding | None:
         policy = self.policy
         if depth > policy.max_depth:
-            return Finding("shell_nesting", f"command nested deeper than {policy.max_depth} levels", _clip(text))
+            return Finding("shell_nesting", f"command nested deeper than {policy.max_depth} levels", clip(text))
         squeezed = re.sub(r"\s+", "", text)
         for rule_id, pattern, reason in policy.raw_patterns:
             if pattern.search(squeezed):
-                return Finding(rule_id, reason, _clip(text))
+                return Finding(rule_id, reason, clip(text))
         for inner in substitutions(text):
             found = self.check_shell(inner, depth + 1)
             if found:
@@ -247,8 +81,8 @@ class DangerGuard:
         commands = split_commands(tokenize(text))
         for index, (argv, redirects, separator) in enumerate(commands):
             for target in redirects:
-                if _matches_any(target, policy.protected_redirects):
-                    return Finding("protected_redirect", f"redirects output onto {target}", _clip(text))
+                if matches_any(target, policy.protected_redirects):
+                    return Finding("protected_redirect", f"redirects output onto {target}", clip(text))
             found = self._check_command(argv, depth, text)
             if found:
                 return found
@@ -256,7 +90,7 @@ class DangerGuard:
                 nxt = self._unwrap(commands[index + 1][0])
                 reads_stdin = "-c" not in nxt[1:] and not positional_args(nxt[1:])
                 if nxt and command_name(nxt[0]) in policy.shells and reads_stdin:
-                    return Finding("pipe_to_shell", "pipes data into a shell, which cannot be inspected", _clip(text))
+                    return Finding("pipe_to_shell", "pipes data into a shell, which cannot be inspected", clip(text))
         return None
 
     def check_argv(self, argv: Sequence[str]) -> Finding | None:
@@ -335,7 +169,7 @@ class DangerGuard:
                         return found
         for rule in policy.rules:
             if any(fnmatch.fnmatchcase(name, pattern) for pattern in rule.commands) and self._rule_matches(rule, args):
-                return Finding(f"shell.{rule.id}", rule.reason, _clip(text))
+                return Finding(f"shell.{rule.id}", rule.reason, clip(text))
         return None
 
     def _rule_matches(self, rule: ShellRule, args: list[str]) -> bool:
@@ -347,9 +181,9 @@ class DangerGuard:
             return False
         if rule.flags_any and not (rule.flags_any & flags):
             return False
-        if rule.args_any and not any(_glob_match(arg, p) for arg in args for p in rule.args_any):
+        if rule.args_any and not any(glob_match(arg, p) for arg in args for p in rule.args_any):
             return False
-        return not rule.targets_any or any(_matches_any(target, rule.targets_any) for target in positionals)
+        return not rule.targets_any or any(matches_any(target, rule.targets_any) for target in positionals)
 
     # -- SQL ---------------------------------------------------------------------------------------
 
@@ -377,24 +211,24 @@ class DangerGuard:
         deny, require_where = self.policy.sql_deny, self.policy.sql_require_where
         if isinstance(node, exp.Drop) and "drop" in deny:
             kind = node.args.get("kind") or "object"
-            return Finding("sql.drop", f"DROP {kind} destroys it and its data", _clip(text))
+            return Finding("sql.drop", f"DROP {kind} destroys it and its data", clip(text))
         if isinstance(node, exp.TruncateTable) and "truncate" in deny:
-            return Finding("sql.truncate", "TRUNCATE deletes every row", _clip(text))
+            return Finding("sql.truncate", "TRUNCATE deletes every row", clip(text))
         actions = node.args.get("actions") or () if isinstance(node, exp.Alter) else ()
         if "alter_drop" in deny and any(isinstance(action, exp.Drop) for action in actions):
-            return Finding("sql.alter_drop", "ALTER ... DROP removes a column or constraint", _clip(text))
+            return Finding("sql.alter_drop", "ALTER ... DROP removes a column or constraint", clip(text))
         for kind, cls in (("delete", exp.Delete), ("update", exp.Update)):
             if kind in require_where and isinstance(node, cls):
                 where = node.args.get("where")
                 if where is None:
                     return Finding(
-                        f"sql.{kind}_without_where", f"{kind.upper()} without WHERE hits every row", _clip(text)
+                        f"sql.{kind}_without_where", f"{kind.upper()} without WHERE hits every row", clip(text)
                     )
                 if not any(True for _ in where.find_all(exp.Column)):
                     return Finding(
                         f"sql.{kind}_without_where",
                         f"{kind.upper()} with a WHERE that references no column hits every row",
-                        _clip(text),
+                        clip(text),
                     )
         return None
 
@@ -406,25 +240,25 @@ class DangerGuard:
             words = re.findall(r"[A-Za-z_]+", re.sub(r"'[^']*'|\"[^\"]*\"", " ", text))
             upper = [w.upper() for w in words]
             if "DROP" in upper or "TRUNCATE" in upper:
-                return Finding("sql.unparseable_destructive", "unparseable SQL with DROP/TRUNCATE", _clip(text))
+                return Finding("sql.unparseable_destructive", "unparseable SQL with DROP/TRUNCATE", clip(text))
             return None
         types = [t.token_type for t in tokens]
         texts = [t.text.upper() for t in tokens]
         if TokenType.DROP in types and "drop" in self.policy.sql_deny:
-            return Finding("sql.drop", "DROP destroys an object and its data", _clip(text))
+            return Finding("sql.drop", "DROP destroys an object and its data", clip(text))
         if "TRUNCATE" in texts and any(t != TokenType.STRING for t in types):
             idx = texts.index("TRUNCATE")
             if types[idx] != TokenType.STRING and "truncate" in self.policy.sql_deny:
-                return Finding("sql.truncate", "TRUNCATE deletes every row", _clip(text))
+                return Finding("sql.truncate", "TRUNCATE deletes every row", clip(text))
         if TokenType.DELETE in types and TokenType.WHERE not in types and "delete" in self.policy.sql_require_where:
-            return Finding("sql.delete_without_where", "DELETE without WHERE hits every row", _clip(text))
+            return Finding("sql.delete_without_where", "DELETE without WHERE hits every row", clip(text))
         return None
 
     # -- paths -------------------------------------------------------------------------------------
 
     def check_path(self, text: str) -> Finding | None:
-        if _matches_any(text.strip(), self.policy.path_protected):
-            return Finding("path.protected", f"writes to the protected path {text.strip()}", _clip(text))
+        if matches_any(text.strip(), self.policy.path_protected):
+            return Finding("path.protected", f"writes to the protected path {text.strip()}", clip(text))
         return None
 
     # -- Python code -------------------------------------------------------------------------------
@@ -444,14 +278,12 @@ class DangerGuard:
                         return found
                 if name in policy.code_delete_calls and node.args:
                     target = _literal_str(node.args[0])
-                    if target is not None and _matches_any(target, policy.system_paths):
-                        return Finding(
-                            "code.recursive_delete", f"{name}({target!r}) deletes a system path", _clip(text)
-                        )
+                    if target is not None and matches_any(target, policy.system_paths):
+                        return Finding("code.recursive_delete", f"{name}({target!r}) deletes a system path", clip(text))
             if policy.code_fork_loop and isinstance(node, ast.While) and _always_true(node.test):
                 for inner in ast.walk(node):
                     if isinstance(inner, ast.Call) and _dotted(inner.func) in ("os.fork", "os.forkpty"):
-                        return Finding("code.fork_loop", "os.fork() in an endless loop (fork bomb)", _clip(text))
+                        return Finding("code.fork_loop", "os.fork() in an endless loop (fork bomb)", clip(text))
         return None
 
     def _check_code_command(self, arg: ast.expr, depth: int) -> Finding | None:

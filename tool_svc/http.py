@@ -1,4 +1,4 @@
-"""HTTP for tools: the allowlisted transport and the mapping of an answer (docs/architecture.md §5);
+"""HTTP for tools: the allowlisted transport and the mapping of an answer (docs/design.md §5);
 the executors are `http_tool.py` (registered tools, by their `method`) and `builtin/http_request.py`.
 
 404 -> UPSTREAM_NOT_FOUND, timeout -> UPSTREAM_TIMEOUT, 5xx / refused -> UPSTREAM_UNAVAILABLE (transient),

@@ -1,4 +1,4 @@
-"""Idempotency keys (docs/architecture.md §5, §7): a side effect runs at most once per key.
+"""Idempotency keys (docs/design.md §5, §7): a side effect runs at most once per key.
 
 `am:idem:{<key>}` holds one JSON record; `am:idem:{<key>}:hb` (same Cluster slot) holds the token of the
 call in flight while its replica heartbeats it:

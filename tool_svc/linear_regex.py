@@ -1,5 +1,5 @@
 """JSON Schema regular expressions in linear time: RE2 (google-re2) instead of Python's `re`
-(docs/architecture.md §5, §15; issue 39).
+(docs/design.md §5, §15; issue 39).
 
 A tool's input schema comes from an admin or from an MCP server, and the arguments it checks come from
 an agent: Python's backtracking `re` lets a pattern such as `^(a+)+$` take seconds for a few dozen

@@ -48,7 +48,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ToolDef:
-    """A tool as the registry holds it (docs/architecture.md §5)."""
+    """A tool as the registry holds it (docs/design.md §5)."""
 
     name: str
     description: str

@@ -1,4 +1,4 @@
-"""Offload of large outputs at the source (docs/architecture.md §2, §4): an output over the threshold is stored
+"""Offload of large outputs at the source (docs/design.md §2, §4): an output over the threshold is stored
 once in the session's payloads (`agentmesh.payloads`) and the result carries its ref plus a digest that
 fits in a prompt; the model reads more with `read_payload`."""
 
@@ -8,7 +8,8 @@ import json
 import logging
 
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.payloads import PayloadStore, StoredPayload, digest
+from agentmesh.payload_digest import digest
+from agentmesh.payloads import PayloadStore, StoredPayload
 from tool_svc.call import CallState
 from tool_svc.cpu import CpuPool
 from tool_svc.model import MEDIA_JSON, MEDIA_TEXT, Outcome, Output, Produced

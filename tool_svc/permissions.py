@@ -1,4 +1,4 @@
-"""Three-layer permissions: environment, tool group, access (docs/architecture.md §5, §9).
+"""Three-layer permissions: environment, tool group, access (docs/design.md §5, §9).
 
 A tool needs "<environment>:<group>:<access>"; the environment is the tool's own, or, for tools
 declared for any environment ("*"), the one this tool_svc serves. The caller holds grants in the same

@@ -1,4 +1,4 @@
-"""Per-agent token bucket (docs/architecture.md §5): one atomic Lua script on Redis, so every tool_svc replica
+"""Per-agent token bucket (docs/design.md §5): one atomic Lua script on Redis, so every tool_svc replica
 draws from the same bucket (`am:rl:{tool:<agent>}`) and Redis time is the only clock.
 
 To spare a Redis round trip on every call, a replica may take a small batch of tokens at once and spend

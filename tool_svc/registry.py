@@ -55,7 +55,7 @@ class RegisteredTool:
     marked: bool = False
     """Whether the input schema marks any field with x-agentmesh-kind (else the guard has nothing to do)."""
     unavailable: str = ""
-    """Why the tool cannot run now ("" when it can): its MCP server is down (docs/architecture.md §16)."""
+    """Why the tool cannot run now ("" when it can): its MCP server is down (docs/design.md §16)."""
     collision: str = ""
     """For an MCP tool whose name another tool of its server maps to too: why neither runs (issue 39)."""
 

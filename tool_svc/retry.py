@@ -1,4 +1,4 @@
-"""Execution with a per-attempt timeout and retries of transient faults (docs/architecture.md §5).
+"""Execution with a per-attempt timeout and retries of transient faults (docs/design.md §5).
 
 Only UPSTREAM_TIMEOUT and UPSTREAM_UNAVAILABLE are transient, and only read-only or idempotent tools are
 retried: repeating a write that may have happened could do it twice. Delays: initial * 2^(n-1), capped,

@@ -1,4 +1,4 @@
-"""The seccomp filter `run_python`'s sandbox runs under (`bwrap --seccomp FD`, docs/architecture.md §5).
+"""The seccomp filter `run_python`'s sandbox runs under (`bwrap --seccomp FD`, docs/design.md §5).
 
 Built with libseccomp (through `pyseccomp`, a ctypes binding to the system's libseccomp.so.2) and
 exported as the classic BPF program bwrap reads from the fd and installs just before it executes the

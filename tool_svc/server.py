@@ -354,7 +354,7 @@ async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:
     """Registers ToolService on the host."""
     gateway = Gateway(host.settings, host.store, tracer=host.telemetry.tracer("tool_svc"), metrics=host.metrics)
     try:
-        await gateway.start()  # MCP servers: connected, first listings in (docs/architecture.md §16)
+        await gateway.start()  # MCP servers: connected, first listings in (docs/design.md §16)
     except BaseException:
         await gateway.aclose()
         raise

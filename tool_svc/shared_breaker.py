@@ -1,4 +1,4 @@
-"""Circuit breakers shared by every tool_svc replica through Redis (issue 28; docs/architecture.md §5).
+"""Circuit breakers shared by every tool_svc replica through Redis (issue 28; docs/design.md §5).
 
 The same state machine as `breaker.Breakers` (closed -> open -> half-open probe -> ramping -> closed),
 kept in one Redis hash per (agent instance, tool), `am:brk:{<subject>}`, and moved by Lua scripts on

@@ -1,9 +1,9 @@
-"""Argument parsing and JSON Schema validation -> CONTRACT errors a model can act on (docs/architecture.md §3, §5).
+"""Argument parsing and JSON Schema validation -> CONTRACT errors a model can act on (docs/design.md §3, §5).
 
 - `parse_arguments`: the raw `arguments_json` -> a value, or ARGUMENTS_NOT_JSON with the parse position.
 - `SchemaCheck`: a compiled Draft 2020-12 schema; `violations(value)` gives one `Violation` per error with
   the JSON path, the rule, what was expected, what was given, and a hint taken from the schema's
-  description / pattern / enum / examples.
+  description / pattern / enum / examples (the wording is `tool_svc.violations`).
 - `check_tool_schema`: the registration-time check (a bad schema is rejected with the reason).
 - `marked_values`: the values of fields marked `x-agentmesh-kind` (for the danger guard).
 """
@@ -12,38 +12,24 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # No py.typed in jsonschema; types-jsonschema may or may not be installed (hence unused-ignore).
-import jsonschema  # type: ignore[import-untyped, unused-ignore]
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped, unused-ignore]
-from jsonschema.exceptions import SchemaError, ValidationError  # type: ignore[import-untyped, unused-ignore]
+from jsonschema.exceptions import SchemaError  # type: ignore[import-untyped, unused-ignore]
 
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds, lone_surrogate_path
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from tool_svc.call import CallState
-from tool_svc.linear_regex import LINEAR_FORMAT_CHECKER, LinearValidator, PatternError, check_schema_patterns, search
+from tool_svc.linear_regex import LINEAR_FORMAT_CHECKER, LinearValidator, PatternError, check_schema_patterns
 from tool_svc.model import Outcome, arguments_sha256, call_sha256
+from tool_svc.violations import clip, violations_for
 
 KIND_KEYWORD = "x-agentmesh-kind"
 KINDS = frozenset({"shell", "sql", "path", "code"})
 MAX_VIOLATIONS = 20
-_MAX_VALUE_CHARS = 200
-
-
-def _clip(text: str, limit: int = _MAX_VALUE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def json_text(value: Any) -> str:
-    """A value as short JSON text for a violation (never raises)."""
-    try:
-        return _clip(json.dumps(value, ensure_ascii=False, sort_keys=True))
-    except (TypeError, ValueError):
-        return _clip(repr(value))
 
 
 # --- parsing ----------------------------------------------------------------------------------------
@@ -95,7 +81,7 @@ def parse_arguments(text: str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_J
                     path="$",
                     rule="json",
                     expected="a JSON object",
-                    actual=_clip(near),
+                    actual=clip(near),
                     hint=f"{exc.msg} at char {exc.pos}; send the arguments as one JSON object with double-quoted keys",
                 )
             ],
@@ -107,8 +93,8 @@ def parse_arguments(text: str, *, max_bytes: int, max_depth: int = DEFAULT_MAX_J
     where = lone_surrogate_path(text, value)
     if where is not None:
         raise _not_json(
-            f"a lone surrogate escape at {_clip(where, 120)}",
-            f"the text must be valid Unicode: {_clip(where, 120)} holds a lone surrogate escape (\\ud800-\\udfff "
+            f"a lone surrogate escape at {clip(where, 120)}",
+            f"the text must be valid Unicode: {clip(where, 120)} holds a lone surrogate escape (\\ud800-\\udfff "
             "without its pair); escape real characters only, or send them as UTF-8",
         )
     return value
@@ -172,246 +158,6 @@ def has_marks(schema: Mapping[str, Any]) -> bool:
     return any(KIND_KEYWORD in sub for _, sub in _walk_schema(schema, "#"))
 
 
-# --- validation with hints --------------------------------------------------------------------------
-
-
-# The same path syntax jsonschema's `json_path` uses, so every violation path reads alike.
-_PLAIN_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]*$")
-
-
-def _child_path(path: str, name: str) -> str:
-    """The JSON path of property `name` of the object at `path` (`$.a`, `$['odd key']`)."""
-    if _PLAIN_NAME.match(name):
-        return f"{path}.{name}"
-    escaped = name.replace("\\", "\\\\").replace("'", "\\'")
-    return f"{path}['{escaped}']"
-
-
-def _last_name(path: str) -> str:
-    for sep in (".", "["):
-        if sep in path:
-            path = path.rsplit(sep, 1)[1]
-    return path.rstrip("]").strip("'") or "the arguments"
-
-
-def _expected(err: ValidationError) -> str:
-    value = err.validator_value
-    if err.validator == "required":
-        return "present"
-    if err.validator in ("additionalProperties", "unevaluatedProperties"):
-        schema = err.schema if isinstance(err.schema, Mapping) else {}
-        allowed = _allowed_names(schema)
-        return "no properties" if allowed == "none" else f"only {allowed}"
-    if isinstance(value, str):
-        return _clip(value)
-    return json_text(value)
-
-
-def _describe(sub: Any) -> str:
-    if not isinstance(sub, Mapping):
-        return ""
-    parts = []
-    if isinstance(sub.get("description"), str) and sub["description"]:
-        parts.append(_clip(sub["description"], 160))
-    examples = sub.get("examples")
-    if isinstance(examples, list) and examples:
-        parts.append("e.g. " + ", ".join(json_text(e) for e in examples[:2]))
-    return "; ".join(parts)
-
-
-def _hint(err: ValidationError, path: str) -> str:
-    name = _last_name(path)
-    sub = err.schema if isinstance(err.schema, Mapping) else {}
-    rule = err.validator
-    actual = json_text(err.instance)
-    text: str
-    if rule == "pattern":
-        text = f"{name} must match {err.validator_value}"
-        examples = sub.get("examples")
-        if isinstance(examples, list) and examples:
-            text += f" (e.g. {examples[0]})"
-        text += f", got {actual}"
-        description = sub.get("description")
-        return f"{text}; {_clip(description, 160)}" if isinstance(description, str) and description else text
-    if rule == "enum":
-        text = f"{name} must be one of {json_text(err.validator_value)}, got {actual}"
-    elif rule == "const":
-        text = f"{name} must be {json_text(err.validator_value)}, got {actual}"
-    elif rule == "type":
-        text = f"{name} must be of type {json_text(err.validator_value)}, got {actual}"
-    elif rule == "format":
-        text = f"{name} must be a valid {err.validator_value}, got {actual}"
-    else:
-        text = err.message if len(err.message) < 240 else f"{name} violates {rule} {json_text(err.validator_value)}"
-    described = _describe(sub)
-    return f"{text}; {described}" if described else text
-
-
-def _quoted(name: str) -> str:
-    # Single quotes, as in the hints: a model (and the scripted policy) copies the name from there.
-    return "'" + _clip(name, 120) + "'"
-
-
-def _allowed_names(schema: Mapping[str, Any]) -> str:
-    props = schema.get("properties") or {}
-    names = sorted(str(p) for p in props) if isinstance(props, Mapping) else []
-    patterns = schema.get("patternProperties") or {}
-    if isinstance(patterns, Mapping) and patterns:
-        names.append("names matching " + " or ".join(str(p) for p in patterns))
-    return ", ".join(names) or "none"
-
-
-def _matches_any(patterns: Any, name: str) -> bool:
-    if not isinstance(patterns, Mapping):
-        return False
-    for pattern in patterns:
-        try:
-            if search(str(pattern), name):
-                return True
-        except PatternError:
-            continue
-    return False
-
-
-def _unexpected_properties(err: ValidationError) -> list[str]:
-    """The property names an additionalProperties / unevaluatedProperties error is about, in call order."""
-    instance = err.instance if isinstance(err.instance, Mapping) else {}
-    schema = err.schema if isinstance(err.schema, Mapping) else {}
-    props = schema.get("properties") or {}
-    names = [str(k) for k in instance]
-    if err.validator == "additionalProperties":
-        # jsonschema's own rule: not a declared property and matching no patternProperties regex.
-        extra = [k for k in names if k not in props and not _matches_any(schema.get("patternProperties"), k)]
-    else:
-        # unevaluatedProperties depends on every applicator; jsonschema's message names the offenders.
-        extra = [k for k in names if repr(k) in err.message]
-    return extra or [k for k in names if k not in props]
-
-
-def _property_violations(err: ValidationError, path: str) -> list[Violation] | None:
-    """Violations that name the offending property in their path (jsonschema reports them on the
-    parent object); None when `err` is not one of those rules."""
-    rule = str(err.validator)
-    schema = err.schema if isinstance(err.schema, Mapping) else {}
-    instance = err.instance
-    if rule in ("additionalProperties", "unevaluatedProperties") and isinstance(instance, Mapping):
-        allowed = _allowed_names(schema)
-        expected = _expected(err)
-        return [
-            Violation(
-                path=_child_path(path, name),
-                rule=rule,
-                expected=expected,
-                actual=_quoted(name),
-                hint=f"remove property {_quoted(name)}; allowed: {allowed}",
-            )
-            for name in _unexpected_properties(err)
-        ]
-    if rule == "dependentRequired" and isinstance(instance, Mapping) and isinstance(err.validator_value, Mapping):
-        for owner, needed in err.validator_value.items():
-            if owner not in instance or not isinstance(needed, list):
-                continue
-            for name in needed:
-                if name not in instance and err.message == f"{name!r} is a dependency of {owner!r}":
-                    return [
-                        Violation(
-                            path=_child_path(path, str(name)),
-                            rule=rule,
-                            expected="present",
-                            actual="",
-                            hint=f"add property {_quoted(str(name))}: it is required when {_quoted(str(owner))} "
-                            f"is given (or remove {_quoted(str(owner))})",
-                        )
-                    ]
-        return None
-    if rule == "items" and err.validator_value is False and isinstance(instance, list):
-        # `items: false` after prefixItems: the first item past the allowed ones is the offender.
-        allowed_items = len(schema.get("prefixItems") or ())
-        return [
-            Violation(
-                path=f"{path}[{allowed_items}]",
-                rule=rule,
-                expected=f"at most {allowed_items} items",
-                actual=_clip(f"{len(instance)} items"),
-                hint=f"remove the items from index {allowed_items} on; at most {allowed_items} are allowed",
-            )
-        ]
-    if _is_property_name_error(err) and isinstance(instance, str):
-        # propertyNames checks each name as a string; jsonschema locates it at the parent object.
-        where = _child_path(path, instance)
-        return [
-            Violation(
-                path=where,
-                rule=rule,
-                expected=_expected(err),
-                actual=_quoted(instance),
-                hint=f"rename or remove property {_quoted(instance)}: its name breaks the propertyNames rule; "
-                f"{_hint(err, where)}",
-            )
-        ]
-    return None
-
-
-_NAMED_CHILDREN = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependentRequired"}
-)
-
-
-def _is_property_name_error(err: ValidationError) -> bool:
-    parts = list(err.relative_schema_path)
-    return any(
-        part == "propertyNames" and (i == 0 or parts[i - 1] not in _NAMED_CHILDREN) for i, part in enumerate(parts)
-    )
-
-
-def _violation(err: ValidationError) -> list[Violation]:
-    path = err.json_path
-    if err.validator == "required" and isinstance(err.instance, Mapping):
-        missing = [p for p in err.validator_value if p not in err.instance]
-        # jsonschema reports one error per missing property; its message names it.
-        names = [p for p in missing if repr(p) in err.message] or missing[:1]
-        return [
-            Violation(
-                path=_child_path(path, str(n)),
-                rule="required",
-                expected="present",
-                actual="",
-                hint=_hint_for_required(err, str(n)),
-            )
-            for n in names
-        ]
-    if err.validator in ("anyOf", "oneOf") and err.context:
-        best = jsonschema.exceptions.best_match(err.context)
-        if best is not None:
-            inner = _violation(best)
-            return [
-                Violation(
-                    v.path, v.rule, v.expected, v.actual, f"{v.hint} (one of {len(err.validator_value)} alternatives)"
-                )
-                for v in inner
-            ]
-    named = _property_violations(err, path)
-    if named is not None:
-        return named
-    return [
-        Violation(
-            path=path,
-            rule=str(err.validator),
-            expected=_expected(err),
-            actual=json_text(err.instance),
-            hint=_hint(err, path),
-        )
-    ]
-
-
-def _hint_for_required(err: ValidationError, name: str) -> str:
-    sub = err.schema if isinstance(err.schema, Mapping) else {}
-    props = sub.get("properties", {})
-    child = props.get(name, {}) if isinstance(props, Mapping) else {}
-    described = _describe(child)
-    return f"add the required property {name!r}" + (f" ({described})" if described else "")
-
-
 @dataclass(frozen=True)
 class SchemaCheck:
     """A compiled schema; `violations(value)` lists every error (at most MAX_VIOLATIONS)."""
@@ -434,7 +180,7 @@ class SchemaCheck:
         except RecursionError:
             return [Violation(path="$", rule="depth", hint="the arguments are nested too deeply")]
         for err in errors:
-            found.extend(_violation(err))
+            found.extend(violations_for(err))
             if len(found) >= MAX_VIOLATIONS:
                 break
         return found[:MAX_VIOLATIONS]

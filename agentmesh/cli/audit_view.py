@@ -1,4 +1,4 @@
-"""`agentmesh audit`: the audit stream (docs/architecture.md §9), one line per entry, or JSON lines.
+"""`agentmesh audit`: the audit stream (docs/design.md §9), one line per entry, or JSON lines.
 
 Reads Redis directly (`AuditLog.read` on the configured `redis.url`, AGENTMESH_REDIS_URL): the
 stream is the deployment's record of task starts, cancels and resumes, approvals, settlements, tool

@@ -1,4 +1,4 @@
-"""`agentmesh keys create|list|revoke`: API keys with quotas and budgets (docs/architecture.md §9, §6).
+"""`agentmesh keys create|list|revoke`: API keys with quotas and budgets (docs/design.md §9, §6).
 
     agentmesh keys create --agent support-bot --budget-usd 5/day --rpm 60 --tpm 100000 --models 'openai/*'
     agentmesh keys list [--json]

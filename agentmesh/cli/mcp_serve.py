@@ -1,5 +1,5 @@
 """`agentmesh mcp serve`: agentmesh's governed tools to any MCP client, over stdio or streamable HTTP
-(docs/architecture.md §16).
+(docs/design.md §16).
 
 Every MCP request becomes a call of tool_svc's gRPC API made with the caller's own token (forwarded,
 opaque, as `x-agentmesh-identity`; tool_svc verifies it): `tools/list` is ListTools of the tools the

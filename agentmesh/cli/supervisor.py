@@ -24,7 +24,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.config import Settings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.process import SUPERVISOR_PID_ENV
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""One trace and one request id per CLI command (docs/architecture.md §8).
+"""One trace and one request id per CLI command (docs/design.md §8).
 
 `command_trace` opens the command's root span (`agentmesh run`, `agentmesh settle`, ...) and mints the
 command's request id; `cli_channel` dials a service with agentmesh's call interceptors, so every call

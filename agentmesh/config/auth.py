@@ -15,7 +15,7 @@ JWT_ALGORITHMS: tuple[JwtAlgorithm, ...] = ("RS256", "ES256", "EdDSA")
 
 
 class OidcClaimSettings(_Section):
-    """Which claims of an issuer's JWTs say who the caller is (docs/architecture.md §9)."""
+    """Which claims of an issuer's JWTs say who the caller is (docs/design.md §9)."""
 
     subject: str = "sub"
     roles: str = "roles"
@@ -91,7 +91,7 @@ class OidcIssuerSettings(_Section):
 
 
 class AuthSettings(_Section):
-    """Signed identity tokens (docs/architecture.md §9)."""
+    """Signed identity tokens (docs/design.md §9)."""
 
     mode: Literal["enabled", "disabled"] = "enabled"
     key: SecretStr | None = None
@@ -116,7 +116,7 @@ class AuthSettings(_Section):
 
 
 class AuditSettings(_Section):
-    """The audit stream `am:audit` (agentmesh/audit.py, docs/architecture.md §9)."""
+    """The audit stream `am:audit` (agentmesh/audit.py, docs/design.md §9)."""
 
     max_len: int = Field(100_000, ge=100)
     """Entries kept (approximate): the oldest go first."""

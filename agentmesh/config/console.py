@@ -60,7 +60,7 @@ class ConsoleOidcSettings(_Section):
 
 class ConsoleSettings(_Section):
     """The web console at `/console` on the dispatcher's HTTP listener (agentmesh/rpc/console.py,
-    docs/architecture.md §17). It calls the services through their Connect edges with its user's token."""
+    docs/design.md §17). It calls the services through their Connect edges with its user's token."""
 
     enabled: bool = True
     """Serve it (needs the dispatcher's `http_port` and `server.connect`)."""

@@ -23,7 +23,7 @@ class ContextBudgetOverride(_Section):
 
 
 class ContextSettings(_Section):
-    """context_svc: budgets, summaries and payloads (docs/architecture.md §4). Budgets are in tokens of `encoding`."""
+    """context_svc: budgets, summaries and payloads (docs/design.md §4). Budgets are in tokens of `encoding`."""
 
     max_context_tokens: int = Field(12000, gt=0)
     reserve_system_prompt_tokens: int = Field(1500, gt=0)

@@ -12,7 +12,7 @@ from agentmesh.config.base import _Section
 
 
 class HandoffSettings(_Section):
-    """One entry of an agent's `handoffs:` (docs/architecture.md §7): another agent it may hand work to.
+    """One entry of an agent's `handoffs:` (docs/design.md §7): another agent it may hand work to.
 
     `mode: transfer` offers the tool `transfer_to_<agent>` (control moves: this task ends HANDED_OFF and
     the other agent's task goes on); `ask` offers `ask_<agent>` (delegate and wait: the other agent's
@@ -42,7 +42,7 @@ CAPABILITY_PATTERN: re.Pattern[str] = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 
 class RoutingSettings(_Section):
-    """Capability routing (StartTask naming a `capability`, docs/architecture.md §7): which carrier runs it,
+    """Capability routing (StartTask naming a `capability`, docs/design.md §7): which carrier runs it,
     chosen without a model call."""
 
     models_cache_s: float = Field(10.0, ge=0)
@@ -60,7 +60,7 @@ class RoutingSettings(_Section):
 
 
 class AgentSettings(_Section):
-    """One agent of `agents:` (docs/architecture.md §7): what the dispatcher runs a task with."""
+    """One agent of `agents:` (docs/design.md §7): what the dispatcher runs a task with."""
 
     id: str = Field(pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
     description: str = ""
@@ -75,7 +75,7 @@ class AgentSettings(_Section):
     """Tool names or tool groups the agent may be offered; empty: whatever its permissions allow."""
     capabilities: list[str] = []
     """Tags a StartTask may name instead of the agent (`capability`): the dispatcher routes it to the
-    healthy carrier with the fewest unfinished tasks (docs/architecture.md §7). Each matches
+    healthy carrier with the fewest unfinished tasks (docs/design.md §7). Each matches
     `[a-z0-9][a-z0-9_.-]{0,63}`."""
     permissions: list[str] = []
     """Grants "environment:group:access" put in the task's identity token (`*` wildcards a part)."""
@@ -148,7 +148,7 @@ class AgentSettings(_Section):
 
 
 class DispatcherSettings(_Section):
-    """dispatcher_svc: task ownership, event log and the loop's bounds (docs/architecture.md §7)."""
+    """dispatcher_svc: task ownership, event log and the loop's bounds (docs/design.md §7)."""
 
     consumer_group: str = "dispatchers"
     consumer_name: str = ""
@@ -186,7 +186,7 @@ class DispatcherSettings(_Section):
     """Handoffs from a root task to its deepest descendant; one more is refused (HANDOFF_DEPTH, typed)."""
     service_retry_attempts: int = Field(3, ge=1, le=10)
     """Attempts of a downstream call met by an outage (UNAVAILABLE, ...) retried quietly: the waits
-    after them are reported as task events, until `outage_budget_s` (docs/architecture.md §7)."""
+    after them are reported as task events, until `outage_budget_s` (docs/design.md §7)."""
     service_retry_backoff_s: float = Field(0.2, gt=0)
     """The first retry's delay; each next one doubles, up to `outage_max_backoff_s`."""
     outage_budget_s: float = Field(120.0, ge=0)

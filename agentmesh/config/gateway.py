@@ -12,7 +12,7 @@ from agentmesh.config.base import MiB, _Section
 class QuotaLimits(_Section):
     """Quotas and spend budgets of one scope (an API key, an agent, a tenant); None: no limit.
 
-    Enforced by provider_svc before the upstream call, atomically across replicas (docs/architecture.md §6):
+    Enforced by provider_svc before the upstream call, atomically across replicas (docs/design.md §6):
     requests and tokens per minute (a sliding 60 s window), USD per UTC day and per UTC month."""
 
     rpm: int | None = Field(None, ge=0)
@@ -56,7 +56,7 @@ class ModelHealthSettings(_Section):
 
 
 class GatewaySettings(_Section):
-    """provider_svc as a model gateway (docs/architecture.md §6): the OpenAI- and Anthropic-compatible
+    """provider_svc as a model gateway (docs/design.md §6): the OpenAI- and Anthropic-compatible
     endpoints, API keys' quotas and budgets, per-agent and per-tenant limits, spend alerts."""
 
     compat_endpoints: bool = True

@@ -13,7 +13,7 @@ _BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 
 
 class ScriptedFaultSettings(_Section):
-    """Seeded fault injection of a scripted model (docs/architecture.md §6); rates are probabilities per tool call."""
+    """Seeded fault injection of a scripted model (docs/design.md §6); rates are probabilities per tool call."""
 
     seed: int = 0
     malformed_json: float = Field(0.0, ge=0, le=1)
@@ -62,7 +62,7 @@ class ProviderModelSettings(_Section):
 
 
 class ProviderTimeoutSettings(_Section):
-    """Upstream HTTP timeouts (docs/architecture.md §6); always capped by the caller's deadline."""
+    """Upstream HTTP timeouts (docs/design.md §6); always capped by the caller's deadline."""
 
     connect_s: float = Field(5.0, gt=0)
     read_s: float = Field(60.0, gt=0)
@@ -147,7 +147,7 @@ def _default_backends() -> list[ProviderBackendSettings]:
 
 
 class PriceRouteSettings(_Section):
-    """A task tag routed by price (`routing.<tag>: {choose: cheapest, tags: [...]}`, docs/architecture.md §6):
+    """A task tag routed by price (`routing.<tag>: {choose: cheapest, tags: [...]}`, docs/design.md §6):
     the cheapest model for the request (its estimated input and reserved output at each model's prices)
     among those that carry every tag in `tags` (or are listed in `models`), are available, healthy (their
     breaker closed, not rate-limited upstream) and allowed to the caller's API key."""
@@ -172,7 +172,7 @@ class PriceRouteSettings(_Section):
 
 
 class ProvidersSettings(_Section):
-    """provider_svc (docs/architecture.md §6): backends, model aliases, task-tag routing, fallback chains.
+    """provider_svc (docs/design.md §6): backends, model aliases, task-tag routing, fallback chains.
 
     Models are named `<backend>/<model>` or by an alias. Targets of aliases, routes and fallbacks are
     checked at start-up, so a typo fails loudly instead of on the first call.

@@ -26,7 +26,7 @@ class RedisSettings(_Section):
     ("redis connection pool exhausted"), never MaxConnectionsError and never a hang."""
     cluster: bool = False
     """`url` names seed nodes of a Redis Cluster (redis-py's cluster client; `max_connections` is
-    then per node). A `redis+cluster://host:port,host:port/` URL implies it (docs/architecture.md §10)."""
+    then per node). A `redis+cluster://host:port,host:port/` URL implies it (docs/design.md §10)."""
     cluster_wait_replicas: int = Field(0, ge=0)
     """> 0: every acknowledged write (task commits and claims, queue entries, idempotency claims and
     settlements, approvals, session appends, payloads, registered tools) is followed by

@@ -42,7 +42,7 @@ class ServiceEndpoint(_Section):
 
 
 class ServicesSettings(_Section):
-    """The four services; ports follow docs/architecture.md §2."""
+    """The four services; ports follow docs/design.md §2."""
 
     dispatcher: ServiceEndpoint = ServiceEndpoint(port=50051)
     context: ServiceEndpoint = ServiceEndpoint(port=50052)
@@ -58,7 +58,7 @@ class ServicesSettings(_Section):
 
 
 class ServerSettings(_Section):
-    """Limits every grpc.aio server applies (docs/architecture.md §10)."""
+    """Limits every grpc.aio server applies (docs/design.md §10)."""
 
     max_message_bytes: int = Field(32 * MiB, gt=0)
     max_concurrent_rpcs: int = Field(256, gt=0)

@@ -12,7 +12,7 @@ from agentmesh.config.base import MiB, _Section
 
 
 class ToolPermissionSettings(_Section):
-    """The permission a tool needs: "environment:group:access" (docs/architecture.md §5)."""
+    """The permission a tool needs: "environment:group:access" (docs/design.md §5)."""
 
     environment: str = Field("*", pattern=r"^(\*|[a-z][a-z0-9_.-]{0,31})$")
     """The environment the tool acts on; "*": the environment tool_svc runs in."""
@@ -33,7 +33,7 @@ class ToolRetrySettings(_Section):
 
 
 class ToolEntrySettings(_Section):
-    """One tool of `tools.registry` (docs/architecture.md §5). An `executor: builtin` entry refines a
+    """One tool of `tools.registry` (docs/design.md §5). An `executor: builtin` entry refines a
     built-in: the fields it sets replace the code defaults (e.g. permission, timeout_s, description),
     the others are kept."""
 
@@ -79,7 +79,7 @@ class ToolEntrySettings(_Section):
 
 
 class ToolSandboxSettings(_Section):
-    """The bubblewrap sandbox of `run_python` (docs/architecture.md §5). Without working isolation the tool answers
+    """The bubblewrap sandbox of `run_python` (docs/design.md §5). Without working isolation the tool answers
     SANDBOX_UNAVAILABLE; it never runs code unisolated."""
 
     bwrap_path: str | None = None
@@ -97,7 +97,7 @@ class ToolSandboxSettings(_Section):
 
 
 class ToolBreakerSettings(_Section):
-    """Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/architecture.md §5)."""
+    """Circuit breaker per (agent, tool), or per (agent instance, tool) (docs/design.md §5)."""
 
     scope: Literal["agent", "instance"] = "agent"
     """`agent`: one breaker per agent and tool, so a breaker one task opened is open for the agent's next
@@ -129,7 +129,7 @@ class ToolRateLimitSettings(_Section):
 
 class McpToolOverride(_Section):
     """Per-tool settings of one MCP server's tool (`tools.mcp_servers[].tools.<original name>`): what the
-    operator says about the tool, which wins over anything the server claims (docs/architecture.md §16)."""
+    operator says about the tool, which wins over anything the server claims (docs/design.md §16)."""
 
     name: str | None = Field(None, pattern=r"^[a-z0-9_]{1,55}$")
     """The local part of the registry name (`<prefix>__<name>`) instead of the one derived from the
@@ -157,7 +157,7 @@ _HEADER_NAME = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
 
 class McpServerSettings(_Section):
-    """One MCP server whose tools tool_svc mounts behind the gateway (docs/architecture.md §16).
+    """One MCP server whose tools tool_svc mounts behind the gateway (docs/design.md §16).
 
     stdio: tool_svc starts `command` with `args` and supervises it (restarted with backoff); the process
     gets `env` plus PATH and HOME, nothing else of tool_svc's environment. http: streamable HTTP at `url`,
@@ -231,7 +231,7 @@ class McpServerSettings(_Section):
 
 
 class ToolsSettings(_Section):
-    """tool_svc: registry, gateway limits, built-ins (docs/architecture.md §5)."""
+    """tool_svc: registry, gateway limits, built-ins (docs/design.md §5)."""
 
     registry: list[ToolEntrySettings] = []
     builtins: list[Literal["calculator", "http_request", "query_logs", "read_payload", "run_python"]] = [
@@ -281,7 +281,7 @@ class ToolsSettings(_Section):
     """Digests, payload selections and argument validation on inputs up to this size stay on the event loop
     (a process hop costs more than the work)."""
     mcp_servers: list[McpServerSettings] = []
-    """MCP servers whose tools are mounted behind the gateway (docs/architecture.md §16)."""
+    """MCP servers whose tools are mounted behind the gateway (docs/design.md §16)."""
 
     @model_validator(mode="after")
     def _mcp_servers_distinct(self) -> ToolsSettings:

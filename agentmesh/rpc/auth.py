@@ -6,7 +6,7 @@ edge answers and logs it as any error (one short line, rate-limited per method a
 TokenError states the reason only, never the token. Tokens themselves are `agentmesh.identity`'s.
 
 A call refused for its role also appends `auth.refused` to the audit stream (`agentmesh.audit`,
-docs/architecture.md §9) when the host has a store: best effort, in a background task (at most
+docs/design.md §9) when the host has a store: best effort, in a background task (at most
 `RefusalAudit.max_in_flight` at once, each given `timeout_s`), so the refusal is never held up or
 failed by the audit write; the stream's MAXLEN bounds what a flood of refused calls can add.
 """

@@ -3,7 +3,7 @@
 `connectrpc` serves the protocol (the generated `agentmesh.v1.*_connect` ASGI applications: JSON or
 binary Protobuf, unary or enveloped streams, and gRPC-Web from the same handler); this module hands
 each application an adapter that calls the very handlers the gRPC server runs, through the same
-edge (docs/architecture.md §11), so there is one implementation of every RPC:
+edge (docs/design.md §11), so there is one implementation of every RPC:
 
 1. `ConnectEdge` is a connectrpc metadata interceptor, so it runs before the request body is read:
    the host's chain of call interceptors (server span from `traceparent`, request id, deadline from

@@ -1,5 +1,5 @@
 """The web console's files and configuration, served at `/console` by the dispatcher's HTTP listener
-(agentmesh/rpc/http.py mounts it; docs/architecture.md §17).
+(agentmesh/rpc/http.py mounts it; docs/design.md §17).
 
 What is served: the built console (`agentmesh/console_dist/`, made by scripts/build-console.sh from
 console/ and committed) read once at start-up, and `/console/config.json`, the few settings a browser

@@ -2,7 +2,7 @@
 
 - `missing_required(message)`: the REQUIRED fields (`google.api.field_behavior`) a request left
   unset, as paths (`call`, `messages[2].role`); the edge answers INVALID_ARGUMENT naming them
-  (docs/architecture.md §11), so no servicer checks presence by hand.
+  (docs/design.md §11), so no servicer checks presence by hand.
 - `retry_safe_methods(files)`: the (service, method) pairs whose `idempotency_level` is
   IDEMPOTENT or NO_SIDE_EFFECTS: the only calls a client may retry.
 """

@@ -5,7 +5,7 @@ ephemeral port. The host owns what is the same for every service so a servicer o
 to domain calls:
 - the edge (`agentmesh.rpc.interceptors.EdgeInterceptor`) around every handler of every service:
   span, request id, load shedding and authentication before the request is decoded, then the
-  error boundary (docs/architecture.md §11);
+  error boundary (docs/design.md §11);
 - health per service name (and "" for the whole server), flipped to NOT_SERVING on shutdown;
 - readiness vs liveness: "" is liveness (the process answers; SERVING until shutdown, whatever
   Redis does), each service's full name is readiness: a watcher PINGs Redis every
@@ -142,7 +142,7 @@ class ServiceHost:
     def __post_init__(self) -> None:
         server_settings = self.settings.server
         self.limiter = ConcurrencyLimitInterceptor(server_settings.max_concurrent_rpcs)
-        # Calls refused for their role go to the audit stream (docs/architecture.md §9), when there is one.
+        # Calls refused for their role go to the audit stream (docs/design.md §9), when there is one.
         refusals = RefusalAudit(AuditLog(self.store, self.settings.audit)) if self.store is not None else None
         if self.store is not None and self.authenticator.api_keys is None:
             # `agentmesh keys` as bearer tokens (§9)

@@ -1,4 +1,4 @@
-"""The HTTP listener a service may open, and the routes it serves: the one place for both (docs/architecture.md §11).
+"""The HTTP listener a service may open, and the routes it serves: the one place for both (docs/design.md §11).
 
 Each service has at most one HTTP listener, on `services.<svc>.host` and `services.<svc>.http_port`
 (0: none), opened and closed by its `ServiceHost` beside the gRPC server, on the same event loop

@@ -1,4 +1,4 @@
-"""The edge's chain for plain HTTP routes a service adds to its HTTP listener (docs/architecture.md §11).
+"""The edge's chain for plain HTTP routes a service adds to its HTTP listener (docs/design.md §11).
 
 A service may serve HTTP APIs of its own beside Connect (provider_svc: the OpenAI- and
 Anthropic-compatible endpoints). Each such route runs the host's chain of call interceptors before it

@@ -1,4 +1,4 @@
-"""The HTTP listener's own limits (docs/architecture.md §11, §15; issue 39).
+"""The HTTP listener's own limits (docs/design.md §11, §15; issue 39).
 
 A slow HTTP client must never cost the gRPC port anything: 300 `POST`s sending one byte every 5 s used
 to fill the one concurrency count both ports shared, and the dispatcher's gRPC calls were shed. So:

@@ -2,7 +2,7 @@
 
 `EdgeInterceptor` is a plain `grpc.aio.ServerInterceptor` (grpc's public API). For every method
 handler it returns a copy that behaves the same for all four services, unary and streaming alike
-(docs/architecture.md §11):
+(docs/design.md §11):
 
 1. the chained `CallInterceptor`s run first, inside the handler's own task: the server span,
    request id and deadline, load shedding, authentication. A rejected call ends here, before its

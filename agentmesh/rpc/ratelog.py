@@ -1,6 +1,6 @@
 """A log that says a few lines per kind per interval, and how many more it kept quiet.
 
-The edge logs every error it answers (docs/architecture.md §11); a hostile or broken caller can
+The edge logs every error it answers (docs/design.md §11); a hostile or broken caller can
 send thousands of bad calls a second, so those lines are rate-limited per kind (method and code):
 at most `burst` lines per `window_s` for each kind. The first line of a kind in a new window is
 preceded by one "suppressed K similar" line for the window before it, so a steady flood costs

@@ -59,14 +59,14 @@ _DETAILS_KEY = "grpc-status-details-bin"
 _META_CLASS, _META_FALLBACK, _META_PERMISSION = "error_class", "fallback_tool", "missing_permission"
 
 _S = grpc.StatusCode
-# Status used when a code is raised as an RPC fault. Choices beyond docs/architecture.md §3:
+# Status used when a code is raised as an RPC fault. Choices beyond docs/design.md §3:
 # - PAYLOAD_TOO_LARGE -> RESOURCE_EXHAUSTED: what gRPC itself returns for an oversized message.
 # - FATAL codes -> FAILED_PRECONDITION, not ABORTED: gRPC clients and retry policies treat ABORTED
 #   as "retry at a higher level", while a FATAL stop must wait for a human.
 # - BUDGET_EXCEEDED -> RESOURCE_EXHAUSTED (FATAL all the same): a spend quota of the caller is used up,
 #   AIP-193's quota status; unlike RATE_LIMITED it has no RetryInfo (the period's end is in `resets_at`).
 # - IDEMPOTENCY_CONFLICT -> ALREADY_EXISTS: the key is taken by a different request.
-# - UPSTREAM_REJECTED -> INVALID_ARGUMENT: provider_svc maps an upstream 400 there (docs/architecture.md §3).
+# - UPSTREAM_REJECTED -> INVALID_ARGUMENT: provider_svc maps an upstream 400 there (docs/design.md §3).
 # - CIRCUIT_OPEN / SANDBOX_UNAVAILABLE -> UNAVAILABLE: transient, the same call may succeed later.
 GRPC_STATUS: Mapping[ErrorCode, grpc.StatusCode] = MappingProxyType(
     {

@@ -1,4 +1,4 @@
-"""mTLS for servers and channels, with certificates reloaded from their files (docs/architecture.md §9).
+"""mTLS for servers and channels, with certificates reloaded from their files (docs/design.md §9).
 
 Off by default (`tls.enabled`): in a service mesh the sidecar does mTLS. When on:
 - servers use grpc's dynamic server credentials: at each new handshake the fetcher looks at the

@@ -1,1 +1,1 @@
-"""The OpenAI- and Anthropic-compatible HTTP APIs of provider_svc (docs/architecture.md §6)."""
+"""The OpenAI- and Anthropic-compatible HTTP APIs of provider_svc (docs/design.md §6)."""

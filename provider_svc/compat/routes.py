@@ -1,4 +1,4 @@
-"""The OpenAI- and Anthropic-compatible endpoints on provider_svc's HTTP listener (docs/architecture.md §6).
+"""The OpenAI- and Anthropic-compatible endpoints on provider_svc's HTTP listener (docs/design.md §6).
 
 - `POST /v1/chat/completions` (OpenAI; plain, and `stream: true` as server-sent events ending `[DONE]`),
 - `GET /v1/models`, `GET /v1/models/{id}` (OpenAI's list; Anthropic's when the request carries

@@ -1,1 +1,1 @@
-"""Model adapters (one wire protocol each) and the wrappers composed around them (docs/architecture.md §6)."""
+"""Model adapters (one wire protocol each) and the wrappers composed around them (docs/design.md §6)."""

@@ -2,7 +2,7 @@
 
 Plain Python (no grpc, no protobuf, no SDK): `provider_svc/server.py` maps protobuf to these, each
 adapter maps these to one wire protocol, and wrappers (retry, rate limit, ...) take any Model and
-are a Model themselves (docs/architecture.md §6, after Pydantic AI's `models/`).
+are a Model themselves (docs/design.md §6, after Pydantic AI's `models/`).
 """
 
 from __future__ import annotations

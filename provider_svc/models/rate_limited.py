@@ -1,4 +1,4 @@
-"""A Redis token bucket per API key (default 60/min), shared by every replica (docs/architecture.md §6).
+"""A Redis token bucket per API key (default 60/min), shared by every replica (docs/design.md §6).
 
 One token per upstream call (retries included: this wrapper sits inside retry). Without a token
 the call waits for one, up to `max_wait_s` and never past the caller's deadline; then it fails

@@ -1,4 +1,4 @@
-"""Retries of transient upstream failures: the one retry layer of provider_svc (docs/architecture.md §6).
+"""Retries of transient upstream failures: the one retry layer of provider_svc (docs/design.md §6).
 
 Retried: network errors and timeouts, 5xx / 529 (UPSTREAM_UNAVAILABLE) and 429 (RATE_LIMITED),
 when the error says it is retryable. Never: any other 4xx, malformed bodies (the call may have
@@ -43,7 +43,7 @@ LOCAL_LIMITER = "agentmesh"
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """docs/architecture.md §6 defaults: max 3 retries, base 1 s, x2, cap 8 s, jitter."""
+    """docs/design.md §6 defaults: max 3 retries, base 1 s, x2, cap 8 s, jitter."""
 
     max_retries: int = 3
     base_s: float = 1.0

@@ -1,7 +1,7 @@
 """The base of every cross-cutting wrapper: a Model around a Model, delegating by default.
 
 Wrappers (retry, rate limit, concurrency, fallback, instrumentation) each add one concern and
-expose the same interface, so they compose in any order at start-up (docs/architecture.md §6).
+expose the same interface, so they compose in any order at start-up (docs/design.md §6).
 """
 
 from __future__ import annotations

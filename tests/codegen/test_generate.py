@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from agentmesh.codegen import GENERATED_SUFFIXES
+from agentmesh.dev.codegen import GENERATED_SUFFIXES
 from agentmesh.v1 import common_pb2, context_pb2, dispatcher_pb2, provider_pb2, tool_pb2
 from tests.codegen import BUILD_CLIENTS, INSTALL_TOOLCHAINS, ROOT, FreshTree, buf_generate, tree_files
 
@@ -84,7 +84,7 @@ def test_every_language_is_generated(fresh_clients: FreshTree) -> None:
 
 
 def test_buf_generates_the_committed_python_stubs(fresh_clients: FreshTree) -> None:
-    """buf.gen.yaml's Python entry (agentmesh.codegen --plugin) writes what `make protos` committed."""
+    """buf.gen.yaml's Python entry (agentmesh.dev.codegen --plugin) writes what `make protos` committed."""
     fresh = {p: d for p, d in generated(fresh_clients.root).items() if p.startswith("agentmesh/v1/")}
     committed = {
         f"agentmesh/v1/{p.name}": p.read_bytes()

@@ -56,7 +56,7 @@ from types import ModuleType
 from typing import Any
 
 from agentmesh.config import ContextSettings, RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from dispatcher_svc.events import EventLog

@@ -17,7 +17,7 @@ import statistics
 import sys
 
 from agentmesh.config import ContextSettings, RedisSettings
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from tests.contextgen.check import OPERATOR, Report, build, check_view, play

@@ -1,4 +1,4 @@
-"""Edge hygiene under hostile callers (docs/architecture.md §11, issue 21).
+"""Edge hygiene under hostile callers (docs/design.md §11, issue 21).
 
 - a flood of the caller's faults (garbage bytes, no token) costs a bounded, small amount of log and
   never a traceback: client errors are logged briefly, at INFO at most, rate-limited per kind;

@@ -1,4 +1,4 @@
-"""A token is bound to its environment (docs/architecture.md §9), through the real edge of each service.
+"""A token is bound to its environment (docs/design.md §9), through the real edge of each service.
 
 One key may sign for several environments; a service of environment `prod` refuses a token minted
 for `dev` with that same key, on every RPC, as UNAUTHENTICATED naming both environments (never

@@ -1,4 +1,4 @@
-"""mTLS between services (issue 22, docs/architecture.md §9): real servers, certificates the test makes.
+"""mTLS between services (issue 22, docs/design.md §9): real servers, certificates the test makes.
 
 - a client presenting a certificate signed by the CA is served; one without a certificate, with a
   certificate of another CA, or in plaintext is refused;

@@ -18,7 +18,7 @@ import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentmesh.localredis import LocalRedis, find_redis_server
+from agentmesh.dev.localredis import LocalRedis, find_redis_server
 from context_svc.server import SPEC as CONTEXT_SPEC
 from dispatcher_svc.server import SPEC as DISPATCHER_SPEC
 from tests.conftest import RunningService

@@ -20,8 +20,8 @@ from redis.crc import key_slot
 from agentmesh import clusterclient, payload_grants
 from agentmesh.apikeys import ApiKeys
 from agentmesh.config import DispatcherSettings, GatewaySettings, QuotaLimits, RedisSettings, RoutingSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import ErrorCode, NotFoundError, UnavailableError
-from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
 from agentmesh.store import SCRIPTS, Store, StoreMisconfiguredError, StoreScript
 from agentmesh.v1 import dispatcher_pb2

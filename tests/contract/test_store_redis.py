@@ -14,10 +14,10 @@ import pytest
 import redis
 import redis.exceptions as rexc
 
-from agentmesh import localredis as localredis_mod
 from agentmesh.config import RedisSettings
+from agentmesh.dev import localredis as localredis_mod
+from agentmesh.dev.localredis import LocalRedis, LocalRedisError, find_redis_server
 from agentmesh.errors import ErrorCode, UnavailableError
-from agentmesh.localredis import LocalRedis, LocalRedisError, find_redis_server
 from agentmesh.store import Store, StoreMisconfiguredError
 
 # Failure tests use short timeouts so they run fast; the bound asserted is generous on purpose:

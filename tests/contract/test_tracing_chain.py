@@ -1,4 +1,4 @@
-"""Acceptance tests of docs/architecture.md §8: one request id and one trace across services, deadlines
+"""Acceptance tests of docs/design.md §8: one request id and one trace across services, deadlines
 propagated, retries only where idempotent, and OTLP export (the path Jaeger uses).
 
 Three real grpc.aio servers A -> B -> C run in this process on ephemeral ports, each with its own

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh.cli.supervisor import health_status
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from tests.rediscluster import cluster_mode, empty
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import bench_workflow
+from bench import bench_workflow, workflow_graph
 
 pytestmark = pytest.mark.e2e
 
@@ -20,9 +20,9 @@ def test_bench_workflow_runs_at_tiny_sizes(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_the_graph_has_ten_nodes_and_takes_both_branches() -> None:
-    assert len(bench_workflow.NODES) == bench_workflow.NODE_COUNT == 10
+    assert len(workflow_graph.NODES) == workflow_graph.NODE_COUNT == 10
     # Even runs go `detail` (result > 100), odd runs `brief`: both branches of the condition are exercised.
     from tool_svc.builtin.calculator import evaluate
 
-    assert evaluate(bench_workflow.run_input(0)["expression"]) > 100
-    assert evaluate(bench_workflow.run_input(1)["expression"]) <= 100
+    assert evaluate(workflow_graph.run_input(0)["expression"]) > 100
+    assert evaluate(workflow_graph.run_input(1)["expression"]) <= 100

@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.cli.demo import list_services
 from agentmesh.cli.supervisor import health_status
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from tests.e2e.conftest import REPO, alive, children_of, free_port, spawn, wait_for, wait_serving
 
 pytestmark = pytest.mark.e2e

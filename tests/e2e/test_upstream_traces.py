@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.semconv import ATTR_REQUEST_ID
 from tests.contract.provider.fakes import FakeProvider, Reply
 from tests.e2e.conftest import AUTH_KEY, REPO, free_ports, service_json, wait_for

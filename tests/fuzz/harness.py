@@ -35,8 +35,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings, deep_merge, load_settings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry

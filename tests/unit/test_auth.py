@@ -1,4 +1,4 @@
-"""Identity tokens: minting, verification and every way a token can be rejected (docs/architecture.md §9)."""
+"""Identity tokens: minting, verification and every way a token can be rejected (docs/design.md §9)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from agentmesh.config import NO_AUTH_KEY, PACKAGED_CONFIG, NoAuthKeyError, find_config, load_settings
-from agentmesh.deployfiles import CONFIG_PATH, PACKAGED_CONFIG_PATH
+from agentmesh.dev.deployfiles import CONFIG_PATH, PACKAGED_CONFIG_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_the_packaged_default_is_last(tmp_path: Path) -> None:
 
 def test_the_packaged_default_is_the_production_safe_file_verbatim() -> None:
     assert PACKAGED_CONFIG == PACKAGED_CONFIG_PATH
-    assert PACKAGED_CONFIG.read_bytes() == CONFIG_PATH.read_bytes(), "run `python -m agentmesh.deployfiles`"
+    assert PACKAGED_CONFIG.read_bytes() == CONFIG_PATH.read_bytes(), "run `python -m agentmesh.dev.deployfiles`"
     text = PACKAGED_CONFIG.read_text(encoding="utf-8")
     for demo_only in ("run_shell", "restart_service", "query_metrics", "id: ops"):
         assert demo_only not in text

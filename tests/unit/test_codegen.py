@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentmesh.codegen import (
+from agentmesh.dev.codegen import (
     CLIENT_STUBS,
     GENERATED_SUFFIXES,
     ROOT,

@@ -31,7 +31,7 @@ from agentmesh.errors import (
 from agentmesh.rpc.status import GRPC_STATUS, from_detail, to_detail, to_rpc_status
 from agentmesh.v1 import common_pb2
 
-# docs/architecture.md §3, copied code by code so a change to the table is a deliberate, reviewed edit.
+# docs/design.md §3, copied code by code so a change to the table is a deliberate, reviewed edit.
 DESIGN_CONTRACT = ["SCHEMA_INVALID", "ARGUMENTS_NOT_JSON", "UNKNOWN_TOOL", "IDEMPOTENCY_CONFLICT"]
 DESIGN_ENGINEERING = [
     "UPSTREAM_NOT_FOUND",

@@ -1,60 +1,45 @@
-"""No module of ours grows past 600 lines unless docs/architecture.md names it, with a reason.
+"""No module of ours holds more than 400 lines of code, and no class more than 300 (issue 47).
 
-A file that large holds several jobs; split it so a newcomer finds each job from the tree. At most
-two files may be exempt, each listed under "Files over 600 lines" in docs/architecture.md as
-`- \\`path\\`: reason`. Generated code (agentmesh/v1) is not ours to size.
+Code lines, not lines: docstrings, comments and blank lines do not count, so the rule cannot be met by
+shortening prose, and a big object split by inheritance is still one class per file it lives in. A file
+that large holds several jobs; split it by job so a newcomer finds each job from the tree. The rule covers
+agentmesh, the four services, bench/ and clients/; generated code (agentmesh/v1, the client's _v1) is not
+ours to size.
+
+INTERIM lists the files other work was changing while this rule landed; it may only shrink, and each entry
+must still be over (so a split file leaves the list with its split).
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 600
-MAX_EXEMPT = 2
-PACKAGES = ("agentmesh", "context_svc", "tool_svc", "provider_svc", "dispatcher_svc")
-
-
-def exemptions() -> dict[str, str]:
-    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
-    section = text.split("## Files over 600 lines", 1)
-    assert len(section) == 2, 'docs/architecture.md needs a "## Files over 600 lines" section'
-    body = section[1].split("\n## ", 1)[0]
-    return dict(re.findall(r"^- `([^`]+\.py)`: (.+)$", body, re.M))
-
-
-def sizes() -> dict[str, int]:
-    found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith("agentmesh/v1/"):
-                continue
-            found[rel] = len(path.read_text(encoding="utf-8").splitlines())
-    return found
-
-
-def test_no_module_exceeds_the_limit_unless_exempt() -> None:
-    exempt = exemptions()
-    assert len(exempt) <= MAX_EXEMPT, f"at most {MAX_EXEMPT} exemptions, got {sorted(exempt)}"
-    measured = sizes()
-    assert len(measured) > 80, "the walk found the tree"
-    for path, reason in exempt.items():
-        assert path in measured, f"exempt file {path} does not exist"
-        assert len(reason.split()) >= 5, f"{path}: give a reason, not a label"
-    over = {path: n for path, n in measured.items() if n > LIMIT and path not in exempt}
-    assert not over, f"over {LIMIT} lines: {over}"
-
-
-DISPATCHER_LIMIT = 400
-"""The run's package stays in small rooms (issue 38): teams and workflows add steps, not bulk."""
+MODULE_CODE_LIMIT = 400
 CLASS_CODE_LIMIT = 300
+PACKAGES = ("agentmesh", "context_svc", "tool_svc", "provider_svc", "dispatcher_svc", "bench", "clients")
+GENERATED = ("agentmesh/v1/", "clients/python/agentmesh_client/_v1/")
+
+_CONTEXT = "split in the rooms issue (47) once the parallel work on context_svc lands"
+_PROVIDERS = "split in the rooms issue (47) once the parallel work on provider_svc/service.py lands"
+_GATEWAY = "split in the rooms issue (47) once the parallel work on tool_svc/gateway.py lands"
+INTERIM: dict[str, str] = {
+    "context_svc/engine.py": _CONTEXT,
+    "context_svc/engine.py:ContextEngine": _CONTEXT,
+    "context_svc/assembly.py": _CONTEXT,
+    "context_svc/assembly.py:Assembler": _CONTEXT,
+    "context_svc/handoff.py": _CONTEXT,
+    "context_svc/server.py": _CONTEXT,
+    "provider_svc/service.py": _PROVIDERS,
+    "provider_svc/service.py:Providers": _PROVIDERS,
+    "tool_svc/gateway.py:Gateway": _GATEWAY,
+}
+"""Files and classes over the limits while other work changes them; only ever remove entries."""
 
 
 def code_lines(source: list[str], node: ast.AST) -> int:
-    """Lines of `node` that hold code: not blank, not a comment, not inside a docstring."""
+    """Lines of `node` (a whole module too) that hold code: not blank, not a comment, not in a docstring."""
     docstrings: set[int] = set()
     for inner in ast.walk(node):
         body = getattr(inner, "body", None)
@@ -62,7 +47,10 @@ def code_lines(source: list[str], node: ast.AST) -> int:
             value = body[0].value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 docstrings.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
-    start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
+    if isinstance(node, ast.Module):
+        start, end = 1, len(source)
+    else:
+        start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
     return sum(
         1
         for n in range(start, end + 1)
@@ -70,23 +58,61 @@ def code_lines(source: list[str], node: ast.AST) -> int:
     )
 
 
-def test_dispatcher_modules_stay_under_400_lines() -> None:
-    over = {p: n for p, n in sizes().items() if p.startswith("dispatcher_svc/") and n > DISPATCHER_LIMIT}
-    assert not over, f"dispatcher_svc modules over {DISPATCHER_LIMIT} lines: {over}"
-
-
-def test_no_dispatcher_class_holds_more_than_300_lines_of_code() -> None:
-    # Only dispatcher_svc for now (issue 38); context_svc's ContextEngine and Assembler, tool_svc's
-    # Gateway and provider_svc's Providers are over and wait for the rooms issue (47).
-    over = {}
-    for package in ("dispatcher_svc",):
+def measure() -> dict[str, int]:
+    """Code lines of every module ("path") and class ("path:Class") the rule covers."""
+    found: dict[str, int] = {}
+    for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith("agentmesh/v1/"):
+            if rel.startswith(GENERATED) or "node_modules" in path.parts:
                 continue
             text = path.read_text(encoding="utf-8")
             lines = text.splitlines()
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, ast.ClassDef) and (n := code_lines(lines, node)) > CLASS_CODE_LIMIT:
-                    over[f"{rel}:{node.name}"] = n
-    assert not over, f"classes over {CLASS_CODE_LIMIT} code lines: {over}"
+            tree = ast.parse(text)
+            found[rel] = code_lines(lines, tree)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    found[f"{rel}:{node.name}"] = code_lines(lines, node)
+    return found
+
+
+def _limit(key: str) -> int:
+    return CLASS_CODE_LIMIT if ":" in key else MODULE_CODE_LIMIT
+
+
+def test_no_module_or_class_is_over_its_code_limit() -> None:
+    measured = measure()
+    assert sum(":" not in k for k in measured) > 150, "the walk found the tree"
+    assert any(k.startswith("bench/") for k in measured) and any(k.startswith("clients/") for k in measured)
+    over = {k: n for k, n in measured.items() if n > _limit(k) and k not in INTERIM}
+    assert not over, f"over {MODULE_CODE_LIMIT} code lines (module) or {CLASS_CODE_LIMIT} (class): {over}"
+
+
+def test_every_interim_entry_is_still_over_and_gives_a_reason() -> None:
+    """The interim list cannot go stale: an entry whose file was split must leave it."""
+    measured = measure()
+    for key, reason in INTERIM.items():
+        assert key in measured, f"interim entry {key} does not exist"
+        assert measured[key] > _limit(key), f"{key} is {measured[key]} code lines now: remove it from INTERIM"
+        assert len(reason.split()) >= 5, f"{key}: give a reason, not a label"
+
+
+def test_code_lines_skips_docstrings_comments_and_blanks() -> None:
+    text = '"""Doc\n\nmore."""\n\n# note\nclass A:\n    """Doc."""\n\n    x = 1  # counted\n    y = """not a doc"""\n'
+    lines = text.splitlines()
+    tree = ast.parse(text)
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+    assert code_lines(lines, tree) == 3
+    assert code_lines(lines, cls) == 3
+
+
+DISPATCHER_LIMIT = 400
+"""The run's package stays in small rooms (issue 38): its modules stay under 400 lines, prose included."""
+
+
+def test_dispatcher_modules_stay_under_400_lines() -> None:
+    over = {}
+    for path in (ROOT / "dispatcher_svc").rglob("*.py"):
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > DISPATCHER_LIMIT:
+            over[path.relative_to(ROOT).as_posix()] = n
+    assert not over, f"dispatcher_svc modules over {DISPATCHER_LIMIT} lines: {over}"

@@ -1,9 +1,11 @@
 """The layering rules of docs/architecture.md hold in what loads, and `make lint` enforces them.
 
 - Every domain module (a service's modules but server.py, server_memory.py, workflow_server.py, adapters.py,
-  codec.py and __main__) and every core module of agentmesh imports without loading grpc, in a fresh interpreter.
+  codec.py and __main__) and every core module of agentmesh (not rpc/, cli/, dev/ or v1/) imports without
+  loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
-  importing another, a domain module importing grpc or the stubs, the core importing the edge, the fact
+  importing another, a domain module importing grpc or the stubs, the core importing the edge, a value of the
+  light core importing infrastructure, a service importing the developer tools (agentmesh.dev), the fact
   engine (context_svc.facts) importing the rest of context_svc, agentmesh, or one of its own upper layers.
 """
 
@@ -33,7 +35,7 @@ def _modules(package: str) -> list[str]:
 
 
 def core_modules() -> list[str]:
-    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.v1")
+    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.dev", "agentmesh.v1")
     return [m for m in _modules("agentmesh") if not m.startswith(edge)]
 
 
@@ -107,6 +109,8 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
         ("domain_imports_grpc.py", "tool_svc/_lint_fixture.py", False, "Only the RPC edge"),
         ("domain_imports_stubs.py", "dispatcher_svc/_lint_fixture.py", False, "Only the RPC edge"),
         ("core_imports_grpc.py", "agentmesh/semconv.py", True, "The core never imports grpc"),
+        ("value_imports_store.py", "agentmesh/chat.py", True, "The light core (values and vocabulary)"),
+        ("service_imports_dev.py", "provider_svc/_lint_fixture.py", False, "The services and the RPC edge never"),
         ("facts_imports_context.py", "context_svc/facts/labels.py", True, "The fact engine (context_svc.facts)"),
         ("facts_imports_agentmesh.py", "context_svc/facts/numbers.py", True, "The fact engine (context_svc.facts)"),
         ("facts_imports_upwards.py", "context_svc/facts/numbers.py", True, "The fact engine's modules import"),

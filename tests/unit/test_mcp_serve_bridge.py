@@ -1,4 +1,4 @@
-"""`agentmesh mcp serve`'s bridge without processes (docs/architecture.md §16): a fake ToolService stub
+"""`agentmesh mcp serve`'s bridge without processes (docs/design.md §16): a fake ToolService stub
 answers, the bridge maps each outcome and each failure to what an MCP client reads."""
 
 from __future__ import annotations

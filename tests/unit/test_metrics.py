@@ -13,8 +13,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentmesh.config import ConfigError, RedisSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import UnavailableError
-from agentmesh.localredis import LocalRedis
 from agentmesh.metrics import METRIC_NAMES, Metrics, MetricsExporters, build_meter_provider, metrics_exporters
 from agentmesh.store import Store
 from tests.metricsutil import Recorded, recorded_metrics
@@ -79,7 +79,7 @@ def test_each_fact_is_recorded_with_bounded_labels() -> None:
     assert got.value("agentmesh.gen_ai.budget.limit", scope="ops", period="day") == 1.0
     assert got.value("db.client.operation.duration", **{"db.operation.name": "commit task"}) == 2
     assert got.value("db.client.operation.duration", **{"error.type": "unavailable"}) == 1
-    # Every instrument is documented (docs/architecture.md §8 and the dashboard use METRIC_NAMES).
+    # Every instrument is documented (docs/design.md §8 and the dashboard use METRIC_NAMES).
     data = got.reader.get_metrics_data()
     assert data is not None
     names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}

@@ -1,4 +1,4 @@
-"""JWTs of configured OIDC issuers (issue 22, docs/architecture.md §9): keys the tests make, a JWKS served
+"""JWTs of configured OIDC issuers (issue 22, docs/design.md §9): keys the tests make, a JWKS served
 over real HTTP on localhost. Accepted and mapped; refused for a bad signature, a wrong audience, an
 expired or not-yet-valid token, an unknown kid (after exactly one refetch), an untrusted issuer, a
 forbidden algorithm; a rotation is picked up; an unreachable identity provider is UNAVAILABLE."""

@@ -11,11 +11,11 @@ import redis.asyncio
 import redis.exceptions as rexc
 from redis.crc import key_slot
 
-from agentmesh import localredis as localredis_mod
 from agentmesh.clusterclient import BoundedCluster, parse_cluster_url
 from agentmesh.config import RedisSettings
+from agentmesh.dev import localredis as localredis_mod
+from agentmesh.dev.localredis import RedisServerNotFoundError, find_redis_server
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
-from agentmesh.localredis import RedisServerNotFoundError, find_redis_server
 from agentmesh.store import (
     InvalidKeyError,
     Keys,

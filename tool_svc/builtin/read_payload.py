@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation
-from agentmesh.payloads import PayloadStore, check_selectors, select
+from agentmesh.payload_select import check_selectors, select
+from agentmesh.payloads import PayloadStore
 from tool_svc.cpu import CpuPool
 from tool_svc.model import Invocation, Produced
 

@@ -1,4 +1,4 @@
-"""MCP servers' tools behind the gateway (docs/architecture.md §16).
+"""MCP servers' tools behind the gateway (docs/design.md §16).
 
 - `names.py`: registry names `<prefix>__<tool>` and their collisions;
 - `catalog.py`: a server's tool listing -> ToolDefs (the annotations policy, the operator's overrides);

@@ -1,4 +1,4 @@
-"""A server's tool listing as registry entries (docs/architecture.md §16).
+"""A server's tool listing as registry entries (docs/design.md §16).
 
 The server's `inputSchema` (and `outputSchema`) is the contract the gateway validates. Its annotations
 are hints from a party we do not control: only with `trust_annotations: true` does readOnlyHint make a

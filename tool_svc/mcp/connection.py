@@ -1,4 +1,4 @@
-"""One supervised client per configured MCP server and tool_svc replica (docs/architecture.md §16).
+"""One supervised client per configured MCP server and tool_svc replica (docs/design.md §16).
 
 A supervisor task owns the SDK's `Client` (entered and left in that task, as anyio requires): it connects
 (a stdio server is started as a child process; streamable HTTP needs no process), lists the tools and

@@ -1,4 +1,4 @@
-"""Every configured MCP server mounted in the registry, and the executor of their tools (docs/architecture.md §16).
+"""Every configured MCP server mounted in the registry, and the executor of their tools (docs/design.md §16).
 
 At start-up: each streamable HTTP URL must match `tools.http_allowlist` and each stdio command must exist
 (else ConfigError: tool_svc exits 2); every server is connected at once and tool_svc waits up to each

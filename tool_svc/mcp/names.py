@@ -1,4 +1,4 @@
-"""Registry names of MCP tools (docs/architecture.md §16).
+"""Registry names of MCP tools (docs/design.md §16).
 
 A server's tool `Get.Item-v2` mounted with prefix `shop` is `shop__get_item_v2`: lowercased, every
 character outside [a-z0-9_] replaced by `_`. A name longer than 64 characters keeps its first 55 and

@@ -1,4 +1,4 @@
-"""A `tools/call` answer as the executor's Produced, and every failure as a typed error (docs/architecture.md §16).
+"""A `tools/call` answer as the executor's Produced, and every failure as a typed error (docs/design.md §16).
 
 - structuredContent -> structured output (the gateway checks it against the outputSchema);
 - text blocks only -> text output;

@@ -1,4 +1,4 @@
-"""What an MCP server says reaches our logs through the redactor only (docs/architecture.md §16).
+"""What an MCP server says reaches our logs through the redactor only (docs/design.md §16).
 
 `StderrPump`: a stdio server's stderr, line by line.
 

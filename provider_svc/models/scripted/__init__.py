@@ -1,6 +1,6 @@
 """`scripted`: the offline, deterministic model the demo, the tests and the benchmarks run on.
 
-It is a reactive policy, not a tape (docs/architecture.md §6): each call hands the policy the prompt it got
+It is a reactive policy, not a tape (docs/design.md §6): each call hands the policy the prompt it got
 (goal, tools, the last tool results and any error with its violations and hints) and the policy
 decides the reply. Faults (malformed JSON, schema violations, unknown tools, dangerous commands) are
 injected at seeded rates on top of the policy's tool calls.

@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from agentmesh.codegen import ROOT
+from agentmesh.dev.codegen import ROOT
 from tests.contract.client.conftest import target, token
 from tests.contract.stack import AGENT, Stack
 

@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import ErrorCode
-from agentmesh.localredis import LocalRedis
 from agentmesh.payloads import PayloadStore
 from agentmesh.v1 import common_pb2, context_pb2
 from tests.contract.context.conftest import Ctx, expect_error

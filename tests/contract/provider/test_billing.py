@@ -1,4 +1,4 @@
-"""Generate bills only the token's own agent unless the caller is admin (docs/architecture.md §9).
+"""Generate bills only the token's own agent unless the caller is admin (docs/design.md §9).
 
 Through the real gRPC server: a refused Generate or GenerateStream records no usage at all; the
 dispatcher's task tokens (subject and agent_id = the agent) bill their agent as before.

@@ -1,4 +1,4 @@
-"""tool_svc's audit entries, through a real gRPC server (docs/architecture.md §9).
+"""tool_svc's audit entries, through a real gRPC server (docs/design.md §9).
 
 RegisterTool -> `tool.register`; a call refused for its role -> `auth.refused` (written by the edge);
 ResolveApproval -> `approval.resolve` (calls and registrations) or `settlement.resolve`. Each names

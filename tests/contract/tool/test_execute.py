@@ -12,8 +12,8 @@ from typing import Any
 import grpc
 import pytest
 
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import ErrorCode
-from agentmesh.localredis import LocalRedis
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import common_pb2, tool_pb2
 from tests.contract.tool.conftest import Client, class_name, error_name, output_json

@@ -1,4 +1,4 @@
-"""Identities from outside, through the real edge of tool_svc (issue 22, docs/architecture.md §9).
+"""Identities from outside, through the real edge of tool_svc (issue 22, docs/design.md §9).
 
 - a JWT of a configured OIDC issuer sent as `authorization: Bearer` is verified against the issuer's
   JWKS (served locally), mapped to an agent and grants, and ExecuteTool honours those grants;

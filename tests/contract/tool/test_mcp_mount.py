@@ -1,4 +1,4 @@
-"""MCP servers' tools behind the gateway (issue 30, docs/architecture.md §16).
+"""MCP servers' tools behind the gateway (issue 30, docs/design.md §16).
 
 Two servers written with the official SDK (tests/contract/tool/mcp_upstream.py): `local` over stdio,
 started and supervised by tool_svc, with trusted annotations and the handshake era; `remote` over

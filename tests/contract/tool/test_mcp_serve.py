@@ -1,4 +1,4 @@
-"""`agentmesh mcp serve` (issue 30, docs/architecture.md §16): the official SDK's client calls agentmesh's governed
+"""`agentmesh mcp serve` (issue 30, docs/design.md §16): the official SDK's client calls agentmesh's governed
 tools over stdio and streamable HTTP. tool_svc runs in-process with the SDK-written upstream mounted over HTTP
 (its side effects counted at the upstream); `agentmesh mcp serve` is a separate process dialling it."""
 

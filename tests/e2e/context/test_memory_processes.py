@@ -22,8 +22,8 @@ from pydantic import SecretStr
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn, wait_serving
 from tests.rediscluster import sync_client

@@ -79,8 +79,8 @@ def install_image(root: Path) -> Image:
             else:
                 shutil.copy2(REPO / source, target)
     runs = " && ".join(i.value[0] for i in instructions if i.stage == "build" and i.cmd == "RUN")
-    assert "python -m agentmesh.codegen agentmesh/v1" in runs
-    _run([sys.executable, "-m", "agentmesh.codegen", "agentmesh/v1"], cwd=context)
+    assert "python -m agentmesh.dev.codegen agentmesh/v1" in runs
+    _run([sys.executable, "-m", "agentmesh.dev.codegen", "agentmesh/v1"], cwd=context)
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     site = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])

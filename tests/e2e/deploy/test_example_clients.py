@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from agentmesh.config import load_settings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
-from agentmesh.localredis import LocalRedis
 from tests.codegen import FreshTree
 from tests.e2e.conftest import AUTH_KEY
 from tests.e2e.deploy.conftest import SHELL

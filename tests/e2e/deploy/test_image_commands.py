@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from agentmesh.cli.probe import probe
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from tests.e2e.deploy.stack import Image, start_stack
 from tests.unit.deploy.manifests import (
     SERVICES,

@@ -18,7 +18,7 @@ import grpc.aio
 import pytest
 
 from agentmesh.cli.demo_ops import OpsApi
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc, tool_pb2, tool_pb2_grpc
 from tests.e2e.conftest import BASE_CONFIG, DEMO_CONFIG, REPO
 from tests.e2e.dispatcher.conftest import Mesh, kill9

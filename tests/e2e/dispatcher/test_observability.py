@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentmesh.cli.demo import ALERT_GOAL
 from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.semconv import ATTR_REQUEST_ID
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, REPO, WITH_DEMO, free_ports, service_json

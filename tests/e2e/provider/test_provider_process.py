@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import mint_token
-from agentmesh.localredis import LocalRedis
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from tests.contract.provider.fakes import FakeProvider, Reply
 from tests.e2e.conftest import AUTH_KEY, REPO, free_port, spawn, wait_serving

@@ -1,6 +1,6 @@
 """A generated long ops session (English and Chinese) for the faithfulness tests and the bench.
 
-Every user and assistant turn carries facts of the kinds docs/architecture.md §4 names (amounts, discounts
+Every user and assistant turn carries facts of the kinds docs/design.md §4 names (amounts, discounts
 like 85折 vs 8折, dates in both forms, pod names, order ids, hosts, IPs); each step records the
 fact strings it put in, so tests check the summary against what was generated, not against the
 extractor under test. Tool outputs are produced as a tool would: small JSON, 200-line logs, and a

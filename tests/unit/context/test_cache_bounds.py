@@ -1,6 +1,6 @@
 """Every in-process cache of the context engine has a configured bound and keeps to it (issue 19).
 
-The caches (docs/architecture.md §4) and their `context:` keys:
+The caches (docs/design.md §4) and their `context:` keys:
 - session_cache_entries: loaded session snapshots and their keys (sessions.py), encodings (engine.py);
 - summary_cache_entries: persisted summaries and their facts (compaction.py), rendered summary
   views and summary payload refs (assembly.py);

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 
-from agentmesh.payloads import digest
+from agentmesh.payload_digest import digest
 from context_svc import summarize
 from context_svc.facts.facts import Fact
 from context_svc.tokens import counter_for

@@ -1,4 +1,4 @@
-"""agentmesh/payloads.py: digests (pure) and the session-scoped payload store (on the test Redis)."""
+"""Payload digests (agentmesh/payload_digest.py, pure) and the session-scoped payload store (on the test Redis)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,11 @@ import time
 
 import pytest
 
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError, UnavailableError
-from agentmesh.localredis import LocalRedis
-from agentmesh.payloads import (
-    OFFLOAD_THRESHOLD_BYTES,
-    PayloadStore,
-    digest,
-    parse_ref_id,
-    structured_digest,
-    text_digest,
-)
+from agentmesh.payload_digest import digest, structured_digest, text_digest
+from agentmesh.payload_value import OFFLOAD_THRESHOLD_BYTES, parse_ref_id
+from agentmesh.payloads import PayloadStore
 from agentmesh.store import Store
 from tests.unit.context.ops_session import big_json_rows, big_log
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh import deployfiles
-from agentmesh.deployfiles import (
+from agentmesh.dev import deployfiles
+from agentmesh.dev.deployfiles import (
     CONFIG_COPY_PATH,
     CONFIG_PATH,
     CONSTRAINTS_PATH,
@@ -17,7 +17,7 @@ from agentmesh.deployfiles import (
     runtime_closure,
 )
 
-STALE = "run `python -m agentmesh.deployfiles` and commit the result"
+STALE = "run `python -m agentmesh.dev.deployfiles` and commit the result"
 
 
 def test_constraints_agree_with_every_pin_in_pyproject() -> None:

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 from agentmesh.config import ServicesSettings, load_settings
-from agentmesh.deployfiles import CONSTRAINTS_PATH
+from agentmesh.dev.deployfiles import CONSTRAINTS_PATH
 from tests.unit.deploy.manifests import (
     REPO,
     SERVICES,
@@ -87,7 +87,7 @@ def test_dependencies_are_pinned_and_stubs_generated(instructions: list[Instruct
     assert any(constraints in c for c in copies)
     assert f"-r {constraints}" in runs and f"-c {constraints}" in runs
     assert "--no-deps" in runs, "agentmesh itself must not pull unpinned versions"
-    assert "python -m agentmesh.codegen" in runs
+    assert "python -m agentmesh.dev.codegen" in runs
     assert "pip check" in runs
 
 

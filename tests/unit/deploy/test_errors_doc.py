@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentmesh.dev import errordoc
 from agentmesh.errors import ERROR_CLASS, ErrorCode, default_retryable
-from agentmesh.rpc import errordoc
 from agentmesh.rpc.status import GRPC_STATUS, code_for_grpc_status
 
 DOC = errordoc.DOC_PATH
@@ -23,7 +23,7 @@ def table_rows(text: str, heading: str) -> list[list[str]]:
 
 
 def test_committed_guide_is_what_the_code_generates() -> None:
-    assert DOC.read_text(encoding="utf-8") == errordoc.render(), "run `python -m agentmesh.rpc.errordoc`"
+    assert DOC.read_text(encoding="utf-8") == errordoc.render(), "run `python -m agentmesh.dev.errordoc`"
 
 
 def test_every_code_row_agrees_with_the_tables_in_the_code() -> None:

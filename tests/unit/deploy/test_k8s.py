@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import ValidationError, validate  # type: ignore[import-untyped]
 
-from agentmesh.deployfiles import CONFIG_COPY_PATH
+from agentmesh.dev.deployfiles import CONFIG_COPY_PATH
 from tests.unit.deploy.conftest import SECRETS
 from tests.unit.deploy.manifests import (
     K8S_BASE,
@@ -250,7 +250,7 @@ def test_dispatcher_and_tool_scale_and_survive_disruption(tree: str) -> None:
 
 def test_config_map_is_agentmesh_yaml() -> None:
     repository = (REPO / "agentmesh.yaml").read_text(encoding="utf-8")
-    assert CONFIG_COPY_PATH.read_text(encoding="utf-8") == repository, "run `python -m agentmesh.deployfiles`"
+    assert CONFIG_COPY_PATH.read_text(encoding="utf-8") == repository, "run `python -m agentmesh.dev.deployfiles`"
     for tree in TREES.values():
         assert config_map("agentmesh-config", tree)["data"]["agentmesh.yaml"] == repository
 

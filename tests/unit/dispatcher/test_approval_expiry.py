@@ -1,6 +1,6 @@
 """Approvals that expire unresolved: the sweeper resumes the parked task once, with APPROVAL_EXPIRED.
 
-docs/architecture.md §3: APPROVAL_EXPIRED is ENGINEERING, so the call fails, the model is told (a FALLBACK
+docs/design.md §3: APPROVAL_EXPIRED is ENGINEERING, so the call fails, the model is told (a FALLBACK
 event) and the task goes on; it never stays WAITING_APPROVAL. Real Redis, fake services; the fake
 tool_svc below expires approvals the way tool_svc does (on its clock, when read or decided).
 """

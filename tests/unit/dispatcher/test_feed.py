@@ -18,8 +18,8 @@ import pytest
 
 from agentmesh.chat import ToolCall, Usage
 from agentmesh.config import DispatcherSettings, RedisSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError, UnavailableError, Violation
-from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from dispatcher_svc import events as events_module
 from dispatcher_svc.events import EventLog

@@ -14,8 +14,8 @@ import pytest
 import redis.exceptions as rexc
 
 from agentmesh.config import DispatcherSettings, RedisSettings, RoutingSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError, UnavailableError
-from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus

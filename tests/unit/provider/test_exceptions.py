@@ -1,4 +1,4 @@
-"""Upstream HTTP answers -> our error codes (docs/architecture.md §3), Retry-After parsing."""
+"""Upstream HTTP answers -> our error codes (docs/design.md §3), Retry-After parsing."""
 
 from __future__ import annotations
 

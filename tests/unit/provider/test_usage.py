@@ -7,8 +7,8 @@ import datetime as dt
 import pytest
 
 from agentmesh.config import RedisSettings
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import AgentmeshError, InvalidRequestError
-from agentmesh.localredis import LocalRedis
 from agentmesh.store import Store
 from provider_svc.models.base import Usage
 from provider_svc.usage import ROUTED_SUFFIX, Prices, UsageLedger, cost_usd, day_of

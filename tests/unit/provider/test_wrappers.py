@@ -107,7 +107,7 @@ async def test_retry_never_repeats_these(err: AgentmeshError) -> None:
 
 
 def test_backoff_schedule() -> None:
-    policy = RetryPolicy()  # docs/architecture.md §6: base 1 s, x2, cap 8 s, jitter
+    policy = RetryPolicy()  # docs/design.md §6: base 1 s, x2, cap 8 s, jitter
     rng = random.Random(1)
     delays = [policy.backoff(n, rng) for n in range(1, 6)]
     for n, delay in enumerate(delays, 1):

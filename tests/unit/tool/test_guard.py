@@ -6,7 +6,8 @@ import shlex
 
 import pytest
 
-from tool_svc.guard import DangerGuard, Policy
+from tool_svc.guard import DangerGuard
+from tool_svc.guard_policy import Policy
 
 GUARD = DangerGuard()
 

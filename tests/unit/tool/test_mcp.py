@@ -1,4 +1,4 @@
-"""MCP domain code without a server (docs/architecture.md §16): names, the annotations policy, answers and
+"""MCP domain code without a server (docs/design.md §16): names, the annotations policy, answers and
 errors, the stderr pump, the registry entries of a server, the stdio environment."""
 
 from __future__ import annotations

