@@ -309,6 +309,16 @@ def hop_pb(hop: Hop, request: context_pb2.BuildHandoffRequest) -> context_pb2.Bu
     )
 
 
+def _build_budget(request: context_pb2.AppendMessageRequest | context_pb2.AppendToolResultRequest) -> int | None:
+    """An append's `build_budget_tokens` (None: no view asked for), checked before anything is appended."""
+    if not request.HasField("build_budget_tokens"):
+        return None
+    if request.build_budget_tokens < 0:
+        got = request.build_budget_tokens
+        raise InvalidRequestError("build_budget_tokens", f"must be >= 0 (0: the session's budget), got {got}")
+    return request.build_budget_tokens
+
+
 class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
     """The ContextService servicer: one domain call per RPC (the memory RPCs in server_memory.py)."""
 
@@ -362,18 +372,23 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         if not request.HasField("message"):
             raise InvalidRequestError("message", "required")
         message = message_domain(request.message, max_json_depth=self.max_json_depth)
+        build = _build_budget(request)
         appended = await self.engine.append_message_once(
             caller(), request.session_id, message, client_message_id=request.client_message_id
         )
-        return context_pb2.AppendMessageResponse(
+        response = context_pb2.AppendMessageResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
         )
+        if build is not None:
+            response.view.CopyFrom(await self._view_after(request.session_id, build))
+        return response
 
     async def AppendToolResult(
         self, request: context_pb2.AppendToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.AppendToolResultResponse:
         if not request.HasField("result"):
             raise InvalidRequestError("result", "required")
+        build = _build_budget(request)
         appended = await self.engine.append_tool_result_once(
             caller(), request.session_id, tool_outcome_domain(request.result)
         )
@@ -382,7 +397,15 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         )
         if appended.ref is not None:
             response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
+        if build is not None:
+            response.view.CopyFrom(await self._view_after(request.session_id, build))
         return response
+
+    async def _view_after(self, session_id: str, budget_tokens: int) -> context_pb2.ContextView:
+        """The view an append's `build_budget_tokens` asked for (0: the session's budget): BuildContext's,
+        built after the append, so the caller's next step needs no BuildContext call of its own (issue 45)."""
+        view = await self.engine.build_context(caller(), session_id, budget_tokens=budget_tokens or None)
+        return view_pb(view, self.messages)
 
     async def GetToolResult(
         self, request: context_pb2.GetToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]

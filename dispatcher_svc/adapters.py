@@ -69,6 +69,12 @@ async def _rpc(call: Awaitable[T]) -> T:
         raise from_rpc_error(exc) from None
 
 
+def _appended(reply: context_pb2.AppendMessageResponse | context_pb2.AppendToolResultResponse) -> Appended:
+    # No view: none was asked for, or a context_svc of an earlier release ignored the request for one.
+    view = context_view(reply.view) if reply.HasField("view") else None
+    return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended, view=view)
+
+
 class GrpcContext:
     def __init__(self, clients: ServiceClients) -> None:
         self.clients = clients
@@ -110,23 +116,29 @@ class GrpcContext:
         opts: CallOptions,
         *,
         client_message_id: str = "",
+        build_tokens: int | None = None,
     ) -> Appended:
         request = context_pb2.AppendMessageRequest(
             session_id=session_id,
             message=message_pb(role, content, list(tool_calls)),
             client_message_id=client_message_id,
+            build_budget_tokens=build_tokens,
         )
         reply = await _rpc(
             self.clients.context().AppendMessage(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
-        return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
+        return _appended(reply)
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
-        request = context_pb2.AppendToolResultRequest(session_id=session_id, result=tool_result_pb(outcome))
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
+        request = context_pb2.AppendToolResultRequest(
+            session_id=session_id, result=tool_result_pb(outcome), build_budget_tokens=build_tokens
+        )
         reply = await _rpc(
             self.clients.context().AppendToolResult(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
-        return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
+        return _appended(reply)
 
     async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:
         request = context_pb2.GetToolResultRequest(session_id=session_id, tool_call_id=tool_call_id)

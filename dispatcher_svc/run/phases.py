@@ -63,12 +63,20 @@ async def setup(run: Run) -> NextStep:
         info = await down.call("CreateSession", lambda o: ports.context.create_session(spec, o))
         c.ctx_count = info.message_count
     goal_id = message_id(record.task_id, "goal")
-    c.raw_tokens += await down.append_once(
+    build_tokens = down.build_tokens(True)  # step 1's context comes with the goal's append
+    append_goal = down.append_once(
         "AppendMessage(goal)",
         lambda o: ports.context.append_message(
-            record.session_id, "user", record.goal, (), o, client_message_id=goal_id
+            record.session_id, "user", record.goal, (), o, client_message_id=goal_id, build_tokens=build_tokens
         ),
     )
+    if down.tools_known():
+        c.raw_tokens += await append_goal
+    else:
+        # DiscoverTools only reads and needs nothing the append does: one round trip instead of two
+        # (think() then finds the tools known).
+        tokens, _ = await alongside(append_goal, down.offer_tools())
+        c.raw_tokens += tokens
     return await begin_step(run)
 
 
@@ -100,17 +108,24 @@ async def think(run: Run) -> NextStep:
     """BuildContext, DiscoverTools, budget guard, Generate; the reply is checkpointed before any tool runs."""
     state, down = run.state, run.downstream
     record, agent, c = state.record, state.agent, state.cursor
-    build = down.call(
-        "BuildContext",
-        lambda o: down.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
-        retry_on=decisions.UNCERTAIN_CODES,  # a read: safe to send again whatever became of the last
-    )
-    if down.tools_known():
-        view = await build
+    built, state.next_view = state.next_view, None
+
+    def build() -> Awaitable[ContextView]:
+        return down.call(
+            "BuildContext",
+            lambda o: down.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
+            retry_on=decisions.UNCERTAIN_CODES,  # a read: safe to send again whatever became of the last
+        )
+
+    if built is not None:
+        # The step's last append brought the context built right after it (issue 45): no BuildContext.
+        view, offered = built, await down.offer_tools()
+    elif down.tools_known():
+        view = await build()
         offered = await down.offer_tools()
     else:
         # Both only read, and neither needs the other's answer: one round trip instead of two.
-        view, offered = await alongside(build, down.offer_tools())
+        view, offered = await alongside(build(), down.offer_tools())
     await run.checkpoints.settle()
     over = decisions.before_generate(
         spent=state.usage.total_tokens,
@@ -217,10 +232,17 @@ async def correct(run: Run) -> NextStep:
         )
         c.reply_appended = True
     fix = c.fix
+    build_tokens = down.build_tokens(True)  # the next step's context comes with the correction
     c.raw_tokens += await down.append_once(
         "AppendMessage(correction)",
         lambda o: down.ports.context.append_message(
-            record.session_id, "user", fix, (), o, client_message_id=message_id(record.task_id, f"{c.step}:fix")
+            record.session_id,
+            "user",
+            fix,
+            (),
+            o,
+            client_message_id=message_id(record.task_id, f"{c.step}:fix"),
+            build_tokens=build_tokens,
         ),
     )
     c.fix = ""
@@ -280,7 +302,8 @@ async def act(run: Run) -> NextStep:
                 events += applied
             assert cs.state is CallStage.DONE and cs.outcome is not None
             try:
-                tokens = await down.append_result(cs.outcome)
+                # The reply's last result brings the next step's context along (unless notes follow it).
+                tokens = await down.append_result(cs.outcome, build=index + 1 == len(c.calls))
             except AppendConflict as conflict:
                 # The session log holds another result of this call: the truth, taken instead.
                 applied = tool_calls.retake(run, cs, conflict.stored.outcome, marks)
