@@ -26,7 +26,7 @@ from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2
-from context_svc.engine import BudgetRequest, ContextEngine
+from context_svc.engine import BudgetRequest, ContextEngine, _validate_client_message_id
 from context_svc.handoff import Brief, Citation, Demotion, FactKind, Hop
 from context_svc.handoff import Fact as HandoffFact
 from context_svc.model import (
@@ -309,7 +309,9 @@ def hop_pb(hop: Hop, request: context_pb2.BuildHandoffRequest) -> context_pb2.Bu
     )
 
 
-def _build_budget(request: context_pb2.AppendMessageRequest | context_pb2.AppendToolResultRequest) -> int | None:
+def _build_budget(
+    request: context_pb2.AppendMessageRequest | context_pb2.AppendToolResultRequest | context_pb2.CreateSessionRequest,
+) -> int | None:
     """An append's `build_budget_tokens` (None: no view asked for), checked before anything is appended."""
     if not request.HasField("build_budget_tokens"):
         return None
@@ -349,6 +351,13 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
                 keep_recent_messages=b.keep_recent_messages,
                 encoding=b.encoding,
             )
+        build = _build_budget(request)
+        if request.goal_message_id:
+            _validate_client_message_id(request.goal_message_id, "goal_message_id")  # before anything is written
+        elif build is not None:
+            raise InvalidRequestError(
+                "build_budget_tokens", "needs goal_message_id: the view follows the goal's append"
+            )
         session, _ = await self.engine.create_session(
             caller(),
             session_id=request.session_id,
@@ -358,7 +367,20 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
             system_prompt=request.system_prompt,
             budget=budget,
         )
-        return context_pb2.CreateSessionResponse(session=session_pb(session))
+        response = context_pb2.CreateSessionResponse(session=session_pb(session))
+        if request.goal_message_id:
+            # The dispatcher's first append, in this call (issue 45): one round trip fewer per task.
+            appended = await self.engine.append_message_once(
+                caller(),
+                session.session_id,
+                Message(role=Role.USER, content=request.goal),
+                client_message_id=request.goal_message_id,
+            )
+            goal = response.goal_message
+            goal.index, goal.token_count, goal.already_appended = appended.index, appended.token_count, appended.already
+            if build is not None:
+                goal.view.CopyFrom(await self._view_after(session.session_id, build))
+        return response
 
     async def GetSession(
         self, request: context_pb2.GetSessionRequest, context: grpc.aio.ServicerContext[Any, Any]

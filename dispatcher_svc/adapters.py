@@ -79,7 +79,9 @@ class GrpcContext:
     def __init__(self, clients: ServiceClients) -> None:
         self.clients = clients
 
-    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+    async def create_session(
+        self, spec: SessionSpec, opts: CallOptions, *, goal_message_id: str = "", build_tokens: int | None = None
+    ) -> SessionInfo:
         request = context_pb2.CreateSessionRequest(
             session_id=spec.session_id,
             agent_id=spec.agent_id,
@@ -87,6 +89,8 @@ class GrpcContext:
             sub_goals=list(spec.sub_goals),
             system_prompt=spec.system_prompt,
             budget=context_pb2.BudgetSettings(max_context_tokens=spec.max_context_tokens),
+            goal_message_id=goal_message_id,
+            build_budget_tokens=build_tokens if goal_message_id else None,
         )
         try:
             reply = await _rpc(
@@ -97,7 +101,11 @@ class GrpcContext:
             if err.code in (ErrorCode.FAILED_PRECONDITION, ErrorCode.IDEMPOTENCY_CONFLICT):
                 return await self.get_session(spec.session_id, opts)
             raise
-        return session_info(reply.session)
+        info = session_info(reply.session)
+        # No goal_message: a context_svc of an earlier release, which ignores goal_message_id.
+        if goal_message_id and reply.HasField("goal_message"):
+            info = SessionInfo(info.message_count, info.total_tokens, goal=_appended(reply.goal_message))
+        return info
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
         reply = await _rpc(

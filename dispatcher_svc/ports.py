@@ -68,6 +68,8 @@ class ContextView:
 class SessionInfo:
     message_count: int
     total_tokens: int
+    goal: Appended | None = None
+    """The goal's append CreateSession made (`goal_message_id`); None when it made none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +129,13 @@ class HopSummary:
 
 
 class ContextPort(Protocol):
-    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
-        """Creates the session; if it already exists (a resumed task) returns its counters."""
+    async def create_session(
+        self, spec: SessionSpec, opts: CallOptions, *, goal_message_id: str = "", build_tokens: int | None = None
+    ) -> SessionInfo:
+        """Creates the session; if it already exists (a resumed task) returns its counters. With
+        `goal_message_id` the goal is appended in the same call, as `append_message` would under that
+        client_message_id (`SessionInfo.goal`; None when it was not: the caller appends it), with
+        the view `build_tokens` asks for."""
         ...
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo: ...

@@ -211,7 +211,11 @@ class Downstream:
         # Whatever view an earlier append brought is stale once this one may have landed; this one's, if
         # it asked for one, is not.
         self.state.next_view = None
-        appended = await self.call(what, fn, retry_on=UNCERTAIN_CODES, wait_out=wait_out)
+        return self.appended(what, await self.call(what, fn, retry_on=UNCERTAIN_CODES, wait_out=wait_out))
+
+    def appended(self, what: str, appended: Appended) -> int:
+        """Takes in an append that landed (by `append_once`, or CreateSession's of the goal): the
+        tokens it took (0 when context_svc had it already)."""
         self.state.next_view = appended.view
         cursor = self.state.cursor
         cursor.ctx_count = max(cursor.ctx_count, appended.index + 1)

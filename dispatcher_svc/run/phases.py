@@ -22,7 +22,7 @@ from dataclasses import replace
 from agentmesh.chat import Usage
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, ToolOutcome
-from dispatcher_svc.ports import ContextView, SessionSpec, ToolInfo
+from dispatcher_svc.ports import Appended, ContextView, SessionSpec, ToolInfo
 from dispatcher_svc.prompts import encode_prompt
 from dispatcher_svc.run import decisions, handing, judging, tool_calls
 from dispatcher_svc.run.context import Run
@@ -52,31 +52,45 @@ async def setup(run: Run) -> NextStep:
         system_prompt=agent.system_prompt,
         max_context_tokens=agent.max_context_tokens,
     )
-    if c.ctx_count == 0 and record.session_id != record.task_id:
-        # The next turn of a conversation: StartTask attached this task to the session already.
-        info = await down.call(
-            "GetSession", lambda o: ports.context.get_session(record.session_id, o), retry_on=decisions.UNCERTAIN_CODES
-        )
-        c.ctx_count = info.message_count
-        c.raw_tokens = info.total_tokens
-    elif c.ctx_count == 0:
-        info = await down.call("CreateSession", lambda o: ports.context.create_session(spec, o))
-        c.ctx_count = info.message_count
     goal_id = message_id(record.task_id, "goal")
     build_tokens = down.build_tokens(True)  # step 1's context comes with the goal's append
-    append_goal = down.append_once(
-        "AppendMessage(goal)",
-        lambda o: ports.context.append_message(
-            record.session_id, "user", record.goal, (), o, client_message_id=goal_id, build_tokens=build_tokens
-        ),
-    )
+
+    async def open_session() -> None:
+        goal: Appended | None = None
+        if c.ctx_count == 0 and record.session_id != record.task_id:
+            # The next turn of a conversation: StartTask attached this task to the session already.
+            info = await down.call(
+                "GetSession",
+                lambda o: ports.context.get_session(record.session_id, o),
+                retry_on=decisions.UNCERTAIN_CODES,
+            )
+            c.ctx_count = info.message_count
+            c.raw_tokens = info.total_tokens
+        elif c.ctx_count == 0:
+            # The goal's append rides on CreateSession (issue 45); a resumed task's session exists, and
+            # a context_svc of an earlier release appends nothing: then the append below.
+            info = await down.call(
+                "CreateSession",
+                lambda o: ports.context.create_session(spec, o, goal_message_id=goal_id, build_tokens=build_tokens),
+            )
+            c.ctx_count = info.message_count
+            goal = info.goal
+        if goal is not None:
+            c.raw_tokens += down.appended("CreateSession(goal)", goal)
+            return
+        c.raw_tokens += await down.append_once(
+            "AppendMessage(goal)",
+            lambda o: ports.context.append_message(
+                record.session_id, "user", record.goal, (), o, client_message_id=goal_id, build_tokens=build_tokens
+            ),
+        )
+
     if down.tools_known():
-        c.raw_tokens += await append_goal
+        await open_session()
     else:
-        # DiscoverTools only reads and needs nothing the append does: one round trip instead of two
-        # (think() then finds the tools known).
-        tokens, _ = await alongside(append_goal, down.offer_tools())
-        c.raw_tokens += tokens
+        # DiscoverTools only reads and needs nothing the session's calls do: one round trip instead of
+        # two (think() then finds the tools known).
+        await alongside(open_session(), down.offer_tools())
     return await begin_step(run)
 
 

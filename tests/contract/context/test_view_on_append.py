@@ -90,3 +90,49 @@ async def test_a_negative_budget_is_refused_before_anything_is_appended(ctx: Ctx
     assert "build_budget_tokens" in (caught.value.details() or "")
     got = await ctx.stub.GetSession(K.GetSessionRequest(session_id="s1"), metadata=ctx.agent_md)
     assert got.session.message_count == 0
+
+
+async def test_create_session_appends_the_goal_once_and_brings_the_view(ctx: Ctx) -> None:
+    request = K.CreateSessionRequest(
+        session_id="s1", goal="where is order 42?", goal_message_id="t1:goal", build_budget_tokens=0
+    )
+    created = await ctx.stub.CreateSession(request, metadata=ctx.agent_md)
+    goal = created.goal_message
+    assert (goal.index, goal.already_appended) == (0, False) and goal.token_count > 0
+    assert _texts(goal.view)[-1] == "where is order 42?"
+    assert _plain(goal.view) == _plain(await _build(ctx))
+    # A retry (the answer was lost) finds the session and the goal: nothing appended twice.
+    again = await ctx.stub.CreateSession(request, metadata=ctx.agent_md)
+    assert (again.goal_message.index, again.goal_message.already_appended) == (0, True)
+    # So does the AppendMessage a dispatcher sends when CreateSession did not append it.
+    said = await ctx.stub.AppendMessage(
+        K.AppendMessageRequest(
+            session_id="s1",
+            message=common_pb2.Message(role=common_pb2.ROLE_USER, content="where is order 42?"),
+            client_message_id="t1:goal",
+        ),
+        metadata=ctx.agent_md,
+    )
+    assert (said.index, said.already_appended) == (0, True)
+    got = await ctx.stub.GetSession(K.GetSessionRequest(session_id="s1"), metadata=ctx.agent_md)
+    assert got.session.message_count == 1
+
+
+async def test_create_session_without_goal_message_id_appends_nothing(ctx: Ctx) -> None:
+    created = await ctx.stub.CreateSession(K.CreateSessionRequest(session_id="s1", goal="g"), metadata=ctx.agent_md)
+    assert not created.HasField("goal_message")
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await ctx.stub.CreateSession(
+            K.CreateSessionRequest(session_id="s2", goal="g", build_budget_tokens=0), metadata=ctx.agent_md
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await ctx.stub.CreateSession(
+            K.CreateSessionRequest(session_id="s3", goal="g", goal_message_id="has space"), metadata=ctx.agent_md
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "goal_message_id" in (caught.value.details() or "")
+    for refused in ("s2", "s3"):  # refused before the session was created
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await ctx.stub.GetSession(K.GetSessionRequest(session_id=refused), metadata=ctx.agent_md)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND

@@ -67,8 +67,9 @@ class FakeContext:
     attach_age_s: float = 3600.0
     """The newest task's age reported when an attach is refused."""
     views_on_append: bool = True
-    """An append asked for the context built after it answers with it (False: as a context_svc of an
-    earlier release, which ignores the request, so the loop calls BuildContext itself)."""
+    """An append asked for the context built after it answers with it, and CreateSession appends the
+    goal when asked (False: as a context_svc of an earlier release, which ignores both requests, so the
+    loop appends the goal and calls BuildContext itself)."""
 
     def _with_view(self, appended: Appended, session_id: str, build_tokens: int | None) -> Appended:
         if build_tokens is None or not self.views_on_append:
@@ -93,13 +94,19 @@ class FakeContext:
         if self.fail_next:
             raise self.fail_next.pop(0)
 
-    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+    async def create_session(
+        self, spec: SessionSpec, opts: CallOptions, *, goal_message_id: str = "", build_tokens: int | None = None
+    ) -> SessionInfo:
         self._maybe_fail("create_session")
         if spec.session_id in self.sessions:
             return await self.get_session(spec.session_id, opts)
         self.sessions[spec.session_id] = []
         self.specs[spec.session_id] = spec
-        return SessionInfo(0, 0)
+        if not goal_message_id or not self.views_on_append:  # an earlier release appends nothing here
+            return SessionInfo(0, 0)
+        self.calls["goal_on_create"] += 1
+        goal = self._append_message(spec.session_id, "user", spec.goal, (), goal_message_id, build_tokens)
+        return SessionInfo(0, 0, goal=goal)
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
         if session_id not in self.sessions:
@@ -140,6 +147,17 @@ class FakeContext:
         build_tokens: int | None = None,
     ) -> Appended:
         self._maybe_fail("append_message")
+        return self._append_message(session_id, role, content, tool_calls, client_message_id, build_tokens)
+
+    def _append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        tool_calls: Sequence[ToolCall],
+        client_message_id: str,
+        build_tokens: int | None,
+    ) -> Appended:
         key, sent = f"m:{client_message_id}", (role, content, tuple(tool_calls))
         if client_message_id and (repeat := self._repeat(session_id, key, sent)) is not None:
             return self._with_view(repeat, session_id, build_tokens)

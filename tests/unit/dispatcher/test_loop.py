@@ -15,7 +15,7 @@ from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
 from agentmesh.identity import Authenticator
 from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
-from dispatcher_svc.ports import Appended, CallOptions, ContextView
+from dispatcher_svc.ports import CallOptions, ContextView, SessionInfo
 from dispatcher_svc.run.loop import RunResult
 from dispatcher_svc.tasks import CommitResult, TaskRecord, TaskStore
 from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig, Rig
@@ -565,6 +565,7 @@ class CallLog:
 def log_calls(rig: Rig, hold_s: float = 0.05) -> CallLog:
     calls = CallLog(hold_s)
     calls.wrap(rig.context, "build_context", "BuildContext")
+    calls.wrap(rig.context, "create_session", "CreateSession")
     calls.wrap(rig.tools, "discover", "DiscoverTools")
     calls.wrap(rig.context, "append_message", "AppendMessage")
     calls.wrap(rig.tools, "execute", "ExecuteTool")
@@ -588,15 +589,20 @@ async def test_without_views_on_appends_each_step_builds_its_context(make_rig: M
     assert rig.provider.prompts[0].tools == ["calc"]  # the discovered tool was offered
 
 
-async def test_discover_tools_runs_beside_the_goals_append_that_brings_step_ones_context(make_rig: MakeRig) -> None:
+async def test_discover_tools_runs_beside_create_session_which_appends_the_goal(make_rig: MakeRig) -> None:
     rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
     calls = log_calls(rig)
-    events = await rig.events(await rig.start("add 2 and 3"))
+    task_id = await rig.start("add 2 and 3")
+    events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
-    # Both started before either ended; no BuildContext (the appends brought each step's context).
-    assert calls.index("start", "DiscoverTools") < calls.index("end", "AppendMessage", 0)
-    assert calls.index("start", "AppendMessage", 0) < calls.index("end", "DiscoverTools")
+    # Both started before either ended; CreateSession appended the goal and brought step 1's context,
+    # the tool result step 2's: no AppendMessage of the goal, no BuildContext.
+    assert calls.index("start", "DiscoverTools") < calls.index("end", "CreateSession")
+    assert calls.index("start", "CreateSession") < calls.index("end", "DiscoverTools")
     assert ("start", "BuildContext") not in calls.entries
+    assert [name for what, name in calls.entries if what == "start"].count("AppendMessage") == 2  # reply, answer
+    assert rig.context.calls["goal_on_create"] == 1
+    assert [m["role"] for m in rig.context.sessions[task_id]][:3] == ["user", "assistant", "tool"]
     assert [name for what, name in calls.entries if what == "start"].count("DiscoverTools") == 1
     assert rig.provider.prompts[0].tools == ["calc"]  # the discovered tool was offered
 
@@ -609,27 +615,27 @@ async def test_the_replys_append_and_its_first_tool_call_run_at_once_and_the_res
     task_id = await rig.start("add 2 and 3")
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
-    reply_append = calls.index("start", "AppendMessage", 1)  # the first is the goal
+    reply_append = calls.index("start", "AppendMessage", 0)  # the goal came with CreateSession
     execute = calls.index("start", "ExecuteTool")
-    assert execute < calls.index("end", "AppendMessage", 1)
+    assert execute < calls.index("end", "AppendMessage", 0)
     assert reply_append < calls.index("end", "ExecuteTool")
     result = calls.index("start", "AppendToolResult")
-    assert result > calls.index("end", "AppendMessage", 1) and result > calls.index("end", "ExecuteTool")
+    assert result > calls.index("end", "AppendMessage", 0) and result > calls.index("end", "ExecuteTool")
     # The session keeps its order: the reply, then its result (the answer follows the final event).
     assert [m["role"] for m in rig.context.sessions[task_id]][:3] == ["user", "assistant", "tool"]
 
 
-async def test_a_failed_goal_append_cancels_the_discover_tools_beside_it(make_rig: MakeRig) -> None:
+async def test_a_failed_create_session_cancels_the_discover_tools_beside_it(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="must not be asked"), FakeTools({"calc": calculator}))
     calls = CallLog(hold_s=5.0)
     calls.wrap(rig.tools, "discover", "DiscoverTools")
     permission = AgentmeshError(ErrorCode.PERMISSION_DENIED, "no context for you")
 
-    async def failing_append(*args: Any, **kw: Any) -> Appended:
+    async def failing_create(*args: Any, **kw: Any) -> SessionInfo:
         await asyncio.sleep(0.05)  # DiscoverTools is under way by now
         raise permission
 
-    rig.context.append_message = failing_append  # type: ignore[method-assign]
+    rig.context.create_session = failing_create  # type: ignore[method-assign]
     task_id = await rig.start()
     events = await asyncio.wait_for(rig.events(task_id), 10)  # not the 5 s DiscoverTools would hold
     task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)
