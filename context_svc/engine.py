@@ -575,12 +575,12 @@ def _looks_json(text: str) -> bool:
     return text.lstrip()[:1] in ("{", "[")
 
 
-def _validate_client_message_id(client_message_id: str) -> None:
+def _validate_client_message_id(client_message_id: str, field: str = "client_message_id") -> None:
     if len(client_message_id) > _MAX_CLIENT_MESSAGE_ID or not all(
         c.isprintable() and not c.isspace() for c in client_message_id
     ):
         raise InvalidRequestError(
-            "client_message_id",
+            field,
             f"must be at most {_MAX_CLIENT_MESSAGE_ID} printable characters without whitespace, "
             f"got {echo(client_message_id)!r}",
         )

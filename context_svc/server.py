@@ -26,7 +26,7 @@ from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2
-from context_svc.engine import BudgetRequest, ContextEngine
+from context_svc.engine import BudgetRequest, ContextEngine, _validate_client_message_id
 from context_svc.handoff import Brief, Citation, Demotion, FactKind, Hop
 from context_svc.handoff import Fact as HandoffFact
 from context_svc.model import (
@@ -309,6 +309,18 @@ def hop_pb(hop: Hop, request: context_pb2.BuildHandoffRequest) -> context_pb2.Bu
     )
 
 
+def _build_budget(
+    request: context_pb2.AppendMessageRequest | context_pb2.AppendToolResultRequest | context_pb2.CreateSessionRequest,
+) -> int | None:
+    """An append's `build_budget_tokens` (None: no view asked for), checked before anything is appended."""
+    if not request.HasField("build_budget_tokens"):
+        return None
+    if request.build_budget_tokens < 0:
+        got = request.build_budget_tokens
+        raise InvalidRequestError("build_budget_tokens", f"must be >= 0 (0: the session's budget), got {got}")
+    return request.build_budget_tokens
+
+
 class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
     """The ContextService servicer: one domain call per RPC (the memory RPCs in server_memory.py)."""
 
@@ -339,6 +351,13 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
                 keep_recent_messages=b.keep_recent_messages,
                 encoding=b.encoding,
             )
+        build = _build_budget(request)
+        if request.goal_message_id:
+            _validate_client_message_id(request.goal_message_id, "goal_message_id")  # before anything is written
+        elif build is not None:
+            raise InvalidRequestError(
+                "build_budget_tokens", "needs goal_message_id: the view follows the goal's append"
+            )
         session, _ = await self.engine.create_session(
             caller(),
             session_id=request.session_id,
@@ -348,7 +367,20 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
             system_prompt=request.system_prompt,
             budget=budget,
         )
-        return context_pb2.CreateSessionResponse(session=session_pb(session))
+        response = context_pb2.CreateSessionResponse(session=session_pb(session))
+        if request.goal_message_id:
+            # The dispatcher's first append, in this call (issue 45): one round trip fewer per task.
+            appended = await self.engine.append_message_once(
+                caller(),
+                session.session_id,
+                Message(role=Role.USER, content=request.goal),
+                client_message_id=request.goal_message_id,
+            )
+            goal = response.goal_message
+            goal.index, goal.token_count, goal.already_appended = appended.index, appended.token_count, appended.already
+            if build is not None:
+                goal.view.CopyFrom(await self._view_after(session.session_id, build))
+        return response
 
     async def GetSession(
         self, request: context_pb2.GetSessionRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -362,18 +394,23 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         if not request.HasField("message"):
             raise InvalidRequestError("message", "required")
         message = message_domain(request.message, max_json_depth=self.max_json_depth)
+        build = _build_budget(request)
         appended = await self.engine.append_message_once(
             caller(), request.session_id, message, client_message_id=request.client_message_id
         )
-        return context_pb2.AppendMessageResponse(
+        response = context_pb2.AppendMessageResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
         )
+        if build is not None:
+            response.view.CopyFrom(await self._view_after(request.session_id, build))
+        return response
 
     async def AppendToolResult(
         self, request: context_pb2.AppendToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> context_pb2.AppendToolResultResponse:
         if not request.HasField("result"):
             raise InvalidRequestError("result", "required")
+        build = _build_budget(request)
         appended = await self.engine.append_tool_result_once(
             caller(), request.session_id, tool_outcome_domain(request.result)
         )
@@ -382,7 +419,15 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         )
         if appended.ref is not None:
             response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
+        if build is not None:
+            response.view.CopyFrom(await self._view_after(request.session_id, build))
         return response
+
+    async def _view_after(self, session_id: str, budget_tokens: int) -> context_pb2.ContextView:
+        """The view an append's `build_budget_tokens` asked for (0: the session's budget): BuildContext's,
+        built after the append, so the caller's next step needs no BuildContext call of its own (issue 45)."""
+        view = await self.engine.build_context(caller(), session_id, budget_tokens=budget_tokens or None)
+        return view_pb(view, self.messages)
 
     async def GetToolResult(
         self, request: context_pb2.GetToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -69,11 +69,19 @@ async def _rpc(call: Awaitable[T]) -> T:
         raise from_rpc_error(exc) from None
 
 
+def _appended(reply: context_pb2.AppendMessageResponse | context_pb2.AppendToolResultResponse) -> Appended:
+    # No view: none was asked for, or a context_svc of an earlier release ignored the request for one.
+    view = context_view(reply.view) if reply.HasField("view") else None
+    return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended, view=view)
+
+
 class GrpcContext:
     def __init__(self, clients: ServiceClients) -> None:
         self.clients = clients
 
-    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+    async def create_session(
+        self, spec: SessionSpec, opts: CallOptions, *, goal_message_id: str = "", build_tokens: int | None = None
+    ) -> SessionInfo:
         request = context_pb2.CreateSessionRequest(
             session_id=spec.session_id,
             agent_id=spec.agent_id,
@@ -81,6 +89,8 @@ class GrpcContext:
             sub_goals=list(spec.sub_goals),
             system_prompt=spec.system_prompt,
             budget=context_pb2.BudgetSettings(max_context_tokens=spec.max_context_tokens),
+            goal_message_id=goal_message_id,
+            build_budget_tokens=build_tokens if goal_message_id else None,
         )
         try:
             reply = await _rpc(
@@ -91,7 +101,11 @@ class GrpcContext:
             if err.code in (ErrorCode.FAILED_PRECONDITION, ErrorCode.IDEMPOTENCY_CONFLICT):
                 return await self.get_session(spec.session_id, opts)
             raise
-        return session_info(reply.session)
+        info = session_info(reply.session)
+        # No goal_message: a context_svc of an earlier release, which ignores goal_message_id.
+        if goal_message_id and reply.HasField("goal_message"):
+            info = SessionInfo(info.message_count, info.total_tokens, goal=_appended(reply.goal_message))
+        return info
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
         reply = await _rpc(
@@ -110,23 +124,29 @@ class GrpcContext:
         opts: CallOptions,
         *,
         client_message_id: str = "",
+        build_tokens: int | None = None,
     ) -> Appended:
         request = context_pb2.AppendMessageRequest(
             session_id=session_id,
             message=message_pb(role, content, list(tool_calls)),
             client_message_id=client_message_id,
+            build_budget_tokens=build_tokens,
         )
         reply = await _rpc(
             self.clients.context().AppendMessage(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
-        return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
+        return _appended(reply)
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
-        request = context_pb2.AppendToolResultRequest(session_id=session_id, result=tool_result_pb(outcome))
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
+        request = context_pb2.AppendToolResultRequest(
+            session_id=session_id, result=tool_result_pb(outcome), build_budget_tokens=build_tokens
+        )
         reply = await _rpc(
             self.clients.context().AppendToolResult(request, metadata=_metadata(opts), timeout=opts.timeout_s)
         )
-        return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended)
+        return _appended(reply)
 
     async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:
         request = context_pb2.GetToolResultRequest(session_id=session_id, tool_call_id=tool_call_id)

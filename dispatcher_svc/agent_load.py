@@ -1,19 +1,22 @@
 """What capability routing (routing.py) reads about each agent: its depth and its recent FAILED share.
 
 - **Depth** is the number of the agent's unfinished tasks: a sorted set per agent,
-  `am:agentload:{<agent>}:active`, member the task id, score the time (ms) it was (re)added. A task
-  joins it after the write that made it unfinished (create, resume) and again on every acquire; it
-  leaves it after the write that finished it. Members, not a counter: every add and remove is
-  idempotent, so a retried or repeated write never counts twice. The set cannot share the task's
-  slot (one set per agent, one slot per task), so it is written after the task's own fenced commit:
-  a crash between the two leaves it off by one, and both ways heal. A task missing from it is added
-  back when it is next acquired; a finished task left in it is dropped by `repair`, which re-reads
-  the tasks behind the older members and removes a member only if nobody re-added it meanwhile
-  (`DROP_IF_SAME_LUA`: its score unchanged).
+  `am:agentload:{<agent>}:active`, member the task id, score the time (ms) it was (re)added. Members,
+  not a counter: every add and remove is idempotent, so a retried or repeated write never counts
+  twice. The set cannot share the task's slot (one set per agent, one slot per task). A new task joins
+  it in its create's pipeline, just before the task's own write (issue 45; a create of a task that
+  exists adds it too: harmless, see repair); on a cluster, or with durable writes, after that write,
+  and again when it is first acquired, since a crash may come between. A task resumed joins it after
+  the write that resumed it, a task taken over on the acquire that takes it; it leaves it after the
+  write that finished it: a crash between leaves it off by one, and both ways heal. A task missing
+  from it is added back when it is next taken over; a finished task left in it is dropped by
+  `repair`, which re-reads the tasks behind the older members and removes a member only if nobody
+  re-added it meanwhile (`DROP_IF_SAME_LUA`: its score unchanged).
 - **Outcomes**: per agent, the hash `am:agentload:{<agent>}:ended` counts per minute the tasks that
   ended (`<minute>:e`) and those that ended FAILED (`<minute>:f`), counted once, by the commit that
   ended the task (the commit script reports the status before it). `END_LUA` removes the task from
-  the set and counts it in one step, dropping the minutes that left the window.
+  the set and counts it in one step; the first end of a minute in each process also drops the
+  minutes that left the window and refreshes the hash's TTL.
 
 Failures to update these are logged, never raised: the task's own commit succeeded and stands.
 """
@@ -49,11 +52,13 @@ return dropped
 END_LUA = """
 -- A task of one agent ended. KEYS[1]: the agent's unfinished-task set, KEYS[2]: its outcome hash.
 -- ARGV: task id, '1' to count the outcome ('' not: not the write that ended it), '1' if FAILED,
--- the current minute, the first minute of the window, the hash's TTL s.
+-- the current minute, the first minute of the window, the hash's TTL s, '1' to also drop the minutes
+-- that left the window and refresh the TTL ('': the caller did so this minute already; issue 45).
 redis.call('ZREM', KEYS[1], ARGV[1])
 if ARGV[2] ~= '1' then return 0 end
 redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':e', 1)
 if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':f', 1) end
+if ARGV[7] == '' then return 1 end
 local first = tonumber(ARGV[5])
 for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do
   local minute = tonumber(string.match(name, '^(%d+):'))
@@ -85,6 +90,9 @@ class AgentLoad:
         self._drop = store.script("agent_load_drop", DROP_IF_SAME_LUA)
         self._end = store.script("agent_load_end", END_LUA)
         self._repaired_at = 0.0
+        self._trimmed: dict[str, int] = {}
+        """Agent -> the minute this process last trimmed its outcome hash and refreshed its TTL: once a
+        minute is enough (the window is whole minutes; the TTL outlasts it by two), not every end."""
 
     @property
     def window_minutes(self) -> int:
@@ -108,13 +116,17 @@ class AgentLoad:
             return
         keys = self.store.keys
         minute = _now_ms() // 60_000
+        trim = first and self._trimmed.get(agent) != minute
         args: list[str | int] = [task_id, "1" if first else "", "1" if status == TaskStatus.FAILED else ""]
-        args += [minute, minute - self.window_minutes + 1, self.window_minutes * 60 + 120]
+        args += [minute, minute - self.window_minutes + 1, self.window_minutes * 60 + 120, "1" if trim else ""]
         try:
             async with self.store.guard("agent load"):
                 await self._end(keys=[keys.agent_active(agent), keys.agent_outcomes(agent)], args=args)
         except AgentmeshError as exc:
             log.warning("agent %s: cannot count task %s as ended: %s", agent, task_id, exc.message)
+            return
+        if trim:
+            self._trimmed[agent] = minute
 
     # -- reads, for routing --------------------------------------------------------------------
 

@@ -68,6 +68,8 @@ class ContextView:
 class SessionInfo:
     message_count: int
     total_tokens: int
+    goal: Appended | None = None
+    """The goal's append CreateSession made (`goal_message_id`); None when it made none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,8 @@ class Appended:
     already: bool = False
     """True: context_svc had this message already (same tool_call_id, or same client_message_id, and
     same content); nothing was appended and `index`/`token_count` are the original's."""
+    view: ContextView | None = None
+    """The context built right after the append, when the call asked for it (`build_tokens`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +129,13 @@ class HopSummary:
 
 
 class ContextPort(Protocol):
-    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
-        """Creates the session; if it already exists (a resumed task) returns its counters."""
+    async def create_session(
+        self, spec: SessionSpec, opts: CallOptions, *, goal_message_id: str = "", build_tokens: int | None = None
+    ) -> SessionInfo:
+        """Creates the session; if it already exists (a resumed task) returns its counters. With
+        `goal_message_id` the goal is appended in the same call, as `append_message` would under that
+        client_message_id (`SessionInfo.goal`; None when it was not: the caller appends it), with
+        the view `build_tokens` asks for."""
         ...
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo: ...
@@ -140,15 +149,21 @@ class ContextPort(Protocol):
         opts: CallOptions,
         *,
         client_message_id: str = "",
+        build_tokens: int | None = None,
     ) -> Appended:
         """`role` is "user" or "assistant". With `client_message_id` (at most 128 printable
         characters, no whitespace) the append happens once: a repeat with the same content returns
-        the original position (`Appended.already`), other content is FAILED_PRECONDITION."""
+        the original position (`Appended.already`), other content is FAILED_PRECONDITION. With
+        `build_tokens` (0: the session's budget) the answer also carries the context built right
+        after the append (`Appended.view`; None from a context_svc that does not build one)."""
         ...
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
         """Once per `outcome.tool_call_id`: a repeat with the same content (execution stats aside)
-        returns the original position (`Appended.already`), other content is FAILED_PRECONDITION."""
+        returns the original position (`Appended.already`), other content is FAILED_PRECONDITION.
+        `build_tokens` as in `append_message`."""
         ...
 
     async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:

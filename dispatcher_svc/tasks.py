@@ -108,13 +108,13 @@ class TaskStore:
         self._commit = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA, durable=True)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
+        self._pipelined = store.cluster is None and not store.settings.cluster_wait_replicas  # `create`'s way
         self.index_key = store.keys.tasks_index()
         """Every task id by create time (ms), written before the task: ListTasks' index (task_index.py)."""
         self.waiting_key = f"{store.keys.prefix}:tasks:waiting"
-        """Sorted set of parked tasks ("<task id> <approval id>") scored by their approval's expiry (ms):
-        the expiry sweeper's index, a superset of the parked tasks (a member is added before the task is
-        parked and removed only after it left WAITING_APPROVAL: a crash leaves a stale member, which the
-        sweeper drops, never a parked task it cannot find)."""
+        """Parked tasks ("<task id> <approval id>") by their approval's expiry (ms): the expiry sweeper's
+        index, a superset of them (added before the task parks, removed after it left WAITING_APPROVAL: a
+        crash leaves a stale member, which the sweeper drops, never a parked task it cannot find)."""
 
     def _keys(self, task_id: str) -> list[str]:
         return [self.store.keys.task(task_id), self.store.keys.task_events(task_id)]
@@ -176,7 +176,8 @@ class TaskStore:
         flat = reply[2]
         record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
         self.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
-        if self.agent_load is not None:  # heals a set that missed the task (a crash right after its create)
+        # A new task joined its agent's set in its create's own pipeline (issue 45); else this heals it.
+        if self.agent_load is not None and (int(reply[3]) != TaskStatus.PENDING or not self._pipelined):
             await self.agent_load.entered(record.agent_id, task_id)
         if self.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
             appended = if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over
@@ -184,8 +185,7 @@ class TaskStore:
         return record
 
     async def load_scripts(self) -> None:
-        """Loads the scripts `create` sends by SHA inside a pipeline (a NOSCRIPT there is recovered
-        from, but costs a second round trip)."""
+        """Loads the scripts `create` sends by SHA in a pipeline (a NOSCRIPT there costs a second round trip)."""
         async with self.store.guard("load scripts"):
             await self.store.redis.script_load(COMMIT_LUA)
             await self.store.redis.script_load(ENQUEUE_LUA)
@@ -203,7 +203,7 @@ class TaskStore:
         queue_args = [task_id, queue.group if take else "", queue.consumer]
         listed = {task_id: int(fields.get("create_ms") or 0)}  # ListTasks' index (task_index.py), first
         async with self.store.guard("create task"):
-            if self.store.cluster is not None or self.store.settings.cluster_wait_replicas:
+            if not self._pipelined:
                 # Cluster: task and queue on different primaries (a pipeline could expose the entry
                 # first); durable writes wait for replicas. So the task first, then its entry.
                 await self.store.redis.zadd(self.index_key, listed, nx=True)
@@ -214,11 +214,13 @@ class TaskStore:
             # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
             pipe = self.store.redis.pipeline(transaction=False)
             pipe.zadd(self.index_key, listed, nx=True)
+            if self.agent_load is not None and (agent := fields.get("agent_id", "")):  # no crash between
+                pipe.zadd(self.store.keys.agent_active(agent), {task_id: listed[task_id] or int(time.time() * 1000)})
             pipe.evalsha(self._commit.sha, len(keys), *keys, *args)
             pipe.evalsha(queue.enqueue_script.sha, 1, queue.key, *queue_args)
-            index_reply, commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
-            if isinstance(index_reply, Exception):
-                raise index_reply
+            *index_replies, commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
+            if failed := next((r for r in index_replies if isinstance(r, Exception)), None):
+                raise failed
             if isinstance(commit_reply, rexc.NoScriptError) or isinstance(queue_reply, rexc.NoScriptError):
                 # Redis restarted or was flushed since the scripts were loaded. If the entry went out
                 # before the task existed, another replica's run of it finds nothing: so create the
@@ -233,15 +235,15 @@ class TaskStore:
             for reply in (commit_reply, queue_reply):
                 if isinstance(reply, Exception):
                     raise reply
-        created = await self._count_created(task_id, fields, commit_reply)
+        created = await self._count_created(task_id, fields, commit_reply, loaded=True)
         return Created(created=created, taken=taken + taken_entries(queue_reply))
 
-    async def _count_created(self, task_id: str, fields: Mapping[str, str], commit_reply: Any) -> bool:
-        """Whether the commit created the task; a new task is counted PENDING and under its agent's load."""
-        created = int(commit_reply[0]) == _OK
+    async def _count_created(self, task_id: str, fields: Mapping[str, str], reply: Any, loaded: bool = False) -> bool:
+        """Whether the commit created the task; counted PENDING, and in its agent's set unless `loaded`."""
+        created = int(reply[0]) == _OK
         if created:
             self.metrics.task_status(fields.get("agent_id", ""), TaskStatus.PENDING.name)
-            if self.agent_load is not None:
+            if self.agent_load is not None and not loaded:
                 await self.agent_load.entered(fields.get("agent_id", ""), task_id)
         return created
 
@@ -293,11 +295,10 @@ class TaskStore:
         prompt: tuple[int, bytes] | None = None,
         agent: str = "",
     ) -> CommitResult:
-        """Applies `fields` and appends `events` atomically if the task's fence is still `fence`;
-        `prompt` (step, record: dispatcher_svc.prompts) stores a step's prompt in the same write. A
-        status set is counted in the metrics under `agent`. `fence=None` creates the task
-        (TaskExistsError if it exists); StaleOwnerError when another owner took over,
-        WrongStatusError when `expect_status` does not hold."""
+        """Applies `fields` and appends `events` atomically if the task's fence is still `fence`; `prompt`
+        (step, record: dispatcher_svc.prompts) stores a step's prompt in the same write. A status set is
+        counted in the metrics under `agent`. `fence=None` creates the task (TaskExistsError if it exists);
+        StaleOwnerError when another owner took over, WrongStatusError when `expect_status` does not hold."""
         args: list[str | int | bytes] = [
             "" if fence is None else str(fence),
             "" if expect_status is None else str(int(expect_status)),
@@ -352,9 +353,8 @@ class TaskStore:
 
     async def tree(self, root_task_id: str) -> list[str]:
         """The tasks handoffs created under a root task."""
-        raw: Any = await self.store.call(
-            "task tree", self.store.redis.smembers(self.store.keys.task_tree(root_task_id))
-        )
+        key = self.store.keys.task_tree(root_task_id)
+        raw: Any = await self.store.call("task tree", self.store.redis.smembers(key))
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in raw or ())
 
     async def _count(self, task_id: str, agent: str, entered: TaskStatus, before: int) -> None:

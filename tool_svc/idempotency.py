@@ -31,7 +31,6 @@ Lua, so a call whose owner was declared dead cannot overwrite what a newer owner
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -171,29 +170,38 @@ def ran_output(settled_by: str) -> Output:
     return Output("structured", inline=json.dumps(note, sort_keys=True, separators=(",", ":")))
 
 
-class _Heartbeat:
-    """Refreshes the heartbeat of one call in flight until stopped (or until the key is no longer ours)."""
+class _Heartbeats:
+    """The heartbeats of this replica's calls in flight: one loop refreshes them all every `heartbeat_s`
+    (issue 45: not a task per call), dropping a key that is no longer ours (declared dead, or settled)."""
 
-    def __init__(self, idem: Idempotency, key: str, token: str) -> None:
-        self.task = asyncio.create_task(self._run(idem, key, token), name=f"idempotency heartbeat {key[:40]}")
+    def __init__(self, idem: Idempotency) -> None:
+        self.idem = idem
+        self.beating: dict[str, str] = {}
+        """Idempotency key -> the token of this replica's call in flight under it."""
+        self._loop: asyncio.Task[None] | None = None
 
-    @staticmethod
-    async def _run(idem: Idempotency, key: str, token: str) -> None:
+    def start(self, key: str, token: str) -> None:
+        self.beating[key] = token
+        if self._loop is None or self._loop.done():
+            self._loop = asyncio.create_task(self._run(), name="idempotency heartbeats")
+
+    def stop(self, key: str, token: str) -> None:
+        if self.beating.get(key) == token:
+            del self.beating[key]
+
+    async def _run(self) -> None:
+        idem = self.idem
         assert idem.store is not None
         script = idem.store.script("idempotency_heartbeat", _HEARTBEAT_LUA)
-        keys = [idem.store.keys.idempotency(key), idem.hb_key(key)]
-        while True:
+        while self.beating:
             await asyncio.sleep(idem.heartbeat_s)
-            try:
-                if not await script(keys=keys, args=[token, idem.lease_ms]):
-                    return  # declared dead, or settled: nothing left to keep alive
-            except Exception as exc:  # Redis away for a moment: the lease is several heartbeats long
-                log.warning("heartbeat of %s failed: %s", key[:80], exc)
-
-    async def stop(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+            for key, token in list(self.beating.items()):
+                keys = [idem.store.keys.idempotency(key), idem.hb_key(key)]
+                try:
+                    if not await script(keys=keys, args=[token, idem.lease_ms]):
+                        self.stop(key, token)  # declared dead, or settled: nothing left to keep alive
+                except Exception as exc:  # Redis away for a moment: the lease is several heartbeats long
+                    log.warning("heartbeat of %s failed: %s", key[:80], exc)
 
 
 class Idempotency:
@@ -219,6 +227,7 @@ class Idempotency:
         self.approval_ttl_s = approval_ttl_s
         self.remaining = remaining
         self.sleep = sleep
+        self.heartbeats = _Heartbeats(self)
 
     @property
     def lease_ms(self) -> int:
@@ -297,13 +306,13 @@ class Idempotency:
     # -- the step ----------------------------------------------------------------------------------
 
     def finalizer(
-        self, call: CallState, owner: str, generation: int, beat: _Heartbeat | None
+        self, call: CallState, owner: str, generation: int, beating: bool
     ) -> Callable[[ToolResult | None], Awaitable[None]]:
         key, sha = call.request.idempotency_key, call.call_sha256
 
         async def finish(result: ToolResult | None) -> None:
-            if beat is not None:
-                await beat.stop()
+            if beating:
+                self.heartbeats.stop(key, owner)
             outcome = None if result is None else result.outcome
             never_left = isinstance(outcome, AgentmeshError) and outcome.metadata.get("sent") == "no"
             if call.sent and not retry_safe(call.spec) and not never_left:
@@ -330,8 +339,8 @@ class Idempotency:
     def _own(self, call: CallState, owner: str, generation: int) -> None:
         """This call holds the key: heartbeat it, mark it sent before a write leaves, settle it after."""
         key = call.request.idempotency_key
-        beat = _Heartbeat(self, key, owner)
-        call.finalizers.append(self.finalizer(call, owner, generation, beat))
+        self.heartbeats.start(key, owner)
+        call.finalizers.append(self.finalizer(call, owner, generation, True))
         if not retry_safe(call.spec):
 
             async def mark_sent() -> None:

@@ -111,26 +111,32 @@ class Session(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ..., message_count: _Optional[int] = ..., total_tokens: _Optional[int] = ..., summary_count: _Optional[int] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., newest_task_id: _Optional[str] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget")
+    __slots__ = ("session_id", "agent_id", "goal", "sub_goals", "system_prompt", "budget", "goal_message_id", "build_budget_tokens")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     GOAL_FIELD_NUMBER: _ClassVar[int]
     SUB_GOALS_FIELD_NUMBER: _ClassVar[int]
     SYSTEM_PROMPT_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    GOAL_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUILD_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     agent_id: str
     goal: str
     sub_goals: _containers.RepeatedScalarFieldContainer[str]
     system_prompt: str
     budget: BudgetSettings
-    def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ...) -> None: ...
+    goal_message_id: str
+    build_budget_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., goal: _Optional[str] = ..., sub_goals: _Optional[_Iterable[str]] = ..., system_prompt: _Optional[str] = ..., budget: _Optional[_Union[BudgetSettings, _Mapping]] = ..., goal_message_id: _Optional[str] = ..., build_budget_tokens: _Optional[int] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
-    __slots__ = ("session",)
+    __slots__ = ("session", "goal_message")
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    GOAL_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     session: Session
-    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ...) -> None: ...
+    goal_message: AppendMessageResponse
+    def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., goal_message: _Optional[_Union[AppendMessageResponse, _Mapping]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)
@@ -154,44 +160,52 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., entities: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AppendMessageRequest(_message.Message):
-    __slots__ = ("session_id", "message", "client_message_id")
+    __slots__ = ("session_id", "message", "client_message_id", "build_budget_tokens")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUILD_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     message: _common_pb2.Message
     client_message_id: str
-    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., client_message_id: _Optional[str] = ...) -> None: ...
+    build_budget_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., client_message_id: _Optional[str] = ..., build_budget_tokens: _Optional[int] = ...) -> None: ...
 
 class AppendMessageResponse(_message.Message):
-    __slots__ = ("index", "token_count", "already_appended")
+    __slots__ = ("index", "token_count", "already_appended", "view")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     ALREADY_APPENDED_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_count: int
     already_appended: bool
-    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., already_appended: _Optional[bool] = ...) -> None: ...
+    view: ContextView
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., already_appended: _Optional[bool] = ..., view: _Optional[_Union[ContextView, _Mapping]] = ...) -> None: ...
 
 class AppendToolResultRequest(_message.Message):
-    __slots__ = ("session_id", "result")
+    __slots__ = ("session_id", "result", "build_budget_tokens")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    BUILD_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     result: _common_pb2.ToolResult
-    def __init__(self, session_id: _Optional[str] = ..., result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ...) -> None: ...
+    build_budget_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., result: _Optional[_Union[_common_pb2.ToolResult, _Mapping]] = ..., build_budget_tokens: _Optional[int] = ...) -> None: ...
 
 class AppendToolResultResponse(_message.Message):
-    __slots__ = ("index", "token_count", "ref", "already_appended")
+    __slots__ = ("index", "token_count", "ref", "already_appended", "view")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
     ALREADY_APPENDED_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_count: int
     ref: _common_pb2.PayloadRef
     already_appended: bool
-    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ..., already_appended: _Optional[bool] = ...) -> None: ...
+    view: ContextView
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., ref: _Optional[_Union[_common_pb2.PayloadRef, _Mapping]] = ..., already_appended: _Optional[bool] = ..., view: _Optional[_Union[ContextView, _Mapping]] = ...) -> None: ...
 
 class GetToolResultRequest(_message.Message):
     __slots__ = ("session_id", "tool_call_id")

@@ -208,7 +208,15 @@ class Downstream:
         context_svc already had it). Every append names its message (client_message_id, or the tool
         result's tool_call_id), so an append that may or may not have landed is simply sent again.
         """
-        appended = await self.call(what, fn, retry_on=UNCERTAIN_CODES, wait_out=wait_out)
+        # Whatever view an earlier append brought is stale once this one may have landed; this one's, if
+        # it asked for one, is not.
+        self.state.next_view = None
+        return self.appended(what, await self.call(what, fn, retry_on=UNCERTAIN_CODES, wait_out=wait_out))
+
+    def appended(self, what: str, appended: Appended) -> int:
+        """Takes in an append that landed (by `append_once`, or CreateSession's of the goal): the
+        tokens it took (0 when context_svc had it already)."""
+        self.state.next_view = appended.view
         cursor = self.state.cursor
         cursor.ctx_count = max(cursor.ctx_count, appended.index + 1)
         if appended.already:
@@ -216,16 +224,24 @@ class Downstream:
             return 0
         return appended.token_count
 
-    async def append_result(self, outcome: ToolOutcome) -> int:
+    def build_tokens(self, build: bool) -> int | None:
+        """What an append asks context_svc to build after it: the step's context (the agent's budget;
+        0: the session's), or nothing."""
+        return self.state.agent.max_context_tokens if build else None
+
+    async def append_result(self, outcome: ToolOutcome, *, build: bool = False) -> int:
         """Appends a call's result once (0 tokens when it is there already, or was read back from
-        there); AppendConflict when the log holds another result for the call."""
+        there); AppendConflict when the log holds another result for the call. `build`: the answer
+        brings the next step's context (`RunState.next_view`)."""
         session_id, call_id = self.state.record.session_id, outcome.tool_call_id
         if call_id in self.state.read_back:
+            self.state.next_view = None
             return 0
+        build_tokens = self.build_tokens(build)
         try:
             return await self.append_once(
                 f"AppendToolResult({outcome.tool_name})",
-                lambda o: self.ports.context.append_tool_result(session_id, outcome, o),
+                lambda o: self.ports.context.append_tool_result(session_id, outcome, o, build_tokens=build_tokens),
             )
         except PortFailure as failure:
             if failure.error.code != ErrorCode.FAILED_PRECONDITION:
@@ -255,10 +271,11 @@ class Downstream:
             f"effect ({outcome_summary(own)}); do not call it again]"
         )
         note_id = message_id(record.task_id, f"{own.tool_call_id}:ran")
+        build_tokens = self.build_tokens(True)  # the notes come last before the next step
         return await self.append_once(
             "AppendMessage(note)",
             lambda o: self.ports.context.append_message(
-                record.session_id, "user", text, (), o, client_message_id=note_id
+                record.session_id, "user", text, (), o, client_message_id=note_id, build_tokens=build_tokens
             ),
         )
 

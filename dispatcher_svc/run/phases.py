@@ -22,7 +22,7 @@ from dataclasses import replace
 from agentmesh.chat import Usage
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, ToolOutcome
-from dispatcher_svc.ports import ContextView, SessionSpec, ToolInfo
+from dispatcher_svc.ports import Appended, ContextView, SessionSpec, ToolInfo
 from dispatcher_svc.prompts import encode_prompt
 from dispatcher_svc.run import decisions, handing, judging, tool_calls
 from dispatcher_svc.run.context import Run
@@ -52,23 +52,45 @@ async def setup(run: Run) -> NextStep:
         system_prompt=agent.system_prompt,
         max_context_tokens=agent.max_context_tokens,
     )
-    if c.ctx_count == 0 and record.session_id != record.task_id:
-        # The next turn of a conversation: StartTask attached this task to the session already.
-        info = await down.call(
-            "GetSession", lambda o: ports.context.get_session(record.session_id, o), retry_on=decisions.UNCERTAIN_CODES
-        )
-        c.ctx_count = info.message_count
-        c.raw_tokens = info.total_tokens
-    elif c.ctx_count == 0:
-        info = await down.call("CreateSession", lambda o: ports.context.create_session(spec, o))
-        c.ctx_count = info.message_count
     goal_id = message_id(record.task_id, "goal")
-    c.raw_tokens += await down.append_once(
-        "AppendMessage(goal)",
-        lambda o: ports.context.append_message(
-            record.session_id, "user", record.goal, (), o, client_message_id=goal_id
-        ),
-    )
+    build_tokens = down.build_tokens(True)  # step 1's context comes with the goal's append
+
+    async def open_session() -> None:
+        goal: Appended | None = None
+        if c.ctx_count == 0 and record.session_id != record.task_id:
+            # The next turn of a conversation: StartTask attached this task to the session already.
+            info = await down.call(
+                "GetSession",
+                lambda o: ports.context.get_session(record.session_id, o),
+                retry_on=decisions.UNCERTAIN_CODES,
+            )
+            c.ctx_count = info.message_count
+            c.raw_tokens = info.total_tokens
+        elif c.ctx_count == 0:
+            # The goal's append rides on CreateSession (issue 45); a resumed task's session exists, and
+            # a context_svc of an earlier release appends nothing: then the append below.
+            info = await down.call(
+                "CreateSession",
+                lambda o: ports.context.create_session(spec, o, goal_message_id=goal_id, build_tokens=build_tokens),
+            )
+            c.ctx_count = info.message_count
+            goal = info.goal
+        if goal is not None:
+            c.raw_tokens += down.appended("CreateSession(goal)", goal)
+            return
+        c.raw_tokens += await down.append_once(
+            "AppendMessage(goal)",
+            lambda o: ports.context.append_message(
+                record.session_id, "user", record.goal, (), o, client_message_id=goal_id, build_tokens=build_tokens
+            ),
+        )
+
+    if down.tools_known():
+        await open_session()
+    else:
+        # DiscoverTools only reads and needs nothing the session's calls do: one round trip instead of
+        # two (think() then finds the tools known).
+        await alongside(open_session(), down.offer_tools())
     return await begin_step(run)
 
 
@@ -100,17 +122,24 @@ async def think(run: Run) -> NextStep:
     """BuildContext, DiscoverTools, budget guard, Generate; the reply is checkpointed before any tool runs."""
     state, down = run.state, run.downstream
     record, agent, c = state.record, state.agent, state.cursor
-    build = down.call(
-        "BuildContext",
-        lambda o: down.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
-        retry_on=decisions.UNCERTAIN_CODES,  # a read: safe to send again whatever became of the last
-    )
-    if down.tools_known():
-        view = await build
+    built, state.next_view = state.next_view, None
+
+    def build() -> Awaitable[ContextView]:
+        return down.call(
+            "BuildContext",
+            lambda o: down.ports.context.build_context(record.session_id, agent.max_context_tokens, o),
+            retry_on=decisions.UNCERTAIN_CODES,  # a read: safe to send again whatever became of the last
+        )
+
+    if built is not None:
+        # The step's last append brought the context built right after it (issue 45): no BuildContext.
+        view, offered = built, await down.offer_tools()
+    elif down.tools_known():
+        view = await build()
         offered = await down.offer_tools()
     else:
         # Both only read, and neither needs the other's answer: one round trip instead of two.
-        view, offered = await alongside(build, down.offer_tools())
+        view, offered = await alongside(build(), down.offer_tools())
     await run.checkpoints.settle()
     over = decisions.before_generate(
         spent=state.usage.total_tokens,
@@ -217,10 +246,17 @@ async def correct(run: Run) -> NextStep:
         )
         c.reply_appended = True
     fix = c.fix
+    build_tokens = down.build_tokens(True)  # the next step's context comes with the correction
     c.raw_tokens += await down.append_once(
         "AppendMessage(correction)",
         lambda o: down.ports.context.append_message(
-            record.session_id, "user", fix, (), o, client_message_id=message_id(record.task_id, f"{c.step}:fix")
+            record.session_id,
+            "user",
+            fix,
+            (),
+            o,
+            client_message_id=message_id(record.task_id, f"{c.step}:fix"),
+            build_tokens=build_tokens,
         ),
     )
     c.fix = ""
@@ -280,7 +316,8 @@ async def act(run: Run) -> NextStep:
                 events += applied
             assert cs.state is CallStage.DONE and cs.outcome is not None
             try:
-                tokens = await down.append_result(cs.outcome)
+                # The reply's last result brings the next step's context along (unless notes follow it).
+                tokens = await down.append_result(cs.outcome, build=index + 1 == len(c.calls))
             except AppendConflict as conflict:
                 # The session log holds another result of this call: the truth, taken instead.
                 applied = tool_calls.retake(run, cs, conflict.stored.outcome, marks)

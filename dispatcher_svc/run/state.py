@@ -10,7 +10,7 @@ from agentmesh.chat import Usage
 from agentmesh.errors import AgentmeshError
 from dispatcher_svc.agents import AgentConfig
 from dispatcher_svc.model import TaskStatus, ToolOutcome
-from dispatcher_svc.ports import Appended, ToolInfo
+from dispatcher_svc.ports import Appended, ContextView, ToolInfo
 from dispatcher_svc.tasks import Cursor, TaskRecord
 
 
@@ -43,6 +43,9 @@ class RunState:
     ran_again: list[ToolOutcome] = field(default_factory=list)
     """This step's calls whose own attempt ran where the stored result failed (tool_calls.retake): the
     model is told after the reply's last result (`Downstream.notes_ran_again`)."""
+    next_view: ContextView | None = None
+    """The context context_svc built right after the run's last append (issue 45: the next step's
+    BuildContext rides on that append); None once anything else was appended, or none was asked for."""
     prompt: tuple[int, bytes] | None = None
     """The step's provider request (prompts.py), written by the commit that checkpoints its reply."""
     output_schema: dict[str, Any] | None = field(init=False)

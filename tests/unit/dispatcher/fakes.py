@@ -12,7 +12,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentmesh.chat import ToolCall, Usage, tool_error_text
@@ -66,6 +66,16 @@ class FakeContext:
     """session -> (newest task, generation), as AttachTask keeps it (absent: the session id, 0)."""
     attach_age_s: float = 3600.0
     """The newest task's age reported when an attach is refused."""
+    views_on_append: bool = True
+    """An append asked for the context built after it answers with it, and CreateSession appends the
+    goal when asked (False: as a context_svc of an earlier release, which ignores both requests, so the
+    loop appends the goal and calls BuildContext itself)."""
+
+    def _with_view(self, appended: Appended, session_id: str, build_tokens: int | None) -> Appended:
+        if build_tokens is None or not self.views_on_append:
+            return appended
+        self.calls["view_on_append"] += 1
+        return replace(appended, view=self._view(session_id, build_tokens))
 
     def _repeat(self, session_id: str, key: str, content: Any) -> Appended | None:
         """The original position of a repeated append, as context_svc answers it; None: a new one."""
@@ -84,13 +94,19 @@ class FakeContext:
         if self.fail_next:
             raise self.fail_next.pop(0)
 
-    async def create_session(self, spec: SessionSpec, opts: CallOptions) -> SessionInfo:
+    async def create_session(
+        self, spec: SessionSpec, opts: CallOptions, *, goal_message_id: str = "", build_tokens: int | None = None
+    ) -> SessionInfo:
         self._maybe_fail("create_session")
         if spec.session_id in self.sessions:
             return await self.get_session(spec.session_id, opts)
         self.sessions[spec.session_id] = []
         self.specs[spec.session_id] = spec
-        return SessionInfo(0, 0)
+        if not goal_message_id or not self.views_on_append:  # an earlier release appends nothing here
+            return SessionInfo(0, 0)
+        self.calls["goal_on_create"] += 1
+        goal = self._append_message(spec.session_id, "user", spec.goal, (), goal_message_id, build_tokens)
+        return SessionInfo(0, 0, goal=goal)
 
     async def get_session(self, session_id: str, opts: CallOptions) -> SessionInfo:
         if session_id not in self.sessions:
@@ -128,25 +144,39 @@ class FakeContext:
         opts: CallOptions,
         *,
         client_message_id: str = "",
+        build_tokens: int | None = None,
     ) -> Appended:
         self._maybe_fail("append_message")
+        return self._append_message(session_id, role, content, tool_calls, client_message_id, build_tokens)
+
+    def _append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        tool_calls: Sequence[ToolCall],
+        client_message_id: str,
+        build_tokens: int | None,
+    ) -> Appended:
         key, sent = f"m:{client_message_id}", (role, content, tuple(tool_calls))
         if client_message_id and (repeat := self._repeat(session_id, key, sent)) is not None:
-            return repeat
+            return self._with_view(repeat, session_id, build_tokens)
         log = self.sessions[session_id]
         count = tokens(content)
         log.append({"role": role, "content": content, "tool_calls": list(tool_calls), "tokens": count})
         if client_message_id:
             self.appended[(session_id, key)] = (len(log) - 1, sent)
-        return Appended(len(log) - 1, count)
+        return self._with_view(Appended(len(log) - 1, count), session_id, build_tokens)
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
         self._maybe_fail("append_tool_result")
         key = f"c:{outcome.tool_call_id}"
         error = error_to_json(outcome.error) if outcome.error is not None else None
         sent = (outcome.tool_name, outcome.output, error, outcome.pending, outcome.correction)  # not the stats
         if self.dedupe_tool_results and (repeat := self._repeat(session_id, key, sent)) is not None:
-            return repeat
+            return self._with_view(repeat, session_id, build_tokens)
         log = self.sessions[session_id]
         text = render(outcome)
         log.append(
@@ -160,7 +190,7 @@ class FakeContext:
             }
         )
         self.appended[(session_id, key)] = (len(log) - 1, sent)
-        return Appended(len(log) - 1, tokens(text))
+        return self._with_view(Appended(len(log) - 1, tokens(text)), session_id, build_tokens)
 
     async def tool_result(self, session_id: str, tool_call_id: str, opts: CallOptions) -> StoredResult | None:
         """GetToolResult: the result appended for the call, as appended."""
@@ -173,6 +203,9 @@ class FakeContext:
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
         self._maybe_fail("build_context")
+        return self._view(session_id, budget_tokens)
+
+    def _view(self, session_id: str, budget_tokens: int) -> ContextView:
         spec = self.specs[session_id]
         messages = [{"role": "system", "content": spec.system_prompt}, *self.sessions[session_id]]
         total = sum(tokens(m["content"]) for m in messages)

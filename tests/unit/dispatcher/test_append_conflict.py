@@ -24,12 +24,14 @@ class AppendedByAnotherOwner(FakeContext):
 
     squatted: int = 0
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
         if not self.squatted:
             self.squatted += 1
             limited = AgentmeshError(ErrorCode.RATE_LIMITED, "slow down")
             await super().append_tool_result(session_id, replace(outcome, output=None, error=limited), opts)
-        return await super().append_tool_result(session_id, outcome, opts)
+        return await super().append_tool_result(session_id, outcome, opts, build_tokens=build_tokens)
 
 
 def one_call(p: Prompt) -> Any:

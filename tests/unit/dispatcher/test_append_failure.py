@@ -21,11 +21,13 @@ class DownForResults(FakeContext):
 
     down: int = 3  # dispatcher.service_retry_attempts: the first run gives up, the resumed one succeeds
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
         if self.down > 0:
             self.down -= 1
             raise AgentmeshError(ErrorCode.UNAVAILABLE, "context_svc is down")
-        return await super().append_tool_result(session_id, outcome, opts)
+        return await super().append_tool_result(session_id, outcome, opts, build_tokens=build_tokens)
 
 
 def two_calls(p: Prompt) -> Any:

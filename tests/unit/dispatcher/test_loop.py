@@ -15,7 +15,7 @@ from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
 from agentmesh.identity import Authenticator
 from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
-from dispatcher_svc.ports import CallOptions, ContextView
+from dispatcher_svc.ports import CallOptions, ContextView, SessionInfo
 from dispatcher_svc.run.loop import RunResult
 from dispatcher_svc.tasks import CommitResult, TaskRecord, TaskStore
 from tests.unit.dispatcher.conftest import APPROVER, OPERATOR, MakeRig, Rig
@@ -468,7 +468,7 @@ async def test_generate_is_called_only_after_its_steps_start_checkpoint_is_in_th
 async def test_build_context_overlaps_the_step_start_checkpoint(make_rig: MakeRig) -> None:
     task_id = "t-overlap"
     in_stream_at_build: list[bool] = []
-    context = HookedContext()
+    context = HookedContext(views_on_append=False)  # BuildContext called: the overlap with it is tested
     rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}), context=context)
     # The checkpoint lands only once its step's BuildContext has begun; an awaited checkpoint would
     # wait out hold_s instead, and be in the stream when BuildContext looks.
@@ -488,7 +488,7 @@ async def test_build_context_overlaps_the_step_start_checkpoint(make_rig: MakeRi
 
 
 async def test_a_takeover_during_build_context_stops_the_run_as_stale_before_generate(make_rig: MakeRig) -> None:
-    context = HookedContext()
+    context = HookedContext(views_on_append=False)  # BuildContext called: the overlap with it is tested
     rig = await make_rig(lambda p: reply(text="must not be asked"), context=context, start=False)
     task_id = await rig.start(task_id="t-taken")
     record = await rig.dispatcher.worker.acquire(task_id, claimed=False)
@@ -565,6 +565,7 @@ class CallLog:
 def log_calls(rig: Rig, hold_s: float = 0.05) -> CallLog:
     calls = CallLog(hold_s)
     calls.wrap(rig.context, "build_context", "BuildContext")
+    calls.wrap(rig.context, "create_session", "CreateSession")
     calls.wrap(rig.tools, "discover", "DiscoverTools")
     calls.wrap(rig.context, "append_message", "AppendMessage")
     calls.wrap(rig.tools, "execute", "ExecuteTool")
@@ -572,14 +573,36 @@ def log_calls(rig: Rig, hold_s: float = 0.05) -> CallLog:
     return calls
 
 
-async def test_build_context_and_discover_tools_run_at_once(make_rig: MakeRig) -> None:
-    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
+async def test_without_views_on_appends_each_step_builds_its_context(make_rig: MakeRig) -> None:
+    rig = await make_rig(
+        one_call_then_answer, FakeTools({"calc": calculator}), context=FakeContext(views_on_append=False)
+    )
     calls = log_calls(rig)
     events = await rig.events(await rig.start("add 2 and 3"))
     assert events[-1].status == TaskStatus.SUCCEEDED
-    # Both started before either ended; DiscoverTools is asked once per run.
-    assert calls.index("start", "DiscoverTools") < calls.index("end", "BuildContext", 0)
-    assert calls.index("start", "BuildContext", 0) < calls.index("end", "DiscoverTools")
+    # Without views on appends: DiscoverTools beside the goal's append still, asked once per run, and
+    # a BuildContext per step.
+    assert calls.index("start", "DiscoverTools") < calls.index("end", "AppendMessage", 0)
+    assert calls.index("start", "AppendMessage", 0) < calls.index("end", "DiscoverTools")
+    assert [name for what, name in calls.entries if what == "start"].count("DiscoverTools") == 1
+    assert [name for what, name in calls.entries if what == "start"].count("BuildContext") == 2
+    assert rig.provider.prompts[0].tools == ["calc"]  # the discovered tool was offered
+
+
+async def test_discover_tools_runs_beside_create_session_which_appends_the_goal(make_rig: MakeRig) -> None:
+    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
+    calls = log_calls(rig)
+    task_id = await rig.start("add 2 and 3")
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    # Both started before either ended; CreateSession appended the goal and brought step 1's context,
+    # the tool result step 2's: no AppendMessage of the goal, no BuildContext.
+    assert calls.index("start", "DiscoverTools") < calls.index("end", "CreateSession")
+    assert calls.index("start", "CreateSession") < calls.index("end", "DiscoverTools")
+    assert ("start", "BuildContext") not in calls.entries
+    assert [name for what, name in calls.entries if what == "start"].count("AppendMessage") == 2  # reply, answer
+    assert rig.context.calls["goal_on_create"] == 1
+    assert [m["role"] for m in rig.context.sessions[task_id]][:3] == ["user", "assistant", "tool"]
     assert [name for what, name in calls.entries if what == "start"].count("DiscoverTools") == 1
     assert rig.provider.prompts[0].tools == ["calc"]  # the discovered tool was offered
 
@@ -592,27 +615,27 @@ async def test_the_replys_append_and_its_first_tool_call_run_at_once_and_the_res
     task_id = await rig.start("add 2 and 3")
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
-    reply_append = calls.index("start", "AppendMessage", 1)  # the first is the goal
+    reply_append = calls.index("start", "AppendMessage", 0)  # the goal came with CreateSession
     execute = calls.index("start", "ExecuteTool")
-    assert execute < calls.index("end", "AppendMessage", 1)
+    assert execute < calls.index("end", "AppendMessage", 0)
     assert reply_append < calls.index("end", "ExecuteTool")
     result = calls.index("start", "AppendToolResult")
-    assert result > calls.index("end", "AppendMessage", 1) and result > calls.index("end", "ExecuteTool")
+    assert result > calls.index("end", "AppendMessage", 0) and result > calls.index("end", "ExecuteTool")
     # The session keeps its order: the reply, then its result (the answer follows the final event).
     assert [m["role"] for m in rig.context.sessions[task_id]][:3] == ["user", "assistant", "tool"]
 
 
-async def test_a_failed_build_context_cancels_the_discover_tools_beside_it(make_rig: MakeRig) -> None:
+async def test_a_failed_create_session_cancels_the_discover_tools_beside_it(make_rig: MakeRig) -> None:
     rig = await make_rig(lambda p: reply(text="must not be asked"), FakeTools({"calc": calculator}))
     calls = CallLog(hold_s=5.0)
     calls.wrap(rig.tools, "discover", "DiscoverTools")
     permission = AgentmeshError(ErrorCode.PERMISSION_DENIED, "no context for you")
 
-    async def failing_build(*args: Any, **kw: Any) -> ContextView:
+    async def failing_create(*args: Any, **kw: Any) -> SessionInfo:
         await asyncio.sleep(0.05)  # DiscoverTools is under way by now
         raise permission
 
-    rig.context.build_context = failing_build  # type: ignore[method-assign]
+    rig.context.create_session = failing_create  # type: ignore[method-assign]
     task_id = await rig.start()
     events = await asyncio.wait_for(rig.events(task_id), 10)  # not the 5 s DiscoverTools would hold
     task = await rig.dispatcher.get_task(task_id, caller=OPERATOR)

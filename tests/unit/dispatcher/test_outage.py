@@ -30,11 +30,13 @@ class Flaky(FakeContext):
     down: int = 0
     build_down: int = 0
 
-    async def append_tool_result(self, session_id: str, outcome: ToolOutcome, opts: CallOptions) -> Appended:
+    async def append_tool_result(
+        self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
+    ) -> Appended:
         if self.down > 0:
             self.down -= 1
             raise AgentmeshError(ErrorCode.UNAVAILABLE, "context_svc is down")
-        return await super().append_tool_result(session_id, outcome, opts)
+        return await super().append_tool_result(session_id, outcome, opts, build_tokens=build_tokens)
 
     async def build_context(self, session_id: str, budget_tokens: int, opts: CallOptions) -> ContextView:
         if self.build_down > 0:
@@ -58,7 +60,11 @@ async def test_an_outage_within_the_budget_is_waited_out_in_the_run(make_rig: Ma
     recorded = recorded_metrics()
     tools = FakeTools({"notify": lambda c: "sent"})
     rig = await make_rig(
-        two_calls, tools, context=Flaky(down=6, build_down=4), dispatcher=WAIT, metrics=recorded.metrics
+        two_calls,
+        tools,
+        context=Flaky(down=6, build_down=4, views_on_append=False),
+        dispatcher=WAIT,
+        metrics=recorded.metrics,
     )
     task_id = await rig.start()
     events = await rig.events(task_id)
@@ -129,7 +135,7 @@ class Clocked(FakeContext):
 
 
 async def test_a_run_does_not_inherit_the_deadline_of_the_call_that_queued_it(make_rig: MakeRig) -> None:
-    context = Clocked(seen=[])
+    context = Clocked(seen=[], views_on_append=False)  # its BuildContext sees what the run's calls see
     rig = await make_rig(lambda p: reply(text="done"), context=context)
     # StartTask served with a deadline already past, as a run outliving it would see it later.
     deadline = callctx.deadline_var.set(time.monotonic() - 1.0)

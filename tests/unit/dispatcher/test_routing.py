@@ -239,3 +239,20 @@ async def test_repair_never_drops_a_member_re_added_since_it_looked(store: Store
     assert await load._drop(keys=[key], args=["t", "999.0"]) == 0
     assert await load._drop(keys=[key], args=["t", "1000.0"]) == 1
     assert await store.redis.zcard(key) == 0
+
+
+async def test_the_outcome_hash_is_trimmed_and_its_ttl_refreshed_once_a_minute_per_agent(store: Store) -> None:
+    load = AgentLoad(store, SETTINGS)
+    key = store.keys.agent_outcomes("a")
+    await store.redis.hset(key, "1:e", 5)  # a minute long past the window
+    await load.ended("a", "t1", TaskStatus.SUCCEEDED, first=True)
+    assert await store.redis.hexists(key, "1:e") == 0 and await store.redis.ttl(key) > 0
+    # Later ends of the same minute only count (issue 45): what they would drop waits a minute.
+    await store.redis.hset(key, "1:e", 5)
+    await store.redis.persist(key)
+    await load.ended("a", "t2", TaskStatus.FAILED, first=True)
+    assert await store.redis.hexists(key, "1:e") == 1 and await store.redis.ttl(key) == -1
+    assert (await load.signals(["a"]))[1] == {"a": (2, 1)}
+    load._trimmed["a"] -= 1  # the next minute
+    await load.ended("a", "t3", TaskStatus.SUCCEEDED, first=True)
+    assert await store.redis.hexists(key, "1:e") == 0 and await store.redis.ttl(key) > 0

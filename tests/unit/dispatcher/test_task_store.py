@@ -130,11 +130,14 @@ async def test_creating_an_existing_task_changes_nothing_but_queues_it_again(env
     assert record.goal == "g" and record.last_sequence == 1
     assert await env.store.redis.zscore(env.tasks.index_key, T) == 1234  # the first create time stays
     assert await env.queued() == [T, T]  # a harmless extra entry: its run finds the task taken or done
-    assert env.counted(TaskStatus.PENDING) == 1 and await env.active() == []
+    # Counted once; its agent's set gets it again (the create's pipeline adds it before the task's own
+    # write, issue 45): harmless, an unfinished task belongs there and the set's repair drops a finished one.
+    assert env.counted(TaskStatus.PENDING) == 1 and await env.active() == [T]
     # A task of no agent is counted under no agent, in no agent's set.
     agentless = {k: v for k, v in new_task("t-3").items() if k != "agent_id"}
     assert (await env.tasks.create("t-3", agentless, event("c", "t-3"), env.queue)).created
-    assert env.counted(TaskStatus.PENDING, agent="") == 1 and await env.store.redis.keys("*agentload*") == []
+    assert env.counted(TaskStatus.PENDING, agent="") == 1
+    assert await env.store.redis.keys("*agentload*") == [env.store.keys.agent_active(AGENT).encode()]  # ops' only
     # Without a create time, the task is still listed (at 0).
     await env.tasks.create("t-2", new_task("t-2"), event("created", "t-2"), env.queue)
     assert await env.store.redis.zscore(env.tasks.index_key, "t-2") == 0
@@ -451,6 +454,5 @@ async def test_each_operation_is_measured_under_its_own_name(env: Env) -> None:
         "index approval",
         "unindex approval",
         "due approvals",
-        "agent load",
         "create consumer group",
     }

@@ -390,11 +390,13 @@ async def test_the_heartbeat_refreshes_until_the_key_is_no_longer_ours(env: Env,
     assert beats.waits and set(beats.waits) == {1.0}
     assert 2500 < await env.heartbeat_pttl("hb1") <= 3000  # refreshed to the whole lease
     assert await env.heartbeat("hb1") == call.owner
-    task = [t for t in asyncio.all_tasks() if t.get_name() == "idempotency heartbeat hb1"]
-    assert len(task) == 1
+    # One loop per replica beats every call in flight (issue 45), not a task per call.
+    task = [t for t in asyncio.all_tasks() if t.get_name() == "idempotency heartbeats"]
+    assert task == [idem.heartbeats._loop] and idem.heartbeats.beating == {"hb1": call.owner}
     # Another owner took the key: the heartbeat stops by itself and leaves theirs alone.
     await env.put("hb1", {"s": "run", "h": call.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
-    await asyncio.wait_for(task[0], 10)  # it returned by itself
+    await asyncio.wait_for(task[0], 10)  # it returned by itself (nothing else to beat)
+    assert idem.heartbeats.beating == {}
     assert await env.heartbeat("hb1") == "t_other"
     await finish(call, None)
 
@@ -489,15 +491,21 @@ async def test_a_finished_call_is_kept_exactly_its_ttl(env: Env) -> None:
     assert TTL_S * 1000 - 5000 < await env.pttl("k23") <= TTL_S * 1000
 
 
-async def test_finishing_stops_the_heartbeat(env: Env) -> None:
+async def test_finishing_stops_the_heartbeat(env: Env, beats: BeatSleeps) -> None:
     key = "task-" + "k" * 95
-    call = make_call(key)
-    await env.idem()(call)
-    name = f"idempotency heartbeat {key[:40]}"
-    (beat,) = [t for t in asyncio.all_tasks() if t.get_name() == name]
-    assert not beat.done()
+    call, other = make_call(key), make_call("task-other")
+    idem = env.idem()
+    await idem(call)
+    await idem(other)
+    beat = idem.heartbeats._loop
+    assert beat is not None and not beat.done()
+    assert set(idem.heartbeats.beating) == {key, "task-other"}  # one loop for both
     await finish(call, ok(call))
-    assert beat.done()
+    assert set(idem.heartbeats.beating) == {"task-other"}
+    await beats.next()
+    assert not beat.done()  # the other call is still in flight
+    await finish(other, ok(other))
+    await asyncio.wait_for(beat, 10)  # nothing left to beat: the loop ends
 
 
 async def test_a_heartbeat_that_fails_is_logged_and_goes_on(
@@ -521,7 +529,8 @@ async def test_a_heartbeat_that_fails_is_logged_and_goes_on(
     await beats.next()
     assert 2500 < await env.heartbeat_pttl(key) <= 3000
     # Let it stop by itself (its key taken) rather than cancel it in the middle of a Redis call.
-    (task,) = [t for t in asyncio.all_tasks() if t.get_name() == f"idempotency heartbeat {key[:40]}"]
+    task = idem.heartbeats._loop
+    assert task is not None
     await env.put(key, {"s": "run", "h": call.call_sha256, "t": "t_other", "g": 0}, heartbeat="t_other")
     await asyncio.wait_for(task, 10)
     await finish(call, None)
