@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from agentmesh.embeddings import Embedder, Vectors
 from agentmesh.retrieval import BM25, Hit
@@ -113,7 +114,23 @@ class VectorIndex(Generic[K]):
                 return []
             sims = self._matrix[:used] @ vector.reshape(-1)
             keys = list(self._keys)
-        order = np.argsort(-sims, kind="stable")
+        # The best few by a partial sort (O(n)); all of them sorted only when a filter rejects too many.
+        width = min(used, max(4 * k, 64))
+        order = np.argpartition(-sims, width - 1)[:width] if width < used else np.arange(used)
+        order = order[np.argsort(-sims[order], kind="stable")]
+        hits = self._collect(order, sims, keys, k, allow)
+        if len(hits) < k and width < used and float(sims[order[-1]]) >= self.min_score:
+            hits = self._collect(np.argsort(-sims, kind="stable"), sims, keys, k, allow)
+        return hits
+
+    def _collect(
+        self,
+        order: npt.NDArray[np.intp],
+        sims: Vectors,
+        keys: list[K | None],
+        k: int,
+        allow: Callable[[K], bool] | None,
+    ) -> list[Hit[K]]:
         hits: list[Hit[K]] = []
         for row in order:
             score = float(sims[row])

@@ -139,3 +139,16 @@ def test_the_hybrid_finds_by_words_and_by_meaning(offline: OfflineEmbedder) -> N
     assert DOCS[retriever.search("Tuesday meeting", 1)[0].key] == "The meeting is moved to Tuesday"
     hybrid.add(99, "restart the payment pods")
     assert len(retriever) == len(DOCS) + 1 and retriever.search("restart pods", 1)[0].key == 99
+
+
+def test_a_filter_that_rejects_the_nearest_rows_still_finds_k() -> None:
+    embedder = HashEmbedder()
+    rng = np.random.default_rng(3)
+    rows = normalize(rng.standard_normal((500, embedder.dim)).astype(np.float32))
+    index: VectorIndex[int] = VectorIndex(embedder, min_score=-1.0)
+    index.add_vectors(list(range(500)), rows)
+    query = rows[0]
+    exact = [int(i) for i in np.argsort(-(rows @ query), kind="stable")]
+    allowed = [i for i in exact if i % 50 == 7]
+    assert [h.key for h in index.search_vector(query, 5, allow=lambda i: i % 50 == 7)] == allowed[:5]
+    assert [h.key for h in index.search_vector(query, 10)] == exact[:10]
