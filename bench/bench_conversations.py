@@ -148,14 +148,22 @@ async def _question(
     await engine.delete_session(OPERATOR, sid)
 
 
-async def run(conversations: list[Conversation], questions: int, retriever: str = "lexical") -> dict[int, Tally]:
+async def run(
+    conversations: list[Conversation],
+    questions: int,
+    retriever: str = "lexical",
+    semantic_weight: float = 1.0,
+    min_score: float = 0.3,
+) -> dict[int, Tally]:
     tallies = {budget: Tally() for budget in BUDGETS}
     with LocalRedis() as redis:
         async with await Store.connect(RedisSettings(url=redis.url), "dev") as store:
             engine = ContextEngine(ContextSettings(), store)
             if retriever == "hybrid":
                 embedder = CachedEmbedder(OfflineEmbedder())  # the same turns recur in every question's session
-                engine.assembly.recall = Recall(retriever=lambda: Hybrid[int](embedder))
+                engine.assembly.recall = Recall(
+                    retriever=lambda: Hybrid[int](embedder, semantic_weight=semantic_weight, min_score=min_score)
+                )
             for conv in conversations:
                 for q, (question, evidence) in enumerate(conv.questions[:questions]):
                     await _question(engine, f"locomo-{conv.name}-{q}", conv, question, evidence, tallies)
@@ -187,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--half", choices=("tune", "held-out", "all"), default="held-out")
     parser.add_argument("--questions", type=int, default=40, help="first N questions per conversation")
     parser.add_argument("--retriever", choices=("lexical", "hybrid"), default="lexical", help="how older turns rank")
+    parser.add_argument("--semantic-weight", type=float, default=1.0, help="hybrid: the cosine ranking's RRF weight")
+    parser.add_argument("--min-score", type=float, default=0.3, help="hybrid: the least cosine of a semantic hit")
     args = parser.parse_args(argv)
     if not args.data or not Path(args.data).is_file():
         print(f"no LoCoMo data at {args.data or '(unset)'}.\n{HOW_TO_GET}", file=sys.stderr)
@@ -194,11 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     conversations = load(Path(args.data))
     half = len(conversations) // 2
     chosen = {"tune": conversations[:half], "held-out": conversations[half:], "all": conversations}[args.half]
-    tallies = asyncio.run(run(chosen, args.questions, args.retriever))
+    tallies = asyncio.run(run(chosen, args.questions, args.retriever, args.semantic_weight, args.min_score))
     evidence = tallies[BUDGETS[0]].evidence
     print(
         f"LoCoMo {args.half} half ({', '.join(c.name for c in chosen)}), first {args.questions} questions per "
         f"conversation, {evidence} evidence turns, {args.retriever} recall"
+        + (
+            f" (semantic weight {args.semantic_weight}, min score {args.min_score})"
+            if args.retriever == "hybrid"
+            else ""
+        )
     )
     print(table(tallies))
     return 0
