@@ -7,7 +7,7 @@ model's `input_price_per_mtok`. Each distinct (model, text) is embedded once per
 kept by content hash (`agentmesh.embeddings.content_key`) in an LRU, and a cached text costs nothing.
 
 Bad input is INVALID_REQUEST naming the field: no inputs, more than `MAX_INPUTS`, an empty text or one
-over `MAX_CHARS`, a model of a backend that does not embed (Anthropic, scripted). A model the caller's
+over `MAX_CHARS`, more than `MAX_TOTAL_CHARS` in all, a model of a backend that does not embed (Anthropic, scripted). A model the caller's
 API key may not use is PERMISSION_DENIED; a backend without its key PROVIDER_AUTH_FAILED; upstream
 failures are the typed errors of `_http.py`.
 
@@ -33,12 +33,15 @@ from provider_svc.models.openai_embeddings import EmbeddingResult, OpenAIEmbeddi
 from provider_svc.service import ANONYMOUS_AGENT, Providers, unavailable_reason
 from provider_svc.usage import Prices, cost_usd
 
-__all__ = ["MAX_CHARS", "MAX_INPUTS", "OFFLINE_NAME", "Embedded", "Embeddings"]
+__all__ = ["MAX_CHARS", "MAX_INPUTS", "MAX_TOTAL_CHARS", "OFFLINE_NAME", "Embedded", "Embeddings"]
 
 OFFLINE_NAME = f"offline/{OFFLINE_MODEL}"
 """The offline model's name in Embed requests and usage rows."""
 MAX_INPUTS = 256
 MAX_CHARS = 8192
+MAX_TOTAL_CHARS = 65536
+"""A call's texts together: the offline model costs ~25 us of CPU a character (251k characters: 6.2 s on
+one core), so a batch of 256 maximal texts would hold it for ~50 s; this bounds a call to ~1.6 s."""
 _CACHE_ENTRIES = 65536
 
 
@@ -65,6 +68,9 @@ def validate_inputs(texts: Sequence[str]) -> None:
             raise InvalidRequestError(f"inputs[{i}]", "must not be empty")
         if len(text) > MAX_CHARS:
             raise InvalidRequestError(f"inputs[{i}]", f"at most {MAX_CHARS} characters, got {len(text)}")
+    total = sum(len(t) for t in texts)
+    if total > MAX_TOTAL_CHARS:
+        raise InvalidRequestError("inputs", f"at most {MAX_TOTAL_CHARS} characters in all, got {total}")
 
 
 def estimate_tokens(text: str) -> int:

@@ -15,7 +15,7 @@ import pytest
 from agentmesh.errors import ErrorCode
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import provider_pb2, provider_pb2_grpc
-from provider_svc.embedding import MAX_CHARS, MAX_INPUTS, OFFLINE_NAME
+from provider_svc.embedding import MAX_CHARS, MAX_INPUTS, MAX_TOTAL_CHARS, OFFLINE_NAME
 from provider_svc.server import SPEC
 from tests.conftest import RunningService
 from tests.contract.provider.conftest import OPENAI_KEY, backend
@@ -102,6 +102,7 @@ async def test_upstream_failures_are_typed(start_service: Start, openai_fake: Fa
         (provider_pb2.EmbedRequest(inputs=["x"] * (MAX_INPUTS + 1)), "inputs"),
         (provider_pb2.EmbedRequest(inputs=["ok", "  "]), "inputs[1]"),
         (provider_pb2.EmbedRequest(inputs=["x" * (MAX_CHARS + 1)]), "inputs[0]"),
+        (provider_pb2.EmbedRequest(inputs=["x" * MAX_CHARS] * (MAX_TOTAL_CHARS // MAX_CHARS + 1)), "inputs"),
         (provider_pb2.EmbedRequest(model="scripted/default", inputs=["x"]), "model"),
     ],
 )
