@@ -7,9 +7,9 @@ model's `input_price_per_mtok`. Each distinct (model, text) is embedded once per
 kept by content hash (`agentmesh.embeddings.content_key`) in an LRU, and a cached text costs nothing.
 
 Bad input is INVALID_REQUEST naming the field: no inputs, more than `MAX_INPUTS`, an empty text or one
-over `MAX_CHARS`, more than `MAX_TOTAL_CHARS` in all, a model of a backend that does not embed (Anthropic, scripted). A model the caller's
-API key may not use is PERMISSION_DENIED; a backend without its key PROVIDER_AUTH_FAILED; upstream
-failures are the typed errors of `_http.py`.
+over `MAX_CHARS`, more than `MAX_TOTAL_CHARS` in all, a model of a backend that does not embed
+(Anthropic, scripted). A model the caller's API key may not use is PERMISSION_DENIED; a backend without
+its key PROVIDER_AUTH_FAILED; upstream failures are the typed errors of `_http.py`.
 
 The offline model runs in a worker thread (a batch of 256 short texts is ~0.4 s of CPU); its token
 usage is estimated as UTF-8 bytes / 4 (at least 1 a text), since its SentencePiece count is internal.
