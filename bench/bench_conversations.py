@@ -15,7 +15,8 @@ other (`--half held-out`). The data states no licence, so it is not in this repo
     git clone https://github.com/snap-research/locomo && cp locomo/data/locomo10.zip /tmp/
     .venv/bin/python -m bench.bench_conversations --data /tmp/locomo10.zip --half held-out [--questions 40]
 
-(or set AGENTMESH_LOCOMO to the zip's path).
+(or set AGENTMESH_LOCOMO to the zip's path). `--retriever hybrid` ranks older turns by BM25 fused with
+the offline multilingual embedder's cosine (agentmesh/semantic.py `Hybrid`, issue 51) instead of BM25 alone.
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ from typing import Any
 
 from agentmesh.config import ContextSettings, RedisSettings
 from agentmesh.dev.localredis import LocalRedis
+from agentmesh.embeddings import CachedEmbedder, OfflineEmbedder
+from agentmesh.semantic import Hybrid
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller, Message, Role
+from context_svc.recall import Recall
 
 BUDGETS = (2000, 4000, 8000)
 OPERATOR = Caller("bench", is_operator=True)
@@ -144,11 +148,22 @@ async def _question(
     await engine.delete_session(OPERATOR, sid)
 
 
-async def run(conversations: list[Conversation], questions: int) -> dict[int, Tally]:
+async def run(
+    conversations: list[Conversation],
+    questions: int,
+    retriever: str = "lexical",
+    semantic_weight: float = 1.0,
+    min_score: float = 0.3,
+) -> dict[int, Tally]:
     tallies = {budget: Tally() for budget in BUDGETS}
     with LocalRedis() as redis:
         async with await Store.connect(RedisSettings(url=redis.url), "dev") as store:
             engine = ContextEngine(ContextSettings(), store)
+            if retriever == "hybrid":
+                embedder = CachedEmbedder(OfflineEmbedder())  # the same turns recur in every question's session
+                engine.assembly.recall = Recall(
+                    retriever=lambda: Hybrid[int](embedder, semantic_weight=semantic_weight, min_score=min_score)
+                )
             for conv in conversations:
                 for q, (question, evidence) in enumerate(conv.questions[:questions]):
                     await _question(engine, f"locomo-{conv.name}-{q}", conv, question, evidence, tallies)
@@ -179,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=os.environ.get("AGENTMESH_LOCOMO", ""), help="path of locomo10.zip")
     parser.add_argument("--half", choices=("tune", "held-out", "all"), default="held-out")
     parser.add_argument("--questions", type=int, default=40, help="first N questions per conversation")
+    parser.add_argument("--retriever", choices=("lexical", "hybrid"), default="lexical", help="how older turns rank")
+    parser.add_argument("--semantic-weight", type=float, default=1.0, help="hybrid: the cosine ranking's RRF weight")
+    parser.add_argument("--min-score", type=float, default=0.3, help="hybrid: the least cosine of a semantic hit")
     args = parser.parse_args(argv)
     if not args.data or not Path(args.data).is_file():
         print(f"no LoCoMo data at {args.data or '(unset)'}.\n{HOW_TO_GET}", file=sys.stderr)
@@ -186,11 +204,16 @@ def main(argv: list[str] | None = None) -> int:
     conversations = load(Path(args.data))
     half = len(conversations) // 2
     chosen = {"tune": conversations[:half], "held-out": conversations[half:], "all": conversations}[args.half]
-    tallies = asyncio.run(run(chosen, args.questions))
+    tallies = asyncio.run(run(chosen, args.questions, args.retriever, args.semantic_weight, args.min_score))
     evidence = tallies[BUDGETS[0]].evidence
     print(
         f"LoCoMo {args.half} half ({', '.join(c.name for c in chosen)}), first {args.questions} questions per "
-        f"conversation, {evidence} evidence turns"
+        f"conversation, {evidence} evidence turns, {args.retriever} recall"
+        + (
+            f" (semantic weight {args.semantic_weight}, min score {args.min_score})"
+            if args.retriever == "hybrid"
+            else ""
+        )
     )
     print(table(tallies))
     return 0

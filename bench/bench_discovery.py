@@ -21,6 +21,8 @@ ranking before issue 51 (bench/discovery_before.py).
 
     python -m bench.bench_discovery            # the table, with the committed Weights
     python -m bench.bench_discovery --tune     # grid search on the tune half, then the table
+    python -m bench.bench_discovery --hybrid   # and BM25 + embeddings (bench/discovery_hybrid.py), its
+                                               # semantic weight chosen on the tune half
 """
 
 from __future__ import annotations
@@ -212,6 +214,7 @@ def tune(questions: Sequence[Question], pooled_tools: Sequence[ToolDef]) -> Weig
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--tune", action="store_true", help="grid-search the weights on the tune half first")
+    parser.add_argument("--hybrid", action="store_true", help="add BM25 + embeddings, weight tuned on the tune half")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     questions = [q for name in SETS for q in load(name)]
@@ -234,6 +237,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         ),
         ("lexical (DiscoverTools)", ours(weights), _pooled_ours(weights)),
     ]
+    if args.hybrid:
+        from bench.discovery_hybrid import Hybrid
+
+        hybrid = Hybrid()
+        hybrid.warm(pooled_tools + [t for q in questions for t in q.tools], [q.query for q in questions])
+        best = (-1.0, 1.0)
+        for semantic_weight in (0.25, 0.5, 1.0, 2.0):
+            r = measure(
+                halves["tune"],
+                hybrid.ranker(weights, semantic_weight),
+                pooled_tools,
+                hybrid.pooled(weights, semantic_weight),
+            )
+            objective = (r.per_question + r.pooled_top1 + r.pooled_top10) / 3
+            print(f"  hybrid semantic weight {semantic_weight}: tune objective {objective:.2f}", file=sys.stderr)
+            best = max(best, (objective, semantic_weight))
+        rankers.append(
+            (
+                f"hybrid (BM25 + embeddings, weight {best[1]})",
+                hybrid.ranker(weights, best[1]),
+                hybrid.pooled(weights, best[1]),
+            )
+        )
     print()
     print(
         "| half | ranking | top-1 per question | two-tool questions | live_multiple | multiple "

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.config import ContextSettings
+from agentmesh.embeddings import OfflineEmbedder
 from agentmesh.errors import AgentmeshError, InvalidRequestError
 from agentmesh.store import Store
 from context_svc.lru import LRU
@@ -37,8 +38,9 @@ from context_svc.memory import (
 )
 from context_svc.memory_store import MemoryStore, Remembered
 from context_svc.model import Caller, Session
+from context_svc.semantic_memory import ErasableRecall, SemanticMemoryRecall
 
-__all__ = ["Memories", "Prefetch"]
+__all__ = ["Memories", "Prefetch", "default_recall"]
 
 log = logging.getLogger("context_svc")
 
@@ -58,6 +60,15 @@ def _retrieved(task: asyncio.Future[list[MemoryRecord]]) -> None:
         task.exception()
 
 
+def default_recall(settings: ContextSettings) -> MemoryRecall:
+    """`context.memory_recall`: "lexical" (BM25 and recency) or "semantic" (the offline multilingual
+    embedder's cosine with BM25, and recency: context_svc/semantic_memory.py)."""
+    if settings.memory_recall == "semantic":
+        # No shared cache: the recall keeps its own vectors per subject, so an erasure drops them all.
+        return SemanticMemoryRecall(OfflineEmbedder(), half_life_days=settings.memory_half_life_days)
+    return LexicalMemoryRecall(half_life_days=settings.memory_half_life_days)
+
+
 class Memories:
     """Remember / ListMemories / Forget, recall and extraction (see the module docstring)."""
 
@@ -75,7 +86,7 @@ class Memories:
         self.records = MemoryStore(
             store, max_chars=settings.memory_max_chars, max_records=settings.memory_max_records, clock=self.clock
         )
-        self.recall = recall or LexicalMemoryRecall(half_life_days=settings.memory_half_life_days)
+        self.recall = recall or default_recall(settings)
         # Session id -> its owner, learned at BuildContext (an owner never changes within a session;
         # a stale entry after a re-creation only wastes a prefetch): the next build of the session
         # reads the owner's memories while the session loads. Forget of a user drops the user's entries.
@@ -104,15 +115,22 @@ class Memories:
 
     async def forget(self, caller: Caller, memory_id: str) -> int:
         """Deletes one record: NotFoundError when there is none (the caller may not tell whose it is)."""
-        check_memory_access(caller, await self.records.subject_of(memory_id))
-        return await self.records.forget(memory_id)
+        subject = await self.records.subject_of(memory_id)
+        check_memory_access(caller, subject)
+        deleted = await self.records.forget(memory_id)
+        if isinstance(self.recall, ErasableRecall):
+            self.recall.forget_memory(subject, memory_id)  # its vector too (issue 51)
+        return deleted
 
     async def forget_subject(self, caller: Caller, subject: Subject) -> int:
         check_memory_access(caller, subject)
         if subject.scope is Scope.USER:
             for session_id in self._owners.keys_of(subject.id):
                 self._owners.forget(session_id)
-        return await self.records.forget_subject(subject)
+        deleted = await self.records.forget_subject(subject)
+        if isinstance(self.recall, ErasableRecall):
+            self.recall.forget_subject(subject)  # every vector of the subject (issue 51)
+        return deleted
 
     def prefetch(self, session_id: str) -> Prefetch | None:
         """Starts reading the memories of the owner this process saw for `session_id` last (None when
@@ -152,6 +170,8 @@ class Memories:
             records = await prefetched.task
         else:
             records = await self.records.active(subject)
+        if isinstance(self.recall, ErasableRecall):
+            await self.recall.prepare(records, query)  # embeddings off the event loop
         ranked = self.recall.rank(records, query, now=self.clock(), limit=limit)
         text = render_memories(ranked)
         while ranked and count(text) > budget:

@@ -83,7 +83,9 @@ def query_of(goal: str, messages: Sequence[Message]) -> str:
 class Recall:
     """Per-session retrieval indexes and the recall block (see the module docstring)."""
 
-    def __init__(self, entries: int = 256) -> None:
+    def __init__(self, entries: int = 256, *, retriever: Callable[[], Retriever[int]] = BM25) -> None:
+        # A semantic or hybrid retriever (agentmesh/semantic.py) can replace BM25 (issue 51).
+        self._retriever = retriever
         self._indexes: LRU[tuple[str, str], _Index] = LRU(entries)
         # A build repeated on an unchanged session (same window, budget and question) reuses its block.
         self._blocks: LRU[tuple[object, ...], tuple[Recalled | None]] = LRU(entries * 4)
@@ -95,7 +97,7 @@ class Recall:
         key = (session_id, epoch)
         index = self._indexes.get(key)
         if index is None:
-            index = self._indexes.put(key, _Index())
+            index = self._indexes.put(key, _Index(retriever=self._retriever()))
         if index.upto >= upto:
             return index
         missing = [i for i in range(index.upto, upto) if i not in held]

@@ -33,6 +33,7 @@ from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from provider_svc.alerts import SpendAlerts
 from provider_svc.billing import billed_agent
 from provider_svc.compat.routes import CompatApi
+from provider_svc.embedding import Embedded, Embeddings
 from provider_svc.models.base import (
     Attempt,
     CallContext,
@@ -294,8 +295,10 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
         recorder: RequestRecorder | None = None,
         spend: SpendReports | None = None,
+        embeddings: Embeddings | None = None,
     ) -> None:
         self.providers = providers
+        self.embeddings = embeddings or Embeddings(providers)
         self.max_json_depth = max_json_depth
         self.recorder = recorder or RequestRecorder()
         self.spend = spend or SpendReports(providers.ledger, providers.quotas, None, providers.gateway, None)
@@ -422,6 +425,29 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             raise InvalidRequestError("kind", f"unknown scope kind {request.kind}")
         page = await self.spend.budgets(require_identity(), kind, request.page_size, request.page_token)
         return budgets_pb(page)
+
+    async def Embed(
+        self, request: provider_pb2.EmbedRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> provider_pb2.EmbedResponse:
+        identity = require_identity()
+        ctx = call_context(billed_agent(identity, request.agent_id), identity)
+        embedded = await self.embeddings.embed(list(request.inputs), ctx, model=request.model)
+        return embedded_pb(embedded)
+
+
+def embedded_pb(embedded: Embedded) -> provider_pb2.EmbedResponse:
+    """The EmbedResponse of an Embed call's answer."""
+    return provider_pb2.EmbedResponse(
+        embeddings=[
+            provider_pb2.Embedding(values=row.tolist(), index=i, cached=cached)
+            for i, (row, cached) in enumerate(zip(embedded.vectors, embedded.cached, strict=True))
+        ],
+        model=embedded.model,
+        dimensions=int(embedded.vectors.shape[1]),
+        usage=codec.usage_to_pb(embedded.usage),
+        cost_usd=embedded.cost_usd,
+        latency=codec.duration(max(embedded.latency_s, 0.0)),
+    )
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:

@@ -24,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.audit import AuditLog
 from agentmesh.config import Settings
+from agentmesh.embeddings import OfflineEmbedder
 from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError, echo
 from agentmesh.metrics import Metrics
 from agentmesh.payloads import PayloadStore
@@ -45,7 +46,7 @@ from tool_svc.builtin import BuiltinDeps, default_specs, executors
 from tool_svc.call import CallState, Step
 from tool_svc.cpu import CpuPool
 from tool_svc.cpu_validation import ValidateArgumentsInPool
-from tool_svc.discovery import Discovery, Scored
+from tool_svc.discovery import Discovery, Scored, ToolIndex
 from tool_svc.guard import DangerGuard, GuardArguments
 from tool_svc.http import HttpTransport
 from tool_svc.http_tool import HttpToolExecutor
@@ -69,6 +70,7 @@ from tool_svc.redact import RedactSecrets, redact_outcome
 from tool_svc.registry import RegisteredTool, ResolveTool, ToolRegistry
 from tool_svc.retry import Execute
 from tool_svc.sandbox import Sandbox
+from tool_svc.semantic_discovery import HybridDiscovery, HybridToolIndex
 from tool_svc.shared_breaker import SharedBreakers
 from tool_svc.validation import ValidateOutput, parse_arguments
 
@@ -157,6 +159,8 @@ class Gateway:
             sleep=pause,
         )
         self.discovery = Discovery()
+        # tools.discovery: hybrid also ranks by the offline multilingual embedder (issue 51).
+        self.hybrid_discovery = HybridDiscovery(OfflineEmbedder()) if tools.discovery == "hybrid" else None
         # MCP servers' tools (docs/architecture.md §16); the SDK is loaded only when servers are configured.
         self.mcp: McpMount | None = None
         if tools.mcp_servers:
@@ -393,10 +397,16 @@ class Gateway:
 
     async def discover(self, goal: str, k: int, *, caller: Caller, permitted_only: bool) -> list[Scored]:
         await self.registry.refresh_if_stale()
+
         # A tool that cannot run now (its MCP server is down) is not offered.
-        index = self.discovery.index(
-            self.registry.version, lambda: [t.spec for t in self.registry.tools() if not t.unavailable]
-        )
+        def listed() -> list[ToolDef]:
+            return [t.spec for t in self.registry.tools() if not t.unavailable]
+
+        index: ToolIndex | HybridToolIndex
+        if self.hybrid_discovery is not None:
+            index = await self.hybrid_discovery.index(self.registry.version, listed, goal)
+        else:
+            index = self.discovery.index(self.registry.version, listed)
 
         def permitted(tool: ToolDef) -> bool:
             return permissions.allowed(caller.permissions, permissions.required_permission(tool, self.environment))

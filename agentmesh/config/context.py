@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from agentmesh.config.base import MiB, _Section
@@ -73,6 +75,9 @@ class ContextSettings(_Section):
     """Memories of a session's user recalled into its system block (0: none)."""
     memory_half_life_days: float = Field(30.0, gt=0)
     """Recall's recency weight: a memory this old counts 3/4 of a new one, a very old one 1/2."""
+    memory_recall: Literal["lexical", "semantic"] = "lexical"
+    """How memories are ranked for a context: "lexical" (BM25 and recency) or "semantic" (issue 51: the offline
+    multilingual embedder's cosine with BM25 and recency; finds "以后发票都用欧元" for "Make an invoice")."""
     memory_extract: bool = False
     """Remember the explicit preference statements of users' messages at append ("I prefer ...", "以后...都用...")."""
     memory_clock_offset_s: float = 0.0

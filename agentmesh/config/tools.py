@@ -252,6 +252,9 @@ class ToolsSettings(_Section):
     retry: ToolRetrySettings = ToolRetrySettings()
     breaker: ToolBreakerSettings = ToolBreakerSettings()
     rate_limit: ToolRateLimitSettings = ToolRateLimitSettings()
+    discovery: Literal["lexical", "hybrid"] = "lexical"
+    """DiscoverTools' ranking: "lexical" (BM25) or "hybrid" (issue 51: BM25 fused with the offline multilingual
+    embedder; finds "query user info" for "获取客户资料"; loads a 32 MB model, ~3 s, on the first call)."""
     approval_ttl_s: float = Field(900.0, gt=0)
     """A pending approval expires after this long."""
     idempotency_ttl_s: int = Field(8 * 24 * 3600, gt=0)

@@ -21,7 +21,7 @@ from connectrpc.protocol import ProtocolType
 from connectrpc.server import ConnectASGIApplication, DEFAULT_READ_MAX_BYTES, Endpoint
 from pyqwest import Client
 
-from .provider_pb2 import GenerateRequest, GenerateResponse, GenerateStreamRequest, GenerateStreamResponse, GetSpendSummaryRequest, GetSpendSummaryResponse, GetUsageRequest, GetUsageResponse, ListBudgetsRequest, ListBudgetsResponse, ListModelsRequest, ListModelsResponse
+from .provider_pb2 import EmbedRequest, EmbedResponse, GenerateRequest, GenerateResponse, GenerateStreamRequest, GenerateStreamResponse, GetSpendSummaryRequest, GetSpendSummaryResponse, GetUsageRequest, GetUsageResponse, ListBudgetsRequest, ListBudgetsResponse, ListModelsRequest, ListModelsResponse
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -76,6 +76,14 @@ class ProviderService(Protocol):
         """
         The quota scopes (API keys, agents, tenants) with their budgets and their spend of the current UTC
         day and month, paged. An operator sees all; an agent its own agent and keys; an API key itself.
+        """
+        raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
+
+    async def embed(self, request: EmbedRequest, ctx: RequestContext[EmbedRequest, EmbedResponse], /) -> EmbedResponse:
+        """
+        Embeds a batch of texts as unit vectors, with the offline multilingual model (the default) or an
+        OpenAI-compatible backend's /embeddings; each distinct text is embedded once (a content-hash cache),
+        and usage and cost are recorded like Generate's.
         """
         raise ConnectError(Code.UNIMPLEMENTED, 'Not implemented')
 
@@ -158,6 +166,17 @@ class ProviderServiceASGIApplication(ConnectASGIApplication[ProviderService]):
                         stream_type=StreamType.UNARY,
                     ),
                     function=svc.list_budgets,
+                ),
+                "/agentmesh.v1.ProviderService/Embed": Endpoint.unary(
+                    method=MethodInfo(
+                        name="Embed",
+                        service_name="agentmesh.v1.ProviderService",
+                        input=EmbedRequest,
+                        output=EmbedResponse,
+                        idempotency_level=IdempotencyLevel.UNKNOWN,
+                        stream_type=StreamType.UNARY,
+                    ),
+                    function=svc.embed,
                 ),
             },
             interceptors=interceptors,
@@ -347,4 +366,29 @@ class ProviderServiceClient(ConnectClient):
             headers=headers,
             timeout_ms=timeout_ms,
             use_get=use_get,
+        )
+    async def embed(
+        self,
+        request: EmbedRequest,
+        *,
+        headers: Headers | Mapping[str, str] | None = None, 
+        timeout_ms: int | None = None,
+    ) -> EmbedResponse:
+        """
+        Embeds a batch of texts as unit vectors, with the offline multilingual model (the default) or an
+        OpenAI-compatible backend's /embeddings; each distinct text is embedded once (a content-hash cache),
+        and usage and cost are recorded like Generate's.
+        """
+        return await self.execute_unary(
+            request=request,
+            method=MethodInfo(
+                name="Embed",
+                service_name="agentmesh.v1.ProviderService",
+                input=EmbedRequest,
+                output=EmbedResponse,
+                idempotency_level=IdempotencyLevel.UNKNOWN,
+                stream_type=StreamType.UNARY,
+            ),
+            headers=headers,
+            timeout_ms=timeout_ms,
         )

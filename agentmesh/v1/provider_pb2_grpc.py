@@ -65,6 +65,11 @@ class ProviderServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/agentmesh.v1.ProviderService/Embed',
+                request_serializer=agentmesh_dot_v1_dot_provider__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_provider__pb2.EmbedResponse.FromString,
+                _registered_method=True)
 
 
 class ProviderServiceServicer:
@@ -115,6 +120,15 @@ class ProviderServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Embeds a batch of texts as unit vectors, with the offline multilingual model (the default) or an
+        OpenAI-compatible backend's /embeddings; each distinct text is embedded once (a content-hash cache),
+        and usage and cost are recorded like Generate's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProviderServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +161,11 @@ def add_ProviderServiceServicer_to_server(servicer, server):
                     servicer.ListBudgets,
                     request_deserializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_provider__pb2.ListBudgetsResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=agentmesh_dot_v1_dot_provider__pb2.EmbedRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_provider__pb2.EmbedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +331,33 @@ class ProviderService:
             '/agentmesh.v1.ProviderService/ListBudgets',
             agentmesh_dot_v1_dot_provider__pb2.ListBudgetsRequest.SerializeToString,
             agentmesh_dot_v1_dot_provider__pb2.ListBudgetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.ProviderService/Embed',
+            agentmesh_dot_v1_dot_provider__pb2.EmbedRequest.SerializeToString,
+            agentmesh_dot_v1_dot_provider__pb2.EmbedResponse.FromString,
             options,
             channel_credentials,
             insecure,

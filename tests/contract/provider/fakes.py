@@ -1,4 +1,4 @@
-"""Local fakes of the OpenAI chat completions and Anthropic Messages APIs: real HTTP servers.
+"""Local fakes of the OpenAI chat completions (and embeddings) and Anthropic Messages APIs: real HTTP servers.
 
 Each fake is a `ThreadingHTTPServer` on 127.0.0.1 speaking the real wire format (JSON bodies, SSE
 with chunked transfer encoding, error bodies, Retry-After). Behaviour is programmed per request
@@ -8,6 +8,9 @@ with `push(Reply(...))`; with nothing queued a fake answers `default`. Every req
 With `validate=True` (the default) every request body is checked against the official SDK's request
 parameter TypedDict (unknown top-level keys rejected) and every response body or stream event
 against the SDK's response model; failures are collected in `errors` (tests assert it is empty).
+The OpenAI fake also answers `POST /v1/embeddings` (issue 51): the body is checked against the SDK's
+`EmbeddingCreateParams`, the answer against `CreateEmbeddingResponse`; each vector is a deterministic
+function of its text (`fake_embedding`), `EMBEDDING_DIM` long, usage one token per 4 UTF-8 bytes.
 
 `python -m tests.contract.provider.fakes openai|anthropic [--port N] [--no-validate]` runs one
 alone (the benchmark starts it in its own process), printing `PORT <n>` when ready.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import socket
 import threading
@@ -28,6 +32,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 Kind = Literal["openai", "anthropic"]
+
+EMBEDDING_DIM = 8
+EMBEDDINGS_PATH = "/v1/embeddings"
 
 
 @dataclass
@@ -119,6 +126,21 @@ class _Validators:
             body: stream  # type: ignore[valid-type]
 
         self.request_models = {False: NonStreaming, True: Streaming}
+        if kind == "openai":
+            from openai.types import CreateEmbeddingResponse, embedding_create_params
+
+            class Embeddings(BaseModel):
+                model_config = ConfigDict(extra="forbid")
+                body: embedding_create_params.EmbeddingCreateParams
+
+            self.embeddings_request: Any = Embeddings
+            self.embeddings_response: Any = CreateEmbeddingResponse
+
+    def embeddings(self, body: Any) -> None:
+        self.embeddings_request(body=body)
+
+    def embeddings_body(self, body: Any) -> None:
+        self.embeddings_response.model_validate(body)
 
     def request(self, body: Any) -> None:
         streaming = bool(isinstance(body, dict) and body.get("stream"))
@@ -198,6 +220,26 @@ def openai_chunks(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
         "choices": [],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
+
+
+def fake_embedding(text: str) -> list[float]:
+    """The fake's vector of `text`: bytes of its SHA-256, centred, `EMBEDDING_DIM` long (not normalized)."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [(b - 127.5) / 127.5 for b in digest[:EMBEDDING_DIM]]
+
+
+def openai_embeddings(body: Any, model: str) -> bytes:
+    raw = body.get("input") if isinstance(body, dict) else None
+    texts = [raw] if isinstance(raw, str) else [str(t) for t in raw or []]
+    tokens = sum(max(1, len(t.encode()) // 4) for t in texts)
+    data = [{"object": "embedding", "index": i, "embedding": fake_embedding(t)} for i, t in enumerate(texts)]
+    payload = {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return json.dumps(payload).encode()
 
 
 def anthropic_message(reply: Reply, model: str) -> bytes:
@@ -400,7 +442,8 @@ class FakeProvider:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with fake._lock:
                     fake.received.append(Received(self.path, headers, raw))
-                if self.path != fake.path:
+                embeddings = fake.kind == "openai" and self.path == EMBEDDINGS_PATH
+                if self.path != fake.path and not embeddings:
                     self._send(
                         404,
                         error_body(fake.kind, Reply.error(404, f"no route {self.path}", error_type="not_found_error")),
@@ -411,7 +454,10 @@ class FakeProvider:
                     body = json.loads(raw)
                 except ValueError:
                     body = None
-                fake._check("request", fake.validators.request if fake.validators else None, body)
+                if embeddings:
+                    fake._check("request", fake.validators.embeddings if fake.validators else None, body)
+                else:
+                    fake._check("request", fake.validators.request if fake.validators else None, body)
                 reply = fake._next()
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
@@ -425,6 +471,13 @@ class FakeProvider:
                         "error body", fake.validators.error_body if fake.validators else None, json.loads(payload)
                     )
                     self._send(reply.status, payload, reply.headers)
+                    return
+                if embeddings:
+                    payload = openai_embeddings(body, model)
+                    fake._check(
+                        "response", fake.validators.embeddings_body if fake.validators else None, json.loads(payload)
+                    )
+                    self._send(200, payload, reply.headers)
                     return
                 if isinstance(body, dict) and body.get("stream"):
                     self._stream(reply, model)
