@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agentmesh.localredis import LocalRedis
+from agentmesh.dev.localredis import LocalRedis
 from agentmesh.v1 import context_pb2, context_pb2_grpc
 from tests.e2e.conftest import free_port, spawn, wait_serving
 from tests.e2e.context.test_memory_processes import DAYS_21, _dump, _md, _say, _session, _stop, _system
