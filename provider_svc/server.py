@@ -11,14 +11,12 @@ identity: an agent bills only itself, an operator no agent (its own subject), an
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
-from google.protobuf import timestamp_pb2
 
 from agentmesh import callctx
 from agentmesh.apikeys import ApiKeys
@@ -33,7 +31,7 @@ from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from provider_svc.alerts import SpendAlerts
 from provider_svc.billing import billed_agent
 from provider_svc.compat.routes import CompatApi
-from provider_svc.embedding import Embedded, Embeddings
+from provider_svc.embedding import Embeddings
 from provider_svc.models.base import (
     Attempt,
     CallContext,
@@ -48,8 +46,9 @@ from provider_svc.models.base import (
     ToolDef,
 )
 from provider_svc.recording import RequestRecorder
+from provider_svc.server_spend import SCOPE_KINDS, budgets_pb, day_of, embedded_pb, group_pb, spend_filter
 from provider_svc.service import Generation, Providers
-from provider_svc.spend import GROUPS, KINDS, BudgetPage, BudgetView, GroupSum, SpendFilter, SpendReports
+from provider_svc.spend import SpendReports
 
 __all__ = ["SERVICE_NAME", "SPEC", "ProviderServicer"]
 
@@ -214,77 +213,6 @@ def _with_attempts(err: AgentmeshError, attempts: Sequence[Attempt]) -> Agentmes
     return err
 
 
-def _date(ts: timestamp_pb2.Timestamp, field: str) -> dt.date:
-    return dt.datetime.fromtimestamp(codec.seconds(ts, field), dt.UTC).date()
-
-
-_GROUPS = {provider_pb2.SPEND_GROUP_UNSPECIFIED: "day"} | {
-    provider_pb2.SpendGroup.Value(f"SPEND_GROUP_{g.upper()}"): g for g in GROUPS
-}
-_KINDS = {provider_pb2.BUDGET_SCOPE_KIND_UNSPECIFIED: ""} | {
-    provider_pb2.BudgetScopeKind.Value(f"BUDGET_SCOPE_KIND_{k.upper()}"): k for k in KINDS
-}
-
-
-def spend_filter(pb: provider_pb2.GetSpendSummaryRequest) -> SpendFilter:
-    """The domain filter of a GetSpendSummaryRequest (an unknown group_by is INVALID_REQUEST)."""
-    group = _GROUPS.get(pb.group_by)
-    if group is None:
-        raise InvalidRequestError("group_by", f"unknown dimension {pb.group_by}")
-    return SpendFilter(
-        group=group,  # type: ignore[arg-type]
-        agent_id=pb.agent_id,
-        api_key_id=pb.api_key_id,
-        model=pb.model,
-        start=_date(pb.start_time, "start_time") if pb.HasField("start_time") else None,
-        end=_date(pb.end_time, "end_time") if pb.HasField("end_time") else None,
-    )
-
-
-def _group_pb(g: GroupSum) -> provider_pb2.SpendGroupRow:
-    return provider_pb2.SpendGroupRow(
-        key=g.key,
-        calls=g.calls,
-        usage=codec.usage_to_pb(Usage(g.input_tokens, g.output_tokens)),
-        cost_usd=g.cost_usd,
-        total_latency=codec.duration(max(g.total_latency_s, 0.0)),
-    )
-
-
-def _budget_pb(b: BudgetView) -> provider_pb2.Budget:
-    pb = provider_pb2.Budget(
-        kind=f"BUDGET_SCOPE_KIND_{b.kind.upper()}",
-        scope=b.scope,
-        name=b.name,
-        agent_id=b.agent_id,
-        spent_day_usd=b.spent_day_usd,
-        spent_month_usd=b.spent_month_usd,
-        reserved_usd=b.reserved_usd,
-        revoked=b.revoked,
-    )
-    limits = b.limits
-    if limits.budget_usd_day is not None:
-        pb.budget_usd_day = limits.budget_usd_day
-    if limits.budget_usd_month is not None:
-        pb.budget_usd_month = limits.budget_usd_month
-    if limits.rpm is not None:
-        pb.rpm = limits.rpm
-    if limits.tpm is not None:
-        pb.tpm = limits.tpm
-    if b.expires_ms:
-        pb.expire_time.FromMilliseconds(b.expires_ms)
-    return pb
-
-
-def budgets_pb(page: BudgetPage) -> provider_pb2.ListBudgetsResponse:
-    return provider_pb2.ListBudgetsResponse(
-        budgets=[_budget_pb(b) for b in page.budgets],
-        next_page_token=page.next_page_token,
-        day=page.day,
-        month=page.month,
-    )
-
-
 class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     """The ProviderService servicer."""
 
@@ -381,8 +309,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             if not identity.agent_id:
                 raise PermissionDeniedError("operator", "usage of other agents needs the operator role")
             agent = accounted_agent(identity, agent)
-        start = _date(request.start_time, "start_time") if request.HasField("start_time") else None
-        end = _date(request.end_time, "end_time") if request.HasField("end_time") else None
+        start = day_of(request.start_time, "start_time") if request.HasField("start_time") else None
+        end = day_of(request.end_time, "end_time") if request.HasField("end_time") else None
         if start is not None and end is not None and start > end:
             raise InvalidRequestError("start_time", "must not be after end_time")
         rows = await self.providers.usage(agent, start, end)
@@ -411,8 +339,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
             require_identity(), spend_filter(request), request.page_size, request.page_token
         )
         return provider_pb2.GetSpendSummaryResponse(
-            rows=[_group_pb(g) for g in summary.rows],
-            total=_group_pb(summary.total),
+            rows=[group_pb(g) for g in summary.rows],
+            total=group_pb(summary.total),
             next_page_token=summary.next_page_token,
             total_groups=summary.total_groups,
         )
@@ -420,7 +348,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
     async def ListBudgets(
         self, request: provider_pb2.ListBudgetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> provider_pb2.ListBudgetsResponse:
-        kind = _KINDS.get(request.kind)
+        kind = SCOPE_KINDS.get(request.kind)
         if kind is None:
             raise InvalidRequestError("kind", f"unknown scope kind {request.kind}")
         page = await self.spend.budgets(require_identity(), kind, request.page_size, request.page_token)
@@ -433,21 +361,6 @@ class ProviderServicer(provider_pb2_grpc.ProviderServiceServicer):
         ctx = call_context(billed_agent(identity, request.agent_id), identity)
         embedded = await self.embeddings.embed(list(request.inputs), ctx, model=request.model)
         return embedded_pb(embedded)
-
-
-def embedded_pb(embedded: Embedded) -> provider_pb2.EmbedResponse:
-    """The EmbedResponse of an Embed call's answer."""
-    return provider_pb2.EmbedResponse(
-        embeddings=[
-            provider_pb2.Embedding(values=row.tolist(), index=i, cached=cached)
-            for i, (row, cached) in enumerate(zip(embedded.vectors, embedded.cached, strict=True))
-        ],
-        model=embedded.model,
-        dimensions=int(embedded.vectors.shape[1]),
-        usage=codec.usage_to_pb(embedded.usage),
-        cost_usd=embedded.cost_usd,
-        latency=codec.duration(max(embedded.latency_s, 0.0)),
-    )
 
 
 async def setup(host: ServiceHost) -> Callable[[], Awaitable[None]] | None:

@@ -1,8 +1,8 @@
 """The layering rules of docs/architecture.md hold in what loads, and `make lint` enforces them.
 
-- Every domain module (a service's modules but server.py, server_memory.py, workflow_server.py, adapters.py,
-  codec.py and __main__) and every core module of agentmesh (not rpc/, cli/, dev/ or v1/) imports without
-  loading grpc, in a fresh interpreter.
+- Every domain module (a service's modules but server.py, server_memory.py, server_spend.py,
+  workflow_server.py, adapters.py, codec.py and __main__) and every core module of agentmesh (not rpc/,
+  cli/, dev/ or v1/) imports without loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
   importing another, a domain module importing grpc or the stubs, the core importing the edge, a value of the
   light core importing infrastructure, a service importing the developer tools (agentmesh.dev), the fact
@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("context_svc", "tool_svc", "provider_svc", "dispatcher_svc")
-EDGE_MODULES = {"server", "server_memory", "workflow_server", "adapters", "codec", "__main__"}
+EDGE_MODULES = {"server", "server_memory", "server_spend", "workflow_server", "adapters", "codec", "__main__"}
 FIXTURES = ROOT / "tests" / "lint_fixtures"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
