@@ -1,7 +1,7 @@
 """The layering rules of docs/architecture.md hold in what loads, and `make lint` enforces them.
 
 - Every domain module (a service's modules but server.py, server_memory.py, workflow_server.py, adapters.py,
-  codec.py and __main__) and every core module of agentmesh (not rpc/, cli/, dev/ or v1/) imports without
+  codec.py and __main__) and every core module of agentmesh (not rpc/, cli/, mcpserve/, dev/ or v1/) imports without
   loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
   importing another, a domain module importing grpc or the stubs, the core importing the edge, a value of the
@@ -35,7 +35,7 @@ def _modules(package: str) -> list[str]:
 
 
 def core_modules() -> list[str]:
-    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.dev", "agentmesh.v1")
+    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.mcpserve", "agentmesh.dev", "agentmesh.v1")
     return [m for m in _modules("agentmesh") if not m.startswith(edge)]
 
 
