@@ -33,7 +33,7 @@ from agentmesh.cli.trace_view import trace_command
 from agentmesh.config import Settings
 from agentmesh.identity import Authenticator
 from agentmesh.telemetry import SPAN_BATCH_DELAY_S
-from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
+from agentmesh.v1 import dispatcher_pb2
 
 D = dispatcher_pb2
 AGENT = "ops"
@@ -60,7 +60,6 @@ def list_services(target: str, timeout_s: float = 5.0) -> list[str]:
 async def _run(target: str, token: str, approver_token: str, goal: str) -> RunOutcome:
     metadata = ((IDENTITY_HEADER, token),)
     async with grpc.aio.insecure_channel(target) as channel:
-        stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
 
         def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
             print(format_plan(event))
@@ -75,7 +74,7 @@ async def _run(target: str, token: str, approver_token: str, goal: str) -> RunOu
             print(format_event(event), flush=True)
 
         return await stream_task(
-            stub,
+            channel,
             D.StartTaskRequest(agent_id=AGENT, goal=goal),
             metadata,
             decide=decide,
