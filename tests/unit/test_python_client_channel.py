@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
+from agentmesh_client import Client
 from agentmesh_client._v1 import dispatcher_pb2 as D
 from agentmesh_client.aio import AsyncClient
 
@@ -113,3 +114,48 @@ def test_a_given_channel_takes_no_tls_or_options() -> None:
         AsyncClient("dispatcher", channel=FakeChannel([]), tls=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="channel="):
         AsyncClient("dispatcher", channel=FakeChannel([]), options=[("grpc.max_send_message_length", 1)])  # type: ignore[arg-type]
+
+
+@dataclass
+class SyncChannel:
+    """The blocking twin of FakeChannel: iterables in place of async ones."""
+
+    streams: list[list[Any]]
+    calls: list[str] = field(default_factory=list)
+    closed: bool = False
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        def call(request: Any, *, metadata: Any, timeout: float | None) -> Any:
+            self.calls.append(method.rsplit("/", 1)[-1])
+            return _SyncStream(self.streams.pop(0))
+
+        return call
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        return lambda *a, **k: None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class _SyncStream:
+    replies: list[Any]
+
+    def __iter__(self) -> Any:
+        return iter(self.replies)
+
+    def cancel(self) -> None:
+        return None
+
+
+def test_the_blocking_client_takes_a_channel_and_tells_heartbeats_too() -> None:
+    heartbeat = D.TaskEvent(task_id="t-1", kind=D.TASK_EVENT_KIND_HEARTBEAT)
+    done = _event(2, D.TASK_EVENT_KIND_STATUS, D.TASK_STATUS_SUCCEEDED)
+    channel = SyncChannel([[D.RunTaskResponse(event=e) for e in (heartbeat, _event(1), heartbeat, done)]])
+    beats: list[int] = []
+    client = Client("dispatcher", channel=channel, sleep=lambda s: None)  # type: ignore[arg-type]
+    seen = [e.sequence for e in client.run("assistant", "hi", on_heartbeat=lambda: beats.append(1))]
+    assert seen == [1, 2] and len(beats) == 2 and channel.calls == ["RunTask"]
+    client.close()
+    assert not channel.closed
