@@ -117,6 +117,9 @@ def run_demo(settings: Settings, configs: Sequence[Path], scenario: str = "ops")
         from agentmesh.cli.demo_relay import run_relay_demo
 
         return run_relay_demo(settings, configs)
+    # A run's stream is agentmesh_client's (stream_task): its refusals are the client's typed errors.
+    from agentmesh_client.errors import AgentmeshError as ClientError
+
     work = Path(tempfile.mkdtemp(prefix="agentmesh-demo-"))
     span_file = work / "spans.jsonl"
     logs_dir = work / "logs"
@@ -188,7 +191,7 @@ def run_demo(settings: Settings, configs: Sequence[Path], scenario: str = "ops")
         # the last batches of the four processes land before reading the file.
         time.sleep(SPAN_BATCH_DELAY_S + 0.3)
         checks["waterfall drawn"] = trace_command(span_file, first.request_id) == 0
-    except (RuntimeError, TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
+    except (RuntimeError, TimeoutError, OSError, grpc.aio.AioRpcError, ClientError) as exc:
         print(f"demo could not run: {exc}")
         checks["demo ran"] = False
     finally:
