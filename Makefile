@@ -17,11 +17,13 @@ BASELINE := protos/breaking-baseline.binpb
 
 venv: $(VENV)/.installed node_modules/.installed
 
-$(VENV)/.installed: pyproject.toml clients/python-tools/pyproject.toml
+$(VENV)/.installed: pyproject.toml clients/python-tools/pyproject.toml clients/python/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	# agentmesh-tools (@tool functions served over MCP): its dependencies are agentmesh's, pinned above.
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e clients/python-tools
+	# agentmesh-client: `agentmesh run` streams a task with it (its three dependencies are agentmesh's).
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e clients/python
 	touch $@
 
 # buf is pinned in package.json/package-lock.json and installed from the npm registry.

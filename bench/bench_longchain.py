@@ -178,8 +178,8 @@ def _args(text: str) -> dict[str, Any]:
 
 async def baseline_arm(runs: int, concurrency: int, ops: OpsApi, logs_dir: Path, window: int) -> list[RunResult]:
     from provider_svc.models.base import CallContext, Message, ModelRequest, Role, ToolCall, ToolDef
-    from provider_svc.models.scripted import FaultConfig, ScriptedModel, count_tokens
     from provider_svc.scenarios.alert_chain import factory
+    from provider_svc.testing.scripted import FaultConfig, ScriptedModel, count_tokens
 
     model = ScriptedModel("scripted", "chain", factory(), faults=FaultConfig(**FAULTS))
     defs = [ToolDef(t["name"], t["description"], t["input_schema"]) for t in tool_registry(ops.url)]

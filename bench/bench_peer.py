@@ -49,7 +49,7 @@ from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.bench_scale import AUTH_KEY, REPO, SERVICES, Mesh, RedisSnapshot
 from bench.common import percentile, table
 from provider_svc.models.base import Role
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 from tool_svc.builtin.calculator import evaluate
 
 D = dispatcher_pb2

@@ -42,8 +42,8 @@ from agentmesh.dev.localredis import LocalRedis
 from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, percentile, table
-from provider_svc.models.scripted.model import count_tokens
 from provider_svc.scenarios.relay import PLANTED
+from provider_svc.testing.scripted.model import count_tokens
 from tests.contract.stack import Stack
 
 D = dispatcher_pb2

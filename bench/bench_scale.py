@@ -62,7 +62,7 @@ from bench.common import table
 from dispatcher_svc.queue import ACK_IF_MINE_LUA, TaskQueue
 from dispatcher_svc.tasks import TaskStore
 from provider_svc.models.base import Role
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 
 REPO = Path(__file__).resolve().parents[1]
 AUTH_KEY = "bench-scale-key-" + "s" * 32

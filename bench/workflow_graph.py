@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest
 
 __all__ = ["NODES", "NODE_COUNT", "Sample", "policy", "run_input"]
 

@@ -51,11 +51,11 @@ from provider_svc.models.instrumented import InstrumentedModel
 from provider_svc.models.openai import OpenAIModel
 from provider_svc.models.rate_limited import RateLimitedModel, bucket_subject
 from provider_svc.models.retry import RetryModel, RetryPolicy
-from provider_svc.models.scripted import FaultConfig, GenericPolicy, Policy, ScriptedModel, load_policy, load_scenario
 from provider_svc.params import map_sampling
 from provider_svc.pricing import estimate_input_tokens, output_limit, prices_of, reserve_usd
 from provider_svc.quotas import AlertSink, Quotas, Reservation
 from provider_svc.routing import ResolvedModel, Router
+from provider_svc.testing.scripted import FaultConfig, GenericPolicy, Policy, ScriptedModel, load_policy, load_scenario
 from provider_svc.usage import Prices, UsageLedger, UsageRow, cost_usd
 
 __all__ = ["DEFAULT_BASE_URLS", "Generation", "ModelListing", "Plan", "Providers", "UnavailableModel"]

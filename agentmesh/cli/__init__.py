@@ -220,7 +220,7 @@ def _positive_int(text: str) -> int:
 
 def cmd_mcp_serve(settings: Settings, configs: list[Path], args: argparse.Namespace) -> int:
     """Serves agentmesh's governed tools to MCP clients (stdio or streamable HTTP)."""
-    from agentmesh.cli.mcp_serve import serve_command
+    from agentmesh.mcpserve.command import serve_command
 
     return serve_command(
         settings, transport=args.transport, host=args.host, port=args.port, token=args.token, timeout_s=args.timeout

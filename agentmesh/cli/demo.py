@@ -33,7 +33,7 @@ from agentmesh.cli.trace_view import trace_command
 from agentmesh.config import Settings
 from agentmesh.identity import Authenticator
 from agentmesh.telemetry import SPAN_BATCH_DELAY_S
-from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
+from agentmesh.v1 import dispatcher_pb2
 
 D = dispatcher_pb2
 AGENT = "ops"
@@ -60,7 +60,6 @@ def list_services(target: str, timeout_s: float = 5.0) -> list[str]:
 async def _run(target: str, token: str, approver_token: str, goal: str) -> RunOutcome:
     metadata = ((IDENTITY_HEADER, token),)
     async with grpc.aio.insecure_channel(target) as channel:
-        stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
 
         def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
             print(format_plan(event))
@@ -75,7 +74,7 @@ async def _run(target: str, token: str, approver_token: str, goal: str) -> RunOu
             print(format_event(event), flush=True)
 
         return await stream_task(
-            stub,
+            channel,
             D.StartTaskRequest(agent_id=AGENT, goal=goal),
             metadata,
             decide=decide,
@@ -118,6 +117,9 @@ def run_demo(settings: Settings, configs: Sequence[Path], scenario: str = "ops")
         from agentmesh.cli.demo_relay import run_relay_demo
 
         return run_relay_demo(settings, configs)
+    # A run's stream is agentmesh_client's (stream_task): its refusals are the client's typed errors.
+    from agentmesh_client.errors import AgentmeshError as ClientError
+
     work = Path(tempfile.mkdtemp(prefix="agentmesh-demo-"))
     span_file = work / "spans.jsonl"
     logs_dir = work / "logs"
@@ -189,7 +191,7 @@ def run_demo(settings: Settings, configs: Sequence[Path], scenario: str = "ops")
         # the last batches of the four processes land before reading the file.
         time.sleep(SPAN_BATCH_DELAY_S + 0.3)
         checks["waterfall drawn"] = trace_command(span_file, first.request_id) == 0
-    except (RuntimeError, TimeoutError, OSError, grpc.aio.AioRpcError) as exc:
+    except (RuntimeError, TimeoutError, OSError, grpc.aio.AioRpcError, ClientError) as exc:
         print(f"demo could not run: {exc}")
         checks["demo ran"] = False
     finally:

@@ -19,9 +19,9 @@ import getpass
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import grpc
 import grpc.aio
@@ -29,11 +29,14 @@ import grpc.aio
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.tracing import CommandTrace, cli_channel, command_trace
 from agentmesh.config import Settings
-from agentmesh.errors import ErrorCode
+from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.identity import Authenticator
-from agentmesh.rpc.status import from_rpc_error
+from agentmesh.rpc.status import code_for_grpc_status, from_detail, from_rpc_error
 from agentmesh.semconv import GEN_AI_AGENT_ID
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
+
+if TYPE_CHECKING:
+    from agentmesh_client.errors import AgentmeshError as ClientError
 
 D = dispatcher_pb2
 
@@ -192,8 +195,19 @@ class _Progress:
             self.shown = False
 
 
+def _start_fields(start: D.StartTaskRequest) -> dict[str, Any]:
+    """`AsyncClient.run`'s arguments for `start` (0 and "" mean: the agent's own, the dispatcher's)."""
+    return {
+        "session_id": start.session_id or None,
+        "task_id": start.task_id or None,
+        "token_budget": start.token_budget if start.HasField("token_budget") else None,
+        "max_steps": start.max_steps if start.HasField("max_steps") else None,
+        "output_schema": json.loads(start.output_schema_json) if start.output_schema_json else None,
+    }
+
+
 async def stream_task(
-    stub: dispatcher_pb2_grpc.DispatcherServiceStub,
+    channel: grpc.aio.Channel,
     start: D.StartTaskRequest,
     metadata: tuple[tuple[str, str], ...],
     *,
@@ -203,82 +217,70 @@ async def stream_task(
     on_note: Callable[[str], None] = lambda note: None,
     timeout_s: float | None = None,
     approver: tuple[tuple[str, str], ...] | None = None,
+    request_id: str | None = None,
 ) -> RunOutcome:
-    """RunTask, resumed with WatchTask(after_sequence) if the stream breaks; approvals via `decide`,
-    resolved with `approver` (another identity than the task's creator; default `metadata`)."""
+    """RunTask on `channel` through agentmesh_client, which resumes a broken stream with
+    WatchTask(after_sequence); approvals via `decide`, resolved with `approver` (another identity than the
+    task's creator; default `metadata`). Raises the client's typed error (`refusal` reads it)."""
+    # agentmesh_client (clients/python, installed beside agentmesh by `make venv` and the image) is loaded
+    # by the commands that stream a task only.
+    from agentmesh_client.aio import AsyncClient
+
+    stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
     outcome = RunOutcome()
-    last = 0
-    reconnects = 0
     answered: set[str] = set()
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-
-    def remaining() -> float | None:
-        return None if deadline is None else max(0.1, deadline - time.monotonic())
-
-    def open_stream() -> AsyncIterator[Any]:
-        if not outcome.task_id:
-            return stub.RunTask(D.RunTaskRequest(start=start), metadata=metadata, timeout=remaining())  # type: ignore[no-any-return]
-        request = D.WatchTaskRequest(task_id=outcome.task_id, after_sequence=last)
-        return stub.WatchTask(request, metadata=metadata, timeout=remaining())  # type: ignore[no-any-return]
-
-    while True:
-        try:
-            async for reply in open_stream():
-                event = reply.event
-                if event.kind == D.TASK_EVENT_KIND_HEARTBEAT:
-                    on_heartbeat()
-                    continue
-                if event.sequence <= last:
-                    continue
-                last = event.sequence
-                outcome.task_id = event.task_id
-                outcome.events.append(event)
-                outcome.status = event.status
-                on_event(event)
-                if event.kind == D.TASK_EVENT_KIND_ANSWER:
-                    outcome.answer = event.message
-                settlement = event.pending_approval.kind == common_pb2.APPROVAL_KIND_SETTLEMENT
-                if event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and settlement:
-                    # Only someone who checked the upstream can say whether the call ran.
-                    on_note(f"      settle it: agentmesh settle {event.task_id} --ran|--not-ran")
-                elif event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and decide is not None:
-                    approval_id = event.pending_approval.approval_id
-                    if approval_id not in answered:
-                        verdict = decide(event)
-                        if verdict is not None:
-                            answered.add(approval_id)
-                            approve, reason = verdict
-                            await stub.ResolveApproval(
-                                D.DispatcherServiceResolveApprovalRequest(
-                                    task_id=event.task_id,
-                                    approval_id=approval_id,
-                                    approve=approve,
-                                    reason=reason,
-                                    arguments_sha256=event.pending_approval.arguments_sha256,
-                                ),
-                                metadata=metadata if approver is None else approver,
-                                timeout=30,
-                            )
-                if event.kind == D.TASK_EVENT_KIND_STATUS and event.status in _TERMINAL:
-                    break
-            break
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and outcome.task_id and reconnects < _RECONNECTS:
-                reconnects += 1
-                await asyncio.sleep(min(2.0, 0.2 * 2**reconnects))
-                continue
-            raise
-    if outcome.task_id:
-        task = (await stub.GetTask(D.GetTaskRequest(task_id=outcome.task_id), metadata=metadata, timeout=10)).task
-        outcome.status = task.status
-        outcome.answer = task.answer
-        outcome.output_json = task.output_json
-        outcome.request_id = task.request_id
-        outcome.session_id = task.session_id
-        if task.HasField("error"):
-            outcome.error = (
-                f"{common_pb2.ErrorCode.Name(task.error.code).removeprefix('ERROR_CODE_')}: {task.error.message}"
-            )
+    # The channel is the caller's (the command's interceptors and TLS): the client only streams on it.
+    client = AsyncClient(
+        "dispatcher", channel=channel, run_timeout=None, metadata=metadata, reconnects=_RECONNECTS, backoff=(0.4, 2.0)
+    )
+    run = client.run(
+        start.agent_id,
+        start.goal,
+        timeout=timeout_s,
+        request_id=request_id,
+        on_heartbeat=on_heartbeat,
+        **_start_fields(start),
+    )
+    outcome.task_id = run.task_id
+    async for typed in run:
+        # Typed as the client's own stubs (agentmesh_client._v1); read as agentmesh's, the same message.
+        event = D.TaskEvent.FromString(typed.raw.SerializeToString())
+        outcome.events.append(event)
+        outcome.status = event.status
+        on_event(event)
+        if event.kind == D.TASK_EVENT_KIND_ANSWER:
+            outcome.answer = event.message
+        settlement = event.pending_approval.kind == common_pb2.APPROVAL_KIND_SETTLEMENT
+        if event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and settlement:
+            # Only someone who checked the upstream can say whether the call ran.
+            on_note(f"      settle it: agentmesh settle {event.task_id} --ran|--not-ran")
+        elif event.kind == D.TASK_EVENT_KIND_APPROVAL_REQUIRED and decide is not None:
+            approval_id = event.pending_approval.approval_id
+            if approval_id not in answered:
+                verdict = decide(event)
+                if verdict is not None:
+                    answered.add(approval_id)
+                    approve, reason = verdict
+                    await stub.ResolveApproval(
+                        D.DispatcherServiceResolveApprovalRequest(
+                            task_id=event.task_id,
+                            approval_id=approval_id,
+                            approve=approve,
+                            reason=reason,
+                            arguments_sha256=event.pending_approval.arguments_sha256,
+                        ),
+                        metadata=metadata if approver is None else approver,
+                        timeout=30,
+                    )
+    task = (await stub.GetTask(D.GetTaskRequest(task_id=outcome.task_id), metadata=metadata, timeout=10)).task
+    outcome.status = task.status
+    outcome.answer = task.answer
+    outcome.output_json = task.output_json
+    outcome.request_id = task.request_id
+    outcome.session_id = task.session_id
+    if task.HasField("error"):
+        code = common_pb2.ErrorCode.Name(task.error.code).removeprefix("ERROR_CODE_")
+        outcome.error = f"{code}: {task.error.message}"
     return outcome
 
 
@@ -296,10 +298,20 @@ def _interactive_decide(out: TextIO, read: Callable[[str], str]) -> Decide:
     return decide
 
 
-def report_refusal(exc: grpc.aio.AioRpcError, err: TextIO) -> int:
+def refusal(exc: grpc.aio.AioRpcError | ClientError) -> AgentmeshError:
+    """agentmesh's typed error of a refused call: raised by a stub, or by agentmesh_client (which keeps the
+    call's ErrorDetail, else its status)."""
+    if isinstance(exc, grpc.RpcError):
+        return from_rpc_error(exc)
+    if exc.detail is not None:
+        return from_detail(common_pb2.ErrorDetail.FromString(exc.detail.SerializeToString()))
+    return AgentmeshError(code_for_grpc_status(exc.code, exc.message), exc.message)
+
+
+def report_refusal(exc: grpc.aio.AioRpcError | ClientError, err: TextIO) -> int:
     """Writes a refused `agentmesh run` call as its typed error and violations; the exit code: 3 when
     the dispatcher cannot be reached, else 2."""
-    error = from_rpc_error(exc)
+    error = refusal(exc)
     err.write(f"agentmesh run: {error.code.name}: {error.message}\n")
     for v in error.violations:
         err.write(f"  {v.path}: {v.hint or v.rule}\n")
@@ -326,6 +338,8 @@ def run_command(
     err: TextIO | None = None,
 ) -> int:
     """`agentmesh run`: 0 when the task SUCCEEDED. With `session_id`, the task continues that session."""
+    from agentmesh_client.errors import AgentmeshError as ClientError
+
     out = out or sys.stdout
     err = err or sys.stderr
     token = token or operator_token(settings)
@@ -373,7 +387,6 @@ def run_command(
         # Every call of this run (RunTask, reconnects, decisions, the closing GetTask) is one request
         # in one trace: the command's (agentmesh.cli.tracing).
         async with cli_channel(target, settings, command) as channel:
-            stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
             start = D.StartTaskRequest(
                 agent_id=agent_id,
                 goal=goal,
@@ -385,7 +398,7 @@ def run_command(
                 output_schema_json=output_schema_json,
             )
             return await stream_task(
-                stub,
+                channel,
                 start,
                 metadata,
                 decide=decide,
@@ -393,13 +406,14 @@ def run_command(
                 on_heartbeat=progress.beat,
                 on_note=on_note,
                 approver=approver,
+                request_id=command.request_id,
             )
 
     try:
         with command_trace(settings, "run") as command:
             command.span.set_attribute(GEN_AI_AGENT_ID, agent_id)
             outcome = asyncio.run(main(command))
-    except grpc.aio.AioRpcError as exc:
+    except (grpc.aio.AioRpcError, ClientError) as exc:
         progress.clear()
         return report_refusal(exc, err)
     except KeyboardInterrupt:

@@ -60,7 +60,6 @@ from agentmesh.config.providers import (
     ProviderRetrySettings,
     ProvidersSettings,
     ProviderTimeoutSettings,
-    ScriptedFaultSettings,
 )
 from agentmesh.config.redis import (
     RedisSettings,
@@ -153,7 +152,6 @@ __all__ = [
     "QuotaLimits",
     "RedisSettings",
     "RoutingSettings",
-    "ScriptedFaultSettings",
     "ServerSettings",
     "ServiceEndpoint",
     "ServicesSettings",

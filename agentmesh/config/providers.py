@@ -8,25 +8,9 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 
 from agentmesh.config.base import _Section
+from provider_svc.testing.settings import FaultConfig
 
 _BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
-
-
-class ScriptedFaultSettings(_Section):
-    """Seeded fault injection of a scripted model (docs/design.md §6); rates are probabilities per tool call."""
-
-    seed: int = 0
-    malformed_json: float = Field(0.0, ge=0, le=1)
-    schema_violation: float = Field(0.0, ge=0, le=1)
-    unknown_tool: float = Field(0.0, ge=0, le=1)
-    dangerous_command: float = Field(0.0, ge=0, le=1)
-    false_claim: float = Field(0.0, ge=0, le=1)
-    """Per final answer: it claims a restart that never ran (the claims check's fault, issue 41)."""
-    invalid_answer: float = Field(0.0, ge=0, le=1)
-    """Per final answer asked for in a schema: it breaks the schema (the output check's fault, issue 41)."""
-    on_corrections: bool = False
-    """Also inject into a reply that answers a tool error or a rejected final answer (default: corrections
-    are clean)."""
 
 
 class ProviderModelSettings(_Section):
@@ -49,8 +33,9 @@ class ProviderModelSettings(_Section):
     policy_args: dict[str, Any] = {}
     scenario: str | None = None
     """scripted: a scenario YAML (relative: working directory, then provider_svc/scenarios/)."""
-    faults: ScriptedFaultSettings | None = None
-    """scripted: fault injection (overrides the scenario's `faults`)."""
+    faults: FaultConfig | None = None
+    """scripted: fault injection (overrides the scenario's `faults`); the schema is the scripted model's
+    (`provider_svc.testing.settings`)."""
     latency_ms: float = Field(0.0, ge=0)
     """scripted: simulated latency per reply."""
 

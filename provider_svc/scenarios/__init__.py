@@ -1,1 +1,1 @@
-"""Scripted-model policies and scenario YAML files (see provider_svc/models/scripted/ for the interface)."""
+"""Scripted-model policies and scenario YAML files (see provider_svc/testing/scripted/ for the interface)."""

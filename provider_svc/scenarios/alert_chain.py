@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 
 from provider_svc.models.base import Role
-from provider_svc.models.scripted import (
+from provider_svc.testing.scripted import (
     ScriptedReply,
     ScriptedRequest,
     ScriptedToolCall,

@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import Callable
 
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall, fix_last_call
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall, fix_last_call
 
 
 def factory(steps: int = 3, tool: str = "notify") -> Callable[[ScriptedRequest], ScriptedReply]:

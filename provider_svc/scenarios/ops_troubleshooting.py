@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 
-from provider_svc.models.scripted import (
+from provider_svc.testing.scripted import (
     ScriptedReply,
     ScriptedRequest,
     ScriptedToolCall,

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from provider_svc.models.base import Message, Role
-from provider_svc.models.scripted.policy import Policy, ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted.policy import Policy, ScriptedReply, ScriptedRequest, ScriptedToolCall
 
 PLANTED = {
     "pod": re.compile(r"\bcheckout-[0-9a-f]{4}-[0-9a-z]{5}\b"),

@@ -19,7 +19,7 @@ import re
 import uuid
 
 from provider_svc.models.base import Role
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 
 PLAN = re.compile(r"plan: ([a-z_+,]+)")
 TOOLS = ("put_effect", "post_effect", "keyed_effect")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_svc.models.base import Role
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 from tests.console.browser import free_port
 from tests.contract.stack import AGENT, Stack
 

@@ -25,8 +25,8 @@ from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from context_svc.server import SPEC as CONTEXT_SPEC
 from dispatcher_svc.server import SPEC as DISPATCHER_SPEC
 from provider_svc.models.base import Role
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 from provider_svc.server import SPEC as PROVIDER_SPEC
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 from tests.conftest import TEST_AUTH_KEY
 from tool_svc.server import SPEC as TOOL_SPEC
 

@@ -100,7 +100,8 @@ def process_env(tmp_path: Path) -> dict[str, str]:
             "AGENTMESH_AUTH_KEY": AUTH_KEY,
             "AGENTMESH_TELEMETRY_SPAN_FILE": str(tmp_path / "spans.jsonl"),
             "AGENTMESH_CONFIG": str(BASE_CONFIG),
-            "PYTHONPATH": str(REPO),
+            # The checkout's agentmesh_client too (`agentmesh run` streams with it), as pytest's pythonpath.
+            "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "clients" / "python"))),
         }
     )
     return env

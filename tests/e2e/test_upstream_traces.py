@@ -162,7 +162,8 @@ def test_one_trace_reaches_every_upstream(tmp_path: Path, upstreams: Upstreams) 
     with LocalRedis() as redis, OtlpHttpReceiver() as receiver:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
         env |= {
-            "PYTHONPATH": str(REPO),
+            # The checkout's agentmesh_client too (`agentmesh run` streams with it), as pytest's pythonpath.
+            "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "clients" / "python"))),
             "AGENTMESH_CONFIG": str(_config(tmp_path, tools.url, mcp_url, model.base_url)),
             "AGENTMESH_AUTH_KEY": AUTH_KEY,
             "AGENTMESH_REDIS_URL": redis.url,

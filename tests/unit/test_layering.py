@@ -2,7 +2,7 @@
 
 - Every domain module (a service's modules but server.py, server_memory.py, server_spend.py,
   workflow_server.py, adapters.py, codec.py and __main__) and every core module of agentmesh (not rpc/,
-  cli/, dev/ or v1/) imports without loading grpc, in a fresh interpreter.
+  cli/, mcpserve/, dev/ or v1/) imports without loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
   importing another, a domain module importing grpc or the stubs, the core importing the edge, a value of the
   light core importing infrastructure, a service importing the developer tools (agentmesh.dev), the fact
@@ -35,7 +35,7 @@ def _modules(package: str) -> list[str]:
 
 
 def core_modules() -> list[str]:
-    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.dev", "agentmesh.v1")
+    edge = ("agentmesh.rpc", "agentmesh.cli", "agentmesh.mcpserve", "agentmesh.dev", "agentmesh.v1")
     return [m for m in _modules("agentmesh") if not m.startswith(edge)]
 
 

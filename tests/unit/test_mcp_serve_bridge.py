@@ -12,8 +12,10 @@ import mcp_types as types
 import pytest
 from mcp import MCPError
 
-from agentmesh.cli.mcp_serve import ToolBridge, bearer_token, mcp_tool
 from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError
+from agentmesh.mcpserve.bridge import ToolBridge
+from agentmesh.mcpserve.results import mcp_tool
+from agentmesh.mcpserve.transports import bearer_token
 from agentmesh.rpc.status import GRPC_STATUS, to_detail, to_rpc_status
 from agentmesh.v1 import common_pb2, tool_pb2
 

@@ -7,7 +7,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -129,8 +129,10 @@ class RunState:
         timeout: float | None,
         request_id: str,
         output_type: Any = None,
+        on_heartbeat: Callable[[], None] | None = None,
     ) -> None:
         self._options = options
+        self._on_heartbeat = on_heartbeat
         self._output_type = output_type
         self.output: Any = None
         self._start = start
@@ -162,8 +164,13 @@ class RunState:
         return "WatchTask", request, metadata, timeout
 
     def _accept(self, raw: dispatcher_pb2.TaskEvent) -> Event | None:
-        """The typed event to yield, or None: heartbeats (sequence 0) and replays of yielded events."""
-        if raw.kind == D.TASK_EVENT_KIND_HEARTBEAT or raw.sequence <= self.last_sequence:
+        """The typed event to yield, or None: heartbeats (sequence 0; told to `on_heartbeat`, which a
+        progress display uses) and replays of yielded events."""
+        if raw.kind == D.TASK_EVENT_KIND_HEARTBEAT:
+            if self._on_heartbeat is not None:
+                self._on_heartbeat()
+            return None
+        if raw.sequence <= self.last_sequence:
             return None
         event = to_event(raw)
         self.last_sequence = raw.sequence

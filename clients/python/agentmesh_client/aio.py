@@ -84,6 +84,7 @@ class AsyncClient:
         backoff: tuple[float, float] = (0.1, 5.0),
         options: Sequence[tuple[str, Any]] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        channel: grpc.aio.Channel | None = None,
     ) -> None:
         self._options = Options(
             target,
@@ -95,8 +96,13 @@ class AsyncClient:
             backoff=backoff,
         )
         self._sleep = sleep
-        creds = credentials(tls)
-        if creds is None:
+        # A channel of the caller's (its interceptors, its TLS) is used as given and left open by close().
+        self._owns_channel = channel is None
+        if channel is not None:
+            if tls is not None or options:
+                raise ValueError("tls and options configure a channel the client dials: not with channel=")
+            self._channel = channel
+        elif (creds := credentials(tls)) is None:
             self._channel = grpc.aio.insecure_channel(target, options=list(options))
         else:
             self._channel = grpc.aio.secure_channel(target, creds, options=list(options))
@@ -113,7 +119,9 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close(None)
+        """Closes the channel the client dialled (not one given as `channel=`)."""
+        if self._owns_channel:
+            await self._channel.close(None)
 
     async def _unary(self, method: Any, request: Any, request_id: str | None) -> Any:
         rid = request_id_or_new(request_id)
@@ -135,6 +143,7 @@ class AsyncClient:
         request_id: str | None = None,
         output_schema: Any = None,
         output_type: Any = None,
+        on_heartbeat: Callable[[], None] | None = None,
     ) -> AsyncRun:
         """Starts a task of `agent` (RunTask); its events as an `AsyncRun` (see `Client.run`, also for
         `output_schema` and `output_type`)."""
@@ -155,12 +164,20 @@ class AsyncClient:
             timeout=self._options.run_timeout if timeout is None else timeout,
             request_id=request_id_or_new(request_id),
             output_type=output_type,
+            on_heartbeat=on_heartbeat,
         )
 
     def watch(
-        self, task_id: str, *, after_sequence: int = 0, timeout: float | None = None, request_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        on_heartbeat: Callable[[], None] | None = None,
     ) -> AsyncRun:
-        """The events of an existing task after `after_sequence` (WatchTask), until it ends."""
+        """The events of an existing task after `after_sequence` (WatchTask), until it ends; `on_heartbeat`
+        is called on each heartbeat the stream sends while the task is quiet."""
         return AsyncRun(
             self,
             task_id,
@@ -168,6 +185,7 @@ class AsyncClient:
             after_sequence=after_sequence,
             timeout=self._options.run_timeout if timeout is None else timeout,
             request_id=request_id_or_new(request_id),
+            on_heartbeat=on_heartbeat,
         )
 
     async def get_task(self, task_id: str, *, request_id: str | None = None, output_type: Any = None) -> Task:

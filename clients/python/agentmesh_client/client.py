@@ -87,7 +87,9 @@ class Client:
     the deadline of a whole `run`/`watch` (None: none). `metadata`: extra pairs sent with every call.
     `reconnects`: how many times in a row a broken stream is resumed before the error is raised;
     `backoff`: (first, cap) seconds between them, jittered. `options`: grpc channel options. `sleep`:
-    how to wait between reconnects (tests pass their own).
+    how to wait between reconnects (tests pass their own). `channel`: a channel of the caller's to use
+    instead of dialling `target` (with its own interceptors and TLS; then no `tls` or `options`, and
+    `close()` leaves it open).
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class Client:
         backoff: tuple[float, float] = (0.1, 5.0),
         options: Sequence[tuple[str, Any]] = (),
         sleep: Callable[[float], None] = time.sleep,
+        channel: grpc.Channel | None = None,
     ) -> None:
         self._options = Options(
             target,
@@ -114,8 +117,13 @@ class Client:
             backoff=backoff,
         )
         self._sleep = sleep
-        creds = credentials(tls)
-        if creds is None:
+        # A channel of the caller's (its interceptors, its TLS) is used as given and left open by close().
+        self._owns_channel = channel is None
+        if channel is not None:
+            if tls is not None or options:
+                raise ValueError("tls and options configure a channel the client dials: not with channel=")
+            self._channel = channel
+        elif (creds := credentials(tls)) is None:
             self._channel = grpc.insecure_channel(target, options=list(options))
         else:
             self._channel = grpc.secure_channel(target, creds, options=list(options))
@@ -132,7 +140,9 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        """Closes the channel the client dialled (not one given as `channel=`)."""
+        if self._owns_channel:
+            self._channel.close()
 
     def _unary(self, method: Any, request: Any, request_id: str | None) -> Any:
         rid = request_id_or_new(request_id)
@@ -154,6 +164,7 @@ class Client:
         request_id: str | None = None,
         output_schema: Any = None,
         output_type: Any = None,
+        on_heartbeat: Callable[[], None] | None = None,
     ) -> Run:
         """Starts a task of `agent` (RunTask) and returns its events as a `Run` to iterate.
 
@@ -161,7 +172,9 @@ class Client:
         start idempotent (one is chosen when omitted). `timeout`: the deadline of the whole run
         (default `run_timeout`). `output_schema` (a JSON Schema as a mapping or JSON text) asks for a
         typed answer (it may only narrow the agent's); `output_type`, a pydantic model class, does the
-        same with its schema, and the run's `output` and `result().output` are instances of it."""
+        same with its schema, and the run's `output` and `result().output` are instances of it.
+        `on_heartbeat` is called on each heartbeat the stream sends while the task is quiet (a progress
+        display's tick); heartbeats are never yielded."""
         start = start_request(
             agent,
             goal,
@@ -179,12 +192,20 @@ class Client:
             timeout=self._options.run_timeout if timeout is None else timeout,
             request_id=request_id_or_new(request_id),
             output_type=output_type,
+            on_heartbeat=on_heartbeat,
         )
 
     def watch(
-        self, task_id: str, *, after_sequence: int = 0, timeout: float | None = None, request_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+        request_id: str | None = None,
+        on_heartbeat: Callable[[], None] | None = None,
     ) -> Run:
-        """The events of an existing task after `after_sequence` (WatchTask), until it ends."""
+        """The events of an existing task after `after_sequence` (WatchTask), until it ends; `on_heartbeat`
+        as for `run`."""
         return Run(
             self,
             task_id,
@@ -192,6 +213,7 @@ class Client:
             after_sequence=after_sequence,
             timeout=self._options.run_timeout if timeout is None else timeout,
             request_id=request_id_or_new(request_id),
+            on_heartbeat=on_heartbeat,
         )
 
     def get_task(self, task_id: str, *, request_id: str | None = None, output_type: Any = None) -> Task:

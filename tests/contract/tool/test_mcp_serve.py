@@ -196,7 +196,7 @@ async def test_http_with_a_token_serves_clients_that_send_no_header(
 
 def test_a_token_without_grants_is_told_what_a_token_must_hold(tmp_path: Path) -> None:
     """An operator's token lists no tools: the start-up line says why (and the process still serves)."""
-    from agentmesh.cli.mcp_serve import describe_token
+    from agentmesh.mcpserve.command import describe_token
 
     class Stub:
         async def list_tools(self, token: str) -> types.ListToolsResult:

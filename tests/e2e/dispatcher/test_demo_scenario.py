@@ -14,7 +14,7 @@ import pytest
 from agentmesh.cli.demo import ALERT_GOAL, DISK_GOAL
 from agentmesh.cli.demo_ops import OpsApi
 from agentmesh.cli.run_view import RunOutcome, stream_task
-from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, dispatcher_pb2, dispatcher_pb2_grpc
+from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, dispatcher_pb2
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Collector, Mesh
 
 pytestmark = pytest.mark.e2e
@@ -23,14 +23,13 @@ D = dispatcher_pb2
 
 async def run_task(mesh: Mesh, goal: str, approvals: list[D.TaskEvent]) -> RunOutcome:
     async with grpc.aio.insecure_channel(mesh.target("dispatcher")) as channel:
-        stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
 
         def approve(event: D.TaskEvent) -> tuple[bool, str]:
             approvals.append(event)
             return True, "maintenance window"
 
         return await stream_task(
-            stub,
+            channel,
             D.StartTaskRequest(agent_id="ops", goal=goal),
             mesh.operator_metadata(),
             decide=approve,

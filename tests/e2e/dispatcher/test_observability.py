@@ -49,7 +49,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Mesh, O
     with LocalRedis() as redis, OpsApi() as ops, OtlpHttpReceiver() as receiver:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTMESH_", "OTEL_"))}
         env |= {
-            "PYTHONPATH": str(REPO),
+            # The checkout's agentmesh_client too (`agentmesh run` streams with it), as pytest's pythonpath.
+            "PYTHONPATH": os.pathsep.join((str(REPO), str(REPO / "clients" / "python"))),
             "AGENTMESH_CONFIG": WITH_DEMO,
             "AGENTMESH_AUTH_KEY": AUTH_KEY,
             "AGENTMESH_REDIS_URL": redis.url,

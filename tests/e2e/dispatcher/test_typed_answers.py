@@ -69,13 +69,12 @@ def _overlay(tmp: Path) -> Path:
 
 async def _run(mesh: Mesh, agent: str, goal: str, *, approve: bool | None = None, **start: Any) -> RunOutcome:
     async with grpc.aio.insecure_channel(mesh.target("dispatcher")) as channel:
-        stub = dispatcher_pb2_grpc.DispatcherServiceStub(channel)  # type: ignore[no-untyped-call]
 
         def decide(event: D.TaskEvent) -> tuple[bool, str] | None:
             return None if approve is None else (approve, "e2e")
 
         return await stream_task(
-            stub,
+            channel,
             D.StartTaskRequest(agent_id=agent, goal=goal, **start),
             mesh.operator_metadata(),
             decide=decide,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 
 
 def shell(req: ScriptedRequest) -> ScriptedReply:

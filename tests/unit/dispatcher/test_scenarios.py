@@ -7,8 +7,8 @@ import random
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from provider_svc.models.base import Message, ModelRequest, Role, ToolCall, ToolDef
-from provider_svc.models.scripted import ScriptedReply, ScriptedRequest
 from provider_svc.scenarios import alert_chain, nonce_chain, ops_troubleshooting
+from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest
 from tests.unit.provider.messages import tool_message
 
 METRICS = ToolDef(

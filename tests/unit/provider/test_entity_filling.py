@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from provider_svc.models.base import ToolDef
-from provider_svc.models.scripted.filling import _arithmetic, entities, synthesize_arguments
+from provider_svc.testing.scripted.filling import _arithmetic, entities, synthesize_arguments
 
 
 def tool(properties: dict[str, Any], required: list[str]) -> ToolDef:

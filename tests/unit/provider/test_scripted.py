@@ -25,7 +25,7 @@ from provider_svc.models.base import (
     ToolChoice,
     ToolDef,
 )
-from provider_svc.models.scripted import (
+from provider_svc.testing.scripted import (
     FaultConfig,
     GenericPolicy,
     ScriptedModel,
@@ -365,8 +365,8 @@ def test_bad_scenarios_fail_loudly(tmp_path: Path, text: str, problem: str) -> N
 
 
 def test_load_policy() -> None:
-    assert isinstance(load_policy("provider_svc.models.scripted:GenericPolicy"), GenericPolicy)
-    configured = load_policy("provider_svc.models.scripted:GenericPolicy", {"max_tool_steps": 3})
+    assert isinstance(load_policy("provider_svc.testing.scripted:GenericPolicy"), GenericPolicy)
+    configured = load_policy("provider_svc.testing.scripted:GenericPolicy", {"max_tool_steps": 3})
     assert isinstance(configured, GenericPolicy) and configured.max_tool_steps == 3
     for bad, problem in (("nocolon", "expected"), ("no_such_mod:x", "cannot import"), ("json:nope", "no attribute")):
         with pytest.raises(ValueError, match=problem):

@@ -17,7 +17,7 @@ import pytest
 from agentmesh.config import ToolsSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation, model_text
 from provider_svc.models.base import CallContext, Message, ModelRequest, Role, ToolCall, ToolDef
-from provider_svc.models.scripted import (
+from provider_svc.testing.scripted import (
     FaultConfig,
     GenericPolicy,
     ScriptedModel,

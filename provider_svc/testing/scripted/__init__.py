@@ -15,11 +15,11 @@ The package follows Pydantic AI's TestModel / FunctionModel split, one concern p
 - `faults`: seeded fault injection (`FaultConfig`);
 - `model`: `ScriptedModel`, the Model that runs a policy.
 
-The names below are re-exported here; import them from `provider_svc.models.scripted`.
+The names below are re-exported here; import them from `provider_svc.testing.scripted`.
 
 The policy interface (stable; the demo scenario in `provider_svc/scenarios/` is written against it)::
 
-    from provider_svc.models.scripted import ScriptedRequest, ScriptedReply, ScriptedToolCall
+    from provider_svc.testing.scripted import ScriptedRequest, ScriptedReply, ScriptedToolCall
 
     def policy(req: ScriptedRequest) -> ScriptedReply:          # may also be `async def`
         if req.last_error is not None and req.last_error.is_contract:
@@ -45,14 +45,14 @@ JSON object with an "error" object carrying the same fields.
 
 from __future__ import annotations
 
-from provider_svc.models.scripted.faults import FaultConfig, inject_faults
-from provider_svc.models.scripted.faults import _apply_fault as _apply_fault  # for the unit tests
-from provider_svc.models.scripted.filling import synthesize_arguments
-from provider_svc.models.scripted.fixing import adapt_arguments, fix_arguments, fix_last_call
-from provider_svc.models.scripted.generic import GenericPolicy
-from provider_svc.models.scripted.jsonio import _repair_json as _repair_json  # for the unit tests
-from provider_svc.models.scripted.model import ENCODING, ScriptedModel, count_tokens
-from provider_svc.models.scripted.policy import (
+from provider_svc.testing.scripted.faults import FaultConfig, inject_faults
+from provider_svc.testing.scripted.faults import _apply_fault as _apply_fault  # for the unit tests
+from provider_svc.testing.scripted.filling import synthesize_arguments
+from provider_svc.testing.scripted.fixing import adapt_arguments, fix_arguments, fix_last_call
+from provider_svc.testing.scripted.generic import GenericPolicy
+from provider_svc.testing.scripted.jsonio import _repair_json as _repair_json  # for the unit tests
+from provider_svc.testing.scripted.model import ENCODING, ScriptedModel, count_tokens
+from provider_svc.testing.scripted.policy import (
     Policy,
     ScriptedReply,
     ScriptedRequest,
@@ -62,7 +62,7 @@ from provider_svc.models.scripted.policy import (
     error_info,
     tool_error_of,
 )
-from provider_svc.models.scripted.scenario import SCENARIO_DIR, ScenarioPolicy, load_policy, load_scenario
+from provider_svc.testing.scripted.scenario import SCENARIO_DIR, ScenarioPolicy, load_policy, load_scenario
 
 __all__ = [
     "ENCODING",

@@ -23,7 +23,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped, unused-ignore]
 
 from provider_svc.models.base import ToolDef
-from provider_svc.models.scripted.jsonio import _from_json_text
+from provider_svc.testing.scripted.jsonio import _from_json_text
 
 _FREE_TEXT_NAMES = frozenset({"query", "q", "text", "question", "goal", "prompt", "message", "search", "keywords"})
 _EXAMPLE = re.compile(r"(?:e\.g\.|for example|example:|such as)\s*['\"`]?([^'\"`,;)\s]+)", re.IGNORECASE)

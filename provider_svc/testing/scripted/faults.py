@@ -1,4 +1,5 @@
-"""Fault injection: seeded faults on the tool calls a policy returns (`FaultConfig`, `inject_faults`).
+"""Fault injection: seeded faults on the tool calls a policy returns (`inject_faults`; the schema,
+`FaultConfig`, is `provider_svc.testing.settings`).
 
 Malformed JSON, a schema violation, an unknown tool name or a dangerous shell command replace a
 call at the configured rates, drawn from a generator seeded by the prompt, so a run repeats
@@ -13,37 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from provider_svc.models.base import ToolDef
-from provider_svc.models.scripted.jsonio import _dump, _repair_json
-from provider_svc.models.scripted.policy import ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted.jsonio import _dump, _repair_json
+from provider_svc.testing.scripted.policy import ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.settings import FaultConfig
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FaultConfig(_Strict):
-    """Seeded fault injection on the policy's tool calls; rates are probabilities per call."""
-
-    seed: int = 0
-    malformed_json: float = Field(0.0, ge=0, le=1)
-    schema_violation: float = Field(0.0, ge=0, le=1)
-    unknown_tool: float = Field(0.0, ge=0, le=1)
-    dangerous_command: float = Field(0.0, ge=0, le=1)
-    false_claim: float = Field(0.0, ge=0, le=1)
-    """A final answer claims a restart it never ran ("I restarted the pod", "Pod 已重启成功"): the
-    claims check's fault (issue 41). Per final answer."""
-    invalid_answer: float = Field(0.0, ge=0, le=1)
-    """A final answer asked for in a schema (response_format) breaks it. Per final answer."""
-    on_corrections: bool = False
-    """Also inject into a reply that answers an error or a rejected final answer (False: corrections
-    are always clean)."""
-
-    @property
-    def active(self) -> bool:
-        return any((self.malformed_json, self.schema_violation, self.unknown_tool, self.dangerous_command))
+__all__ = ["FaultConfig", "inject_answer_faults", "inject_faults"]
 
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")

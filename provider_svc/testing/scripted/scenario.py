@@ -14,17 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from provider_svc.models.base import Role
-from provider_svc.models.scripted.faults import FaultConfig, _Strict
-from provider_svc.models.scripted.filling import _search, synthesize_arguments
-from provider_svc.models.scripted.fixing import _texts, fix_last_call
-from provider_svc.models.scripted.generic import GenericPolicy
-from provider_svc.models.scripted.jsonio import _dump
-from provider_svc.models.scripted.policy import Policy, ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.scripted.filling import _search, synthesize_arguments
+from provider_svc.testing.scripted.fixing import _texts, fix_last_call
+from provider_svc.testing.scripted.generic import GenericPolicy
+from provider_svc.testing.scripted.jsonio import _dump
+from provider_svc.testing.scripted.policy import Policy, ScriptedReply, ScriptedRequest, ScriptedToolCall
+from provider_svc.testing.settings import FaultConfig
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent.parent / "scenarios"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class _When(_Strict):

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from provider_svc.models.base import Role, ToolCall, ToolDef
-from provider_svc.models.scripted.filling import (
+from provider_svc.testing.scripted.filling import (
     _EXAMPLE,
     _search,
     _synth_value,
@@ -24,8 +24,8 @@ from provider_svc.models.scripted.filling import (
     _valid,
     synthesize_arguments,
 )
-from provider_svc.models.scripted.jsonio import _from_json_text, _repair_json
-from provider_svc.models.scripted.policy import (
+from provider_svc.testing.scripted.jsonio import _from_json_text, _repair_json
+from provider_svc.testing.scripted.policy import (
     ScriptedReply,
     ScriptedRequest,
     ScriptedToolCall,

@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 from provider_svc.models.base import Role, ToolCall, ToolDef
-from provider_svc.models.scripted.filling import _from_goal, synthesize_arguments
-from provider_svc.models.scripted.fixing import _texts, fix_last_call
-from provider_svc.models.scripted.jsonio import _dump
-from provider_svc.models.scripted.policy import ScriptedReply, ScriptedRequest, ScriptedToolCall, tool_error_of
+from provider_svc.testing.scripted.filling import _from_goal, synthesize_arguments
+from provider_svc.testing.scripted.fixing import _texts, fix_last_call
+from provider_svc.testing.scripted.jsonio import _dump
+from provider_svc.testing.scripted.policy import ScriptedReply, ScriptedRequest, ScriptedToolCall, tool_error_of
 
 _WORD = re.compile(r"[a-z0-9]+|[\u4e00-\u9fff]")
 
