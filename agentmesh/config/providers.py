@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 
 from agentmesh.config.base import _Section
-from provider_svc.testing.settings import FaultConfig
+from agentmesh.config.faults import FaultConfig
 
 _BACKEND_NAME = r"^[a-z][a-z0-9_-]{0,31}$"
 
@@ -35,7 +35,7 @@ class ProviderModelSettings(_Section):
     """scripted: a scenario YAML (relative: working directory, then provider_svc/scenarios/)."""
     faults: FaultConfig | None = None
     """scripted: fault injection (overrides the scenario's `faults`); the schema is the scripted model's
-    (`provider_svc.testing.settings`)."""
+    (`agentmesh.config.faults`)."""
     latency_ms: float = Field(0.0, ge=0)
     """scripted: simulated latency per reply."""
 

@@ -1,7 +1,5 @@
-"""The offline (scripted) model's room: `scripted/` is the model, its policies and its fault injection;
-`settings` is its one fault schema (`FaultConfig`), which the core configuration refers to for
-`providers.backends[].models[].faults`.
+"""The offline (scripted) model's room: `scripted/` is the model, its policies and its fault injection.
 
-Kept light on purpose: `agentmesh.config` imports `provider_svc.testing.settings`, so importing this package
-must not load the scripted model (tiktoken, the policies).
+Its fault schema (`FaultConfig`) is `agentmesh.config.faults`: the configuration checks agentmesh.yaml at
+load in every service, and the core never imports a service.
 """

@@ -1,5 +1,5 @@
 """Fault injection: seeded faults on the tool calls a policy returns (`inject_faults`; the schema,
-`FaultConfig`, is `provider_svc.testing.settings`).
+`FaultConfig`, is `agentmesh.config.faults`).
 
 Malformed JSON, a schema violation, an unknown tool name or a dangerous shell command replace a
 call at the configured rates, drawn from a generator seeded by the prompt, so a run repeats
@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentmesh.config.faults import FaultConfig
 from provider_svc.models.base import ToolDef
 from provider_svc.testing.scripted.jsonio import _dump, _repair_json
 from provider_svc.testing.scripted.policy import ScriptedRequest, ScriptedToolCall
-from provider_svc.testing.settings import FaultConfig
 
 __all__ = ["FaultConfig", "inject_answer_faults", "inject_faults"]
 

@@ -16,13 +16,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentmesh.config.faults import FaultConfig
 from provider_svc.models.base import Role
 from provider_svc.testing.scripted.filling import _search, synthesize_arguments
 from provider_svc.testing.scripted.fixing import _texts, fix_last_call
 from provider_svc.testing.scripted.generic import GenericPolicy
 from provider_svc.testing.scripted.jsonio import _dump
 from provider_svc.testing.scripted.policy import Policy, ScriptedReply, ScriptedRequest, ScriptedToolCall
-from provider_svc.testing.settings import FaultConfig
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent.parent / "scenarios"
 

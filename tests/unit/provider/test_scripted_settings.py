@@ -1,4 +1,4 @@
-"""The scripted model's fault settings have one schema, its own (`provider_svc.testing.settings`): the
+"""The scripted model's fault settings have one schema, its own (`agentmesh.config.faults`): the
 configuration's `providers.backends[].models[].faults` and a scenario's `faults:` are that class, and an
 unknown key or an out-of-range rate fails when the configuration loads."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from agentmesh.config import ConfigError, settings_from_layers
+from agentmesh.config.faults import FaultConfig
 from agentmesh.config.providers import ProviderModelSettings
 from provider_svc.testing.scripted import FaultConfig as ModelFaults
 from provider_svc.testing.scripted.scenario import _Scenario
-from provider_svc.testing.settings import FaultConfig
 
 
 def _overrides(faults: dict[str, object]) -> dict[str, object]:

@@ -1,8 +1,10 @@
 """The scripted model's fault schema, the one place it is written: a scenario's `faults:` and a model's
-`providers.backends[].models[].faults` in agentmesh.yaml (which `agentmesh.config` types with it) are this.
+`providers.backends[].models[].faults` in agentmesh.yaml are this.
 
-Pydantic only: the core configuration imports this module, so it imports nothing else of agentmesh or
-provider_svc.
+It lives in the core configuration, not in provider_svc/testing/ beside the scripted model: the
+configuration checks agentmesh.yaml at load for every service, and the core never imports a service (an
+import here would make every service load a piece of provider_svc). The scripted model imports it from
+here; pydantic only.
 """
 
 from __future__ import annotations
