@@ -667,3 +667,66 @@ def test_a_jwts_environment_claim_and_issue_time_are_read_when_configured() -> N
     before = int(time.time())
     for iat in (True, "yesterday", None):  # an ill-typed or missing iat: the time of verification
         assert identity(env="dev", iat=iat, exp=before + 600).issued_at >= before
+
+
+def test_verify_token_tolerates_thirty_seconds_of_skew_by_default() -> None:
+    token = mint_token(KEY, subject="s", roles=("agent",), ttl_s=60, now=NOW)
+    assert verify_token(KEY, token, now=NOW + 60 + 29).subject == "s"
+    with pytest.raises(TokenError, match="expired"):
+        verify_token(KEY, token, now=NOW + 60 + 30)
+    assert verify_token(KEY, token, now=NOW - 30).subject == "s"
+    with pytest.raises(TokenError, match="not valid before"):
+        verify_token(KEY, token, now=NOW - 31)
+
+
+def test_the_verified_token_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "_VERIFIED_CACHE_SIZE", 3)
+    authenticator = Authenticator(enabled(), environment="dev")
+    tokens = [authenticator.mint(subject=f"s{i}", roles=("agent",), agent_id="a", now=NOW) for i in range(4)]
+    first = authenticator.verify(tokens[0], now=NOW)
+    for token in tokens[1:3]:
+        authenticator.verify(token, now=NOW)
+    assert authenticator.verify(tokens[0], now=NOW) is first  # three remembered: the map is full, not over
+    authenticator.verify(tokens[3], now=NOW)  # a fourth: the full map is emptied first
+    assert len(authenticator._verified) == 1
+    again = authenticator.verify(tokens[0], now=NOW)
+    assert again == first and again is not first  # verified afresh
+
+
+async def test_verify_any_passes_the_time_to_api_keys_and_to_our_tokens() -> None:
+    authenticator = Authenticator(enabled(clock_skew_s=0), environment="dev")
+    keys = _FakeKeys(Identity.dev("dev", now=NOW))
+    authenticator.api_keys = keys  # type: ignore[assignment]
+    assert await authenticator.verify_any("amk_1", now=NOW + 5) is keys.answer
+    assert keys.asked == [("amk_1", NOW + 5)]
+    # A token of long ago, valid at the time given: the given time decides, not the clock.
+    token = authenticator.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert (await authenticator.verify_any(token, now=NOW + 10)).subject == "bob"
+    with pytest.raises(TokenError, match="expired"):
+        await authenticator.verify_any(token, now=NOW + 60)
+
+
+def test_a_jwts_identity_has_no_instance_or_task_and_is_issued_before_it_expires() -> None:
+    issuer = OidcIssuerSettings.model_validate(
+        {
+            "issuer": "https://idp.example/",
+            "audience": "agentmesh",
+            "jwks_url": "https://idp.example/jwks",
+            "role_map": {"sre": ["operator"]},
+        }
+    )
+
+    def identity(**claims: Any) -> Identity:
+        base = {"sub": "bob", "roles": ["sre"], "exp": NOW + 600, "iat": NOW}
+        return auth.identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
+
+    found = identity()
+    assert (found.instance, found.task_id) == ("", "")
+    assert (found.issued_at, found.expires_at) == (NOW, NOW + 600)
+    # An iat at or after exp (a skewed issuer): issued one second before it expires.
+    assert (identity(iat=NOW + 600).issued_at, identity(iat=NOW + 900).issued_at) == (NOW + 599, NOW + 599)
+    assert identity(iat=NOW + 599).issued_at == NOW + 599
+    for subject in ("", 5, None):
+        with pytest.raises(TokenError) as info:
+            identity(sub=subject)
+        assert info.value.message == "JWT claim 'sub' (the subject) is missing or not a string"

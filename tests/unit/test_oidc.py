@@ -570,3 +570,33 @@ async def test_a_failed_refresh_is_logged_with_its_issuer_and_reason_and_a_long_
     with pytest.raises(UnavailableError) as info:
         await cold.ensure_loaded()
     assert info.value.message == f"cannot fetch the signing keys of issuer {ISSUER!r}: {reason}"
+
+
+async def test_a_verified_jwt_is_remembered_only_while_its_key_stays_in_the_jwks() -> None:
+    key, other = new_key("RS256"), new_key("RS256")
+    idp, clock = FakeIdp(key, other), Clock()
+    settings = OidcIssuerSettings(
+        issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json", role_map={"sre": ["operator"]}
+    )
+    auth = Authenticator(AuthSettings(key=KEY, oidc=[settings]), "dev", jwks_fetch=idp)
+    assert auth.oidc is not None
+    auth.oidc.caches[ISSUER]._clock = clock
+    token = signed(key, headers={"kid": key.kid}, roles=["sre"])
+    first = await auth.verify_any(token)
+    assert first.roles == frozenset({"operator"})
+    assert await auth.verify_any(token) is first  # remembered: not verified again
+    other_token = signed(other, headers={"kid": other.kid}, roles=["sre"])
+    assert await auth.verify_any(other_token) is not first
+    idp.keys.remove(key)
+    clock.now += 300
+    await auth.oidc.caches[ISSUER].ensure_loaded()
+    assert (await auth.verify_any(other_token)).subject == first.subject  # its key is still there
+    with pytest.raises(UnauthenticatedError):
+        await auth.verify_any(token)  # its key is gone: verified again, and refused
+
+
+async def test_a_jwt_where_no_issuer_is_configured_is_refused_saying_so() -> None:
+    plain = Authenticator(AuthSettings(key=KEY), "dev")
+    with pytest.raises(UnauthenticatedError) as info:
+        await plain.verify_any(signed(new_key("RS256")))
+    assert info.value.message == "a JWT was sent but no OIDC issuer is configured (auth.oidc)"
