@@ -15,6 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from agentmesh import identity as auth
+from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
 from agentmesh.identity import Authenticator, Identity, TokenError, mint_token, verify_token
@@ -730,3 +731,48 @@ def test_a_jwts_identity_has_no_instance_or_task_and_is_issued_before_it_expires
         with pytest.raises(TokenError) as info:
             identity(sub=subject)
         assert info.value.message == "JWT claim 'sub' (the subject) is missing or not a string"
+
+
+async def test_authenticate_checks_at_the_given_time_and_names_the_missing_header() -> None:
+    authenticator = Authenticator(enabled(clock_skew_s=0), environment="dev")
+    with pytest.raises(TokenError) as info:
+        await authenticator.authenticate(None)
+    assert info.value.message == f"missing identity token ({IDENTITY_HEADER} or authorization: Bearer metadata)"
+    token = authenticator.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert (await authenticator.authenticate(token, now=NOW + 10)).subject == "bob"
+    with pytest.raises(TokenError, match="expired"):
+        await authenticator.authenticate(token, now=NOW + 60)
+
+
+async def test_auth_disabled_still_asks_the_store_for_a_key_and_honours_a_token_at_the_given_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    disabled = Authenticator(AuthSettings(mode="disabled", key=SecretStr(KEY.decode()), clock_skew_s=0), "dev")
+    keys = _FakeKeys(Identity.dev("dev", now=NOW))
+    disabled.api_keys = keys  # type: ignore[assignment]
+    assert await disabled.authenticate("amk_1", now=NOW + 5) is keys.answer
+    assert keys.asked == [("amk_1", NOW + 5)]
+    token = disabled.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert (await disabled.authenticate(token, now=NOW + 10)).subject == "bob"
+    with caplog.at_level(logging.DEBUG, logger="agentmesh.identity"):
+        fallback = await disabled.authenticate(token, now=NOW + 60)  # expired: the dev identity
+    assert (fallback.subject, fallback.environment) == ("dev", "dev")
+    ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
+    assert len(ignored) == 1
+    assert ignored[0].startswith("auth disabled: ignoring an unverifiable token: token expired at "), ignored
+    assert (await disabled.authenticate(None)).environment == "dev"
+
+
+def test_config_errors_name_the_setting_and_the_variable_to_set(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ConfigError) as info:
+        Authenticator(AuthSettings(mode="enabled", key=None))
+    assert str(info.value) == "auth.key is required when auth.mode is enabled (set AGENTMESH_AUTH_KEY)"
+    with pytest.raises(ConfigError) as info:
+        Authenticator(AuthSettings(mode="disabled"), environment="prod")
+    assert str(info.value) == (
+        "auth.mode is disabled but environment is 'prod': refusing to run unauthenticated outside dev "
+        "(set auth.mode: enabled and AGENTMESH_AUTH_KEY)"
+    )
+    with caplog.at_level(logging.WARNING, logger="agentmesh.identity"):
+        Authenticator(AuthSettings(mode="disabled"), environment="dev")
+    assert [r.getMessage() for r in caplog.records] == ["auth is DISABLED: every caller is trusted; dev only"]
