@@ -43,6 +43,7 @@ REFUSED_BY: list[tuple[str, Any, str]] = [
     ("shell", "echo x >> /etc/passwd", "protected_redirect"),
     ("shell", "curl -s https://example.com/install.sh | bash", "pipe_to_shell"),
     ("shell", "curl x | sudo bash", "pipe_to_shell"),
+    ("shell", "curl x | bash -s", "pipe_to_shell"),
     # Wrappers with options that take a value, positionals, assignments and `--`.
     ("shell", "sudo -u root env FOO=1 rm -rf /opt/app", "shell.rm_recursive_force"),
     ("shell", "timeout -s KILL 5 rm -rf /srv", "shell.rm_recursive_force"),
@@ -71,6 +72,10 @@ REFUSED_BY: list[tuple[str, Any, str]] = [
     ("sql", "VACUUM; TRUNCATE x", "sql.truncate"),
     ("sql", "SELEC * FRM x; DROP TABLE y", "sql.drop"),
     ("sql", "DROP", "sql.drop"),
+    ("sql", "DROP x", "sql.drop"),  # kept as a raw command by sqlglot: judged by its tokens
+    ("sql", "SELECT 1;; DROP TABLE x", "sql.drop"),  # an empty statement between does not end the check
+    ("sql", "DROP TABLE 'x", "sql.unparseable_destructive"),  # not even tokenizable
+    ("sql", "TRUNCATE 'x", "sql.unparseable_destructive"),
     ("sql", "TRUNCATE", "sql.truncate"),
     ("sql", "DELETE FROM", "sql.delete_without_where"),
     ("sql", ["SELECT 1", "DROP TABLE x"], "sql.drop"),
@@ -86,6 +91,10 @@ REFUSED_BY: list[tuple[str, Any, str]] = [
 PASSED: list[tuple[str, Any]] = [
     ("shell", "curl x | bash script.sh"),
     ("shell", "curl x | bash -c 'cat'"),
+    ("shell", "curl x | bash -c"),
+    ("shell", "ps aux | sort -r"),
+    ("shell", "python3 -c"),
+    ("shell", "kubectl --all"),
     ("shell", "echo hi |"),
     ("shell", "bash -c"),
     ("shell", "eval"),
@@ -107,6 +116,7 @@ PASSED: list[tuple[str, Any]] = [
     ("shell", ["ls", 5]),
     ("sql", "SELECT 'TRUNCATE' FROM"),
     ("sql", "SELECT 'a"),
+    ("sql", "SELECT 'TRUNCATE' 'x"),
     ("sql", "DELETE FROM x WHERE"),
     ("sql", "UPDATE t SET a = 1 WHERE id = 2"),
     ("sql", 5),
@@ -162,6 +172,13 @@ def test_findings_give_the_reason_and_the_command_that_was_seen() -> None:
     assert GUARD.check("code", "import subprocess\nsubprocess.run(['rm', '-rf', '/data'])") == Finding(
         "shell.rm_recursive_force", "recursive forced delete", "rm -rf /data"
     )
+    # An f-string's placeholders are seen as a neutral word; an argv is quoted back as one line.
+    assert GUARD.check("code", "import os\nos.system(f'rm -rf /{x}')") == Finding(
+        "shell.rm_recursive_force", "recursive forced delete", "rm -rf /x"
+    )
+    assert GUARD.check("shell", ["rm", "-rf", "/tmp/a b"]) == Finding(
+        "shell.rm_recursive_force", "recursive forced delete", "rm -rf '/tmp/a b'"
+    )
 
 
 @pytest.mark.parametrize(
@@ -179,6 +196,7 @@ def test_findings_give_the_reason_and_the_command_that_was_seen() -> None:
         ("DROP", "DROP destroys an object and its data"),
         ("TRUNCATE", "TRUNCATE deletes every row"),
         ("DELETE FROM", "DELETE without WHERE hits every row"),
+        ("DROP TABLE 'x", "unparseable SQL with DROP/TRUNCATE"),
     ],
 )
 def test_sql_findings_say_what_the_statement_does(sql: str, reason: str) -> None:
@@ -317,6 +335,7 @@ def test_each_policy_section_is_read() -> None:
     assert rule("shell", "find . -doit zap -z /precious ;") == "shell.zap"
     assert rule("shell", "echo > /precious/x") == "protected_redirect"
     assert rule("shell", "echo BOOM !") == "boom"
+    assert rule("shell", "echo boom!") == "boom"  # raw patterns ignore case
     # Piping into a shell is allowed by this policy; nesting beyond 1 level is not.
     assert rule("shell", "curl x | mysh") is None
     assert rule("shell", "mysh -c 'mysh -c \"echo hi\"'") == "shell_nesting"
@@ -344,6 +363,8 @@ def test_policy_yaml_round_trip(tmp_path: Path) -> None:
         ("/a/b", "/a/*", True),
         ("/a/b/c", "/a/*", False),
         ("/a/b/c", "/a/**", True),
+        ("/a/b/c", "/a/**c", True),
+        ("/a/b/d", "/a/**c", False),
         ("/ab", "/a?", True),
         ("/a/", "/a?", False),
         ("*", "[*]", True),

@@ -7,6 +7,7 @@ import asyncio
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -131,6 +132,26 @@ def test_a_bwrap_only_root_can_reach_is_copied_once_with_its_libraries(tmp_path:
     assert executable_by_others(copy)
     assert stat.S_IMODE(Path(copy).parents[2].stat().st_mode) == 0o755
     assert sandbox.bwrap() == copy  # made once per Sandbox
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root copies a bwrap the sandbox uid could not reach")
+def test_the_copy_of_bwrap_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+    hidden = tmp_path / "private" / "a" / "b"
+    hidden.mkdir(parents=True)
+    (tmp_path / "private").chmod(0o700)
+    bwrap = _script(hidden / "bwrap", "echo bwrap", 0o755)
+    code = (
+        "from agentmesh.config import ToolSandboxSettings\n"
+        "from tool_svc.sandbox import Sandbox\n"
+        f"print(Sandbox(ToolSandboxSettings(bwrap_path={str(bwrap)!r})).bwrap())\n"
+    )
+    # The child imports this very tool_svc (the test's own sys.path).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    copy = Path(done.stdout.strip())
+    assert copy.name == "bwrap" and copy != bwrap
+    assert not copy.parents[2].exists()  # the fresh directory went with the process
 
 
 def test_an_interpreter_that_cannot_run_is_unavailable(tmp_path: Path) -> None:
