@@ -333,3 +333,11 @@ async def test_violations_are_reported_with_what_was_tried() -> None:
     assert [(v["kind"], v["what"], v["detail"]) for v in result.violations] == [
         ("violation", "read outside the sandbox's temp dir", "/etc/passwd")
     ]
+
+
+async def test_code_with_a_lone_surrogate_gets_the_interpreters_answer() -> None:
+    # Arguments come from JSON, which can carry "\ud800": the code is passed through as is and fails in the
+    # sandbox, like any code that cannot run, instead of failing the tool.
+    result = await Sandbox(SETTINGS).run("print('\ud800')")
+    assert result.exit_code == 1
+    assert "surrogates not allowed" in result.stderr
