@@ -76,6 +76,8 @@ REFUSED_BY: list[tuple[str, Any, str]] = [
     ("sql", "SELECT 1;; DROP TABLE x", "sql.drop"),  # an empty statement between does not end the check
     ("sql", "DROP TABLE 'x", "sql.unparseable_destructive"),  # not even tokenizable
     ("sql", "TRUNCATE 'x", "sql.unparseable_destructive"),
+    ("sql", "drop table 'x", "sql.unparseable_destructive"),
+    ("sql", "SELECT 'a'DROP TABLE 'x", "sql.unparseable_destructive"),  # a closed string before DROP
     ("sql", "TRUNCATE", "sql.truncate"),
     ("sql", "DELETE FROM", "sql.delete_without_where"),
     ("sql", ["SELECT 1", "DROP TABLE x"], "sql.drop"),
@@ -214,6 +216,23 @@ def test_a_long_command_is_clipped_in_the_finding() -> None:
     exact = "rm -rf /" + "b" * 152  # 160 characters: kept whole
     kept = GUARD.check("shell", exact)
     assert kept is not None and kept.snippet == exact
+
+
+def test_an_argv_starts_at_the_top_level() -> None:
+    # bash -c (1), then four evals (2..5): the rm is at the deepest level still inspected.
+    argv = ["bash", "-c", "eval eval eval eval rm -rf /"]
+    assert GUARD.check("shell", argv) == Finding("shell.rm_recursive_force", "recursive forced delete", "rm -rf /")
+
+
+def test_the_sql_dialect_decides_what_a_comment_is_even_in_unparseable_sql() -> None:
+    mysql = DangerGuard(Policy.from_mapping({"sql": {"dialect": "mysql", "deny": ["drop", "truncate"]}}))
+    generic = DangerGuard(Policy.from_mapping({"sql": {"deny": ["drop", "truncate"]}}))
+    text = "SELEC * FRM x # DROP TABLE y"
+    assert mysql.check("sql", text) is None  # `#` starts a comment in MySQL
+    found = generic.check("sql", text)
+    assert found is not None and found.rule == "sql.drop"
+    found = mysql.check("sql", text + "\nTRUNCATE z")
+    assert found is not None and found.rule == "sql.truncate"
 
 
 def test_nesting_beyond_the_limit_names_the_limit() -> None:
@@ -437,6 +456,7 @@ async def test_the_step_refuses_a_destructive_marked_field() -> None:
     assert refused.code == ErrorCode.DANGEROUS_OPERATION
     assert refused.metadata == {"rule": "path.protected", "kind": "path"}
     assert refused.violations[0].path == "$.target"
+    assert refused.message.startswith("tool: $.target (path) is destructive: ")
     shell = await step(_call(SCHEMA, {"command": "sudo rm -rf /srv"}))
     assert isinstance(shell, AgentmeshError) and shell.metadata == {"rule": "shell.rm_recursive_force", "kind": "shell"}
 
