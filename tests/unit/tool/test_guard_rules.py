@@ -233,6 +233,9 @@ def test_the_sql_dialect_decides_what_a_comment_is_even_in_unparseable_sql() -> 
     assert found is not None and found.rule == "sql.drop"
     found = mysql.check("sql", text + "\nTRUNCATE z")
     assert found is not None and found.rule == "sql.truncate"
+    # Parsed in its own dialect (MySQL's backticks), the statement's kind is named.
+    found = mysql.check("sql", "DROP TABLE `x`")
+    assert found is not None and found.reason == "DROP TABLE destroys it and its data"
 
 
 def test_nesting_beyond_the_limit_names_the_limit() -> None:
@@ -330,6 +333,7 @@ def test_each_policy_section_is_read() -> None:
     )
     assert policy.sql_dialect == "postgres"
     assert policy.max_depth == 1
+    assert [r.subcommand for r in policy.rules] == ["", "", "go"]  # none named: the empty string
     guard = DangerGuard(policy)
 
     def rule(kind: str, value: str, *, write: bool = False) -> str | None:
