@@ -17,6 +17,7 @@ import pytest
 
 from agentmesh.config import ToolSandboxSettings
 from agentmesh.errors import ErrorCode
+from tests.unit.tool.test_sandbox import wait_no_sandboxed_processes
 from tool_svc import sandbox as sandbox_module
 from tool_svc import seccomp
 from tool_svc.sandbox import (
@@ -135,11 +136,13 @@ def test_a_bwrap_only_root_can_reach_is_copied_once_with_its_libraries(tmp_path:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root copies a bwrap the sandbox uid could not reach")
-def test_the_copy_of_bwrap_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+def test_the_copy_of_bwrap_lives_as_long_as_the_process(tmp_path: Path) -> None:
     hidden = tmp_path / "private" / "a" / "b"
     hidden.mkdir(parents=True)
     (tmp_path / "private").chmod(0o700)
     bwrap = _script(hidden / "bwrap", "echo bwrap", 0o755)
+    here = Path(Sandbox(ToolSandboxSettings(bwrap_path=str(bwrap))).bwrap())
+    assert here.is_file() and here.parents[2].is_dir()  # in use while this process runs
     code = (
         "from agentmesh.config import ToolSandboxSettings\n"
         "from tool_svc.sandbox import Sandbox\n"
@@ -341,3 +344,12 @@ async def test_code_with_a_lone_surrogate_gets_the_interpreters_answer() -> None
     result = await Sandbox(SETTINGS).run("print('\ud800')")
     assert result.exit_code == 1
     assert "surrogates not allowed" in result.stderr
+
+
+async def test_a_cancelled_run_leaves_no_process_behind() -> None:
+    task = asyncio.create_task(Sandbox(SETTINGS).run("import time\nprint('up', flush=True)\ntime.sleep(30)"))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_no_sandboxed_processes()
