@@ -353,3 +353,24 @@ async def test_a_cancelled_run_leaves_no_process_behind() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     await wait_no_sandboxed_processes()
+
+
+async def test_a_bwrap_that_fails_is_reported_with_its_own_words(open_tmp: Path) -> None:
+    bwrap = _script(
+        open_tmp / "bwrap",
+        '[ "$1" = --version ] && { echo "bubblewrap 0.11.0"; exit 0; }\n'
+        "printf 'bwrap: setting up uid map:\\n  Permission denied \\377\\n' >&2\n"
+        f"printf '{'y' * 400}' >&2\nexit 1",
+    )
+    with pytest.raises(SandboxUnavailableError) as caught:
+        await Sandbox(SETTINGS.model_copy(update={"bwrap_path": str(bwrap)})).run("print(1)")
+    said = "bwrap: setting up uid map: Permission denied \ufffd " + "y" * 400
+    assert caught.value.message == (
+        f"the sandbox is unavailable: bwrap could not set up isolation ({said[:300]}); the code was not run"
+    )
+
+
+async def test_lines_on_the_report_pipe_that_are_not_events_are_ignored() -> None:
+    code = "import os, sys\nos.write(int(sys.argv[1]), b'\\xff not json\\n[1]\\n')\nprint('ran')"
+    result = await Sandbox(SETTINGS).run(code)
+    assert (result.exit_code, result.stdout, result.violations) == (0, "ran\n", [])
