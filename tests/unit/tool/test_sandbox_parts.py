@@ -374,3 +374,9 @@ async def test_lines_on_the_report_pipe_that_are_not_events_are_ignored() -> Non
     code = "import os, sys\nos.write(int(sys.argv[1]), b'\\xff not json\\n[1]\\n')\nprint('ran')"
     result = await Sandbox(SETTINGS).run(code)
     assert (result.exit_code, result.stdout, result.violations) == (0, "ran\n", [])
+
+
+async def test_output_that_is_not_utf8_is_kept_with_replacement_characters() -> None:
+    code = "import sys\nsys.stdout.buffer.write(b'a\\xffb')\nsys.stderr.buffer.write(b'c\\xfed')"
+    result = await Sandbox(SETTINGS).run(code)
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "a\ufffdb", "c\ufffdd")
