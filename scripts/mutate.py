@@ -84,8 +84,13 @@ MODULES: dict[str, Module] = {
     # The Identity value (roles and their implication, the dev identity) moved out of identity.py.
     "identity_value": Module("agentmesh/identity_value.py", ("tests/unit/test_auth.py",)),
     "oidc": Module("agentmesh/oidc.py", ("tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py")),
-    # guard.py is reached through the gateway: its own test file alone leaves 158 mutants unreached.
-    "guard": Module("tool_svc/guard.py", ("tests/unit/tool",), also=("tool_svc/guard_policy.py",)),
+    # The table tests and the rule/step tests (test_guard_rules.py reaches GuardArguments and danger_error
+    # directly): the whole of tests/unit/tool (bwrap sandbox runs included) took minutes a mutant.
+    "guard": Module(
+        "tool_svc/guard.py",
+        ("tests/unit/tool/test_guard.py", "tests/unit/tool/test_guard_rules.py"),
+        also=("tool_svc/guard_policy.py",),
+    ),
     "redaction": Module(
         "agentmesh/redact/__init__.py",
         (
@@ -95,9 +100,14 @@ MODULES: dict[str, Module] = {
         ),
     ),
     "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
+    # The real bwrap runs (a few seconds for the whole files) and the parts one by one.
     "sandbox_policy": Module(
         "tool_svc/sandbox.py",
-        ("tests/unit/tool/test_sandbox.py", "tests/unit/tool/test_sandbox_hardening.py"),
+        (
+            "tests/unit/tool/test_sandbox.py",
+            "tests/unit/tool/test_sandbox_hardening.py",
+            "tests/unit/tool/test_sandbox_parts.py",
+        ),
         also=("tool_svc/sandbox_prelude.py",),
     ),
     # The sandbox's seccomp filter (libseccomp), checked by a BPF interpreter against the hand-built oracle.

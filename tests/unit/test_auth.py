@@ -15,6 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from agentmesh import identity as auth
+from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
 from agentmesh.identity import Authenticator, Identity, TokenError, mint_token, verify_token
@@ -667,3 +668,111 @@ def test_a_jwts_environment_claim_and_issue_time_are_read_when_configured() -> N
     before = int(time.time())
     for iat in (True, "yesterday", None):  # an ill-typed or missing iat: the time of verification
         assert identity(env="dev", iat=iat, exp=before + 600).issued_at >= before
+
+
+def test_verify_token_tolerates_thirty_seconds_of_skew_by_default() -> None:
+    token = mint_token(KEY, subject="s", roles=("agent",), ttl_s=60, now=NOW)
+    assert verify_token(KEY, token, now=NOW + 60 + 29).subject == "s"
+    with pytest.raises(TokenError, match="expired"):
+        verify_token(KEY, token, now=NOW + 60 + 30)
+    assert verify_token(KEY, token, now=NOW - 30).subject == "s"
+    with pytest.raises(TokenError, match="not valid before"):
+        verify_token(KEY, token, now=NOW - 31)
+
+
+def test_the_verified_token_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "_VERIFIED_CACHE_SIZE", 3)
+    authenticator = Authenticator(enabled(), environment="dev")
+    tokens = [authenticator.mint(subject=f"s{i}", roles=("agent",), agent_id="a", now=NOW) for i in range(4)]
+    first = authenticator.verify(tokens[0], now=NOW)
+    for token in tokens[1:3]:
+        authenticator.verify(token, now=NOW)
+    assert authenticator.verify(tokens[0], now=NOW) is first  # three remembered: the map is full, not over
+    authenticator.verify(tokens[3], now=NOW)  # a fourth: the full map is emptied first
+    assert len(authenticator._verified) == 1
+    again = authenticator.verify(tokens[0], now=NOW)
+    assert again == first and again is not first  # verified afresh
+
+
+async def test_verify_any_passes_the_time_to_api_keys_and_to_our_tokens() -> None:
+    authenticator = Authenticator(enabled(clock_skew_s=0), environment="dev")
+    keys = _FakeKeys(Identity.dev("dev", now=NOW))
+    authenticator.api_keys = keys  # type: ignore[assignment]
+    assert await authenticator.verify_any("amk_1", now=NOW + 5) is keys.answer
+    assert keys.asked == [("amk_1", NOW + 5)]
+    # A token of long ago, valid at the time given: the given time decides, not the clock.
+    token = authenticator.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert (await authenticator.verify_any(token, now=NOW + 10)).subject == "bob"
+    with pytest.raises(TokenError, match="expired"):
+        await authenticator.verify_any(token, now=NOW + 60)
+
+
+def test_a_jwts_identity_has_no_instance_or_task_and_is_issued_before_it_expires() -> None:
+    issuer = OidcIssuerSettings.model_validate(
+        {
+            "issuer": "https://idp.example/",
+            "audience": "agentmesh",
+            "jwks_url": "https://idp.example/jwks",
+            "role_map": {"sre": ["operator"]},
+        }
+    )
+
+    def identity(**claims: Any) -> Identity:
+        base = {"sub": "bob", "roles": ["sre"], "exp": NOW + 600, "iat": NOW}
+        return auth.identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
+
+    found = identity()
+    assert (found.instance, found.task_id) == ("", "")
+    assert (found.issued_at, found.expires_at) == (NOW, NOW + 600)
+    # An iat at or after exp (a skewed issuer): issued one second before it expires.
+    assert (identity(iat=NOW + 600).issued_at, identity(iat=NOW + 900).issued_at) == (NOW + 599, NOW + 599)
+    assert identity(iat=NOW + 599).issued_at == NOW + 599
+    for subject in ("", 5, None):
+        with pytest.raises(TokenError) as info:
+            identity(sub=subject)
+        assert info.value.message == "JWT claim 'sub' (the subject) is missing or not a string"
+
+
+async def test_authenticate_checks_at_the_given_time_and_names_the_missing_header() -> None:
+    authenticator = Authenticator(enabled(clock_skew_s=0), environment="dev")
+    with pytest.raises(TokenError) as info:
+        await authenticator.authenticate(None)
+    assert info.value.message == f"missing identity token ({IDENTITY_HEADER} or authorization: Bearer metadata)"
+    token = authenticator.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert (await authenticator.authenticate(token, now=NOW + 10)).subject == "bob"
+    with pytest.raises(TokenError, match="expired"):
+        await authenticator.authenticate(token, now=NOW + 60)
+
+
+async def test_auth_disabled_still_asks_the_store_for_a_key_and_honours_a_token_at_the_given_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    disabled = Authenticator(AuthSettings(mode="disabled", key=SecretStr(KEY.decode()), clock_skew_s=0), "dev")
+    keys = _FakeKeys(Identity.dev("dev", now=NOW))
+    disabled.api_keys = keys  # type: ignore[assignment]
+    assert await disabled.authenticate("amk_1", now=NOW + 5) is keys.answer
+    assert keys.asked == [("amk_1", NOW + 5)]
+    token = disabled.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
+    assert (await disabled.authenticate(token, now=NOW + 10)).subject == "bob"
+    with caplog.at_level(logging.DEBUG, logger="agentmesh.identity"):
+        fallback = await disabled.authenticate(token, now=NOW + 60)  # expired: the dev identity
+    assert (fallback.subject, fallback.environment) == ("dev", "dev")
+    ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
+    assert len(ignored) == 1
+    assert ignored[0].startswith("auth disabled: ignoring an unverifiable token: token expired at "), ignored
+    assert (await disabled.authenticate(None)).environment == "dev"
+
+
+def test_config_errors_name_the_setting_and_the_variable_to_set(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(ConfigError) as info:
+        Authenticator(AuthSettings(mode="enabled", key=None))
+    assert str(info.value) == "auth.key is required when auth.mode is enabled (set AGENTMESH_AUTH_KEY)"
+    with pytest.raises(ConfigError) as info:
+        Authenticator(AuthSettings(mode="disabled"), environment="prod")
+    assert str(info.value) == (
+        "auth.mode is disabled but environment is 'prod': refusing to run unauthenticated outside dev "
+        "(set auth.mode: enabled and AGENTMESH_AUTH_KEY)"
+    )
+    with caplog.at_level(logging.WARNING, logger="agentmesh.identity"):
+        Authenticator(AuthSettings(mode="disabled"), environment="dev")
+    assert [r.getMessage() for r in caplog.records] == ["auth is DISABLED: every caller is trusted; dev only"]

@@ -17,9 +17,10 @@ import httpx
 import jwt
 import pytest
 
+from agentmesh import identity as identity_module
 from agentmesh.config import AuthSettings, OidcIssuerSettings
 from agentmesh.errors import ErrorCode, UnauthenticatedError, UnavailableError
-from agentmesh.identity import Authenticator
+from agentmesh.identity import _MAX_TOKEN_CHARS, Authenticator
 from agentmesh.oidc import MAX_JWKS_BYTES, JwksCache, OidcVerifier, _httpx_fetch, _parse_jwks, token_id
 from tests.jwks import AUDIENCE, ISSUER, Issuer, SigningKey, new_key
 
@@ -570,3 +571,80 @@ async def test_a_failed_refresh_is_logged_with_its_issuer_and_reason_and_a_long_
     with pytest.raises(UnavailableError) as info:
         await cold.ensure_loaded()
     assert info.value.message == f"cannot fetch the signing keys of issuer {ISSUER!r}: {reason}"
+
+
+async def test_a_verified_jwt_is_remembered_only_while_its_key_stays_in_the_jwks() -> None:
+    key, other = new_key("RS256"), new_key("RS256")
+    idp, clock = FakeIdp(key, other), Clock()
+    settings = OidcIssuerSettings(
+        issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json", role_map={"sre": ["operator"]}
+    )
+    auth = Authenticator(AuthSettings(key=KEY, oidc=[settings]), "dev", jwks_fetch=idp)
+    assert auth.oidc is not None
+    auth.oidc.caches[ISSUER]._clock = clock
+    token = signed(key, headers={"kid": key.kid}, roles=["sre"])
+    first = await auth.verify_any(token)
+    assert first.roles == frozenset({"operator"})
+    assert await auth.verify_any(token) is first  # remembered: not verified again
+    # A remembered JWT is still checked against the time given: it expires.
+    assert await auth.verify_any(token, now=first.expires_at) is first
+    with pytest.raises(UnauthenticatedError, match="expired"):
+        await auth.verify_any(token, now=first.expires_at + 3600)
+    other_token = signed(other, headers={"kid": other.kid}, roles=["sre"])
+    assert await auth.verify_any(other_token) is not first
+    idp.keys.remove(key)
+    clock.now += 300
+    await auth.oidc.caches[ISSUER].ensure_loaded()
+    assert (await auth.verify_any(other_token)).subject == first.subject  # its key is still there
+    with pytest.raises(UnauthenticatedError):
+        await auth.verify_any(token)  # its key is gone: verified again, and refused
+
+
+async def test_a_jwt_where_no_issuer_is_configured_is_refused_saying_so() -> None:
+    plain = Authenticator(AuthSettings(key=KEY), "dev")
+    with pytest.raises(UnauthenticatedError) as info:
+        await plain.verify_any(signed(new_key("RS256")))
+    assert info.value.message == "a JWT was sent but no OIDC issuer is configured (auth.oidc)"
+
+
+def _authenticator_for(idp: FakeIdp, **auth: Any) -> Authenticator:
+    settings = OidcIssuerSettings(
+        issuer=ISSUER, audience=AUDIENCE, jwks_url="https://idp.test.example/jwks.json", role_map={"sre": ["operator"]}
+    )
+    return Authenticator(AuthSettings(key=KEY, oidc=[settings], **auth), "dev", jwks_fetch=idp)
+
+
+async def test_a_jwt_is_checked_at_the_given_time_with_the_configured_skew() -> None:
+    key = new_key("RS256")
+    exp = int(time.time()) + 600
+    token = signed(key, headers={"kid": key.kid}, roles=["sre"], exp=exp)
+    strict = _authenticator_for(FakeIdp(key), clock_skew_s=0)
+    with pytest.raises(UnauthenticatedError, match="JWT expired"):
+        await strict.verify_any(token, now=exp + 10)  # the skew of the settings (0), not the verifier's default 30
+    lenient = _authenticator_for(FakeIdp(key), clock_skew_s=30)
+    assert (await lenient.verify_any(token, now=exp + 10)).subject.endswith("alice")
+
+
+async def test_a_jwt_longer_than_the_limit_is_refused_before_any_verification() -> None:
+    idp = FakeIdp(new_key("RS256"))
+    auth = _authenticator_for(idp)
+    at_limit = "a" * (_MAX_TOKEN_CHARS - 4) + ".b.c"
+    with pytest.raises(UnauthenticatedError) as info:
+        await auth.verify_any(at_limit)
+    assert "longer than" not in info.value.message  # at the limit: judged by the verifier
+    with pytest.raises(UnauthenticatedError) as info:
+        await auth.verify_any("a" + at_limit)
+    assert info.value.message == f"malformed token: longer than {_MAX_TOKEN_CHARS} characters"
+
+
+async def test_the_verified_jwt_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(identity_module, "_VERIFIED_CACHE_SIZE", 2)
+    key = new_key("RS256")
+    auth = _authenticator_for(FakeIdp(key))
+    tokens = [signed(key, headers={"kid": key.kid}, roles=["sre"], jti=f"j{i}") for i in range(3)]
+    first = await auth.verify_any(tokens[0])
+    await auth.verify_any(tokens[1])
+    assert await auth.verify_any(tokens[0]) is first  # two remembered: full, not over
+    await auth.verify_any(tokens[2])  # a third: the full map is emptied first
+    again = await auth.verify_any(tokens[0])
+    assert again == first and again is not first
