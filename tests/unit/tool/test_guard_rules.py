@@ -10,7 +10,8 @@ import pytest
 
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
 from tool_svc.call import CallState
-from tool_svc.guard import DEFAULT_POLICY, DangerGuard, Finding, GuardArguments, Policy, danger_error
+from tool_svc.guard import DangerGuard, GuardArguments, danger_error
+from tool_svc.guard_policy import DEFAULT_POLICY, Finding, Policy
 from tool_svc.model import Access, Caller, CallRequest, Permission, ToolDef
 from tool_svc.registry import RegisteredTool
 from tool_svc.validation import SchemaCheck
