@@ -42,6 +42,12 @@ TARGET = 0.90
 class Module:
     source: str
     tests: tuple[str, ...]
+    # More files of the same package mutated in the same run (a package whose promise spans several files).
+    also: tuple[str, ...] = ()
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source, *self.also)
 
 
 MODULES: dict[str, Module] = {
@@ -81,12 +87,22 @@ MODULES: dict[str, Module] = {
     "oidc": Module("agentmesh/oidc.py", ("tests/unit/test_oidc.py", "tests/unit/test_external_identity_config.py")),
     # guard.py is reached through the gateway: its own test file alone leaves 158 mutants unreached.
     "guard": Module("tool_svc/guard.py", ("tests/unit/tool",)),
+    # The redactor's promise-keeping files: the entry points and vetoes, masking, the assignment grammar,
+    # placeholders and gitleaks' rule matcher (not the vendored rules data: that is gitleaks' to test).
     "redaction": Module(
         "agentmesh/redact/__init__.py",
         (
             "tests/unit/redact/test_assignments.py",
             "tests/unit/redact/test_context.py",
+            "tests/unit/redact/test_masking.py",
+            "tests/unit/redact/test_rule_matcher.py",
             "tests/unit/tool/test_redaction_corpus.py",
+        ),
+        also=(
+            "agentmesh/redact/spans.py",
+            "agentmesh/redact/assignments.py",
+            "agentmesh/redact/placeholders.py",
+            "agentmesh/redact/gitleaks_rules.py",
         ),
     ),
     "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
@@ -111,7 +127,7 @@ def _work_dir(name: str, module: Module) -> Path:
     config = (
         "\n[tool.mutmut]\n"
         f"source_paths = [{json.dumps(package)}]\n"
-        f"only_mutate = [{json.dumps(module.source)}]\n"
+        f"only_mutate = [{', '.join(json.dumps(s) for s in module.sources)}]\n"
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=60"]\n'
         "use_git_change_detection = false\n"
@@ -154,13 +170,23 @@ def _status(code: int | None) -> str:
     return "suspicious"
 
 
+def _codes(name: str, module: Module) -> dict[str, int | None] | None:
+    """Each mutant's exit code from the last run, over all the module's files; None before any run."""
+    metas = [VAR / name / "mutants" / (source + ".meta") for source in module.sources]
+    if not all(meta.exists() for meta in metas):
+        return None
+    codes: dict[str, int | None] = {}
+    for meta in metas:
+        codes.update(json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"])
+    return codes
+
+
 def report(name: str, module: Module) -> bool:
     """Prints the module's score and survivors; writes var/mutate/<name>/summary.json. True at >= TARGET."""
-    meta = VAR / name / "mutants" / (module.source + ".meta")
-    if not meta.exists():
-        print(f"== {name}: no results ({meta} missing)")
+    codes = _codes(name, module)
+    if codes is None:
+        print(f"== {name}: no results (var/mutate/{name}/mutants/<file>.meta missing)")
         return False
-    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
     equivalent = _equivalents()
     statuses = {mutant: _status(code) for mutant, code in codes.items()}
     listed = {m for m in statuses if m in equivalent}
@@ -172,7 +198,7 @@ def report(name: str, module: Module) -> bool:
     # Listed but killed: the list is stale (the mutant is not equivalent after all).
     stale = sorted(m for m in listed if statuses[m] in ("killed", "timeout"))
     print(
-        f"== {name} ({module.source}): {detected}/{scored} killed = {score:.1%} "
+        f"== {name} ({' '.join(module.sources)}): {detected}/{scored} killed = {score:.1%} "
         f"(equivalent excluded: {len(listed)}; survived {census['survived']}, unreached {census['unreached']}, "
         f"timeout {census['timeout']}, suspicious {census['suspicious']}, not checked {census['not checked']})"
     )
@@ -183,6 +209,7 @@ def report(name: str, module: Module) -> bool:
         print(f"   listed as equivalent but killed: {mutant}")
     summary = {
         "module": module.source,
+        "files": list(module.sources),
         "tests": list(module.tests),
         "total": len(statuses),
         "equivalent": len(listed),
@@ -198,10 +225,7 @@ def report(name: str, module: Module) -> bool:
 
 def _not_killed(name: str, module: Module) -> list[str]:
     """The mutants the last run of `name` did not kill (survived, unreached, ...), equivalent ones included."""
-    meta = VAR / name / "mutants" / (module.source + ".meta")
-    if not meta.exists():
-        return []
-    codes: dict[str, int | None] = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+    codes = _codes(name, module) or {}
     return sorted(m for m, code in codes.items() if _status(code) not in ("killed", "timeout"))
 
 
@@ -232,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for name, module in MODULES.items():
-            print(f"{name:12} {module.source:28} {' '.join(module.tests)}")
+            print(f"{name:12} {' '.join(module.sources):28} {' '.join(module.tests)}")
         return 0
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
