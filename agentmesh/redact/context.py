@@ -12,7 +12,8 @@
   hex, and with five consonants in a row, or letter pairs words seldom hold: `randomness`); 16 or more
   letters of one case count when they read as random the same way; 40 or 64 hex digits (a commit, a
   container, a SHA-256) do not, 40 or 64 digits do; `name=value` is a field unless the name is random
-  letters; a token with `%XX` escapes is judged URL-decoded.
+  letters, no word (no vowel, four consonants in a row) before a random value, or the value holds another
+  `=` (the token's alphabet has it); a token with `%XX` escapes is judged URL-decoded.
 All patterns are RE2 (linear time on hostile text).
 """
 
@@ -232,7 +233,14 @@ _SHORT_RANDOM_BELOW = -2.0
 
 def _random_short(token: str) -> bool:
     letters = "".join(c for c in token if c.isalpha())
-    return token.isalnum() and reads_random(letters, min_pairs=_SHORT_PAIRS, below=_SHORT_RANDOM_BELOW)
+    return _SHORT_ALPHABET.search(token) is not None and reads_random(
+        letters, min_pairs=_SHORT_PAIRS, below=_SHORT_RANDOM_BELOW
+    )
+
+
+# Letters, digits, and a token's own `_` and `-` (`ujzde8gx-d6ncf`; a name of word parts was ruled out
+# before: `_name_of_parts`); not a password's punctuation.
+_SHORT_ALPHABET = re2.compile(r"^[A-Za-z0-9_-]+$", _OPTIONS)
 
 
 _DIGIT_GROUP = re2.compile(r"[0-9]+", _OPTIONS)
@@ -279,7 +287,28 @@ def _field(token: str) -> bool:
     if m is None:
         return False
     name = m.group("name")
-    return name is None or not reads_random(name, min_pairs=_MIN_NAME_PAIRS)
+    if name is None:
+        return True
+    value = token[m.end() :]
+    if token[m.end() - 1] == "=" and _INNER_EQUALS.search(value) is not None:
+        return False  # `=` is in the token's alphabet: `xa=89-kivf...-oic0=h6kx...` is one token
+    if _unspeakable_name(name) and len(value) >= _MIN_LONG and _random_token(value):
+        return False  # `lfd=mp_wuz3a8...`: random letters before a random value
+    return not reads_random(name, min_pairs=_MIN_NAME_PAIRS)
+
+
+# An `=` inside a field's value, with more of the token after it (not base64's trailing padding).
+_INNER_EQUALS = re2.compile(r"=[^=]", _OPTIONS)
+# Letters no word holds: three or more without a vowel, or four consonants in a row (`lfd`, `wjrge`).
+_NO_VOWEL_NAME = re2.compile(r"^[b-df-hj-np-tv-xz]{3,}$", _OPTIONS)
+_CONSONANTS_4 = re2.compile(r"[b-df-hj-np-tv-xz]{4}", _OPTIONS)
+
+
+def _unspeakable_name(name: str) -> bool:
+    """Whether a field's name is too short to read (`_MIN_NAME_PAIRS`) yet is no word or abbreviation
+    a field is named by: its letters hold no vowel (`y` counts as one) or four consonants in a row."""
+    letters = "".join(c for c in name.lower() if c.isalpha())
+    return _NO_VOWEL_NAME.search(letters) is not None or _CONSONANTS_4.search(letters) is not None
 
 
 def _digest(token: str) -> bool:

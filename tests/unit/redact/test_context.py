@@ -326,3 +326,36 @@ def test_a_raw_aws_secret_key_in_free_text_is_masked(text: str) -> None:
     """Issue 39 (red team, low): a 40-character AWS secret access key in prose, with no assignment."""
     masked = redact_str(text)
     assert "4hT8+qLm2Rz9vXw" not in masked and "wJalrXUtnFEMI" not in masked, masked
+
+
+# Issue 40, fifth pass: `name=value` is one token when the `=` is in its alphabet or the name is no word.
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "q=k7f2-zr9wx_m4tq=p8vne3hj6cd0ly",  # a second `=` inside: `=` is one of the token's characters
+        "vbt=p4x9-wq2mzk8rj7hd3nf6cy0tg",  # a name without a vowel before a random value
+        "brqtla=m3q8vx2pj9hb4nd7ck5wy6ft",  # four consonants in a row: no word
+        "k2-vqz8_xm4wr",  # short, one case, random letters between a token's `-` and `_`
+    ],
+)
+def test_a_lone_token_with_equals_in_its_alphabet_or_separators_is_masked(text: str) -> None:
+    assert redact_text(text) == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "filter=name=orders",  # a second `=`, but words
+        "session=p4x9wq2mzk8rj7hd3nf6",  # a word names the field
+        "id=p4x9wq2mzk8rj7hd3nf6",
+        "vbt=orders-2026",  # no word before, but no random value after
+        "vbt=p4x9wq2mzk8",  # a random value shorter than 16
+        "sha256=450e2adb078d9dde54591a9aa6ccb35d89173426ca2c9cfea26c303ff2e8a20c",
+        "nonce=p4x9wq2mzk8rj7hd3nf6w==",  # base64's padding is no inner `=`
+        "my_db_v2_prod",  # short parts are words
+    ],
+)
+def test_a_named_field_standing_alone_is_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
