@@ -12,13 +12,13 @@
   hex, and with five consonants in a row, or letter pairs words seldom hold: `randomness`); 16 or more
   letters of one case count when they read as random the same way; 40 or 64 hex digits (a commit, a
   container, a SHA-256) do not, 40 or 64 digits do; `name=value` is a field unless the name is random
-  letters, no word (no vowel, four consonants in a row) before a random value, or the value holds another
-  `=` (the token's alphabet has it); a token with `%XX` escapes is judged URL-decoded.
+  letters; a token with `%XX` escapes is judged URL-decoded.
 All patterns are RE2 (linear time on hostile text).
 """
 
 from __future__ import annotations
 
+import math
 import urllib.parse
 
 import re2
@@ -80,7 +80,9 @@ _PREFILTER = re2.compile(
 _LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|%-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
 # `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
 # `-Dkeytab=/tmp/app.keytab`: a named field, not one token. (Judging the value alone instead, as
-# `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half.)
+# `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half; so did
+# taking a second `=` in the value, or a name without a vowel, for a sign that `=` is in the token's
+# alphabet: each caught a bare secret of that shape and masked as many near misses.)
 _FIELD_PREFIX = re2.compile(
     r"^(?:-{0,2}(?P<name>[A-Za-z](?:[A-Za-z_.-]*[A-Za-z])?)|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS
 )
@@ -100,7 +102,10 @@ _USER_AT = re2.compile(r"^[A-Za-z0-9._+-]{3,}@", _OPTIONS)
 # print alone all the time. (32 hex digits stand alone as often as API keys as MD5 sums: masked.)
 _HEX_DIGEST = re2.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64}|[0-9A-F]{40}|[0-9A-F]{64})$", _OPTIONS)
 _LONG_NUMBER = re2.compile(r"^[0-9]{16,}$", _OPTIONS)
-_PATH_OR_WORDS = re2.compile(r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\d{1,15}$|\d+(?:[.:-]\d+)+$)", _OPTIONS)
+# (`0x4c756146`: a hex literal, a number.)
+_PATH_OR_WORDS = re2.compile(
+    r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\d{1,15}$|\d+(?:[.:-]\d+)+$|0[xX][0-9A-Fa-f]+$)", _OPTIONS
+)
 # Under 16 characters a token is judged harder: no `.` or `:` (versions, times, hosts), letters, digits
 # and both cases, and few vowels (words and product names have about 40 %, random letters 19 %).
 _MIN_LONG = 16
@@ -287,28 +292,7 @@ def _field(token: str) -> bool:
     if m is None:
         return False
     name = m.group("name")
-    if name is None:
-        return True
-    value = token[m.end() :]
-    if token[m.end() - 1] == "=" and _INNER_EQUALS.search(value) is not None:
-        return False  # `=` is in the token's alphabet: `xa=89-kivf...-oic0=h6kx...` is one token
-    if _unspeakable_name(name) and len(value) >= _MIN_LONG and _random_token(value):
-        return False  # `lfd=mp_wuz3a8...`: random letters before a random value
-    return not reads_random(name, min_pairs=_MIN_NAME_PAIRS)
-
-
-# An `=` inside a field's value, with more of the token after it (not base64's trailing padding).
-_INNER_EQUALS = re2.compile(r"=[^=]", _OPTIONS)
-# Letters no word holds: three or more without a vowel, or four consonants in a row (`lfd`, `wjrge`).
-_NO_VOWEL_NAME = re2.compile(r"^[b-df-hj-np-tv-xz]{3,}$", _OPTIONS)
-_CONSONANTS_4 = re2.compile(r"[b-df-hj-np-tv-xz]{4}", _OPTIONS)
-
-
-def _unspeakable_name(name: str) -> bool:
-    """Whether a field's name is too short to read (`_MIN_NAME_PAIRS`) yet is no word or abbreviation
-    a field is named by: its letters hold no vowel (`y` counts as one) or four consonants in a row."""
-    letters = "".join(c for c in name.lower() if c.isalpha())
-    return _NO_VOWEL_NAME.search(letters) is not None or _CONSONANTS_4.search(letters) is not None
+    return name is None or not reads_random(name, min_pairs=_MIN_NAME_PAIRS)
 
 
 def _digest(token: str) -> bool:
@@ -350,6 +334,17 @@ _COMPACT_DATE = re2.compile(r"^(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[
 
 
 def _entropy_floor(token: str) -> float:
+    return min(_alphabet_floor(token), math.log2(len(token)) - _SHORT_ENTROPY_MARGIN)
+
+
+# A token of n characters holds at most log2(n) bits a character; a random one of 10-15 characters from
+# [a-z0-9] sits 0.4-0.6 under that bound (one in twenty of 10 characters below 2.72, of 12 below 2.92),
+# so a short token's floor is the bound less 0.6 where that is under its alphabet's floor (3.0 would
+# turn away a third of random 10-character tokens; filler and words were ruled out before).
+_SHORT_ENTROPY_MARGIN = 0.6
+
+
+def _alphabet_floor(token: str) -> float:
     chars = set(token)
     if chars <= _HEX and _COMPACT_DATE.search(token) is not None:
         return 3.0

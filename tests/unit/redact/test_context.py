@@ -328,33 +328,42 @@ def test_a_raw_aws_secret_key_in_free_text_is_masked(text: str) -> None:
     assert "4hT8+qLm2Rz9vXw" not in masked and "wJalrXUtnFEMI" not in masked, masked
 
 
-# Issue 40, fifth pass: `name=value` is one token when the `=` is in its alphabet or the name is no word.
+# Issue 40, seventh pass: short tokens with a token's `_`/`-`, and short tokens' entropy floor.
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "q=k7f2-zr9wx_m4tq=p8vne3hj6cd0ly",  # a second `=` inside: `=` is one of the token's characters
-        "vbt=p4x9-wq2mzk8rj7hd3nf6cy0tg",  # a name without a vowel before a random value
-        "brqtla=m3q8vx2pj9hb4nd7ck5wy6ft",  # four consonants in a row: no word
         "k2-vqz8_xm4wr",  # short, one case, random letters between a token's `-` and `_`
+        "8xemm4qla48",  # 11 characters, 2.91 bits: under 3.0, above log2(11) - 0.6
+        "nvv5ieh2n21",
     ],
 )
-def test_a_lone_token_with_equals_in_its_alphabet_or_separators_is_masked(text: str) -> None:
+def test_a_short_random_token_is_masked(text: str) -> None:
     assert redact_text(text) == (MASK, True)
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "filter=name=orders",  # a second `=`, but words
-        "session=p4x9wq2mzk8rj7hd3nf6",  # a word names the field
-        "id=p4x9wq2mzk8rj7hd3nf6",
-        "vbt=orders-2026",  # no word before, but no random value after
-        "vbt=p4x9wq2mzk8",  # a random value shorter than 16
-        "sha256=450e2adb078d9dde54591a9aa6ccb35d89173426ca2c9cfea26c303ff2e8a20c",
-        "nonce=p4x9wq2mzk8rj7hd3nf6w==",  # base64's padding is no inner `=`
+        "0x4c756146",  # a hex literal: a number
+        "0xCAFEBABF",
         "my_db_v2_prod",  # short parts are words
+        "x9_!k2m4q7",  # a password's punctuation beside `_`: not the short alphabet
+        "kkkbj3j4wj",  # 10 characters, 2.37 bits: under the short floor (2.72)
+    ],
+)
+def test_short_tokens_that_are_numbers_names_or_low_entropy_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "q=k7f2-zr9wx_m4tq=p8vne3hj6cd0ly",  # a second `=`: masked near misses as often as secrets
+        "vbt=p4x9-wq2mzk8rj7hd3nf6cy0tg",  # a name without a vowel
+        "session=p4x9wq2mzk8rj7hd3nf6",  # a word names the field
+        "sha256=450e2adb078d9dde54591a9aa6ccb35d89173426ca2c9cfea26c303ff2e8a20c",
     ],
 )
 def test_a_named_field_standing_alone_is_kept(text: str) -> None:
