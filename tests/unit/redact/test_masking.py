@@ -293,3 +293,14 @@ def test_a_secret_in_any_one_part_of_an_error_makes_a_new_error(where: str) -> N
     out = redact_error(error)
     assert out is not error
     assert TOKEN not in f"{out.message} {out.violations} {out.metadata}"
+
+
+def test_spans_that_touch_merge_into_one_mask() -> None:
+    assert merged('ab"cd', [Finding(0, 2, "r"), Finding(2, 5, "r")]) == [(0, 5)]
+    assert mask('ab"cd', [Finding(0, 2, "r"), Finding(2, 5, "r")]) == (MASK, True)
+
+
+def test_empty_structures_are_unchanged() -> None:
+    for value in ([], {}, [[]], {"a": {}}):
+        out, changed = redact_value(value)
+        assert out == value and changed is False

@@ -289,3 +289,103 @@ def test_the_vendored_rule_set_loads_whole() -> None:
     assert github.keywords == ("ghp_",)
     assert rs.vendor_prefix("ghp_abc") and not rs.vendor_prefix("key_abc")
     assert rs.global_allowlists
+
+
+# --- matches the matcher rejects, then finds the next one
+
+
+def test_an_empty_config_has_no_rules() -> None:
+    rs = RuleSet({})
+    assert rs.rules == [] and rs.findings(f"acme_{KEY}") == [] and not rs.global_allowlists
+
+
+def test_a_rule_without_entropy_keeps_a_secret_of_no_entropy() -> None:
+    rs = rules(rule())
+    assert spans(rs.findings("acme_" + "a" * 20)) == [(5, 25, "gitleaks:acme")]
+
+
+def test_after_an_empty_match_the_next_match_is_found() -> None:
+    rs = rules(rule(regex=r"\n+|acme_[A-Za-z0-9]{20}", keywords=[]))
+    assert spans(rs.findings(f"a\n\nb acme_{KEY}")) == [(5, 30, "gitleaks:acme")]
+
+
+def test_after_an_empty_secret_group_the_next_match_is_found() -> None:
+    rs = rules(rule(regex=r"acme_([A-Za-z0-9]{20})?-", secretGroup=1))
+    assert spans(rs.findings(f"acme_- acme_{KEY}-")) == [(12, 32, "gitleaks:acme")]
+
+
+def test_after_a_low_entropy_secret_the_next_match_is_found() -> None:
+    rs = rules(rule(entropy=2.0))
+    found, vetoes = rs.scan(f"acme_{'a' * 20} acme_{KEY}")
+    assert spans(found) == [(31, 51, "gitleaks:acme")] and spans(vetoes) == [(5, 25, "gitleaks:acme")]
+
+
+def test_after_an_allowed_secret_the_next_match_is_found() -> None:
+    other = KEY[::-1]
+    rs = rules(rule(allowlists=[{"regexes": ["^k9X"]}]))
+    assert spans(rs.findings(f"acme_{KEY} acme_{other}")) == [(31, 51, "gitleaks:acme")]
+    rs = rules(rule(), allowlist={"regexes": ["^k9X"]})
+    assert spans(rs.findings(f"acme_{KEY} acme_{other}")) == [(31, 51, "gitleaks:acme")]
+
+
+def test_only_newlines_are_trimmed_from_a_match() -> None:
+    # As gitleaks does: spaces and other characters at a match's ends stay in it.
+    rs = rules(rule(regex=r"acme_[A-Za-z0-9]{20} *X"))
+    assert spans(rs.findings(f"acme_{KEY}  X")) == [(0, 28, "gitleaks:acme")]
+    rs = rules(rule(regex=r"X?acme_[A-Za-z0-9]{20}", keywords=[]))
+    assert spans(rs.findings(f"Xacme_{KEY}")) == [(0, 26, "gitleaks:acme")]
+
+
+# --- the match's line
+
+
+def test_the_line_ends_at_the_first_newline_after_the_match() -> None:
+    rs = rules(rule(allowlists=[{"regexTarget": "line", "regexes": ["example"]}]))
+    assert rs.findings(f"example: acme_{KEY}\nnext line") == []
+    assert len(rs.findings(f"acme_{KEY}\nexample\nmore")) == 1
+
+
+def test_the_line_starts_after_the_last_newline_before_the_match() -> None:
+    rs = rules(rule(allowlists=[{"regexTarget": "line", "regexes": ["example"]}]))
+    assert len(rs.findings(f"x\nexample\nacme_{KEY}")) == 1
+    assert rs.findings(f"a\nexample acme_{KEY}") == []
+    anchored = rules(rule(allowlists=[{"regexTarget": "line", "regexes": ["^example"]}]))
+    assert anchored.findings(f"\nexample acme_{KEY}") == []
+
+
+def test_global_allowlists_see_the_match_and_the_line() -> None:
+    other = KEY[::-1]
+    rs = rules(rule(), allowlists=[{"regexTarget": "match", "regexes": ["^acme_k9"]}])
+    assert spans(rs.findings(f"acme_{KEY} acme_{other}")) == [(31, 51, "gitleaks:acme")]
+    rs = rules(rule(), allowlists=[{"regexTarget": "line", "regexes": ["example"]}])
+    assert rs.findings(f"example acme_{KEY}") == []
+    assert len(rs.findings(f"acme_{KEY}")) == 1
+
+
+def test_each_of_several_allowlist_regexes_and_stopwords_allows() -> None:
+    regexes = Allowlist.from_toml({"regexes": ["^zz", "^k9X"]})
+    assert regexes.allows(KEY, "", "") and regexes.allows("zzz", "", "") and not regexes.allows("q", "", "")
+    words = Allowlist.from_toml({"stopwords": ["zzzz", "LM7R"]})
+    assert words.allows(KEY, "", "") and words.allows("azzzzb", "", "") and not words.allows("q", "", "")
+
+
+def test_an_allowlist_condition_other_than_and_is_or() -> None:
+    for condition in ({}, {"condition": "OR"}, {"condition": ""}):
+        a = Allowlist.from_toml({**condition, "regexes": ["^k9"], "stopwords": ["zzzz"]})
+        assert not a.match_all and a.allows(KEY, "", "")
+
+
+# --- prefixes from keywords
+
+
+def test_a_keyword_of_exactly_three_characters_is_a_prefix() -> None:
+    rs = rules(rule(id="a", regex=r"abc[a-z0-9]{20}", keywords=["abc"]))
+    assert rs.vendor_prefix("abcdef")
+
+
+def test_a_keywords_head_ends_at_its_first_separator() -> None:
+    rs = rules(rule(id="a", regex=r"abcdef-gh-ij[a-z0-9]{20}", keywords=["abcdef-gh-ij"]))
+    assert rs.vendor_prefix("abcdef-zz")
+    # A separator leading the keyword cuts a head of one character: none.
+    rs = rules(rule(id="b", regex=r"-abcdefg_hij[a-z0-9]{20}", keywords=["-abcdefg_hij"]))
+    assert not rs.vendor_prefix("-abcdefg_zz")
