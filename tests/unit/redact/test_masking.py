@@ -301,6 +301,7 @@ def test_spans_that_touch_merge_into_one_mask() -> None:
 
 
 def test_empty_structures_are_unchanged() -> None:
-    for value in ([], {}, [[]], {"a": {}}):
+    values: list[object] = [[], {}, [[]], {"a": {}}]
+    for value in values:
         out, changed = redact_value(value)
         assert out == value and changed is False
