@@ -305,3 +305,13 @@ def test_empty_structures_are_unchanged() -> None:
     for value in values:
         out, changed = redact_value(value)
         assert out == value and changed is False
+
+
+def test_lone_surrogates_are_kept_and_the_secrets_beside_them_masked() -> None:
+    # JSON may escape a lone surrogate (`"\ud800"`); UTF-8, which RE2 reads, cannot hold one.
+    assert redact_text("\ud800") == ("\ud800", False)
+    assert redact_text(f"\udfff password={TOKEN} \ud800") == (f"\udfff password={MASK} \ud800", True)
+    assert redact_value({"a": "\ud800", "b": [f"Bearer {TOKEN}\udc00"]}) == (
+        {"a": "\ud800", "b": [f"Bearer {MASK}\udc00"]},
+        True,
+    )
