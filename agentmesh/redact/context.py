@@ -238,14 +238,7 @@ _SHORT_RANDOM_BELOW = -2.0
 
 def _random_short(token: str) -> bool:
     letters = "".join(c for c in token if c.isalpha())
-    return _SHORT_ALPHABET.search(token) is not None and reads_random(
-        letters, min_pairs=_SHORT_PAIRS, below=_SHORT_RANDOM_BELOW
-    )
-
-
-# Letters, digits, and a token's own `_` and `-` (`ujzde8gx-d6ncf`; a name of word parts was ruled out
-# before: `_name_of_parts`); not a password's punctuation.
-_SHORT_ALPHABET = re2.compile(r"^[A-Za-z0-9_-]+$", _OPTIONS)
+    return token.isalnum() and reads_random(letters, min_pairs=_SHORT_PAIRS, below=_SHORT_RANDOM_BELOW)
 
 
 _DIGIT_GROUP = re2.compile(r"[0-9]+", _OPTIONS)
