@@ -91,12 +91,22 @@ MODULES: dict[str, Module] = {
         ("tests/unit/tool/test_guard.py", "tests/unit/tool/test_guard_rules.py"),
         also=("tool_svc/guard_policy.py",),
     ),
+    # The redactor's promise-keeping files: the entry points and vetoes, masking, the assignment grammar,
+    # placeholders and gitleaks' rule matcher (not the vendored rules data: that is gitleaks' to test).
     "redaction": Module(
         "agentmesh/redact/__init__.py",
         (
             "tests/unit/redact/test_assignments.py",
             "tests/unit/redact/test_context.py",
+            "tests/unit/redact/test_masking.py",
+            "tests/unit/redact/test_rule_matcher.py",
             "tests/unit/tool/test_redaction_corpus.py",
+        ),
+        also=(
+            "agentmesh/redact/spans.py",
+            "agentmesh/redact/assignments.py",
+            "agentmesh/redact/placeholders.py",
+            "agentmesh/redact/gitleaks_rules.py",
         ),
     ),
     "payload_access": Module("agentmesh/payload_grants.py", ("tests/unit/test_payload_grants.py",)),
@@ -200,7 +210,7 @@ def report(name: str, module: Module) -> bool:
     # Listed but killed: the list is stale (the mutant is not equivalent after all).
     stale = sorted(m for m in listed if statuses[m] in ("killed", "timeout"))
     print(
-        f"== {name} ({module.source}): {detected}/{scored} killed = {score:.1%} "
+        f"== {name} ({' '.join(module.paths)}): {detected}/{scored} killed = {score:.1%} "
         f"(equivalent excluded: {len(listed)}; survived {census['survived']}, unreached {census['unreached']}, "
         f"timeout {census['timeout']}, suspicious {census['suspicious']}, not checked {census['not checked']})"
     )

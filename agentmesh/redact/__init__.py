@@ -48,6 +48,7 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     """Every detector's findings in `text` (unmerged; `spans.mask` widens and merges them). `whole_text`:
     the text stands alone (a tool's output, a message), so a lone random token in it is a secret; not for
     the string values of a structured value, where ids stand alone all the time."""
+    text = _encodable(text)
     found, vetoes = default_rules().scan(text)
     # gitleaks' generic rule guesses by a key's name, as the assignment grammar does: a value typed as a run
     # of the keyboard (`xoxp-1234567890`, `abcdef0123456789abcd`) is a stand-in, not a secret. (A vendor
@@ -63,6 +64,16 @@ def find_secrets(text: str, *, whole_text: bool = True) -> list[Finding]:
     vetoed = _Vetoes(vetoes)
     found += [f for f in generic if not vetoed.covers(f)]
     return found
+
+
+def _encodable(text: str) -> str:
+    """`text` with each lone surrogate (`\\ud800`: JSON may escape one, UTF-8 cannot hold it, RE2 takes
+    UTF-8) as one `?`: the same length, so every finding's span is the same in the original text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 # The guesses: a grammar, a lone token, a loose vendor prefix, an auth scheme's word. (URL credentials,

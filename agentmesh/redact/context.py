@@ -18,6 +18,7 @@ All patterns are RE2 (linear time on hostile text).
 
 from __future__ import annotations
 
+import math
 import urllib.parse
 
 import re2
@@ -79,7 +80,9 @@ _PREFILTER = re2.compile(
 _LONE_TOKEN = re2.compile(r"^[ \t\r\n\"'`]*(?P<secret>[A-Za-z0-9_~+/.=:!#$&*@|%-]{10,512})[ \t\r\n\"'`]*$", _OPTIONS)
 # `trace_id=<uuid>`, `sha256:<digest>`, `iv:<base64>`, `refreshInterval:`, a command line's
 # `-Dkeytab=/tmp/app.keytab`: a named field, not one token. (Judging the value alone instead, as
-# `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half.)
+# `session=<random>` would want, masked look-alike near misses `name=value` on the held-out half; so did
+# taking a second `=` in the value, or a name without a vowel, for a sign that `=` is in the token's
+# alphabet: each caught a bare secret of that shape and masked as many near misses.)
 _FIELD_PREFIX = re2.compile(
     r"^(?:-{0,2}(?P<name>[A-Za-z](?:[A-Za-z_.-]*[A-Za-z])?)|sha\d*|md5|blake2[bs]?|crc32)[=:]", _OPTIONS
 )
@@ -99,7 +102,10 @@ _USER_AT = re2.compile(r"^[A-Za-z0-9._+-]{3,}@", _OPTIONS)
 # print alone all the time. (32 hex digits stand alone as often as API keys as MD5 sums: masked.)
 _HEX_DIGEST = re2.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64}|[0-9A-F]{40}|[0-9A-F]{64})$", _OPTIONS)
 _LONG_NUMBER = re2.compile(r"^[0-9]{16,}$", _OPTIONS)
-_PATH_OR_WORDS = re2.compile(r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\d{1,15}$|\d+(?:[.:-]\d+)+$)", _OPTIONS)
+# (`0x4c756146`: a hex literal, a number.)
+_PATH_OR_WORDS = re2.compile(
+    r"^(?:[./~]|[A-Za-z]+://|[a-z]+(?:[._:-][a-z]+)*$|\d{1,15}$|\d+(?:[.:-]\d+)+$|0[xX][0-9A-Fa-f]+$)", _OPTIONS
+)
 # Under 16 characters a token is judged harder: no `.` or `:` (versions, times, hosts), letters, digits
 # and both cases, and few vowels (words and product names have about 40 %, random letters 19 %).
 _MIN_LONG = 16
@@ -321,6 +327,17 @@ _COMPACT_DATE = re2.compile(r"^(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[
 
 
 def _entropy_floor(token: str) -> float:
+    return min(_alphabet_floor(token), math.log2(len(token)) - _SHORT_ENTROPY_MARGIN)
+
+
+# A token of n characters holds at most log2(n) bits a character; a random one of 10-15 characters from
+# [a-z0-9] sits 0.4-0.6 under that bound (one in twenty of 10 characters below 2.72, of 12 below 2.92),
+# so a short token's floor is the bound less 0.6 where that is under its alphabet's floor (3.0 would
+# turn away a third of random 10-character tokens; filler and words were ruled out before).
+_SHORT_ENTROPY_MARGIN = 0.6
+
+
+def _alphabet_floor(token: str) -> float:
     chars = set(token)
     if chars <= _HEX and _COMPACT_DATE.search(token) is not None:
         return 3.0

@@ -7,6 +7,7 @@ import pytest
 
 from agentmesh.redact import MASK, redact_text
 from agentmesh.redact.assignments import findings, secret_key
+from agentmesh.redact.placeholders import is_placeholder, sequential_filler
 
 SECRET = "Zq8vT3mP2xW9kLr4"
 
@@ -139,4 +140,121 @@ def test_not_secrets(text: str) -> None:
     ],
 )
 def test_secret_key_names(key: str, secret: bool) -> None:
+    assert secret_key(key) is secret
+
+
+# --- stand-ins (placeholders.py): values the grammar and the lone-token rule skip
+
+
+@pytest.mark.parametrize(
+    ("value", "filler"),
+    [
+        ("k9" + "1" * 8 + "Zq", True),  # a run of 8 making a quarter or more
+        ("aaaaaaaa" + "k9Xq2Lm7Rt4Wz8Ns3Yd6Hf1J", True),  # 8 of 32: exactly a quarter
+        ("aaaaaaaa" + "k9Xq2Lm7Rt4Wz8Ns3Yd6Hf1Jc", False),  # 8 of 33: less
+        ("aaaaaaaZ9Kq2", False),  # a run of 7 at the start
+        ("Zaaaaaaa9Kq2", False),  # a run of 7 after another character
+        ("k9Zaaaaaaaaa", True),  # a run of 9
+    ],
+)
+def test_a_filler_run_is_eight_in_a_row_making_a_quarter(value: str, filler: bool) -> None:
+    assert is_placeholder(value, sequences=False) is filler
+
+
+@pytest.mark.parametrize(
+    ("value", "sequential"),
+    [
+        ("abcdefgh", True),  # 8 characters, every step consecutive
+        ("abcdefgXkQz", True),  # 6 steps of 10: exactly 60 %
+        ("abcdefXkQz", False),  # 5 steps of 9
+        ("AbCdEfGh", True),  # case does not matter
+        ("abcdefg", False),  # 7 characters: too short to tell
+        ("k9", False),
+        ("k9Xq2Lm7Rt4W", False),
+    ],
+)
+def test_sequential_filler(value: str, sequential: bool) -> None:
+    assert sequential_filler(value) is sequential
+
+
+@pytest.mark.parametrize(
+    ("value", "placeholder"),
+    [
+        ("zzzz", True),  # one character repeated
+        ("k9k9k9", False),  # two characters: not filler
+        ("'null'", True),  # quoted
+        ('"changeit"', True),
+        ("`none`", True),
+        ("<password>", True),
+        ("[none]", True),
+        ("(undefined)", True),
+        ("Xnone", False),  # an `X` is no quote or bracket
+        ("k9X[REDACTED]q2", True),  # holds the mask
+        (f"{MASK}", True),
+        ("k9Xq2Lm7Rt4W", False),
+    ],
+)
+def test_is_placeholder(value: str, placeholder: bool) -> None:
+    assert is_placeholder(value) is placeholder
+
+
+# --- which form found a value, and the value rules at their edges
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("<dbPassword>Zq8vT3mP2xW9kLr4</dbPassword>", "assignment:xml-element"),
+        ('<add key="ApiKey" value="Zq8vT3mP2xW9kLr4"/>', "assignment:name-value"),
+        ('{"name": "API_TOKEN", "value": "Zq8vT3mP2xW9kLr4"}', "assignment:name-value"),
+        ("token: |\n  Zq8vT3mP2xW9kLr4\n", "assignment:yaml-block"),
+        ("run --password Zq8vT3mP2xW9kLr4", "assignment:flag"),
+        ("password=Zq8vT3mP2xW9kLr4", "assignment:assignment"),
+    ],
+)
+def test_each_form_names_itself_in_its_findings(text: str, rule: str) -> None:
+    assert rule in {f.rule for f in findings(text)}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password = '<x><y>k9Xq2m'",  # markup
+        "secret=decrypt2(blob)",  # a call
+        "token=vault2[path]",  # an index
+        "password=self._db_pass",  # a reference to code
+        "password=./secrets2/db",  # a path
+        "password=../k9/x",
+        "password=~/k9/x",
+        "password=/run/k9",
+    ],
+)
+def test_values_that_are_markup_code_or_paths_are_kept(text: str) -> None:
+    assert findings(text) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "password=k9X2",  # four characters: long enough
+        "password=kQzvXr!pLm",  # no digits, no code reference
+        "password='decrypt2(blob)'",  # quoted: a value, not a call
+        "password='./secrets2/db'",
+        "password=self._db_pass2",  # a digit: not a reference to code
+    ],
+)
+def test_values_at_the_edges_of_the_value_rules_are_masked(text: str) -> None:
+    assert findings(text) != []
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        ("byPassword", True),  # a leading preposition cuts nothing
+        ("gcp_private_key_id", True),  # a service account's key id, with a prefix
+        ("account_number", False),  # a qualifier alone names no key
+        ("key_client", False),  # `key` first, a qualifier last
+    ],
+)
+def test_more_secret_key_names(key: str, secret: bool) -> None:
     assert secret_key(key) is secret

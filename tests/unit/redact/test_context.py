@@ -326,3 +326,44 @@ def test_a_raw_aws_secret_key_in_free_text_is_masked(text: str) -> None:
     """Issue 39 (red team, low): a 40-character AWS secret access key in prose, with no assignment."""
     masked = redact_str(text)
     assert "4hT8+qLm2Rz9vXw" not in masked and "wJalrXUtnFEMI" not in masked, masked
+
+
+# Issue 40, seventh pass: short tokens' entropy floor.
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "8xemm4qla48",  # 11 characters, 2.91 bits: under 3.0, above log2(11) - 0.6
+        "nvv5ieh2n21",
+    ],
+)
+def test_a_short_random_token_is_masked(text: str) -> None:
+    assert redact_text(text) == (MASK, True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0x4c756146",  # a hex literal: a number
+        "0xCAFEBABF",
+        "my_db_v2_prod",  # short parts are words
+        "x9_!k2m4q7",  # a password's punctuation beside `_`: not the short alphabet
+        "kkkbj3j4wj",  # 10 characters, 2.37 bits: under the short floor (2.72)
+    ],
+)
+def test_short_tokens_that_are_numbers_names_or_low_entropy_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "q=k7f2-zr9wx_m4tq=p8vne3hj6cd0ly",  # a second `=`: masked near misses as often as secrets
+        "vbt=p4x9-wq2mzk8rj7hd3nf6cy0tg",  # a name without a vowel
+        "session=p4x9wq2mzk8rj7hd3nf6",  # a word names the field
+        "sha256=450e2adb078d9dde54591a9aa6ccb35d89173426ca2c9cfea26c303ff2e8a20c",
+    ],
+)
+def test_a_named_field_standing_alone_is_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
