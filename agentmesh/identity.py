@@ -1,4 +1,4 @@
-"""Signed identity tokens: who is calling, proven (docs/architecture.md §9).
+"""Signed identity tokens: who is calling, proven (docs/design.md §9).
 
 Identity is never a request field: the dispatcher mints a token per task (agent, instance,
 environment, roles, permissions, task id, expiry) signed with HMAC-SHA256 under `auth.key`, and

@@ -1,4 +1,4 @@
-"""Who may use a session (docs/architecture.md §4, §9).
+"""Who may use a session (docs/design.md §4, §9).
 
 A session records its owner (the creator of the task that opened it) and the tasks attached to it:
 at CreateSession, the calling token's task (a task's token, which the dispatcher mints per task).
@@ -13,7 +13,7 @@ flight during a rolling upgrade keep their sessions.
 
 The append script (sessions.py) applies the same rule inside Redis, in the step that appends.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

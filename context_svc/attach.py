@@ -1,4 +1,4 @@
-"""Continuing a session with another task: AttachTask (docs/architecture.md §4, §9).
+"""Continuing a session with another task: AttachTask (docs/design.md §4, §9).
 
 A conversation's next turn is a new task on the same session. The session records its newest task in
 its meta hash (`newest`, `newest_gen`, `newest_ms`); a session no task continued has none of them, and
@@ -16,7 +16,7 @@ task must run the session's agent. A session of an earlier release has no attach
 leaves it so (its agent's tokens keep using it, as access.py says). The attached set keeps the newest
 `MAX_ATTACHED` tasks: only the newest task of a session runs, the others have ended.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Block budgets and the recent window (docs/architecture.md §4), as pure functions over index entries.
+"""Block budgets and the recent window (docs/design.md §4), as pure functions over index entries.
 
 Priority: the system block (system prompt, goal, known facts) first, within `system_ratio` of the
 budget and at most `reserve_system_prompt_tokens`; then the recent turns, newest first, their

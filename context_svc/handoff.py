@@ -18,7 +18,7 @@ An agent's transfer call carries a brief (what was done, key facts, open questio
 
 The Redis side (reads, the record, the grant) is behind `HandoffSources` (handoff_sources.py); the
 text's layout and cap are in handoff_text.py.
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ may not exist yet (the child task creates it after the hop is built); if it exis
 be allowed to use it, or it must belong to the parent session's owner (a tree of tasks started by one
 user), so a hop never pushes payloads into a stranger's session.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

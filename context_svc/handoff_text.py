@@ -1,6 +1,6 @@
 """The text of a hop summary (handoff.py): the user's constraints, and the layout capped at max_tokens.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ user the task acts for) for the system block, ranked by `MemoryRecall` for the n
 the goal, and cut to a token budget; and, with `context.memory_extract`, remembers the explicit
 preference statements of a user's message with the message as source.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

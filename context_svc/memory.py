@@ -18,7 +18,7 @@ Recall is behind `MemoryRecall` so a semantic implementation can replace the lex
 sharing no word are not recalled) weighted by recency (a half-life), and `render_memories` writes
 each with its source for the system block.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

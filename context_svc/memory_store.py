@@ -14,7 +14,7 @@ first, then Remember is refused.
 
 The clock is injected (`clock`): tests and drills move it (`context.memory_clock_offset_s`).
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

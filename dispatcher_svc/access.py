@@ -1,4 +1,4 @@
-"""Who may do what with tasks: the dispatcher's authorization rules (docs/architecture.md §7, §9).
+"""Who may do what with tasks: the dispatcher's authorization rules (docs/design.md §7, §9).
 
 - **Start** (StartTask, RunTask) as agent X: the operator role (admin implies it) or a grant matching
   `<env>:agent.X:run` (`agentmesh.grants`: conferred by the access levels `run` and `*` only).
@@ -15,7 +15,7 @@
   the task's agent). With `auth.mode: disabled` every caller may be the one dev identity, so there are
   no duties to separate and the rule is not applied.
 
-Domain code only: no grpc, no stubs (docs/architecture.md §1).
+Domain code only: no grpc, no stubs (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Conversations that continue: a task on an existing session, one task at a time (docs/architecture.md §7).
+"""Conversations that continue: a task on an existing session, one task at a time (docs/design.md §7).
 
 StartTask with a `session_id` makes the new task the session's next turn. context_svc records each
 session's newest task and attaches tasks by a compare-and-set on it (context_svc/attach.py, AttachTask,

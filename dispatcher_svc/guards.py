@@ -1,4 +1,4 @@
-"""Guards that stop a task before it does something unsafe or unpaid (docs/architecture.md §7).
+"""Guards that stop a task before it does something unsafe or unpaid (docs/design.md §7).
 
 Each returns None when the task may go on, or the typed error that stops it: FATAL errors
 (budget, max steps, loop) abort the task; a passed deadline fails it.

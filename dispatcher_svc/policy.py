@@ -1,4 +1,4 @@
-"""The error-class policy (docs/architecture.md §3): what the dispatcher does with each tool outcome.
+"""The error-class policy (docs/design.md §3): what the dispatcher does with each tool outcome.
 
 - CONTRACT: the violations go back to the model with a typed Correction (fix the arguments); at
   most `max_contract_retries` reflective retries per call, then the call is handled as ENGINEERING.

@@ -1,4 +1,4 @@
-"""Each step's provider request, kept with its task: the exact prompt (docs/architecture.md §7, §12).
+"""Each step's provider request, kept with its task: the exact prompt (docs/design.md §7, §12).
 
 With `dispatcher.record_prompts` (default on) every Generate asks provider_svc for the request as it
 was sent upstream (messages, tools offered, tool choice, sampling, model; secrets masked there), and

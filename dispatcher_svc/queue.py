@@ -1,6 +1,6 @@
 """The `am:tasks` work queue: which replica works on which task (consumer group, claims, renewals).
 
-Ownership (docs/architecture.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
+Ownership (docs/design.md §7): `StartTask` puts the task id on the `am:tasks` stream; replicas read it
 through one consumer group, so a message has one owner at a time. The owner renews its claim
 (XCLAIM JUSTID, which resets the entry's idle time) while it works; a replica that dies stops
 renewing, and another one takes the entry with XAUTOCLAIM once it has been idle `claim_idle_s`.

@@ -5,7 +5,7 @@ approval's) as one compare-and-set on the parked status and the fence, so of a R
 sweepers of every replica racing for the same approval exactly one moves the task. The sweeper (run by
 the worker every `dispatcher.approval_sweep_interval_s`) resumes a parked task whose approval expired
 with nobody resolving it: the call fails with APPROVAL_EXPIRED, an ENGINEERING error the model is told
-about (docs/architecture.md §3, §7); a settlement nobody decided fails the task OUTCOME_UNKNOWN.
+about (docs/design.md §3, §7); a settlement nobody decided fails the task OUTCOME_UNKNOWN.
 """
 
 from __future__ import annotations

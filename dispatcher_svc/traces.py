@@ -1,4 +1,4 @@
-"""A task's trace for GetTaskTrace: its spans, read back from the span file (docs/architecture.md §8).
+"""A task's trace for GetTaskTrace: its spans, read back from the span file (docs/design.md §8).
 
 The services append their spans to `telemetry.span_file` when spans are not exported over OTLP (one
 file on one machine: `agentmesh up`, the tests); this reads the newest part of it (at most

@@ -1,5 +1,5 @@
 """The workflow executor's `StepPort` over the dispatcher: agent steps are ordinary tasks, tool steps one
-governed ExecuteTool each (docs/architecture.md §18).
+governed ExecuteTool each (docs/design.md §18).
 
 - **Agent step** -> a task created through the dispatcher's own StartTask path (`Starter.start`: the
   caller's right to run the agent, the output schema, the audit entry) with a task id derived from the

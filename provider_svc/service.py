@@ -1,6 +1,6 @@
 """provider_svc's domain: models composed from configuration, generation with usage and cost.
 
-Per configured model the chain is, outermost first (docs/architecture.md §6):
+Per configured model the chain is, outermost first (docs/design.md §6):
 
     FallbackModel([ per model of the chain:
         InstrumentedModel(RetryModel(RateLimitedModel(ConcurrencyLimitedModel(<adapter>)))) ])

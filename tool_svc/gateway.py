@@ -1,4 +1,4 @@
-"""The tool gateway: every ExecuteTool goes through PIPELINE, in this order (docs/architecture.md §5).
+"""The tool gateway: every ExecuteTool goes through PIPELINE, in this order (docs/design.md §5).
 
 Each step is one small module with one job. A step returns an outcome to stop (a typed error, a
 replayed result, a PendingApproval, or at the end the Output) or None to hand the call on; steps that
@@ -6,7 +6,7 @@ must act after the call (idempotency settles its key, the breaker records its ve
 finalizer. Executors (`builtin/`, `http.py`) know nothing of any of this.
 
 Registrations, approval decisions and settlements are appended to the audit stream (`agentmesh.audit`,
-docs/architecture.md §9) once done: `tool.register`, `approval.resolve`, `settlement.resolve`. An
+docs/design.md §9) once done: `tool.register`, `approval.resolve`, `settlement.resolve`. An
 audit write that fails is logged and the act stands.
 """
 
@@ -161,14 +161,14 @@ class Gateway:
         self.discovery = Discovery()
         # tools.discovery: hybrid also ranks by the offline multilingual embedder (issue 51).
         self.hybrid_discovery = HybridDiscovery(OfflineEmbedder()) if tools.discovery == "hybrid" else None
-        # MCP servers' tools (docs/architecture.md §16); the SDK is loaded only when servers are configured.
+        # MCP servers' tools (docs/design.md §16); the SDK is loaded only when servers are configured.
         self.mcp: McpMount | None = None
         if tools.mcp_servers:
             from tool_svc.mcp.mount import McpMount
 
             self.mcp = McpMount(tools, self.registry, self.payloads, tracer=self.tracer)
 
-        # The order of docs/architecture.md §5, one step per module.
+        # The order of docs/design.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
             ResolveTool(self.registry),  # UNKNOWN_TOOL (with the closest names)
             # PERMISSION_DENIED, from the verified token only: before any work on the arguments, so a

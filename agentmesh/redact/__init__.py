@@ -1,5 +1,5 @@
 """The one secret redactor for every text that leaves a service toward a model, an event, a span, a
-log or Redis (docs/architecture.md §5, §9): tool outputs and errors (tool_svc), upstream error texts
+log or Redis (docs/design.md §5, §9): tool outputs and errors (tool_svc), upstream error texts
 (provider_svc), the requests a step sent (provider_svc/recording.py), MCP servers' texts.
 
 Detectors (each reports character spans, `spans.Finding`):

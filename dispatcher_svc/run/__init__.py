@@ -1,4 +1,4 @@
-"""One run of one task on this replica, as a small typed step machine (docs/architecture.md §7).
+"""One run of one task on this replica, as a small typed step machine (docs/design.md §7).
 
 Modules import downwards only (import-linter contract `run-layers`):
 

@@ -274,7 +274,7 @@ OUTAGE_CODES = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.OVERLOADED})
 may wait out: the same call may succeed in a moment, and nothing ran (or what ran is named, below)."""
 UNCERTAIN_CODES = OUTAGE_CODES | {ErrorCode.DEADLINE_EXCEEDED, ErrorCode.CANCELLED}
 """Errors after which the call may or may not have landed: waited out only by calls that are safe to
-send again (reads, named appends, keyed ExecuteTool: docs/architecture.md §7)."""
+send again (reads, named appends, keyed ExecuteTool: docs/design.md §7)."""
 
 _DOWN_WORDS = {
     ErrorCode.UNAVAILABLE: "unavailable",

@@ -1,4 +1,4 @@
-"""One task's agent loop (docs/architecture.md §2, §3, §7), resumable on any replica.
+"""One task's agent loop (docs/design.md §2, §3, §7), resumable on any replica.
 
 A step: guards -> BuildContext -> DiscoverTools -> budget guard -> Generate -> checkpoint the reply
 -> per tool call: TOOL_CALL checkpoint -> ExecuteTool (idempotency key = task + step.index +

@@ -5,7 +5,7 @@ A step: guards -> BuildContext + DiscoverTools -> budget guard -> Generate -> ch
 -> per tool call: TOOL_CALL checkpoint -> ExecuteTool -> policy -> checkpoint the outcome ->
 AppendToolResult (see loop.py for how a resumed run repeats nothing).
 
-Adding a kind of step (docs/architecture.md §7): a member of `model.Phase` (its value is what the
+Adding a kind of step (docs/design.md §7): a member of `model.Phase` (its value is what the
 checkpoint stores: never rename one), a function here `async def phase(run: Run) -> NextStep` that
 does its I/O through `run.checkpoints` / `run.downstream`, asks `decisions` what follows, leaves
 in the cursor the phase that comes next and returns `Continue(that phase)` or an exit; then its
