@@ -161,7 +161,7 @@ class DangerGuard:
                 if word in policy.find_exec:
                     inner = []
                     for token in args[i + 1 :]:
-                        if token in (";", "+"):
+                        if token in (";", "\\;", "+"):  # `\\;` is find's own, escaped from the shell
                             break
                         inner.append(token)
                     found = self._check_command(inner, depth + 1, text)

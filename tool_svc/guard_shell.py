@@ -18,14 +18,55 @@ _REDIRECT_CHARS = frozenset("<>")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
+_OPERATOR_CHARS = ";&|()<>\n"
+_WORD_OFFSET = 0xF0000
+"""A quoted or escaped operator character is lexed as a private-use stand-in (plane 15), so shlex keeps it
+in its word instead of cutting the command there."""
+
+
+def _protect_quoted_operators(text: str) -> str:
+    """`text` with each operator character that is escaped or quoted replaced by its stand-in."""
+    out: list[str] = []
+    in_single = in_double = False
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and not in_single and i + 1 < n:
+            nxt = text[i + 1]
+            out.append(ch + (chr(_WORD_OFFSET + ord(nxt)) if nxt in _OPERATOR_CHARS else nxt))
+            i += 2
+            continue
+        if ch == "'" and not in_double:
+            in_single = not in_single
+        elif ch == '"' and not in_single:
+            in_double = not in_double
+        elif (in_single or in_double) and ch in _OPERATOR_CHARS:
+            ch = chr(_WORD_OFFSET + ord(ch))
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _restore(token: str) -> str:
+    """A token with its stand-ins back as the characters they stood for; a word made only of operator
+    characters (find's `\\;`) keeps a leading backslash, so `split_commands` never takes it for one."""
+    restored = "".join(
+        chr(ord(c) - _WORD_OFFSET) if ord(c) >= _WORD_OFFSET + 1 and ord(c) < _WORD_OFFSET + 128 else c for c in token
+    )
+    if restored != token and set(restored) <= set(_OPERATOR_CHARS):
+        return "\\" + restored
+    return restored
+
+
 def tokenize(text: str) -> list[str]:
+    protected = _protect_quoted_operators(text)
     for suffix in ("", '"', "'"):
-        lexer = shlex.shlex(text + suffix, posix=True, punctuation_chars=";&|()<>\n")
+        lexer = shlex.shlex(protected + suffix, posix=True, punctuation_chars=_OPERATOR_CHARS)
         lexer.whitespace = " \t\r"
         lexer.whitespace_split = True
         lexer.commenters = ""
         try:
-            return list(lexer)
+            return [_restore(token) for token in lexer]
         except ValueError:
             continue
     # Still unbalanced (e.g. mixed quotes): plain words are the best view left, and still see `rm -rf`.

@@ -23,6 +23,10 @@ REFUSED_BY: list[tuple[str, Any, str]] = [
     ("shell", "rm -r /", "shell.rm_recursive_system_path"),
     ("shell", "rmdir --recursive /etc", "shell.rm_recursive_system_path"),
     ("shell", "rm --no-preserve-root /tmp/x", "shell.rm_no_preserve_root"),
+    # find's own `;` escaped or quoted from the shell ends -exec, not the command: what follows is find's.
+    ("shell", "find / -exec true \\; -delete", "shell.find_delete"),
+    ("shell", "find . -exec ls {} ';' -exec rm -rf {} \\;", "shell.rm_recursive_force"),
+    ("shell", 'find . -exec ls {} ";" -exec rm -rf {} +', "shell.rm_recursive_force"),
     ("shell", "find / -type f -delete", "shell.find_delete"),
     ("shell", "find . -exec rm -rf {} +", "shell.rm_recursive_force"),
     ("shell", "find . -execdir ls {} + -exec rm -rf {} +", "shell.rm_recursive_force"),
@@ -115,6 +119,8 @@ PASSED: list[tuple[str, Any]] = [
     ("shell", "mv /tmp/a /tmp/b"),
     ("shell", "echo hi > /tmp/sda"),
     ("shell", "init 3"),
+    ("shell", "echo hi \\; rm -rf /"),  # an escaped `;` is echo's word: rm never runs
+    ("shell", "echo 'a; rm -rf /'"),
     ("shell", "dd if=/dev/sda of=/tmp/disk.img"),
     ("shell", ["ls", 5]),
     ("sql", "SELECT 'TRUNCATE' FROM"),
