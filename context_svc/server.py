@@ -26,7 +26,8 @@ from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2
-from context_svc.engine import BudgetRequest, ContextEngine, _validate_client_message_id
+from context_svc.appends import validate_client_message_id
+from context_svc.engine import BudgetRequest, ContextEngine
 from context_svc.handoff import Brief, Citation, Demotion, FactKind, Hop
 from context_svc.handoff import Fact as HandoffFact
 from context_svc.model import (
@@ -353,7 +354,7 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
             )
         build = _build_budget(request)
         if request.goal_message_id:
-            _validate_client_message_id(request.goal_message_id, "goal_message_id")  # before anything is written
+            validate_client_message_id(request.goal_message_id, "goal_message_id")  # before anything is written
         elif build is not None:
             raise InvalidRequestError(
                 "build_budget_tokens", "needs goal_message_id: the view follows the goal's append"

@@ -33,7 +33,7 @@ def caches(engine: ContextEngine) -> dict[str, tuple[Sized, int]]:
     return {
         "sessions.known": (engine.sessions._known, s.session_cache_entries),
         "sessions.key_cache": (engine.sessions._key_cache, s.session_cache_entries),
-        "engine.encodings": (engine._encodings, s.session_cache_entries),
+        "engine.encodings": (engine.appends.encodings, s.session_cache_entries),
         "compaction.persisted": (engine.compaction.persisted, s.summary_cache_entries),
         "compaction.seen": (engine.compaction._seen, s.summary_cache_entries),
         "assembly.summary_views": (engine.assembly._summary_views, s.summary_cache_entries),
