@@ -1,11 +1,11 @@
 """Assembly: the budgeted context view BuildContext returns.
 
 `Assembler` splits a budget into blocks and fills them: the system block (prompt, goal, sub-goals,
-known facts), the summary block (the persisted rolling summary extended with the older turns not
-compacted yet, cut to its share, with a footer naming the payload that holds the rest), and the
-recent turns and tool observations of the window, clipped when the newest group alone is over
-budget; then the view with its blocks and, on request, a debug rendering. When the turns outside
-the window are over the trigger it has the `Compactor` fold them into the summary first.
+known facts), the summary block (summary_view.py: the persisted rolling summary extended with the older
+turns not compacted yet, cut to its share, with a footer naming the payload that holds the rest), and
+the recent turns and tool observations of the window, clipped when the newest group alone is over
+budget; view.py lays the blocks out as the view with, on request, a debug rendering. When the turns
+outside the window are over the trigger it has the `Compactor` fold them into the summary first.
 
 Unused budget is lent before anything is cut (issue 23): what the recent window leaves goes to the
 summary, and what both leave to the known facts of the system block when some did not fit; a block
@@ -17,28 +17,24 @@ Under pressure the summary shows the user's lines before the assistant's and fol
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from agentmesh.config import ContextSettings
-from agentmesh.payloads import MEDIA_TEXT, PayloadStore, StoredPayload
+from agentmesh.payloads import PayloadStore
 from context_svc.budget import BlockBudgets, extend_window, group_entries, select_window
 from context_svc.compaction import Compactor
 from context_svc.facts.known import known_facts, render_known
-from context_svc.facts.lines import choose_lines
 from context_svc.lru import LRU
 from context_svc.memories import Memories, Prefetch
-from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
+from context_svc.model import ContextView, Message, Role, Session
 from context_svc.recall import Recall, Recalled, newest_user_text, query_of
 from context_svc.sessions import Loaded, SessionStore
-from context_svc.tokens import TokenCounter, counter_for
+from context_svc.summary_view import SummaryView, SummaryViews
+from context_svc.tokens import CountCache, TokenCounter, counter_for
+from context_svc.view import assemble_view
 
-__all__ = ["Assembler", "SummaryView"]
+__all__ = ["Assembler"]
 
-_INTENT_VIEW_CHARS = 400
-_OPEN_VIEW_CHARS = 200
-_MIN_SUMMARY_TOKENS = 48
-_OPEN_VIEW_ITEMS = 5
 RECALL_SHARE = 0.75
 """Of the summary block, what recall (older turns relevant to the newest message) may take."""
 STRONG_RECALL_SHARE = 0.25
@@ -48,24 +44,6 @@ lines take the rest of the block first, and recall fills what they leave (issue 
 fact must not give way to turns that only share the goal's words)."""
 _RESERVE_STEP = 64
 """Recall's reserve is rounded up to this, so the summary's budget (a cache key) changes seldom."""
-
-
-@dataclass(frozen=True)
-class SummaryView:
-    """The summary block as rendered for one view."""
-
-    text: str
-    tokens: int
-    covered: int
-    """Messages the summary covers (0 .. covered-1)."""
-    omitted: int
-    """Lines of the summary left out of this view (the footer names the payload holding them)."""
-    needs_compaction: bool = False
-    """Lines of turns not compacted yet were cut: they are in no payload, so compact first."""
-
-
-def _now() -> float:
-    return time.time()
 
 
 class Assembler:
@@ -85,18 +63,13 @@ class Assembler:
         self.sessions = sessions
         self.payloads = payloads
         self.compaction = compaction
-        self._summary_views: LRU[tuple[object, ...], tuple[SummaryView, float]] = LRU(settings.summary_cache_entries)
-        self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(settings.summary_cache_entries)
-        self._tokens: LRU[tuple[str, str], int] = LRU(settings.token_cache_entries)
+        self.counts = CountCache(settings.token_cache_entries)
+        self.summaries = SummaryViews(settings, sessions, payloads, compaction, self.counts)  # summary_view.py
         self.recall = Recall()
         self._held: LRU[tuple[str, str, int], Message] = LRU(settings.token_cache_entries)
 
     def _count(self, counter: TokenCounter, text: str) -> int:
-        key = (counter.name, text)
-        cached = self._tokens.get(key)
-        if cached is None:
-            cached = self._tokens.put(key, counter.count(text))
-        return cached
+        return self.counts.count(counter, text)
 
     def _message_tokens(self, counter: TokenCounter, role: Role, text: str) -> int:
         return counter.message(role.value, "") + self._count(counter, text)
@@ -161,14 +134,14 @@ class Assembler:
             recalled = await self._recall(loaded, kept, first_kept, math.floor(summary_budget * RECALL_SHARE))
             reserve = -(-recalled.tokens // _RESERVE_STEP) * _RESERVE_STEP if recalled is not None else 0
             rest = min(user_budget, summary_budget - min(reserve, math.floor(summary_budget * RECALL_SHARE)))
-            summary_view = await self._summary_view(
+            summary_view = await self.summaries.view(
                 session, version, upto, first_kept - 1, rest, counter, loaded.tail, user_budget
             )
             if summary_view is not None and summary_view.needs_compaction and not compacted:
                 result = await self.compaction.compact(session, version, upto, first_kept - 1)
                 if result is not None:
                     version, upto, compacted = result[0], first_kept - 1, True
-                    summary_view = await self._summary_view(
+                    summary_view = await self.summaries.view(
                         session, version, upto, first_kept - 1, rest, counter, loaded.tail, user_budget
                     )
             room = summary_budget - (summary_view.tokens if summary_view is not None else 0) - 8
@@ -195,9 +168,7 @@ class Assembler:
             )
         budgets = replace(plan, summary=summary_budget if summary_view is not None else plan.summary,
                           system=max(plan.system, system_tokens))  # fmt: skip
-        return self._assemble(
-            session, budgets, counter, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug
-        )
+        return assemble_view(budgets, system_text, system_tokens, summary_view, kept, first_kept, compacted, debug)
 
     async def _recall(
         self, loaded: Loaded, kept: list[Message], first_kept: int, budget: int, *, strong_only: bool = False
@@ -325,274 +296,3 @@ class Assembler:
             tokens = counter.message(m.role.value, content, extra + ([m.name] if m.name else []))
             clipped.append(replace(m, content=content, token_count=tokens))
         return clipped
-
-    async def _summary_view(
-        self,
-        session: Session,
-        version: int,
-        upto: int,
-        last: int,
-        budget: int,
-        counter: TokenCounter,
-        held: dict[int, Message],
-        user_budget: int = 0,
-    ) -> SummaryView | None:
-        """The summary block: the persisted summary (up to `upto`) extended with the turns
-        upto+1..last not compacted yet, cut to `budget` (the user's stated values and constraints
-        to `user_budget` when larger); what is cut is one read_payload away."""
-        key = (session.session_id, session.epoch, version, upto, last, budget, user_budget)
-        cached = self._summary_views.get(key)
-        # Re-rendered when half the payload TTL has passed: that refreshes the payload it points to.
-        if cached is not None and _now() - cached[1] < self.settings.payload_ttl_s / 2:
-            return cached[0]
-        # The persisted summary is read once per version, and the turns after it usually are among
-        # the messages the load just returned: then this needs no Redis read at all.
-        persisted = self.compaction.persisted.get((session.session_id, session.epoch, version)) if upto >= 0 else None
-        stored_version = version
-        hole_or_none = [held.get(index) for index in range(upto + 1, last + 1)]
-        if (upto >= 0 and persisted is None) or any(m is None for m in hole_or_none):
-            persisted, stored_version, hole = await self.sessions.summary_and_messages(
-                session.session_id, upto + 1, last
-            )
-            if persisted is not None:
-                self.compaction.persisted.put((session.session_id, session.epoch, stored_version), persisted)
-        else:
-            hole = [m for m in hole_or_none if m is not None]
-        covered_upto = persisted.last_index if persisted is not None else -1
-        hole = [m for m in hole if m.index > covered_upto]
-        summary = persisted
-        if hole:
-            seen = self.compaction.known(session, stored_version, persisted) if persisted is not None else None
-            summary = self.compaction.extractive.summarize(
-                persisted, [self.compaction.notes(session, m) for m in hole], seen=seen
-            )
-        if summary is None:
-            return None
-        view = await self._render_summary(session, summary, persisted, stored_version, budget, counter, user_budget)
-        if view is not None and not view.needs_compaction:
-            self._summary_views.put(key, (view, _now()))
-        return view
-
-    async def _persisted_ref(self, session: Session, version: int, persisted: Summary) -> StoredPayload:
-        """The persisted summary's full text as a payload: written once per version (and again when
-        half its TTL has passed), so a view that cuts it can point to it."""
-        key = (session.session_id, session.epoch, version)
-        cached = self._persisted_refs.get(key)
-        if cached is not None and cached.expire_at - _now() > self.settings.payload_ttl_s / 2:
-            return cached
-        ref = await self.payloads.put(session.session_id, persisted.render().encode("utf-8"), MEDIA_TEXT)
-        return self._persisted_refs.put(key, ref)
-
-    async def _render_summary(
-        self,
-        session: Session,
-        summary: Summary,
-        persisted: Summary | None,
-        version: int,
-        budget: int,
-        counter: TokenCounter,
-        user_budget: int = 0,
-    ) -> SummaryView | None:
-        overhead = counter.message(Role.SYSTEM.value, "")
-        top = max(budget, user_budget)
-        if top < _MIN_SUMMARY_TOKENS:
-            return None
-        head = [
-            f"Summary of earlier messages {summary.first_index}-{summary.last_index} ({summary.summarizer})",
-            f"User intent: {_clip(summary.user_intent, _INTENT_VIEW_CHARS) or '-'}",
-        ]
-        open_questions = summary.open_questions
-        if open_questions:
-            # The newest few: a long list of old unanswered questions must not crowd out the facts.
-            head.append("Open questions (newest last):")
-            head += [f"- {_clip(q, _OPEN_VIEW_CHARS)}" for q in open_questions[-_OPEN_VIEW_ITEMS:]]
-        open_omitted = max(0, len(open_questions) - _OPEN_VIEW_ITEMS)
-        key_data, actions_taken = summary.key_data, summary.actions_taken
-
-        def assemble(key_lines: list[str], actions: list[str], footer: str) -> str:
-            parts = list(head)
-            if key_lines:
-                parts.append("Key data (oldest first):")
-                parts += [f"- {line}" for line in key_lines]
-            if actions:
-                parts.append("Actions taken:")
-                parts += [f"- {line}" for line in actions]
-            if footer:
-                parts.append(footer)
-            return "\n".join(parts)
-
-        def cost(line: str) -> int:
-            return self._count(counter, line) + 3  # "- ", the newline
-
-        if not open_omitted:
-            # Everything, verbatim, when it fits (counted line by line, newest first, stopping early:
-            # a long session's summary has thousands of lines and only the newest fit).
-            room, spent, fits = budget - overhead - self._count(counter, assemble([], [], "")) - 16, 0, True
-            for line in (*reversed(key_data), *reversed(actions_taken)):
-                spent += cost(line)
-                if spent > room:
-                    fits = False
-                    break
-            if fits:
-                text = assemble(list(key_data), list(actions_taken), "")
-                tokens = overhead + self._count(counter, text)
-                if tokens <= budget:
-                    return SummaryView(text, tokens, summary.last_index + 1, 0)
-
-        # Too long: the lines that matter most (lines.py), and a footer naming the full summary's ref.
-        ref = await self._persisted_ref(session, version, persisted) if persisted is not None else None
-
-        def footer(keys: int, actions: int) -> str:
-            where = "they are compacted next"
-            if persisted is not None and ref is not None:
-                span = f"{persisted.first_index}-{persisted.last_index}"
-                where = f'the summary of messages {span} is read_payload(ref_id="{ref.ref_id}")'
-            return (
-                f"[not shown here: {len(key_data) - keys} key-data lines, {len(actions_taken) - actions} "
-                f"actions, {open_omitted} older open questions; {where}]"
-            )
-
-        fixed = overhead + self._count(counter, assemble([], [], footer(0, 0))) + 16
-        choice, taken = choose_lines(key_data, actions_taken, budget - fixed, cost, user_room=top - fixed)
-
-        def text_of() -> str:
-            shown_actions = [actions_taken[i] for i in sorted(choice.actions)]
-            return assemble(choice.key_lines(key_data), shown_actions, footer(len(choice.keys), len(choice.actions)))
-
-        text = text_of()
-        tokens = overhead + self._count(counter, text)
-        # Joined text can count a little differently from its lines: drop the least important until it fits.
-        while tokens > top and taken:
-            kind, index = taken.pop()
-            if kind == "a":
-                choice.actions.discard(index)
-            else:
-                for key, members in list(choice.groups.items()):
-                    if index in members:
-                        members.remove(index)
-                        if not members:
-                            del choice.groups[key]
-            text = text_of()
-            tokens = overhead + self._count(counter, text)
-        if tokens > top:
-            text = counter.clip(text, top - overhead)
-            tokens = overhead + self._count(counter, text)
-        # Lines of turns not compacted yet are in no payload: if any is cut, compact now.
-        persisted_keys = len(persisted.key_data) if persisted is not None else 0
-        persisted_actions = len(persisted.actions_taken) if persisted is not None else 0
-        shown_keys = choice.keys
-        needs_compaction = any(i not in shown_keys for i in range(persisted_keys, len(key_data))) or any(
-            i not in choice.actions for i in range(persisted_actions, len(actions_taken))
-        )
-        omitted = len(key_data) - len(shown_keys) + len(actions_taken) - len(choice.actions) + open_omitted
-        return SummaryView(text, tokens, summary.last_index + 1, omitted, needs_compaction)
-
-    def _assemble(
-        self,
-        session: Session,
-        plan: BlockBudgets,
-        counter: TokenCounter,
-        system_text: str,
-        system_tokens: int,
-        summary_view: SummaryView | None,
-        kept: list[Message],
-        first_kept: int,
-        compacted: bool,
-        debug: bool,
-    ) -> ContextView:
-        now = _now()
-        messages = [Message(Role.SYSTEM, system_text, token_count=system_tokens, create_time=now)]
-        summary_tokens = 0
-        if summary_view is not None:
-            summary_tokens = summary_view.tokens
-            messages.append(Message(Role.SYSTEM, summary_view.text, token_count=summary_tokens, create_time=now))
-        messages += kept
-        recent = [m for m in kept if m.role is not Role.TOOL]
-        observations = [m for m in kept if m.role is Role.TOOL]
-        recent_tokens = sum(m.token_count for m in recent)
-        observation_tokens = sum(m.token_count for m in observations)
-        observation_budget = plan.total - system_tokens - summary_tokens - recent_tokens - plan.reply
-        blocks = [
-            Block(BlockKind.SYSTEM, system_tokens, plan.system, 1, system_text if debug else ""),
-            Block(
-                BlockKind.SUMMARY,
-                summary_tokens,
-                plan.summary,
-                1 if summary_view else 0,
-                summary_view.text if debug and summary_view else "",
-            ),
-            Block(
-                BlockKind.RECENT,
-                recent_tokens,
-                plan.recent,
-                len(recent),
-                "\n\n".join(_render(m) for m in recent) if debug else "",
-            ),
-            Block(
-                BlockKind.OBSERVATIONS,
-                observation_tokens,
-                observation_budget,
-                len(observations),
-                "\n\n".join(_render(m) for m in observations) if debug else "",
-            ),
-        ]
-        summarized = first_kept if summary_view is not None else 0
-        view = ContextView(
-            messages=tuple(messages),
-            blocks=tuple(blocks),
-            total_tokens=sum(m.token_count for m in messages),
-            budget_tokens=plan.total,
-            summarized_messages=summarized,
-            dropped_messages=first_kept - summarized,
-            compacted=compacted,
-        )
-        if debug:
-            view = replace(view, debug_text=_debug_text(view, plan, summary_view))
-        return view
-
-
-# -- rendering helpers -------------------------------------------------------------------------
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _render(m: Message) -> str:
-    label = m.role.value
-    if m.role is Role.TOOL:
-        label = f"tool {m.name} {m.tool_call_id}"
-    head = f"[{label} #{m.index}] ({m.token_count} tokens)"
-    body = m.content
-    for call in m.tool_calls:
-        body += f"\ntool_call {call.id}: {call.name}({call.arguments_json})"
-    return f"{head}\n{body}".rstrip()
-
-
-def _debug_text(view: ContextView, plan: BlockBudgets, summary: SummaryView | None) -> str:
-    blocks = {b.kind: b for b in view.blocks}
-    lines = []
-    system, summary_block = blocks[BlockKind.SYSTEM], blocks[BlockKind.SUMMARY]
-    lines.append(f"### SYSTEM block: {system.tokens}/{system.budget_tokens} tokens")
-    lines.append(f"[system] ({view.messages[0].token_count} tokens)\n{view.messages[0].content}")
-    position = 1
-    if summary is not None:
-        lines.append(
-            f"### SUMMARY block: {summary_block.tokens}/{summary_block.budget_tokens} tokens, "
-            f"covers messages 0-{summary.covered - 1}, {summary.omitted} lines only in the full summary"
-        )
-        lines.append(f"[system] ({summary.tokens} tokens)\n{summary.text}")
-        position = 2
-    recent, observations = blocks[BlockKind.RECENT], blocks[BlockKind.OBSERVATIONS]
-    lines.append(
-        f"### RECENT {recent.tokens}/{recent.budget_tokens} tokens ({recent.message_count} messages) + "
-        f"OBSERVATIONS {observations.tokens}/{observations.budget_tokens} tokens "
-        f"({observations.message_count} messages), in log order"
-    )
-    lines += [_render(m) for m in view.messages[position:]]
-    lines.append(
-        f"### total {view.total_tokens}/{view.budget_tokens} tokens ({plan.reply} held back for the reply); "
-        f"{view.summarized_messages} messages summarised, {view.dropped_messages} dropped"
-        + (", compacted during this build" if view.compacted else "")
-    )
-    return "\n\n".join(lines)

@@ -12,7 +12,16 @@ from collections.abc import Iterable
 
 import tiktoken
 
-__all__ = ["MESSAGE_OVERHEAD_TOKENS", "TokenCounter", "UnknownEncodingError", "counter_for", "offline_encodings"]
+from context_svc.lru import LRU
+
+__all__ = [
+    "MESSAGE_OVERHEAD_TOKENS",
+    "CountCache",
+    "TokenCounter",
+    "UnknownEncodingError",
+    "counter_for",
+    "offline_encodings",
+]
 
 MESSAGE_OVERHEAD_TOKENS = 4
 """Per-message framing (role, separators), as chat formats add; counted with every message."""
@@ -86,3 +95,18 @@ def counter_for(name: str) -> TokenCounter:
     if name not in offline_encodings():
         raise UnknownEncodingError(name)
     return TokenCounter(tiktoken.get_encoding(name))
+
+
+class CountCache:
+    """Token counts of texts per encoding, in a bounded LRU: a view renders the same lines build after
+    build (the system block, summary lines), and each is counted once while it stays in the cache."""
+
+    def __init__(self, entries: int) -> None:
+        self.counts: LRU[tuple[str, str], int] = LRU(entries)
+
+    def count(self, counter: TokenCounter, text: str) -> int:
+        key = (counter.name, text)
+        cached = self.counts.get(key)
+        if cached is None:
+            cached = self.counts.put(key, counter.count(text))
+        return cached

@@ -36,10 +36,10 @@ def caches(engine: ContextEngine) -> dict[str, tuple[Sized, int]]:
         "engine.encodings": (engine.appends.encodings, s.session_cache_entries),
         "compaction.persisted": (engine.compaction.persisted, s.summary_cache_entries),
         "compaction.seen": (engine.compaction._seen, s.summary_cache_entries),
-        "assembly.summary_views": (engine.assembly._summary_views, s.summary_cache_entries),
-        "assembly.persisted_refs": (engine.assembly._persisted_refs, s.summary_cache_entries),
+        "assembly.summary_views": (engine.assembly.summaries._views, s.summary_cache_entries),
+        "assembly.persisted_refs": (engine.assembly.summaries._persisted_refs, s.summary_cache_entries),
         "compaction.notes": (engine.compaction._notes_cache, s.message_cache_entries),
-        "assembly.tokens": (engine.assembly._tokens, s.token_cache_entries),
+        "assembly.tokens": (engine.assembly.counts.counts, s.token_cache_entries),
     }
 
 
