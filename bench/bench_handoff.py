@@ -23,7 +23,7 @@ from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.facts.facts import find_facts
-from context_svc.handoff import Brief, Citation, Fact
+from context_svc.handoff_model import Brief, Citation, Fact
 from context_svc.model import Caller, Message, Role, ToolCall, ToolOutcome
 from tests.unit.context.ops_session import ops_session
 

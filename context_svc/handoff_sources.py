@@ -18,7 +18,8 @@ from agentmesh.errors import InvalidRequestError, NotFoundError, PermissionDenie
 from agentmesh.payload_grants import grant
 from agentmesh.payloads import MEDIA_JSON, PayloadStore, StoredPayload
 from context_svc.access import check_access
-from context_svc.handoff import Brief, Hop, build_hop
+from context_svc.handoff import build_hop
+from context_svc.handoff_model import Brief, Hop
 from context_svc.model import Caller, IndexEntry, Message, Role, Session
 from context_svc.sessions import SessionStore
 from context_svc.tokens import counter_for

@@ -28,8 +28,8 @@ from agentmesh.rpc.status import checked_from_detail, from_rpc_error, to_detail
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc, provider_pb2
 from context_svc.appends import validate_client_message_id
 from context_svc.engine import BudgetRequest, ContextEngine
-from context_svc.handoff import Brief, Citation, Demotion, FactKind, Hop
-from context_svc.handoff import Fact as HandoffFact
+from context_svc.handoff_model import Brief, Citation, Demotion, FactKind, Hop
+from context_svc.handoff_model import Fact as HandoffFact
 from context_svc.model import (
     BlockKind,
     ContextView,

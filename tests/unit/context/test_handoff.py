@@ -14,17 +14,9 @@ import pytest
 
 from agentmesh.errors import InvalidRequestError, NotFoundError, PermissionDeniedError
 from agentmesh.payloads import MEDIA_JSON, MEDIA_TEXT, StoredPayload, ref_id_for
-from context_svc.handoff import (
-    Brief,
-    Citation,
-    Demotion,
-    Fact,
-    FactKind,
-    Hop,
-    build_hop,
-    holds,
-    normalize,
-)
+from context_svc.handoff import build_hop
+from context_svc.handoff_check import holds, normalize
+from context_svc.handoff_model import Brief, Citation, Demotion, Fact, FactKind, Hop
 from context_svc.handoff_text import user_constraints
 from context_svc.tokens import counter_for
 
