@@ -29,7 +29,7 @@ from agentmesh.errors import (
 from agentmesh.payloads import PayloadStore, StoredPayload
 from agentmesh.store import Store
 from context_svc.access import check_access
-from context_svc.appends import Appender
+from context_svc.appends import Appender, validate_client_message_id
 from context_svc.assembly import Assembler
 from context_svc.attach import Attachment, Attachments
 from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, select_window
@@ -43,6 +43,7 @@ from context_svc.model import (
     Caller,
     ContextView,
     Message,
+    Role,
     Session,
     Summary,
     ToolOutcome,
@@ -198,6 +199,39 @@ class ContextEngine:
                 )
             check_access(caller, stored.session_id, stored.access)
         return stored, created
+
+    async def open_session(
+        self,
+        caller: Caller,
+        *,
+        goal_message_id: str = "",
+        session_id: str = "",
+        agent_id: str = "",
+        goal: str,
+        sub_goals: Sequence[str] = (),
+        system_prompt: str = "",
+        budget: BudgetRequest | None = None,
+    ) -> tuple[Session, Appended | None]:
+        """CreateSession: `create_session`, then, with a goal_message_id, the goal appended once under that
+        id as the session's first user message (issue 45: the dispatcher's first append in the same call,
+        one round trip fewer per task). The id is checked before anything is written."""
+        if goal_message_id:
+            validate_client_message_id(goal_message_id, "goal_message_id")
+        session, _ = await self.create_session(
+            caller,
+            session_id=session_id,
+            agent_id=agent_id,
+            goal=goal,
+            sub_goals=sub_goals,
+            system_prompt=system_prompt,
+            budget=budget,
+        )
+        if not goal_message_id:
+            return session, None
+        appended = await self.appends.append_message_once(
+            caller, session.session_id, Message(role=Role.USER, content=goal), client_message_id=goal_message_id
+        )
+        return session, appended
 
     async def get_session(self, caller: Caller, session_id: str) -> tuple[Session, dict[str, str]]:
         session, entities = await self.sessions.get(session_id)

@@ -25,7 +25,6 @@ _CONTEXT = "split in the rooms issue (47) once the parallel work on context_svc 
 _PROVIDERS = "split in the rooms issue (47) once the parallel work on provider_svc/service.py lands"
 _GATEWAY = "split in the rooms issue (47) once the parallel work on tool_svc/gateway.py lands"
 INTERIM: dict[str, str] = {
-    "context_svc/server.py": _CONTEXT,
     "provider_svc/service.py": _PROVIDERS,
     "provider_svc/service.py:Providers": _PROVIDERS,
     "tool_svc/gateway.py:Gateway": _GATEWAY,

@@ -19,9 +19,9 @@ from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError,
 from agentmesh.payloads import StoredPayload
 from agentmesh.store import Store
 from agentmesh.v1 import common_pb2
+from context_svc.codec import tool_outcome_domain
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller, Message, PendingInfo, Role, ToolCall, ToolOutcome, message_hash, tool_outcome_hash
-from context_svc.server import tool_outcome_domain
 from tests.compat.test_rolling_upgrade import FIXTURE_FILES, read_fixture, restore
 
 OPERATOR = Caller("oncall", is_operator=True)
