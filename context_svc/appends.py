@@ -64,8 +64,8 @@ class Appender:
         self.sessions = sessions
         self.payloads = payloads
         self.memory = memory
+        # Each session's encoding (immutable per session): an append needs no read for it.
         self.encodings: LRU[str, str] = LRU(settings.session_cache_entries)
-        """Each session's encoding (immutable per session): an append needs no read for it."""
 
     async def _session_facts(self, session_id: str) -> tuple[SessionAccess, str, str]:
         """(who may use it, goal, encoding) of a session; NotFoundError if it does not exist."""

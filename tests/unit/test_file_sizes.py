@@ -21,7 +21,6 @@ CLASS_CODE_LIMIT = 300
 PACKAGES = ("agentmesh", "context_svc", "tool_svc", "provider_svc", "dispatcher_svc", "bench", "clients")
 GENERATED = ("agentmesh/v1/", "clients/python/agentmesh_client/_v1/")
 
-_CONTEXT = "split in the rooms issue (47) once the parallel work on context_svc lands"
 _PROVIDERS = "split in the rooms issue (47) once the parallel work on provider_svc/service.py lands"
 _GATEWAY = "split in the rooms issue (47) once the parallel work on tool_svc/gateway.py lands"
 INTERIM: dict[str, str] = {
