@@ -7,7 +7,7 @@ endpoints), takes one path (`generate`, `generate_stream`), each step in its own
 - plan (`planning.py`: the model or the price route's cheapest healthy candidate, the models the
   caller's API key allows, the reserve);
 - admit in the caller's quota scopes (`admission.py` over `quotas.py`);
-- call the plan's chain (`model_factory.py` builds each model's composed chain once, docs/design.md §6);
+- call the plan's chain (`composition.py` builds each model's composed chain once, docs/design.md §6);
 - account (`accounting.py`: usage ledger, metrics);
 - settle, or unwind a failed call (`admission.py`).
 """
@@ -27,8 +27,8 @@ from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from provider_svc.accounting import ANONYMOUS_AGENT, Accounting, Generation
 from provider_svc.admission import SpendAdmission
+from provider_svc.composition import DEFAULT_BASE_URLS, ModelFactory, UnavailableModel, unavailable_reason
 from provider_svc.health import ModelHealth
-from provider_svc.model_factory import DEFAULT_BASE_URLS, ModelFactory, UnavailableModel, unavailable_reason
 from provider_svc.models._http import HttpBackend
 from provider_svc.models.base import CallContext, Model, ModelRequest, ModelResponse, Role, StreamEvent, StreamFinal
 from provider_svc.params import map_sampling
