@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.resources
 import logging
 import re
 import urllib.parse
@@ -200,48 +201,15 @@ class Keys:
 # Lua scripts
 # --------------------------------------------------------------------------------------------
 
-# Kept as Python strings rather than agentmesh/lua/*.lua files: package-data in pyproject only ships
-# agentmesh/v1, so separate files would be missing from a built wheel.
-TOKEN_BUCKET_LUA: Final = """
--- Atomic token bucket. KEYS[1]: bucket hash {tokens, ts}.
--- ARGV: capacity, refill_per_second, now_ms ('' -> Redis TIME, one clock for all replicas), cost.
--- Returns {allowed 0/1, whole tokens left, retry_after_ms (0 when allowed)}.
-local capacity = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-if not capacity or capacity <= 0 or not rate or rate <= 0 or not cost or cost <= 0 or cost > capacity then
-  return redis.error_reply('ERR token_bucket: need capacity > 0, refill > 0, 0 < cost <= capacity')
-end
-if not now then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if not tokens or not ts then
-  tokens = capacity
-  ts = now
-end
--- A caller whose clock is behind (now < ts) gets no refill rather than a negative one.
-if now > ts then
-  tokens = math.min(capacity, tokens + (now - ts) * rate / 1000)
-  ts = now
-end
-local allowed = 0
-local retry_after = 0
-if tokens >= cost then
-  tokens = tokens - cost
-  allowed = 1
-else
-  retry_after = math.ceil((cost - tokens) * 1000 / rate)
-end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
--- Once full again the bucket equals a fresh one, so it can vanish: idle buckets cost no memory.
-redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((capacity - tokens) * 1000 / rate)) + 1000)
-return {allowed, math.floor(tokens), retry_after}
-"""
+
+def package_lua(name: str) -> str:
+    """The source of `agentmesh/lua/<name>.lua` (package data, shipped in the wheel)."""
+    return importlib.resources.files("agentmesh").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+TOKEN_BUCKET_LUA: Final = package_lua("token_bucket")
+"""The one token bucket: an exact take (`Store.take_token`) or a lease of up to `most` whole tokens
+(tool_svc's per-agent rate limit); see the script's header."""
 
 SCRIPTS: Final[Mapping[str, str]] = {"token_bucket": TOKEN_BUCKET_LUA}
 
@@ -563,5 +531,5 @@ class Store:
         args: list[str | int | float] = [capacity, refill_per_second, "" if now_ms is None else now_ms, cost]
         async with self.guard("rate limit"):
             reply = await self.script("token_bucket")(keys=[key], args=args)
-        allowed, remaining, retry_ms = (int(x) for x in reply)
+        allowed, remaining, retry_ms, _taken = (int(x) for x in reply)
         return BucketResult(allowed=bool(allowed), remaining=remaining, retry_after_s=retry_ms / 1000)

@@ -78,7 +78,7 @@ async def _provider(calls: int) -> list[Stats]:
     )  # fmt: skip
     providers = Providers(section)
     providers.model("fake/m1")
-    providers._http["fake"]._transport = httpx.MockTransport(answer)
+    providers.factory.http["fake"]._transport = httpx.MockTransport(answer)
     history = _conversation(40, seed=1)
     request = to_request(provider_pb2.GenerateRequest(model="fake/m1", messages=history, tools=_tools()))
     results = []

@@ -204,7 +204,7 @@ async def _breakdown(calls: int, tmp: Path) -> list[Stats]:
         for label, tracer in (("no span", None), ("GenAI span to JSONL", telemetry.tracer("bench"))):
             providers = Providers(section, tracer=tracer)
             providers.model("fake/m1")
-            providers._http["fake"]._transport = httpx.MockTransport(answer)
+            providers.factory.http["fake"]._transport = httpx.MockTransport(answer)
 
             async def ours(providers: Providers = providers) -> None:
                 generation_pb(await providers.generate(to_request(request), CallContext(), model="fake/m1"))

@@ -5,9 +5,10 @@ replayed result, a PendingApproval, or at the end the Output) or None to hand th
 must act after the call (idempotency settles its key, the breaker records its verdict) register a
 finalizer. Executors (`builtin/`, `http.py`) know nothing of any of this.
 
-Registrations, approval decisions and settlements are appended to the audit stream (`agentmesh.audit`,
-docs/design.md §9) once done: `tool.register`, `approval.resolve`, `settlement.resolve`. An
-audit write that fails is logged and the act stands.
+Approval decisions and settlements are `decisions.py`'s; registrations, decisions and settlements are
+appended to the audit stream (`agentmesh.audit`, docs/design.md §9) once done by its `Auditor`:
+`tool.register`, `approval.resolve`, `settlement.resolve`. An audit write that fails is logged and the
+act stands.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from opentelemetry.trace import Status, StatusCode
 from agentmesh.audit import AuditLog
 from agentmesh.config import Settings
 from agentmesh.embeddings import OfflineEmbedder
-from agentmesh.errors import AgentmeshError, ErrorCode, PermissionDeniedError, echo
+from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.metrics import Metrics
 from agentmesh.payloads import PayloadStore
 from agentmesh.semconv import (
@@ -40,29 +41,19 @@ from agentmesh.semconv import (
 from agentmesh.store import Store
 from agentmesh.urlallow import Allowlist
 from tool_svc import permissions
-from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, Settlement, is_requester
+from tool_svc.approvals import ApprovalBook, ApprovalRecord, RequireApproval, Settlement
 from tool_svc.breaker import BreakerConfig, Breakers, CircuitBreaker
 from tool_svc.builtin import BuiltinDeps, default_specs, executors
 from tool_svc.call import CallState, Step
 from tool_svc.cpu import CpuPool
 from tool_svc.cpu_validation import ValidateArgumentsInPool
+from tool_svc.decisions import Auditor, Decisions
 from tool_svc.discovery import Discovery, Scored, ToolIndex
 from tool_svc.guard import DangerGuard, GuardArguments
 from tool_svc.http import HttpTransport
 from tool_svc.http_tool import HttpToolExecutor
-from tool_svc.idempotency import Idempotency, ran_output
-from tool_svc.model import (
-    Caller,
-    CallRequest,
-    Output,
-    Pending,
-    Stats,
-    ToolDef,
-    ToolResult,
-    call_sha256,
-    canonical_json,
-    outcome_to_json,
-)
+from tool_svc.idempotency import Idempotency
+from tool_svc.model import Caller, CallRequest, Pending, ToolDef, ToolResult
 from tool_svc.offload import Offload
 from tool_svc.permissions import CheckPermission
 from tool_svc.ratelimit import RateLimit
@@ -72,7 +63,7 @@ from tool_svc.retry import Execute
 from tool_svc.sandbox import Sandbox
 from tool_svc.semantic_discovery import HybridDiscovery, HybridToolIndex
 from tool_svc.shared_breaker import SharedBreakers
-from tool_svc.validation import ValidateOutput, parse_arguments
+from tool_svc.validation import ValidateOutput
 
 if TYPE_CHECKING:
     from tool_svc.mcp.mount import McpMount
@@ -140,6 +131,7 @@ class Gateway:
             ApprovalBook(store, tools.approval_ttl_s, separate_duties=separate) if store is not None else None
         )
         self.audit = AuditLog(store, settings.audit) if store is not None else None
+        self._audit = Auditor(self.audit)
         b = tools.breaker
         breaker_config = BreakerConfig(b.failure_threshold, b.open_s, b.ramp_s, b.ramp_start_fraction, b.max_entries)
         self.breakers: Breakers | SharedBreakers = (
@@ -167,6 +159,8 @@ class Gateway:
             from tool_svc.mcp.mount import McpMount
 
             self.mcp = McpMount(tools, self.registry, self.payloads, tracer=self.tracer)
+
+        self.decisions = Decisions(self.approvals, self.idempotency, self.registry, self._audit, self.execute)
 
         # The order of docs/design.md §5, one step per module.
         self.pipeline: Sequence[Step] = (
@@ -276,19 +270,11 @@ class Gateway:
         else:
             span.set_attribute(ATTR_OUTCOME, "pending_approval" if isinstance(outcome, Pending) else "output")
 
-    # -- approvals ---------------------------------------------------------------------------------
+    # -- approvals (decisions.py) -----------------------------------------------------------------
 
     async def get_approval(self, approval_id: str, viewer: Caller) -> ApprovalRecord:
         """The approval, for operators and for the agent that asked (it holds the call's arguments)."""
-        if self.approvals is None:
-            raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
-        record = await self.approvals.get(approval_id)
-        if not (viewer.roles & {"operator", "admin"}) and not is_requester(viewer, record.caller):
-            raise PermissionDeniedError(
-                missing_permission="role:admin|operator",
-                message=f"approval {approval_id} belongs to another agent; operators may read every approval",
-            )
-        return record
+        return await self.decisions.get(approval_id, viewer)
 
     async def resolve_approval(
         self,
@@ -300,80 +286,15 @@ class Gateway:
         approver: Caller,
         settlement: Settlement = "",
     ) -> tuple[ApprovalRecord, ToolResult]:
-        """Decides an approval; an approved call runs now, as its requester, and its result is returned.
-        A settlement (`settlement` RAN / NOT_RAN) records the call as ran, or re-sends it once."""
-        if self.approvals is None:
-            raise AgentmeshError(ErrorCode.FAILED_PRECONDITION, "approvals need Redis")
-        action = "settlement.resolve" if settlement else "approval.resolve"
-        try:
-            record, expired = await self.approvals.decide(
-                approval_id,
-                approve=approve,
-                approver=approver,
-                reason=reason,
-                arguments_sha256=arguments_sha256,
-                settlement=settlement,
-            )
-        except PermissionDeniedError as exc:  # a self-approval, a non-admin on a registration
-            await self._audit(approver, action, approval_id, "PERMISSION_DENIED", exc.message)
-            raise
-        # The decision is the act: audited now, before the call it releases runs (it may take long).
-        decision = record.settlement if record.kind == "settlement" else "approved" if approve else "denied"
-        await self._audit(
-            approver, action, approval_id, "expired" if expired else "ok", f"{decision} ({record.pending.tool_name})"
+        """Decides an approval, or settles a call of unknown outcome (`decisions.Decisions.resolve`)."""
+        return await self.decisions.resolve(
+            approval_id,
+            approve=approve,
+            reason=reason,
+            arguments_sha256=arguments_sha256,
+            approver=approver,
+            settlement=settlement,
         )
-        request = record.request
-        if record.kind == "settlement":
-            return record, await self._settle(record, expired=expired, approver=approver)
-        if record.kind == "register_tool" and approve and not expired:
-            return record, await self._complete_registration(record, approver)
-        if expired or not approve:
-            code = ErrorCode.APPROVAL_EXPIRED if expired else ErrorCode.APPROVAL_DENIED
-            why = "expired before anyone decided" if expired else f"was denied by {approver.subject}"
-            said = f": {reason}" if reason and not expired else ""
-            error = AgentmeshError(
-                code,
-                f"approval {approval_id} for {record.pending.tool_name} {why}{said}; the call did not run",
-                metadata={"approval_id": approval_id},
-            )
-            result = ToolResult(request.call_id, record.pending.tool_name, error, Stats())
-            if request.idempotency_key:
-                # A denial is final for this call; an expiry is not (a repeat asks again).
-                bound = call_sha256(
-                    record.pending.tool_name, parse_arguments(request.arguments_json, max_bytes=1 << 30)
-                )
-                key, ttl_ms = request.idempotency_key, self.idempotency.ttl_s * 1000
-                done = {"s": "done", "h": bound, "o": outcome_to_json(result)}
-                await self.idempotency.cas(key, approval_id, None if expired else done, ttl_ms, states="pending")
-            return record, result
-        result = await self.execute(request, record.caller, approved_id=approval_id)
-        return record, result
-
-    async def _settle(self, record: ApprovalRecord, *, expired: bool, approver: Caller) -> ToolResult:
-        """Applies a settlement: RAN records the call as done with an unknown output; NOT_RAN re-sends it
-        once with its key (as its requester); an expired settlement re-sends nothing."""
-        request, sid = record.request, record.pending.approval_id
-        key = request.idempotency_key
-        if expired:
-            error = AgentmeshError(
-                ErrorCode.OUTCOME_UNKNOWN,
-                f"settlement {sid} for {record.pending.tool_name} expired before anyone settled it; "
-                "nothing was re-sent and the outcome stays unknown",
-                metadata={"settlement_id": sid, "idempotency_key": key[:200]},
-            )
-            return ToolResult(request.call_id, record.pending.tool_name, error, Stats())
-        if record.settlement == "not_ran":
-            return await self.execute(request, record.caller, approved_id=sid)
-        result = ToolResult(request.call_id, record.pending.tool_name, ran_output(approver.subject), Stats())
-        bound = call_sha256(record.pending.tool_name, parse_arguments(request.arguments_json, max_bytes=1 << 30))
-        await self.idempotency.cas(
-            key,
-            sid,
-            {"s": "done", "h": bound, "o": outcome_to_json(result)},
-            self.idempotency.ttl_s * 1000,
-            states="unknown",
-        )
-        return result
 
     # -- registry and discovery --------------------------------------------------------------------
 
@@ -427,35 +348,3 @@ class Gateway:
         pending = await self.approvals.create_registration(spec, replace=replace, caller=caller, why="; ".join(reasons))
         await self._audit(caller, "tool.register", spec.name, "pending_review", f"approval {pending.approval_id}")
         return pending
-
-    async def _complete_registration(self, record: ApprovalRecord, approver: Caller) -> ToolResult:
-        """An approved registration: the tool is stored now (checked again: the registry may have changed)."""
-        spec, replace = record.registration()
-        outcome: Output | AgentmeshError
-        try:
-            stored = await self.registry.register(spec, replace_existing=replace)
-            outcome = Output("structured", inline=canonical_json({"registered": stored.name, "replaced": replace}))
-        except AgentmeshError as exc:
-            outcome = exc
-        await self._audit(
-            approver,
-            "tool.register",
-            spec.name,
-            outcome.code.name if isinstance(outcome, AgentmeshError) else "ok",
-            f"approval {record.pending.approval_id}, requested by {record.caller.subject}",
-        )
-        return ToolResult(record.request.call_id, spec.name, outcome, Stats())
-
-    async def _audit(self, caller: Caller, action: str, target: str, outcome: str = "ok", detail: str = "") -> None:
-        """Appends to the audit stream; a failure is logged, never raised: the act it records is done."""
-        if self.audit is None:
-            return
-        try:
-            await self.audit.record(
-                subject=caller.subject, action=action, target=target, outcome=outcome, detail=detail
-            )
-        except Exception as exc:
-            log.warning(
-                "audit: %s of %s by %s not recorded: %s", action, echo(target), echo(caller.subject),
-                getattr(exc, "message", None) or type(exc).__name__,
-            )  # fmt: skip

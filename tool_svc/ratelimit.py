@@ -1,5 +1,6 @@
-"""Per-agent token bucket (docs/design.md §5): one atomic Lua script on Redis, so every tool_svc replica
-draws from the same bucket (`am:rl:{tool:<agent>}`) and Redis time is the only clock.
+"""Per-agent token bucket (docs/design.md §5): the Store's one atomic Lua script on Redis (`token_bucket`,
+`agentmesh/lua/token_bucket.lua`, taken as a lease), so every tool_svc replica draws from the same bucket
+(`am:rl:{tool:<agent>}`) and Redis time is the only clock.
 
 To spare a Redis round trip on every call, a replica may take a small batch of tokens at once and spend
 them locally for at most `_LEASE_TTL_S`: at most 10 % of the capacity (and `local_batch`), so a replica
@@ -20,39 +21,6 @@ from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.store import Store
 from tool_svc.call import CallState
 from tool_svc.model import Outcome
-
-# Same bucket arithmetic as agentmesh.store's token_bucket, but takes up to ARGV[3] whole tokens.
-LEASE_LUA = """
--- KEYS[1]: bucket hash {tokens, ts}. ARGV: capacity, refill_per_second, want (>= 1).
--- Returns {taken (0 when refused), retry_after_ms (0 when taken)}.
-local capacity = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local want = tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-local tokens = tonumber(state[1])
-local ts = tonumber(state[2])
-if not tokens or not ts then
-  tokens = capacity
-  ts = now
-end
-if now > ts then
-  tokens = math.min(capacity, tokens + (now - ts) * rate / 1000)
-  ts = now
-end
-local taken = math.min(want, math.floor(tokens))
-local retry_after = 0
-if taken >= 1 then
-  tokens = tokens - taken
-else
-  taken = 0
-  retry_after = math.ceil((1 - tokens) * 1000 / rate)
-end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(ts))
-redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((capacity - tokens) * 1000 / rate)) + 1000)
-return {taken, retry_after}
-"""
 
 _LEASE_TTL_S = 1.0
 _LEASE_SHARE = 0.1
@@ -97,8 +65,9 @@ class RateLimit:
             return None
         key = self.store.keys.ratelimit(bucket_subject(agent))
         async with self.store.guard("rate limit"):
-            taken, retry_ms = await self.store.script("tool_token_lease", LEASE_LUA)(
-                keys=[key], args=[self.capacity, self.refill_per_second, self.batch]
+            # The Store's one token bucket, as a lease: at least 1 token, up to the batch, by Redis time.
+            _, _, retry_ms, taken = await self.store.script("token_bucket")(
+                keys=[key], args=[self.capacity, self.refill_per_second, "", 1, self.batch]
             )
         if int(taken) >= 1:
             if int(taken) > 1:

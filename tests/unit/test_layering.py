@@ -5,8 +5,9 @@
   cli/, mcpserve/, dev/ or v1/) imports without loading grpc, in a fresh interpreter.
 - `lint-imports` (run by `make lint`) fails on each fixture of tests/lint_fixtures: a service
   importing another, a domain module importing grpc or the stubs, the core importing the edge, a value of the
-  light core importing infrastructure, a service importing the developer tools (agentmesh.dev), the fact
-  engine (context_svc.facts) importing the rest of context_svc, agentmesh, or one of its own upper layers.
+  light core importing infrastructure, a service's domain model importing the configuration, a service
+  importing the developer tools (agentmesh.dev), the fact engine (context_svc.facts) importing the rest of
+  context_svc, agentmesh, or one of its own upper layers.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
         ("domain_imports_stubs.py", "dispatcher_svc/_lint_fixture.py", False, "Only the RPC edge"),
         ("core_imports_grpc.py", "agentmesh/semconv.py", True, "The core never imports grpc"),
         ("value_imports_store.py", "agentmesh/chat.py", True, "The light core (values and vocabulary)"),
+        ("model_imports_config.py", "tool_svc/model.py", True, "A service's domain values (its model modules)"),
         ("service_imports_dev.py", "provider_svc/_lint_fixture.py", False, "The services and the RPC edge never"),
         ("facts_imports_context.py", "context_svc/facts/labels.py", True, "The fact engine (context_svc.facts)"),
         ("facts_imports_agentmesh.py", "context_svc/facts/numbers.py", True, "The fact engine (context_svc.facts)"),

@@ -120,6 +120,26 @@ async def test_a_refusal_says_when_to_retry_from_the_refill_rate(store: Store) -
     assert round(await tokens_left(store, "slow-a")) == 0  # a refusal takes nothing
 
 
+async def test_a_bucket_under_one_token_refuses_with_a_retry_rather_than_failing(store: Store) -> None:
+    """capacity may be under one call (config: > 0): the lease then never takes, and says when to retry."""
+    limit = RateLimit(store, capacity=0.5, refill_per_second=0.001)
+    refused = await limit(call("tiny-a"))
+    assert isinstance(refused, AgentmeshError) and refused.code == ErrorCode.RATE_LIMITED
+    assert refused.retry_after is not None and 499 < refused.retry_after <= 500
+
+
+async def test_the_lease_and_take_token_draw_on_one_script_and_one_bucket(store: Store) -> None:
+    """One token bucket (agentmesh/lua/token_bucket.lua): the rate limit's lease and `Store.take_token`
+    run the same script on the same hash, so each sees what the other took."""
+    assert "local most" in store.script("token_bucket").source
+    limit = RateLimit(store, capacity=20, refill_per_second=0.001)
+    assert await limit(call("one-a")) is None  # leases 2
+    key = store.keys.ratelimit(bucket_subject("one-a"))
+    taken = await store.take_token(key, 20, 0.001, cost=3)
+    assert taken.allowed and taken.remaining == 15
+    assert round(await tokens_left(store, "one-a")) == 15
+
+
 def test_bucket_subjects_hash_exactly_what_a_key_cannot_hold() -> None:
     assert bucket_subject("a" * 195) == "tool:" + "a" * 195  # 200 characters: kept
     assert bucket_subject("Agent-X_9.v2") == "tool:Agent-X_9.v2"  # any printable character but braces
