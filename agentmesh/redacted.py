@@ -120,7 +120,7 @@ def redacted_span(span: ReadableSpan) -> ReadableSpan:
     for event in span.events:
         attrs = _masked_attributes(event.attributes)
         if attrs is None:
-            events.append(event)  # type: ignore[arg-type]
+            events.append(event)
             continue
         events_changed = True
         events.append(Event(event.name, attrs, event.timestamp))
