@@ -29,6 +29,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentmesh import callctx
+from agentmesh.redacted import redact_free_text
 from agentmesh.semconv import ERROR_TYPE
 from agentmesh.telemetry import current_request_id
 
@@ -50,9 +51,11 @@ def safe_url(url: str) -> str:
 
 
 def set_error_type(span: trace.Span, error_type: str, description: str = "") -> None:
-    """Marks `span` failed: `error.type` and the ERROR status."""
+    """Marks `span` failed: `error.type` and the ERROR status, its description masked (it may quote an
+    upstream's answer) and then clipped to 200 characters."""
     span.set_attribute(ERROR_TYPE, error_type)
-    span.set_status(trace.Status(trace.StatusCode.ERROR, description or error_type))
+    shown = redact_free_text(description)[:200] if description else error_type
+    span.set_status(trace.Status(trace.StatusCode.ERROR, shown))
 
 
 class HttpClientSpan:
@@ -114,7 +117,7 @@ class HttpClientSpan:
         if self._ended:
             return
         kind = type(exc)
-        set_error_type(self.span, f"{kind.__module__}.{kind.__qualname__}", str(exc)[:200] or kind.__name__)
+        set_error_type(self.span, f"{kind.__module__}.{kind.__qualname__}", str(exc) or kind.__name__)
         self._end()
 
     def _end(self) -> None:

@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.export import (
 from agentmesh import __version__, callctx
 from agentmesh.config import ConfigError, Settings
 from agentmesh.metrics import MeterSetup, Metrics, build_meter_provider
+from agentmesh.redacted import RedactingSpanExporter, redact_free_text
 from agentmesh.semconv import ATTR_REQUEST_ID, BAGGAGE_REQUEST_ID
 
 __all__ = [
@@ -293,6 +294,12 @@ class Telemetry:
         await asyncio.to_thread(self.shutdown)
 
 
+def _batch(exporter: SpanExporter, delay_ms: int | None) -> BatchSpanProcessor:
+    """The SDK's batch processor over `exporter`, behind the redaction guard: no span leaves with a
+    secret in its status or events (agentmesh.redacted)."""
+    return BatchSpanProcessor(RedactingSpanExporter(exporter), schedule_delay_millis=delay_ms)
+
+
 def setup_telemetry(
     service_name: str,
     settings: Settings,
@@ -329,14 +336,14 @@ def setup_telemetry(
                 f"spans go over OTLP ({OTLP_ENDPOINT_ENV} or {TRACES_EXPORTER_ENV}) but {service_name} "
                 "has no OTLP exporter"
             )
-        provider.add_span_processor(BatchSpanProcessor(otlp.span_exporter(), schedule_delay_millis=delay_ms))
+        provider.add_span_processor(_batch(otlp.span_exporter(), delay_ms))
     if "console" in exporters:
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(), schedule_delay_millis=delay_ms))
+        provider.add_span_processor(_batch(ConsoleSpanExporter(), delay_ms))
     if "jsonl" in exporters:
         path = Path(span_file if span_file is not None else settings.telemetry.span_file)
         # Readers that need a span the moment its call returns call force_flush.
         exporter = JsonlSpanExporter(path, create=create_span_file)
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=delay_ms))
+        provider.add_span_processor(_batch(exporter, delay_ms))
     meter = build_meter_provider(
         resource,
         enabled=metrics and settings.telemetry.metrics,
@@ -384,22 +391,24 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "service": service_var.get() or self.service_name,
             "logger": record.name,
-            "message": record.getMessage(),
+            # Every line through the redactor: a message or traceback may quote an upstream's text.
+            "message": redact_free_text(record.getMessage()),
             "request_id": current_request_id(),
             "trace_id": format(span_ctx.trace_id, "032x") if span_ctx.is_valid else None,
             "span_id": format(span_ctx.span_id, "016x") if span_ctx.is_valid else None,
         }
         if record.exc_info:
-            payload["exc_info"] = self.formatException(record.exc_info)
+            payload["exc_info"] = redact_free_text(self.formatException(record.exc_info))
         elif record.exc_text:
-            payload["exc_info"] = record.exc_text
+            payload["exc_info"] = redact_free_text(record.exc_text)
         if record.stack_info:
-            payload["stack_info"] = self.formatStack(record.stack_info)
+            payload["stack_info"] = redact_free_text(self.formatStack(record.stack_info))
         for key, value in record.__dict__.items():
             if key in _RECORD_FIELDS or key.startswith("_"):
                 continue
             # Our fields win; a clashing extra is kept under another name rather than dropped.
-            payload[f"extra_{key}" if key in payload else key] = value
+            shown = redact_free_text(value, whole_text=False) if isinstance(value, str) else value
+            payload[f"extra_{key}" if key in payload else key] = shown
         return json.dumps(payload, ensure_ascii=False, default=str)
 
 

@@ -39,6 +39,7 @@ from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, NotFoundError
 from agentmesh.grants import agent_run_permission
 from agentmesh.identity import Authenticator, Identity
+from agentmesh.redacted import traceback_text
 from agentmesh.store import Store
 from dispatcher_svc.model import Task, TaskStatus
 from dispatcher_svc.ports import CallOptions, ToolPort
@@ -270,8 +271,8 @@ class DispatcherSteps:
                 # Approval-gated tools are for agent nodes (a task parks and resumes); not yet for tool nodes.
                 result = StepResult(error=ErrorCode.FAILED_PRECONDITION)
             await self._finish(step_id, result)
-        except Exception:
-            log.exception("workflow step %s: the tool call failed unexpectedly", step_id)
+        except Exception as exc:
+            log.error("workflow step %s: the tool call failed unexpectedly\n%s", step_id, traceback_text(exc))
             await self._finish(step_id, StepResult(error=ErrorCode.INTERNAL))
         finally:
             beat.cancel()

@@ -32,6 +32,7 @@ import pebble
 from pebble import CONSTS
 
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.redacted import redact_free_text
 
 log = logging.getLogger("tool_svc.cpu")
 
@@ -145,7 +146,8 @@ class CpuPool:
                 ErrorCode.INTERNAL, f"{what} failed: its worker process died", fallback_tool=fallback_tool
             ) from None
         except JobFailed as exc:
-            log.error("%s failed in a CPU worker: %s", what, exc)
+            # Its text and traceback may quote the job's input (a tool's output): masked.
+            log.error("%s failed in a CPU worker: %s", what, redact_free_text(str(exc)))
             raise AgentmeshError(
                 ErrorCode.INTERNAL, f"{what} failed unexpectedly", fallback_tool=fallback_tool
             ) from None

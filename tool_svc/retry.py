@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 
 from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.redacted import traceback_text
 from tool_svc.call import CallState
 from tool_svc.model import Executor, Invocation, Outcome, Produced, RetryPolicy, ToolDef
 
@@ -145,9 +146,10 @@ class Execute:
                 return await executor(invocation)
             except AgentmeshError:
                 raise
-            except Exception:
-                # A bug in an executor is our fault, not the model's: typed, logged, never a traceback.
-                log.exception("executor of %s failed", spec.name)
+            except Exception as exc:
+                # A bug in an executor is our fault, not the model's: typed, logged (masked: the text may
+                # quote the upstream's answer), never a traceback to the caller.
+                log.error("executor of %s failed\n%s", spec.name, traceback_text(exc))
                 raise AgentmeshError(
                     ErrorCode.INTERNAL, f"{spec.name} failed unexpectedly", fallback_tool=spec.fallback_tool
                 ) from None

@@ -31,6 +31,7 @@ from opentelemetry import context as otel_context
 from agentmesh import __version__, callctx
 from agentmesh.config import ClientSettings, Settings
 from agentmesh.metrics import Metrics
+from agentmesh.redacted import exception_description, record_exception, set_error_status
 from agentmesh.rpc.fields import retry_safe_methods
 from agentmesh.rpc.tls import ReloadingCredentials, TlsFiles, channel_credentials, tls_channel_options
 from agentmesh.semconv import BAGGAGE_REQUEST_ID, ERROR_TYPE, is_valid_request_id, traced_method
@@ -304,7 +305,7 @@ class _Measured:
             span.set_attribute("rpc.grpc.status_code", code.value[0])
             if code != grpc.StatusCode.OK:
                 span.set_attribute(ERROR_TYPE, code.name)
-                span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}: {details or ''}"))
+                set_error_status(span, f"{code}: {details or ''}")  # the peer's details: masked
             span.end()
 
     def fail(self, exc: BaseException) -> None:
@@ -313,9 +314,9 @@ class _Measured:
             code = grpc.StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else grpc.StatusCode.UNKNOWN
             self.metrics.rpc_client_call(self.service, self.method, code.value[0], time.perf_counter() - self.started)
         if self.span is not None:
-            self.span.record_exception(exc)
+            record_exception(self.span, exc)
             self.span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
-            self.span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            set_error_status(self.span, exception_description(exc))
             self.span.end()
 
     def end_stream(self, call: Any) -> None:

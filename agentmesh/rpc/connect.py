@@ -47,6 +47,7 @@ from protobuf.wkt import Any as WireAny
 
 from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.redacted import traceback_text
 from agentmesh.rpc.interceptors import CallInterceptor, admit, wrap_handler
 from agentmesh.rpc.ratelog import RateLimitedLog
 from agentmesh.rpc.status import GRPC_STATUS, to_rpc_status
@@ -226,7 +227,7 @@ def _with_details(error: Exception, method: str) -> ConnectError:
             message = f"internal error in {method} (request id {callctx.current_request_id() or 'none'})"
         return connect_error(AgentmeshError(code, message))
     rid = callctx.current_request_id() or "none"
-    log.error("unexpected failure in %s over HTTP (request id %s)", method, rid, exc_info=error)
+    log.error("unexpected failure in %s over HTTP (request id %s)\n%s", method, rid, traceback_text(error))
     return connect_error(AgentmeshError(ErrorCode.INTERNAL, f"internal error in {method} (request id {rid})"))
 
 

@@ -37,6 +37,7 @@ from opentelemetry import trace
 
 from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, Violation, echo
+from agentmesh.redacted import record_exception, traceback_text
 from agentmesh.rpc.fields import missing_required
 from agentmesh.rpc.ratelog import RateLimitedLog
 from agentmesh.rpc.status import GRPC_STATUS, abort, send_request_id
@@ -170,10 +171,11 @@ async def _boundary(method: str, context: Context, exc: BaseException, answered:
         _log_answered(answered, method, exc)
         await abort(context, exc)
     rid = callctx.current_request_id() or "none"
-    # Once, here: the traceback goes to the log and the span, never to the caller.
-    log.error("unexpected failure in %s (request id %s)", method, rid, exc_info=exc)
+    # Once, here: the traceback goes to the log and the span, never to the caller; masked, as the
+    # exception's text may quote an upstream's answer or a tool's output (agentmesh.redacted).
+    log.error("unexpected failure in %s (request id %s)\n%s", method, rid, traceback_text(exc))
     _unexpected_var.set(exc)
-    trace.get_current_span().record_exception(exc)
+    record_exception(trace.get_current_span(), exc)
     await abort(context, AgentmeshError(ErrorCode.INTERNAL, f"internal error in {method} (request id {rid})"))
 
 

@@ -25,6 +25,7 @@ from agentmesh import __version__, callctx
 from agentmesh.config import ConfigError
 from agentmesh.errors import AgentmeshError
 from agentmesh.metrics import Metrics
+from agentmesh.redacted import exception_description, record_exception, set_error_status
 from agentmesh.rpc.interceptors import CallInterceptor, unexpected_error
 from agentmesh.rpc.status import GRPC_STATUS
 from agentmesh.semconv import ATTR_REQUEST_ID, BAGGAGE_REQUEST_ID, ERROR_TYPE, is_valid_request_id, traced_method
@@ -203,11 +204,13 @@ class ServerSpanInterceptor(CallInterceptor):
         )
         unexpected = answered or (error if escaped else None)
         if code in _SERVER_ERROR_CODES:
-            details = f"{type(unexpected).__name__}: {unexpected}" if unexpected else context.details()
+            # The exception's text and the answered details may quote an upstream's or a tool's text:
+            # masked (agentmesh.redacted), as everything written to a span.
+            details = exception_description(unexpected) if unexpected else context.details()
             span.set_attribute(ERROR_TYPE, code.name)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{code}:{details or ''}"))
+            set_error_status(span, f"{code}:{details or ''}")
         if escaped and error is not None:
-            span.record_exception(error)
+            record_exception(span, error)
         span.end()
 
 

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from agentmesh.errors import UnavailableError
+from agentmesh.redacted import redact_free_text
 from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import EventKind, PendingApproval, TaskEvent, TaskStatus
 from dispatcher_svc.run.state import RunState
@@ -44,7 +45,9 @@ class Checkpointer:
             time_ms=now_ms(),
             status=status,
             step=self.state.cursor.step,
-            message=message,
+            # The task's events are stored and streamed to clients: a message quoting a tool's or a
+            # model's text (arguments, an error) is masked (agentmesh.redacted).
+            message=redact_free_text(message),
             **fields,  # type: ignore[arg-type]
         )
 

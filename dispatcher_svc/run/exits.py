@@ -13,9 +13,9 @@ import logging
 from typing import assert_never
 
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
 
 from agentmesh.errors import AgentmeshError
+from agentmesh.redacted import set_error_status
 from agentmesh.semconv import ATTR_ERROR_CLASS, ATTR_ERROR_CODE, ERROR_TYPE
 from dispatcher_svc import handoff_answers
 from dispatcher_svc.model import CallStage, EventKind, TaskStatus
@@ -63,7 +63,7 @@ def _mark_error(run: Run, err: AgentmeshError) -> None:
     span.set_attributes(
         {ATTR_ERROR_CODE: err.code.name, ATTR_ERROR_CLASS: err.error_class.name, ERROR_TYPE: err.code.name}
     )
-    span.set_status(Status(StatusCode.ERROR, f"{err.code.name}: {clip(err.message, 200)}"))
+    set_error_status(span, f"{err.code.name}: {clip(err.message, 200)}")
 
 
 async def _fail(run: Run, step: Fail) -> None:

@@ -25,10 +25,11 @@ import logging
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentmesh.config import DispatcherSettings
+from agentmesh.redacted import set_error_status
 from agentmesh.semconv import (
     ATTR_REQUEST_ID,
     ATTR_TASK_ID,
@@ -159,7 +160,7 @@ class AgentLoop:
                 span.set_attribute("agentmesh.task.status", state.status.name)
                 if state.error is not None:
                     span.set_attribute(ERROR_TYPE, state.error.code.name)
-                    span.set_status(Status(StatusCode.ERROR, f"{state.error.code.name}: {state.error.message}"))
+                    set_error_status(span, f"{state.error.code.name}: {state.error.message}")
                 return result
         finally:
             otel_context.detach(token)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError
+from agentmesh.redacted import redact_free_text
 from dispatcher_svc import policy
 from dispatcher_svc.model import CallStage, EventKind, TaskEvent, ToolOutcome
 from dispatcher_svc.run import decisions
@@ -27,7 +28,9 @@ def start_call(run: Run, index: int, *, prefix: Sequence[TaskEvent]) -> list[Tas
     signature = call.signature()
     times = c.signatures.get(signature, 0) + 1
     c.signatures[signature] = times
-    tool_event = ckpt.event(EventKind.TOOL_CALL, f"{call.name} {clip(call.arguments_json, 120)}", tool_call=call)
+    # The preview masked before it is clipped (a clip could cut a secret to a tail no rule knows).
+    preview = clip(redact_free_text(call.arguments_json), 120)
+    tool_event = ckpt.event(EventKind.TOOL_CALL, f"{call.name} {preview}", tool_call=call)
     looping = decisions.before_call(
         call, times=times, threshold=run.settings.loop_threshold, prefix=[*prefix, tool_event]
     )

@@ -36,6 +36,7 @@ from starlette.routing import Route
 from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, PayloadTooLargeError
 from agentmesh.identity import require_identity
+from agentmesh.redacted import traceback_text
 from provider_svc.billing import billed_agent
 from provider_svc.compat import anthropic_api, openai_api
 from provider_svc.models.base import CallContext, TextDelta, ToolCallDelta
@@ -189,7 +190,7 @@ class CompatApi:
             return self._error(api, err)
         except Exception as exc:
             rid = callctx.current_request_id() or "none"
-            log.error("unexpected failure in %s (request id %s)", method, rid, exc_info=exc)
+            log.error("unexpected failure in %s (request id %s)\n%s", method, rid, traceback_text(exc))
             error = AgentmeshError(ErrorCode.INTERNAL, f"internal error in {method} (request id {rid})")
             return self._error(api, error)
         finally:

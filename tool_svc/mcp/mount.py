@@ -128,10 +128,10 @@ class McpMount:
             try:
                 answer = await connection.call(tool.mcp_tool, arguments, call.timeout_s)
             except AgentmeshError as exc:
-                set_error_type(span, exc.code.name, exc.message[:200])
+                set_error_type(span, exc.code.name, exc.message)
                 raise exc.replace(message=f"{tool.name}: {exc.message}", fallback_tool=tool.fallback_tool) from None
             except MCPError as exc:
-                set_error_type(span, str(exc.code), exc.message[:200])
+                set_error_type(span, str(exc.code), exc.message)
                 raise results.protocol_error(tool, exc) from None
             except ValidationError as exc:
                 set_error_type(span, "invalid_answer")

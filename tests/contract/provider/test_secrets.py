@@ -110,3 +110,43 @@ async def test_keys_tokens_and_internal_metadata_stay_home(
         for secret in (OPENAI_KEY, ANTHROPIC_KEY, token):
             assert secret not in text, f"a secret leaked into {where}"
     assert "***" in errors[0]  # the echoed key was scrubbed, not just lost
+
+
+GITHUB_PAT = "ghp_R8kq2Zt7Lw0XbN4vYc9Pj6Hs1Fm3Ud5Ea8Gi"
+AWS_SECRET = "k8Jd2LmQ/9xZ+vB4nR7tY1wE5sA3fG6hJ0cV2bN4"
+
+
+async def test_an_upstream_error_body_quoting_a_foreign_secret_leaves_none(
+    start_service: Start, openai_fake: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40: an error body that quotes someone else's secrets (not our key: the redactor, not the
+    key scrubbing, must catch them): no 12-character run of either in the error, the logs or the spans."""
+    caplog.set_level("DEBUG")
+    svc = await start_service(
+        SPEC,
+        {
+            "telemetry": {"log_level": "DEBUG"},
+            "providers": {
+                "backends": [backend("openai", openai_fake, retry={**FAST_RETRY, "max_retries": 1})],
+                "default_model": "openai/m1",
+            },
+        },
+    )
+    body = f"proxy refused: token {GITHUB_PAT} revoked; aws_secret_access_key={AWS_SECRET}"
+    openai_fake.push(Reply.error(503, body), Reply.error(400, body))
+    stub = provider_pb2_grpc.ProviderServiceStub(svc.channel)  # type: ignore[no-untyped-call]
+    req = provider_pb2.GenerateRequest(
+        model="openai/m1", messages=[common_pb2.Message(role=common_pb2.ROLE_USER, content="hello")]
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Generate(req, metadata=((IDENTITY_HEADER, svc.token(agent_id="agent-body-check")),))
+    error = f"{caught.value.details()} {caught.value.trailing_metadata()!r}"
+    assert "[REDACTED]" in error  # the body is quoted, masked
+    svc.host.telemetry.force_flush()
+    spans = await asyncio.to_thread(Path(svc.settings.telemetry.span_file).read_text, encoding="utf-8")
+    assert "chat m1" in spans
+    logs = "\n".join(r.getMessage() + repr(r.__dict__) for r in caplog.records)
+    for where, text in (("the error", error), ("the spans", spans), ("the logs", logs)):
+        for secret in (GITHUB_PAT, AWS_SECRET):
+            runs = [secret[i : i + 12] for i in range(len(secret) - 11)]
+            assert not [run for run in runs if run in text], f"{secret!r} leaked into {where}"

@@ -210,3 +210,39 @@ async def _payload_text(svc: Any, result: common_pb2.ToolResult) -> str:
     """The offloaded output's digest and stored bytes (read straight from Redis)."""
     ref = result.output.ref
     return str(ref) + _redis_dump(svc.settings.redis.url)
+
+
+GITHUB_PAT = "ghp_R8kq2Zt7Lw0XbN4vYc9Pj6Hs1Fm3Ud5Ea8Gi"
+
+
+async def test_an_executor_exception_quoting_a_secret_leaves_none(
+    svc: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40: an executor (a client library) raises with the upstream's text in its message; the
+    ToolResult, the log (tool_svc logs the traceback) and the spans hold no 12-character run of the
+    secrets it quotes."""
+    from tool_svc.retry import Execute
+
+    servicer = svc.host.methods.handlers["/agentmesh.v1.ToolService/ExecuteTool"].unary_unary.__self__
+    execute = next(step for step in servicer.gateway.pipeline if isinstance(step, Execute))
+
+    async def broken(invocation: Any) -> Any:
+        raise RuntimeError(f"client library: upstream said token {GITHUB_PAT}; aws_secret_access_key={AWS_SECRET}")
+
+    monkeypatch.setattr(execute, "http", broken)
+    caplog.set_level("DEBUG")
+    result = await Client(svc).execute("aws_404", {}, call_id="call-broken")
+    assert result.WhichOneof("outcome") == "error"
+    assert common_pb2.ErrorCode.Name(result.error.code) == "ERROR_CODE_INTERNAL"
+    logged = [r.getMessage() for r in caplog.records if "executor of aws_404 failed" in r.getMessage()]
+    assert logged and "[REDACTED]" in logged[0] and "RuntimeError" in logged[0]
+    texts = {
+        "the ToolResult": str(result),
+        "the logs": caplog.text + "\n".join(repr(r.__dict__) for r in caplog.records),
+        "the span file": _spans(svc),
+        "Redis": _redis_dump(svc.settings.redis.url),
+    }
+    for where, text in texts.items():
+        for secret in (GITHUB_PAT, AWS_SECRET):
+            runs = [secret[i : i + 12] for i in range(len(secret) - 11)]
+            assert not [run for run in runs if run in text], f"{secret!r} leaked into {where}"
