@@ -206,6 +206,8 @@ class CallContextClientInterceptor:
         if callctx.REQUEST_ID_HEADER in metadata:
             metadata.delete_all(callctx.REQUEST_ID_HEADER)  # KeyError when absent
         metadata.add(callctx.REQUEST_ID_HEADER, rid)
+        if callctx.ECHO_HEADER not in metadata:
+            metadata.add(callctx.ECHO_HEADER, "0")  # we know the id we send: no echo on success
 
         if callctx.IDENTITY_HEADER not in metadata:
             token = self._identity_token or callctx.identity_token_var.get()
