@@ -16,12 +16,19 @@ from typing import Any
 
 REQUEST_ID_HEADER = "x-request-id"
 IDENTITY_HEADER = "x-agentmesh-identity"
+ECHO_HEADER = "x-agentmesh-echo"
+"""Sent as `0` by agentmesh's own clients (`agentmesh.rpc.channels`): they know the request id they
+sent and never read it back, so a successful unary reply leaves it out of its initial metadata, which
+gRPC would otherwise send in a write of its own before the reply (issue 45). Errors and streams echo it
+whatever this says."""
 
 request_id_var: ContextVar[str | None] = ContextVar("agentmesh_request_id", default=None)
 deadline_var: ContextVar[float | None] = ContextVar("agentmesh_deadline", default=None)
 """Absolute time.monotonic() at which the incoming call's deadline passes."""
 identity_token_var: ContextVar[str | None] = ContextVar("agentmesh_identity_token", default=None)
 """The raw identity token of the incoming call, forwarded unchanged to downstream calls."""
+echo_var: ContextVar[bool] = ContextVar("agentmesh_echo_request_id", default=True)
+"""False when the incoming call's client declined the request id's echo on success (`ECHO_HEADER`)."""
 
 
 def new_request_id() -> str:

@@ -42,7 +42,8 @@ APPEND_LUA: Final = (
 -- -3 if it uses another encoding, or {index, content hash, message json} of the message already
 -- appended under the dedupe key (nothing is written then).
 -- The session's state is read once (HMGET) and written once (HSET): issue 45.
-local m = redis.call('HMGET', KEYS[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens', 'ttl_at')
+local m = redis.call('HMGET', KEYS[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens', 'ttl_at',
+  'message_count')
 if not m[3] and redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 if ARGV[5] ~= '*' then
   local tasks = m[1]
@@ -56,9 +57,17 @@ if ARGV[5] ~= '*' then
 end
 if m[3] ~= ARGV[6] then return -3 end
 local epoch = m[4] or ''
+-- The dedupe entry is claimed with HSETNX, at the index the message will take (message_count = the
+-- log's length, kept by this script): one command instead of HGET + HSET when the key is new, the
+-- usual case (issue 45). A key already there is looked at as before, and overwritten if stale.
+local claimed = tonumber(m[7] or '')
 if ARGV[7] ~= '' then
-  local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7], epoch)
-  if found then return found end
+  local entry = claimed and cjson.encode({i = claimed, h = ARGV[8], e = epoch})
+  if not entry or redis.call('HSETNX', KEYS[6], ARGV[7], entry) == 0 then
+    local found = seen(KEYS[1], KEYS[2], KEYS[6], ARGV[7], epoch)
+    if found then return found end
+    claimed = nil
+  end
 end
 local n = redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('RPUSH', KEYS[3], ARGV[2])
@@ -73,7 +82,7 @@ if #ARGV >= 12 then
   end
   redis.call('HSET', KEYS[4], unpack(labels))
 end
-if ARGV[7] ~= '' then
+if ARGV[7] ~= '' and claimed ~= n - 1 then  -- not claimed above (or the count was off): written now
   redis.call('HSET', KEYS[6], ARGV[7], cjson.encode({i = n - 1, h = ARGV[8], e = epoch}))
 end
 -- Every key of the session, the dedupe hash included, expires with it, at the same time: all are

@@ -55,7 +55,26 @@ _STATE = {
 # --- ToolSpec <-> ToolDef ---------------------------------------------------------------------------
 
 
+_SPEC_PBS: dict[int, tuple[ToolDef, str, common_pb2.ToolSpec]] = {}
+_SPEC_PBS_MAX = 4096
+
+
 def spec_to_pb(spec: ToolDef, *, unavailable: str = "") -> common_pb2.ToolSpec:
+    """The ToolSpec of `spec`, built once per (ToolDef object, unavailable): a ToolDef is frozen and the
+    registry replaces it rather than changing it, and DiscoverTools answers the same few every call (two
+    schemas' sorted JSON and five Durations each, issue 45). The entry holds the ToolDef, so its id is
+    not reused while cached; a message put in a response's repeated field is copied, never shared."""
+    hit = _SPEC_PBS.get(id(spec))
+    if hit is not None and hit[0] is spec and hit[1] == unavailable:
+        return hit[2]
+    built = _spec_pb(spec, unavailable)
+    if len(_SPEC_PBS) >= _SPEC_PBS_MAX:
+        _SPEC_PBS.clear()
+    _SPEC_PBS[id(spec)] = (spec, unavailable, built)
+    return built
+
+
+def _spec_pb(spec: ToolDef, unavailable: str) -> common_pb2.ToolSpec:
     return common_pb2.ToolSpec(
         name=spec.name,
         description=spec.description,

@@ -19,6 +19,7 @@ valid), and values under keys named like a secret are replaced whole. Measured b
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -128,7 +129,21 @@ def redact_error(error: AgentmeshError) -> AgentmeshError:
     return error.replace(message=message, violations=violations, metadata=metadata)
 
 
+_CACHED_KEY_CHARS = 64
+"""Keys up to this long have their verdict remembered (`_known_key`); longer ones are judged anew."""
+
+
 def _secret_key(key: str) -> bool:
+    if len(key) > _CACHED_KEY_CHARS:
+        return assignments.secret_key(key)
+    return _known_key(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _known_key(key: str) -> bool:
+    """`assignments.secret_key`, remembered: a pure function of the key, and the bodies `redact_value`
+    walks repeat the same few keys (`role`, `content`, `parameters` ...) on every call; judging one
+    costs ~4 us (word split and set tests), a request's keys a few hundred (issue 45)."""
     return assignments.secret_key(key)
 
 

@@ -204,7 +204,8 @@ def wrap_handler(
             error: BaseException | None = None
             try:
                 response = await inner(_decoded(request, decode, streaming_request), context)
-                await send_request_id(context)  # the initial metadata goes out with the response
+                if callctx.echo_var.get():  # our own clients decline it: a write less per call (issue 45)
+                    await send_request_id(context)  # the initial metadata goes out with the response
                 return response
             except BaseException as exc:
                 error = await _mapped(method, context, exc, answered)

@@ -91,7 +91,8 @@ class RequestContextInterceptor(CallInterceptor):
     - request id: `x-request-id` metadata, else the upstream baggage, else minted here (the edge);
     - `request_id_var`, W3C baggage (attached, so client calls made by the servicer forward it), and
       the `agentmesh.request_id` attribute of the current (server) span;
-    - `deadline_var` from the client's deadline, so downstream calls never outlive this one.
+    - `deadline_var` from the client's deadline, so downstream calls never outlive this one;
+    - `echo_var` False when the client sent `x-agentmesh-echo: 0` (callctx.ECHO_HEADER).
 
     `identity_token_var` is left to agentmesh.rpc.auth.AuthInterceptor, which sets it only once the
     token is verified, so only verified tokens are forwarded.
@@ -110,6 +111,8 @@ class RequestContextInterceptor(CallInterceptor):
             rid = callctx.new_request_id()
 
         callctx.request_id_var.set(rid)
+        if callctx.metadata_value(metadata, callctx.ECHO_HEADER) == "0":
+            callctx.echo_var.set(False)  # our own client: a successful unary reply need not echo the id
         service_var.set(self.service_name)
         # Not detached: grpc.aio runs each RPC in its own task, whose context dies with the call.
         otel_context.attach(baggage.set_baggage(BAGGAGE_REQUEST_ID, rid))

@@ -27,7 +27,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.descriptor_pb2 import MethodOptions
 
-from agentmesh.callctx import REQUEST_ID_HEADER
+from agentmesh.callctx import ECHO_HEADER, REQUEST_ID_HEADER
 from agentmesh.config import load_settings
 from agentmesh.errors import ErrorCode
 from agentmesh.rpc.channels import service_config
@@ -224,6 +224,29 @@ async def test_a_successful_answer_carries_the_request_id(
     minted = channel.unary_unary(path)(request_message.SerializeToString(), metadata=_admin(svc), timeout=20)
     await minted
     assert len(_md(await minted.initial_metadata()).get(REQUEST_ID_HEADER, "")) == 32
+
+
+async def test_our_own_clients_decline_the_echo_on_success_but_not_on_error(started: Any) -> None:
+    """`x-agentmesh-echo: 0` (what agentmesh.rpc.channels sends): a successful unary reply carries no
+    x-request-id in its initial metadata (a write less per call, issue 45); an error still does."""
+    svc = await started(TOOL_SPEC)
+    channel: Any = svc.channel
+    path = "/agentmesh.v1.ToolService/ListTools"
+    declined = (*_admin(svc), (REQUEST_ID_HEADER, "quiet-rid-1"), (ECHO_HEADER, "0"))
+    call = channel.unary_unary(path)(tool_pb2.ListToolsRequest().SerializeToString(), metadata=declined, timeout=20)
+    await call
+    assert REQUEST_ID_HEADER not in _md(await call.initial_metadata())
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await channel.unary_unary(path)(GARBAGE, metadata=declined, timeout=20)
+    assert_request_id_on_error(info.value, "quiet-rid-1")
+
+
+def test_our_client_interceptor_declines_the_echo() -> None:
+    from agentmesh.rpc.channels import client_interceptors
+
+    details = grpc.aio.ClientCallDetails("/agentmesh.v1.ToolService/ListTools", 5.0, grpc.aio.Metadata(), None, None)
+    prepared, _ = client_interceptors(load_settings(overrides={"auth": {"mode": "disabled"}}))[0].prepare(details)
+    assert prepared.metadata.get(ECHO_HEADER) == "0"
 
 
 async def test_a_stream_carries_the_request_id_before_its_first_message(started: Any) -> None:

@@ -4,6 +4,7 @@ a summary reads neither the summary nor the log's length (the meta it reads hold
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -64,3 +65,19 @@ async def test_the_first_append_after_create_does_not_read_the_session_first(sto
     await engine.append_message(OPERATOR, "s1", Message(Role.USER, "hello"))
     used = await spent(store, before)
     assert used["evalsha"] == 1 and used["hmget"] == 1, used  # the append script's own read only
+
+
+async def test_a_named_append_claims_its_dedupe_entry_in_one_command(store: Store) -> None:
+    """HSETNX at the index the message takes, instead of HGET then HSET; a repeat still finds it."""
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    first = await engine.append_message_once(OPERATOR, "s1", Message(Role.USER, "first"), client_message_id="m-1")
+    before = await commands(store)
+    second = await engine.append_message_once(OPERATOR, "s1", Message(Role.USER, "second"), client_message_id="m-2")
+    used = await spent(store, before)
+    assert used["hsetnx"] == 1 and used["hget"] == 0 and used["hset"] == 1, used  # the meta's HSET
+    again = await engine.append_message_once(OPERATOR, "s1", Message(Role.USER, "second"), client_message_id="m-2")
+    assert again.index == second.index and again.already
+    entries = await store.redis.hvals(engine.sessions.key("s1", "dedupe"))
+    indexes = sorted(int(json.loads(e)["i"]) for e in entries)
+    assert indexes == [first.index, second.index]

@@ -217,6 +217,17 @@ def test_redact_value_masks_secret_named_keys_whole_and_walks_the_rest() -> None
     }
 
 
+def test_redact_value_judges_keys_alike_whether_remembered_or_too_long_to_be() -> None:
+    """Key verdicts are remembered for keys up to 64 characters (issue 45): the same verdict every
+    time, and a longer key is still judged by its words."""
+    long_secret, long_plain = "upstream_service_" * 4 + "password", "upstream_service_" * 4 + "name"
+    value = {"api_key": "v1", "role": "user", long_secret: "v2", long_plain: "v3"}
+    for _ in range(2):
+        out, changed = redact_value(value)
+        assert changed
+        assert out == {"api_key": MASK, "role": "user", long_secret: MASK, long_plain: "v3"}
+
+
 def test_redact_value_of_clean_values_reports_no_change() -> None:
     value = {"a": [1, "two", {"b": None}], "secret": False, "token": ""}
     assert redact_value(value) == (value, False)
