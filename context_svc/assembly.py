@@ -30,6 +30,7 @@ from context_svc.lru import LRU
 from context_svc.memories import Memories, Prefetch
 from context_svc.model import Block, BlockKind, ContextView, Message, Role, Session, Summary
 from context_svc.recall import Recall, Recalled, newest_user_text, query_of
+from context_svc.semantic_recall import turn_retriever
 from context_svc.sessions import Loaded, SessionStore
 from context_svc.tokens import TokenCounter, counter_for
 
@@ -88,7 +89,7 @@ class Assembler:
         self._summary_views: LRU[tuple[object, ...], tuple[SummaryView, float]] = LRU(settings.summary_cache_entries)
         self._persisted_refs: LRU[tuple[str, str, int], StoredPayload] = LRU(settings.summary_cache_entries)
         self._tokens: LRU[tuple[str, str], int] = LRU(settings.token_cache_entries)
-        self.recall = Recall()
+        self.recall = Recall(retriever=turn_retriever(settings))
         self._held: LRU[tuple[str, str, int], Message] = LRU(settings.token_cache_entries)
 
     def _count(self, counter: TokenCounter, text: str) -> int:

@@ -14,6 +14,7 @@ query's postings, not the session's length. Indexes are kept per (session, epoch
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -52,6 +53,9 @@ class FocusedRetriever(Protocol):
     def search_focused(
         self, query: str, focus: str, k: int, *, allow: Callable[[int], bool] | None = None
     ) -> list[Hit[int]]: ...
+
+    def prepare(self) -> None:
+        """The slow part of indexing what was added (embedding), which `Recall` runs off the event loop."""
 
 
 @dataclass
@@ -123,6 +127,8 @@ class Recall:
             index.terms[i] = frozenset(tokenize(message.content))
             index.texts[i] = (message.role.value, _clip(message.content))
         index.upto = max(index.upto, upto)
+        if isinstance(index.retriever, FocusedRetriever):
+            await asyncio.to_thread(index.retriever.prepare)
         return index
 
     async def block(

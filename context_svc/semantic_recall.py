@@ -18,8 +18,10 @@ showed, each fixed here:
   then summed with the semantic side weighted `semantic_weight`. A strong word match still wins; among
   turns of similar word overlap, or where no word matches, meaning decides.
 
-Turns are embedded lazily, in one batch per search (a build adds the turns it never saw, then
-searches), through the caller's `Embedder` (a `CachedEmbedder` embeds a repeated text once). A search
+Turns are embedded lazily, in one batch (`prepare`, which `Recall` runs in a worker thread after a build
+added the turns it never saw; a search embeds what is still pending), through the caller's `Embedder`
+(a `CachedEmbedder` embeds a repeated text once). `context.turn_recall: fused` serves it
+(`turn_retriever`); the default stays BM25 alone. A search
 scans every candidate's vector (one matrix-vector product), so it costs O(turns) numpy work.
 """
 
@@ -31,11 +33,12 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from agentmesh.embeddings import Embedder
-from agentmesh.retrieval import BM25, Hit, tokenize
+from agentmesh.config import ContextSettings
+from agentmesh.embeddings import CachedEmbedder, Embedder, OfflineEmbedder
+from agentmesh.retrieval import BM25, Hit, Retriever, tokenize
 from agentmesh.semantic import VectorIndex
 
-__all__ = ["SEMANTIC_WEIGHT", "TurnRetriever", "strip_label"]
+__all__ = ["SEMANTIC_WEIGHT", "TurnRetriever", "strip_label", "turn_retriever"]
 
 SEMANTIC_WEIGHT = 1.0
 """The semantic z-score's weight beside BM25's (chosen on LoCoMo's tune half, bench/RESULTS.md)."""
@@ -85,7 +88,8 @@ class TurnRetriever:
         self.lexical.add(key, text)
         self._pending.append((key, f"{previous} {text}" if previous else text))
 
-    def _embed_pending(self) -> None:
+    def prepare(self) -> None:
+        """Embeds the turns added since the last call, in one batch."""
         if self._pending:
             pending, self._pending = self._pending, []
             self.vectors.add_vectors([k for k, _ in pending], self.embedder.embed([t for _, t in pending]))
@@ -106,9 +110,18 @@ class TurnRetriever:
             return self.lexical.search(query, k, allow=allow)
         lexical = self.lexical.scores(tokenize(query))
         total = _z(np.array([lexical.get(key, 0.0) for key in keys], dtype=np.float64))
-        self._embed_pending()
+        self.prepare()
         cosine = self.vectors.scores(self.embedder.embed([semantic_query])[0])
         total = total + self.semantic_weight * _z(np.array([cosine.get(key, 0.0) for key in keys]))
         width = min(k, len(keys))
         order = np.argsort(-total, kind="stable")[:width]
         return [Hit(keys[int(row)], float(total[row])) for row in order]
+
+
+def turn_retriever(settings: ContextSettings) -> Callable[[], Retriever[int]]:
+    """The retriever factory of `context.turn_recall`: BM25, or a `TurnRetriever` per session sharing one
+    cached offline embedder (the model loads on the first fused search of the process, ~3 s)."""
+    if settings.turn_recall != "fused":
+        return BM25
+    embedder = CachedEmbedder(OfflineEmbedder())
+    return lambda: TurnRetriever(embedder)

@@ -6,6 +6,7 @@ speaker label (never the goal); BM25 and cosine are fused by standardised score;
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import pytest
 
@@ -16,7 +17,7 @@ from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller, Message, Role
 from context_svc.recall import RECALL_HEADER, FocusedRetriever, Recall
-from context_svc.semantic_recall import TurnRetriever, strip_label
+from context_svc.semantic_recall import TurnRetriever, strip_label, turn_retriever
 from tests.unit.context.test_issue37_window import chatter
 from tests.unit.test_embeddings import HashEmbedder
 
@@ -82,7 +83,7 @@ def test_without_a_semantic_query_it_is_bm25() -> None:
 
 
 class Recording(TurnRetriever):
-    focuses: list[str] = []
+    focuses: ClassVar[list[str]] = []
 
     def search_focused(
         self, query: str, focus: str, k: int, *, allow: Callable[[int], bool] | None = None
@@ -106,3 +107,13 @@ async def test_recall_finds_the_turn_by_meaning_asking_with_the_newest_message(s
     assert isinstance(Recording(embedder), FocusedRetriever)
     assert Recording.focuses and set(Recording.focuses) == {QUESTION}
     assert f"[#30 user] {NEEDLE}" in text.split(RECALL_HEADER, 1)[1]
+
+
+def test_the_setting_picks_the_retriever(store: Store) -> None:
+    assert isinstance(turn_retriever(ContextSettings())(), BM25)
+    fused = turn_retriever(ContextSettings(turn_recall="fused"))
+    first, second = fused(), fused()
+    assert isinstance(first, TurnRetriever) and first is not second
+    assert first.embedder is second.embedder  # one cache of vectors for every session
+    recall = ContextEngine(ContextSettings(turn_recall="fused"), store).assembly.recall
+    assert isinstance(recall._retriever(), TurnRetriever)
