@@ -113,7 +113,7 @@ def test_the_setting_picks_the_retriever(store: Store) -> None:
     assert isinstance(turn_retriever(ContextSettings())(), BM25)
     fused = turn_retriever(ContextSettings(turn_recall="fused"))
     first, second = fused(), fused()
-    assert isinstance(first, TurnRetriever) and first is not second
+    assert isinstance(first, TurnRetriever) and isinstance(second, TurnRetriever) and first is not second
     assert first.embedder is second.embedder  # one cache of vectors for every session
     recall = ContextEngine(ContextSettings(turn_recall="fused"), store).assembly.recall
     assert isinstance(recall._retriever(), TurnRetriever)
