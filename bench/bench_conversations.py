@@ -16,7 +16,9 @@ other (`--half held-out`). The data states no licence, so it is not in this repo
     .venv/bin/python -m bench.bench_conversations --data /tmp/locomo10.zip --half held-out [--questions 40]
 
 (or set AGENTMESH_LOCOMO to the zip's path). `--retriever hybrid` ranks older turns by BM25 fused with
-the offline multilingual embedder's cosine (agentmesh/semantic.py `Hybrid`, issue 51) instead of BM25 alone.
+the offline multilingual embedder's cosine (agentmesh/semantic.py `Hybrid`, issue 51) instead of BM25 alone;
+`--retriever fused` fuses BM25 with the cosine of the newest message to each turn-and-previous-turn window
+by standardised score (context_svc/semantic_recall.py `TurnRetriever`, `--semantic-weight` its weight).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller, Message, Role
 from context_svc.recall import Recall
+from context_svc.semantic_recall import TurnRetriever
 
 BUDGETS = (2000, 4000, 8000)
 OPERATOR = Caller("bench", is_operator=True)
@@ -164,6 +167,11 @@ async def run(
                 engine.assembly.recall = Recall(
                     retriever=lambda: Hybrid[int](embedder, semantic_weight=semantic_weight, min_score=min_score)
                 )
+            elif retriever == "fused":
+                embedder = CachedEmbedder(OfflineEmbedder())
+                engine.assembly.recall = Recall(
+                    retriever=lambda: TurnRetriever(embedder, semantic_weight=semantic_weight)
+                )
             for conv in conversations:
                 for q, (question, evidence) in enumerate(conv.questions[:questions]):
                     await _question(engine, f"locomo-{conv.name}-{q}", conv, question, evidence, tallies)
@@ -194,8 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=os.environ.get("AGENTMESH_LOCOMO", ""), help="path of locomo10.zip")
     parser.add_argument("--half", choices=("tune", "held-out", "all"), default="held-out")
     parser.add_argument("--questions", type=int, default=40, help="first N questions per conversation")
-    parser.add_argument("--retriever", choices=("lexical", "hybrid"), default="lexical", help="how older turns rank")
-    parser.add_argument("--semantic-weight", type=float, default=1.0, help="hybrid: the cosine ranking's RRF weight")
+    parser.add_argument(
+        "--retriever", choices=("lexical", "hybrid", "fused"), default="lexical", help="how older turns rank"
+    )
+    parser.add_argument(
+        "--semantic-weight",
+        type=float,
+        default=1.0,
+        help="hybrid: the cosine ranking's RRF weight; fused: the cosine z-score's weight",
+    )
     parser.add_argument("--min-score", type=float, default=0.3, help="hybrid: the least cosine of a semantic hit")
     args = parser.parse_args(argv)
     if not args.data or not Path(args.data).is_file():
@@ -212,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         + (
             f" (semantic weight {args.semantic_weight}, min score {args.min_score})"
             if args.retriever == "hybrid"
+            else f" (semantic weight {args.semantic_weight})"
+            if args.retriever == "fused"
             else ""
         )
     )

@@ -28,6 +28,7 @@ from context_svc.lru import LRU
 from context_svc.memories import Memories, Prefetch
 from context_svc.model import ContextView, Message, Role, Session
 from context_svc.recall import Recall, Recalled, newest_user_text, query_of
+from context_svc.semantic_recall import turn_retriever
 from context_svc.sessions import Loaded, SessionStore
 from context_svc.summary_view import SummaryView, SummaryViews
 from context_svc.tokens import CountCache, TokenCounter, counter_for
@@ -65,7 +66,7 @@ class Assembler:
         self.compaction = compaction
         self.counts = CountCache(settings.token_cache_entries)
         self.summaries = SummaryViews(settings, sessions, payloads, compaction, self.counts)  # summary_view.py
-        self.recall = Recall()
+        self.recall = Recall(retriever=turn_retriever(settings))
         self._held: LRU[tuple[str, str, int], Message] = LRU(settings.token_cache_entries)
 
     def _count(self, counter: TokenCounter, text: str) -> int:

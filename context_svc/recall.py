@@ -14,15 +14,17 @@ query's postings, not the session's length. Indexes are kept per (session, epoch
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from agentmesh.retrieval import BM25, Hit, Retriever, tokenize
 from context_svc.lru import LRU
 from context_svc.model import Message, Role
 from context_svc.tokens import TokenCounter
 
-__all__ = ["RECALL_HEADER", "STRONG_OVERLAP", "Recall", "Recalled", "newest_user_text", "query_of"]
+__all__ = ["RECALL_HEADER", "STRONG_OVERLAP", "FocusedRetriever", "Recall", "Recalled", "newest_user_text", "query_of"]
 
 RECALL_HEADER = "Earlier turns relevant to the newest message (verbatim, [#position role]):"
 _TEXT_CHARS = 1200
@@ -41,6 +43,19 @@ STRONG_MAX = 3
 pods), not the one turn the newest message needs: none is reserved room."""
 
 Fetch = Callable[[int, int], Awaitable[list[Message]]]
+
+
+@runtime_checkable
+class FocusedRetriever(Protocol):
+    """A retriever that also takes the newest message alone (context_svc/semantic_recall.py embeds it
+    without the goal, which would otherwise dominate a sentence embedding)."""
+
+    def search_focused(
+        self, query: str, focus: str, k: int, *, allow: Callable[[int], bool] | None = None
+    ) -> list[Hit[int]]: ...
+
+    def prepare(self) -> None:
+        """The slow part of indexing what was added (embedding), which `Recall` runs off the event loop."""
 
 
 @dataclass
@@ -112,6 +127,8 @@ class Recall:
             index.terms[i] = frozenset(tokenize(message.content))
             index.texts[i] = (message.role.value, _clip(message.content))
         index.upto = max(index.upto, upto)
+        if isinstance(index.retriever, FocusedRetriever):
+            await asyncio.to_thread(index.retriever.prepare)
         return index
 
     async def block(
@@ -143,7 +160,7 @@ class Recall:
         hits_key = (session_id, epoch, message_count, first_kept, query, focus)
         ranked = self._hits.get(hits_key)
         if ranked is None:
-            ranked = self._hits.put(hits_key, self._rank(index, first_kept, query, frozenset(tokenize(focus))))
+            ranked = self._hits.put(hits_key, self._rank(index, first_kept, query, focus))
         hits, strong = ranked
         if strong_only:
             if len(strong) > STRONG_MAX:
@@ -152,14 +169,17 @@ class Recall:
         return self._blocks.put(key, (self._render(index, first_kept, hits, budget, counter, count),))[0]
 
     @staticmethod
-    def _rank(
-        index: _Index, first_kept: int, query: str, focus: frozenset[str]
-    ) -> tuple[list[Hit[int]], frozenset[int]]:
+    def _rank(index: _Index, first_kept: int, query: str, focus: str) -> tuple[list[Hit[int]], frozenset[int]]:
         """The hits for `query` older than the window, strong ones first (each part in score order),
         and the strong ones' keys."""
-        hits = index.retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
-        need = STRONG_OVERLAP * len(focus)
-        strong = frozenset(h.key for h in hits if focus and len(focus & index.terms.get(h.key, frozenset())) >= need)
+        retriever = index.retriever
+        if focus.strip() and isinstance(retriever, FocusedRetriever):
+            hits = retriever.search_focused(query, focus, _MAX_HITS, allow=lambda i: i < first_kept)
+        else:
+            hits = retriever.search(query, _MAX_HITS, allow=lambda i: i < first_kept)
+        terms = frozenset(tokenize(focus))
+        need = STRONG_OVERLAP * len(terms)
+        strong = frozenset(h.key for h in hits if terms and len(terms & index.terms.get(h.key, frozenset())) >= need)
         hits.sort(key=lambda h: h.key not in strong)  # stable
         return hits, strong
 

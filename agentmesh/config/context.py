@@ -78,6 +78,10 @@ class ContextSettings(_Section):
     memory_recall: Literal["lexical", "semantic"] = "lexical"
     """How memories are ranked for a context: "lexical" (BM25 and recency) or "semantic" (issue 51: the offline
     multilingual embedder's cosine with BM25 and recency; finds "以后发票都用欧元" for "Make an invoice")."""
+    turn_recall: Literal["lexical", "fused"] = "lexical"
+    """How older turns are recalled into a context: "lexical" (BM25) or "fused" (issue 51: BM25 fused with the
+    offline embedder's cosine of the newest message to each turn and the one before it;
+    context_svc/semantic_recall.py)."""
     memory_extract: bool = False
     """Remember the explicit preference statements of users' messages at append ("I prefer ...", "以后...都用...")."""
     memory_clock_offset_s: float = 0.0
