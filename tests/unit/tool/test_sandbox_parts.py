@@ -239,6 +239,20 @@ def test_mounts_hold_usr_the_top_links_and_a_prefix_outside_usr(monkeypatch: pyt
     assert sandbox._mounts("/usrlocal/bin/python3") == [*base, "--ro-bind", "/usrlocal", "/usrlocal"]
 
 
+def test_mounts_cover_every_top_level_library_and_binary_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A multilib host: /sbin a link, /lib32 and /libx32 real directories beside the links into /usr.
+    links = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
+    monkeypatch.setattr(os.path, "islink", lambda path: path in links)
+    monkeypatch.setattr(os, "readlink", lambda path: links[path])
+    monkeypatch.setattr(os.path, "isdir", lambda path: path in ("/lib32", "/libx32"))
+    monkeypatch.setattr(os.path, "realpath", lambda path: path)
+    assert Sandbox(SETTINGS)._mounts("/usr/bin/python3") == [
+        *("--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"),
+        *("--symlink", "usr/lib", "/lib", "--ro-bind", "/lib32", "/lib32", "--symlink", "usr/lib64", "/lib64"),
+        *("--ro-bind", "/libx32", "/libx32"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("size", "usable"), [(0, False), (7, False), (8, True), (4096, True), (4104, False), (12, False)]
 )
@@ -272,6 +286,18 @@ def test_the_seccomp_pipe_holds_the_program_and_ends() -> None:
         assert os.read(fd, 4096) == b""  # the write end is closed: bwrap reads to the end
     finally:
         os.close(fd)
+
+
+def test_a_seccomp_pipe_that_cannot_be_written_raises_and_leaks_no_descriptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        _seccomp_fd(b"\0" * 8)
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) <= before
 
 
 async def test_capped_reads_keep_the_first_bytes_and_drain_the_rest() -> None:
@@ -405,6 +431,14 @@ async def test_cpu_beyond_the_limit_is_reported_as_such() -> None:
     settings = ToolSandboxSettings(timeout_s=20, cpu_s=1)
     result = await Sandbox(settings).run("while True:\n    pass", timeout_s=20)
     assert result.cpu_exceeded and not result.timed_out
+
+
+async def test_a_sigxcpu_death_is_cpu_exceeded_and_an_exit_code_alike_is_not() -> None:
+    # The kernel's SIGXCPU at the CPU limit: bwrap reports the interpreter's death as 128 + 24.
+    result = await Sandbox(SETTINGS).run("import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)")
+    assert (result.exit_code, result.cpu_exceeded, result.timed_out) == (128 + 24, True, False)
+    result = await Sandbox(SETTINGS).run("import sys\nsys.exit(24)")
+    assert (result.exit_code, result.cpu_exceeded) == (24, False)
 
 
 async def test_the_wall_clock_timeout_is_the_smaller_of_the_call_and_the_settings() -> None:
