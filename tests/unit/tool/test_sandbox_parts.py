@@ -441,6 +441,33 @@ async def test_a_sigxcpu_death_is_cpu_exceeded_and_an_exit_code_alike_is_not() -
     assert (result.exit_code, result.cpu_exceeded) == (24, False)
 
 
+async def test_the_interpreter_runs_isolated_without_site_and_writes_no_bytecode() -> None:
+    code = "import sys\nf = sys.flags\n"
+    code += "print(f.isolated, f.no_site, f.dont_write_bytecode, f.interactive, 'site' in sys.modules)"
+    result = await Sandbox(SETTINGS).run(code)
+    assert result.stdout == "1 1 1 0 False\n", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("printed", "userns", "size"),
+    [("0.7.9", False, False), ("0.8.0", True, False), ("0.9.0", True, False), ("0.10.0", True, True)],
+)
+async def test_options_newer_bwraps_know_are_passed_only_to_them(
+    open_tmp: Path, printed: str, userns: bool, size: bool
+) -> None:
+    (open_tmp / "out").mkdir()
+    (open_tmp / "out").chmod(0o777)  # bwrap runs as the sandbox uid when the tests run as root
+    args = open_tmp / "out" / "args"
+    bwrap = _script(
+        open_tmp / "bwrap",
+        f'[ "$1" = --version ] && {{ echo "bubblewrap {printed}"; exit 0; }}\necho "$@" > {args}\nexit 1',
+    )
+    with pytest.raises(SandboxUnavailableError):
+        await Sandbox(SETTINGS.model_copy(update={"bwrap_path": str(bwrap)})).run("print(1)")
+    passed = args.read_text().split()
+    assert ("--disable-userns" in passed, "--size" in passed) == (userns, size)
+
+
 async def test_the_wall_clock_timeout_is_the_smaller_of_the_call_and_the_settings() -> None:
     result = await Sandbox(SETTINGS).run("import time\ntime.sleep(30)", timeout_s=0.5)
     assert result.timed_out and not result.cpu_exceeded
