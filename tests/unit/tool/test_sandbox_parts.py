@@ -468,6 +468,22 @@ async def test_options_newer_bwraps_know_are_passed_only_to_them(
     assert ("--disable-userns" in passed, "--size" in passed) == (userns, size)
 
 
+async def test_bwrap_leads_a_session_of_its_own(open_tmp: Path) -> None:
+    # Its own session and process group: the kill of the group reaches all it started, a terminal's never it.
+    (open_tmp / "out").mkdir()
+    (open_tmp / "out").chmod(0o777)  # bwrap runs as the sandbox uid when the tests run as root
+    seen = open_tmp / "out" / "seen"
+    bwrap = _script(
+        open_tmp / "bwrap",
+        '[ "$1" = --version ] && { echo "bubblewrap 0.11.0"; exit 0; }\n'
+        f"echo $$ $(cut -d' ' -f5,6 /proc/$$/stat) > {seen}\nexit 1",
+    )
+    with pytest.raises(SandboxUnavailableError):
+        await Sandbox(SETTINGS.model_copy(update={"bwrap_path": str(bwrap)})).run("print(1)")
+    pid, group, session = seen.read_text().split()
+    assert pid == group == session
+
+
 async def test_the_wall_clock_timeout_is_the_smaller_of_the_call_and_the_settings() -> None:
     result = await Sandbox(SETTINGS).run("import time\ntime.sleep(30)", timeout_s=0.5)
     assert result.timed_out and not result.cpu_exceeded
