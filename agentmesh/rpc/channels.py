@@ -28,7 +28,6 @@ import grpc.aio
 from agentmesh.config import Settings
 from agentmesh.rpc.client_context import (
     CallContextClientInterceptor,
-    DirectChannel,
     client_interceptors,
     server_attributes,
     wire_rounding,
@@ -147,16 +146,12 @@ def create_channel(
     identity_token: str | None = None,
     credentials: grpc.ChannelCredentials | None = None,
     idempotent_methods: Iterable[tuple[str, str]] = IDEMPOTENT_METHODS,
-    unary_unary: bool = True,
 ) -> grpc.aio.Channel:
     """A channel to one of our services: mTLS with `credentials`, else with the files of `tls` when it is
     enabled (read once: `ServiceClients` reloads them), else plaintext (in a mesh, mTLS is the sidecar's
-    job). Create it inside the event loop that will use it. `unary_unary=False`: without the interceptor
-    of unary-unary calls, for stubs built on a `DirectChannel` over it (which does that interceptor's job)."""
+    job). Create it inside the event loop that will use it."""
     options = channel_options(settings, idempotent_methods)
-    interceptors = client_interceptors(
-        settings, telemetry=telemetry, identity_token=identity_token, target=target, unary_unary=unary_unary
-    )
+    interceptors = client_interceptors(settings, telemetry=telemetry, identity_token=identity_token, target=target)
     if credentials is None and settings.tls.enabled:
         credentials = channel_credentials(TlsFiles(settings.tls).read())
     if credentials is not None:
@@ -170,8 +165,10 @@ class ServiceClients:
 
     Usage: `clients = ServiceClients(settings, telemetry=tel)`, `await clients.tool().ListTools(req)`,
     `await clients.close()` on shutdown (or `async with ServiceClients(...) as clients`).
-    The stubs make their unary-unary calls through a `DirectChannel` (the call context in the caller's
-    task, issue 45); `channel(service)` itself carries the interceptors of the streaming kinds only.
+    Every call goes through the channel's interceptors (the call context, in grpc.aio's interceptor task).
+    Issue 45 tried unary-unary calls in the caller's own task (a `DirectChannel`, 10-50 us of client CPU
+    a call) and dropped it: cancelling the caller then cancelled the RPC itself, so a cancelled task tore
+    down a tool call already under way upstream (tests/e2e/dispatcher/test_workflow_policies.py).
     """
 
     def __init__(
@@ -188,7 +185,6 @@ class ServiceClients:
         self._credentials = credentials
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, Any] = {}
-        self._direct: dict[str, DirectChannel] = {}
         # mTLS from files that may be replaced while we run (agentmesh.rpc.tls).
         self._tls = ReloadingCredentials(settings.tls) if credentials is None and settings.tls.enabled else None
         self._retired: set[asyncio.Task[None]] = set()
@@ -209,21 +205,9 @@ class ServiceClients:
                 telemetry=self._telemetry,
                 identity_token=self._identity_token,
                 credentials=self._tls.credentials if self._tls is not None else self._credentials,
-                unary_unary=False,  # the stubs' DirectChannel does it, in the caller's task (issue 45)
             )
             self._channels[service] = channel
-            self._direct[service] = DirectChannel(channel, self._interceptor(target))
         return channel
-
-    def _interceptor(self, target: str) -> CallContextClientInterceptor:
-        telemetry = self._telemetry
-        return CallContextClientInterceptor(
-            self._settings.client,
-            self._identity_token,
-            telemetry.tracer_provider if telemetry is not None else None,
-            target=target,
-            metrics=telemetry.metrics if telemetry is not None else None,
-        )
 
     def _retire_channels(self) -> None:
         """Drops the channels made with the old certificate; each closes once its calls are done."""
@@ -239,8 +223,7 @@ class ServiceClients:
             self._retire_channels()
         stub = self._stubs.get(service)
         if stub is None:
-            self.channel(service)
-            stub = factory(self._direct[service])
+            stub = factory(self.channel(service))
             self._stubs[service] = stub
         return stub
 

@@ -1,19 +1,17 @@
 """What every outgoing call to one of our services carries (agentmesh.rpc.channels): the call-context
 interceptor (request id, identity, deadline, trace context, CLIENT span, call metrics), one object per
-kind of call, and `DirectChannel`, which does the same for unary-unary calls in the caller's own task.
+kind of call.
 
-grpc.aio runs a client interceptor in a task of its own, with an intercepted-call object around the
-real call: 10-50 us of client CPU per call more than doing the same in the caller's task (bench: a
-ListTools call through each, alternating, issue 45). The services' own stubs (`ServiceClients`) make
-their unary-unary calls through `DirectChannel` instead: the same metadata, deadline, span and
-measurement, without the extra task; streams keep the interceptors.
+grpc.aio runs a client interceptor in a task of its own: 10-50 us of client CPU per call more than doing
+the same in the caller's task (issue 45, a ListTools call through each, alternating). We keep the task: in
+the caller's task, cancelling the caller cancels the RPC, and a cancelled agent task would tear down a tool
+call already under way upstream (tests/e2e/dispatcher/test_workflow_policies.py, the FATAL branch).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
 from typing import Any, Literal
 
 import grpc
@@ -30,7 +28,6 @@ from agentmesh.telemetry import Telemetry
 
 __all__ = [
     "CallContextClientInterceptor",
-    "DirectChannel",
     "client_interceptors",
     "server_attributes",
     "wire_rounding",
@@ -191,36 +188,6 @@ class CallContextClientInterceptor:
         finally:
             otel_context.detach(token)
 
-    async def call_direct(
-        self, multicallable: Any, details: grpc.aio.ClientCallDetails, request: Any, compression: Any = None
-    ) -> Any:
-        """A unary-unary call made in the caller's task (`DirectChannel`): what `_call` does, without
-        grpc.aio's interceptor task. The caller's request id is left as it is (nothing is set in its
-        context but the OTel context, attached only while the call runs)."""
-        new_details, _, context, measured = self._begin(details)
-        options: dict[str, Any] = {"timeout": new_details.timeout, "metadata": new_details.metadata}
-        if new_details.credentials is not None:
-            options["credentials"] = new_details.credentials
-        if new_details.wait_for_ready is not None:
-            options["wait_for_ready"] = new_details.wait_for_ready
-        if compression is not None:
-            options["compression"] = compression
-        if measured is None:
-            return await multicallable(request, **options)
-        token = otel_context.attach(context)
-        try:
-            response = await multicallable(request, **options)
-            measured.end(grpc.StatusCode.OK, None)
-            return response
-        except grpc.aio.AioRpcError as exc:
-            measured.end(exc.code(), exc.details())
-            raise
-        except BaseException as exc:
-            measured.fail(exc)
-            raise
-        finally:
-            otel_context.detach(token)
-
 
 class _Measured:
     """One outgoing call's CLIENT span (if traced) and duration measurement (if metered)."""
@@ -330,7 +297,6 @@ def client_interceptors(
     identity_token: str | None = None,
     target: str = "",
     default_timeout_s: float | Literal["configured"] | None = "configured",
-    unary_unary: bool = True,
 ) -> list[Any]:
     """Our call-context interceptor, one object per kind (grpc.aio files each interceptor under
     ONE kind, the first base class it matches); with telemetry they also make the CLIENT spans
@@ -347,52 +313,4 @@ def client_interceptors(
             default_timeout_s=default_timeout_s,
         )
         for cls in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)
-        if unary_unary or cls is not _UnaryUnary
     ]
-
-
-class _DirectUnaryUnary:
-    """A unary-unary method of a stub on a `DirectChannel`: calling it returns an awaitable of the response
-    (what `await stub.Method(request, ...)` needs; the call object itself is not handed out)."""
-
-    __slots__ = ("_context", "_method", "_multicallable")
-
-    def __init__(self, multicallable: Any, method: str, context: CallContextClientInterceptor) -> None:
-        self._multicallable = multicallable
-        self._method = method
-        self._context = context
-
-    def __call__(
-        self,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        metadata: Any = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> Awaitable[Any]:
-        details = grpc.aio.ClientCallDetails(self._method, timeout, metadata, credentials, wait_for_ready)
-        return self._context.call_direct(self._multicallable, details, request, compression)
-
-
-class DirectChannel:
-    """What a generated stub is built on (`Stub(DirectChannel(channel, interceptor))`): its unary-unary
-    methods run `interceptor`'s call context in the caller's task; the other kinds go to `channel` as
-    they are (build it with the interceptors of those kinds: `client_interceptors(..., unary_unary=False)`)."""
-
-    def __init__(self, channel: grpc.aio.Channel, interceptor: CallContextClientInterceptor) -> None:
-        self._channel = channel
-        self._interceptor = interceptor
-
-    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> _DirectUnaryUnary:
-        return _DirectUnaryUnary(self._channel.unary_unary(method, *args, **kwargs), method, self._interceptor)
-
-    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._channel.unary_stream(method, *args, **kwargs)
-
-    def stream_unary(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._channel.stream_unary(method, *args, **kwargs)
-
-    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._channel.stream_stream(method, *args, **kwargs)
