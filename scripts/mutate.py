@@ -32,8 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var" / "mutate"
 EQUIVALENT = ROOT / "scripts" / "mutate_equivalent.txt"
-# What a module's tests import from the checkout (pytest's pythonpath names clients/).
-LINKED = ("agentmesh", "context_svc", "tool_svc", "provider_svc", "dispatcher_svc", "tests", "clients")
+# What a module's tests import from the checkout (pytest's pythonpath names clients/; the redaction corpus
+# test imports bench/).
+LINKED = ("agentmesh", "context_svc", "tool_svc", "provider_svc", "dispatcher_svc", "tests", "clients", "bench")
 # The score each module must reach, equivalent mutants excluded (issue 50).
 TARGET = 0.90
 
@@ -142,7 +143,7 @@ def _work_dir(name: str, module: Module) -> Path:
         f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "--timeout=60"]\n'
         "use_git_change_detection = false\n"
-        'also_copy = ["clients"]\n'
+        'also_copy = ["clients", "bench"]\n'
     )
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8") + config
     target = work / "pyproject.toml"

@@ -6,7 +6,8 @@ import hashlib
 
 import pytest
 
-from agentmesh.errors import AgentmeshError, ErrorCode
+from agentmesh.config import RedisSettings
+from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError
 from agentmesh.store import Store
 from tool_svc.call import CallState
 from tool_svc.model import Caller, CallRequest
@@ -152,3 +153,43 @@ def test_bucket_subjects_hash_exactly_what_a_key_cannot_hold() -> None:
         bucket_subject(lone_surrogate)
         == "tool:sha256:" + hashlib.sha256(lone_surrogate.encode("utf-8", "surrogatepass")).hexdigest()
     )
+
+
+async def test_retry_after_is_the_scripts_wait_in_seconds(store: Store) -> None:
+    """retry_after is the script's retry_after_ms / 1000: one token per 1,000,000 s, so a drained bucket
+    says ~1,000,000 s (the few ms the test takes change it by far less than 100 s)."""
+    limit = RateLimit(store, capacity=1, refill_per_second=0.000001)
+    assert await limit(call("slower-a")) is None
+    refused = await limit(call("slower-a"))
+    assert isinstance(refused, AgentmeshError) and refused.retry_after is not None
+    assert 999_900 < refused.retry_after <= 1_000_000
+
+
+async def test_an_exact_take_of_one_token_holds_no_lease_and_evicts_none(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the bucket holds a single whole token the lease takes just that one: nothing is kept locally,
+    so it must not take a place among the held leases and push out another agent's."""
+    monkeypatch.setattr("tool_svc.ratelimit._MAX_LEASES", 1)
+    limit = RateLimit(store, capacity=20, refill_per_second=0.001)
+    assert limit.batch == 2
+    key_b = store.keys.ratelimit(bucket_subject("exact-b"))
+    assert (await store.take_token(key_b, 20, 0.001, cost=19)).allowed  # b's bucket: one token left
+    assert await limit(call("exact-a")) is None  # a leases 2, keeps 1
+    assert round(await tokens_left(store, "exact-a")) == 18
+    assert await limit(call("exact-b")) is None  # b takes its last token: no lease
+    assert round(await tokens_left(store, "exact-b")) == 0
+    assert await limit(call("exact-a")) is None  # a's kept token is still held: spent locally
+    assert round(await tokens_left(store, "exact-a")) == 18
+
+
+async def test_redis_down_is_unavailable_naming_the_rate_limit() -> None:
+    url = "redis://127.0.0.1:1/0"  # nothing listens there
+    settings = RedisSettings(url=url, socket_timeout_s=0.5)
+    down = Store(Store.client_for(url, settings), url=url, settings=settings, environment="dev")
+    try:
+        with pytest.raises(UnavailableError) as raised:
+            await RateLimit(down, capacity=3, refill_per_second=1)(call("down-a"))
+        assert raised.value.message.startswith("redis unavailable during rate limit: ")
+    finally:
+        await down.close()
