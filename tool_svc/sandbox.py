@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -209,11 +210,17 @@ class Sandbox:
             "file_bytes": s.tmp_size_mb * MiB,
         }
         filter_fd = _seccomp_fd(program)
+        # stdout, stderr and the report are our own pipes read through connect_read_pipe, so each is closed
+        # by us on every path (a reader cut off after the kill must not leave a transport to the GC).
+        pipes: list[tuple[int, int]] = []
         try:
-            read_fd, write_fd = os.pipe()
+            for _ in range(3):
+                pipes.append(os.pipe())
         except OSError:
-            os.close(filter_fd)
+            for fd in (filter_fd, *(fd for pair in pipes for fd in pair)):
+                os.close(fd)
             raise
+        (out_read, out_write), (err_read, err_write), (read_fd, write_fd) = pipes
         args = [
             bwrap,
             "--unshare-all",
@@ -256,27 +263,47 @@ class Sandbox:
             proc = await asyncio.create_subprocess_exec(
                 *args,
                 stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdout=out_write,
+                stderr=err_write,
                 pass_fds=(write_fd, filter_fd),
                 env={},
                 start_new_session=True,
             )
-        except OSError as exc:
-            os.close(read_fd)
-            raise SandboxUnavailableError(f"cannot start {bwrap}: {exc.strerror or exc}") from None
+        except BaseException as exc:  # cancelled while starting too: our ends of the pipes are closed
+            for fd in (out_read, err_read, read_fd):
+                os.close(fd)
+            if isinstance(exc, OSError):
+                raise SandboxUnavailableError(f"cannot start {bwrap}: {exc.strerror or exc}") from None
+            raise
         finally:
-            os.close(write_fd)
-            os.close(filter_fd)
-        return await self._supervise(proc, read_fd, code, timeout)
+            for fd in (out_write, err_write, write_fd, filter_fd):
+                os.close(fd)
+        return await self._supervise(proc, (out_read, err_read, read_fd), code, timeout)
 
-    async def _supervise(self, proc: asyncio.subprocess.Process, read_fd: int, code: str, limit_s: float) -> SandboxRun:
+    async def _supervise(
+        self, proc: asyncio.subprocess.Process, read_fds: tuple[int, int, int], code: str, limit_s: float
+    ) -> SandboxRun:
         loop = asyncio.get_running_loop()
-        report_reader = asyncio.StreamReader(limit=_REPORT_LIMIT)
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(report_reader), os.fdopen(read_fd, "rb", buffering=0)
-        )
         limit = self.settings.max_output_bytes
+        transports: list[asyncio.ReadTransport] = []
+        readers_of: list[asyncio.StreamReader] = []
+        files = [os.fdopen(fd, "rb", buffering=0) for fd in read_fds]
+        try:
+            for file in files:
+                reader = asyncio.StreamReader(limit=_REPORT_LIMIT)
+                transport, _ = await loop.connect_read_pipe(
+                    functools.partial(asyncio.StreamReaderProtocol, reader), file
+                )
+                transports.append(transport)
+                readers_of.append(reader)
+        except BaseException:
+            _kill(proc)
+            for transport in transports:
+                transport.close()
+            for file in files[len(transports) :]:
+                file.close()
+            raise
+        out_reader, err_reader, report_reader = readers_of
 
         async def feed() -> None:
             assert proc.stdin is not None
@@ -287,8 +314,8 @@ class Sandbox:
                 proc.stdin.close()
 
         readers = asyncio.gather(
-            _read_capped(proc.stdout, limit),
-            _read_capped(proc.stderr, limit),
+            _read_capped(out_reader, limit),
+            _read_capped(err_reader, limit),
             _read_capped(report_reader, _REPORT_LIMIT),
             feed(),
         )
@@ -313,7 +340,10 @@ class Sandbox:
             readers.cancel()
             raise
         finally:
-            transport.close()
+            if proc.stdin is not None:
+                proc.stdin.close()
+            for pipe in transports:
+                pipe.close()
         events = []
         for line in report.decode("utf-8", "replace").splitlines():
             with contextlib.suppress(ValueError):

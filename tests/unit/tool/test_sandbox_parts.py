@@ -559,3 +559,21 @@ async def test_output_that_is_not_utf8_is_kept_with_replacement_characters() -> 
     code = "import sys\nsys.stdout.buffer.write(b'a\\xffb')\nsys.stderr.buffer.write(b'c\\xfed')"
     result = await Sandbox(SETTINGS).run(code)
     assert (result.exit_code, result.stdout, result.stderr) == (0, "a\ufffdb", "c\ufffdd")
+
+
+async def test_a_cancelled_run_closes_every_pipe_it_opened_before_it_returns() -> None:
+    # The output pipes are closed by the run itself, not left to EOF or the garbage collector: a transport
+    # still open when the event loop closes is an "unclosed transport" error raised in another test.
+    def open_fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    run = asyncio.create_task(Sandbox(SETTINGS).run("import time\nprint('up', flush=True)\ntime.sleep(30)"))
+    await asyncio.sleep(1.5)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    for _ in range(3):  # a pipe transport's close takes effect on the loop's next turn
+        await asyncio.sleep(0)
+    assert open_fds() - before == set()
+    await wait_no_sandboxed_processes()
