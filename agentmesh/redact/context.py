@@ -1,6 +1,7 @@
 """Our context rules: secrets found by where they stand rather than by a vendor's format.
 
-- credentials in URLs (`scheme://user:password@host`, also with an empty user);
+- credentials in URLs (`scheme://user:password@host`, also with an empty user or a raw `/` in the password);
+- a secret named in prose (`my secret key 8fKq...`, `the API key is ...`) whose value reads as random;
 - an authorization scheme and its credential anywhere (`Bearer <token>`, `Basic <base64>`, `Token <t>`);
 - PEM and PGP private key blocks, whole (also cut off before their END line);
 - JWTs, signed or not (`alg: none` tokens end with a dot);
@@ -31,7 +32,18 @@ from agentmesh.redact.spans import Finding
 _OPTIONS = re2.Options()
 _OPTIONS.max_mem = 32 << 20
 
-_URL_CREDENTIALS = re2.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@'\"]*:(?P<secret>[^\s@/'\"]+)@", _OPTIONS)
+# The password may hold a raw `/` (not valid in a URL's userinfo, but typed so): it is the password when an
+# `@` follows before any space; `host:8443/path@x` (a port, then a path) is not one (`_url_password`).
+_URL_CREDENTIALS = re2.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]{1,20}://[^\s:/@'\"]*:(?P<secret>[^\s@'\"]+)@", _OPTIONS)
+# A secret named in prose, with a space or `is` where code has an operator: `my secret key 8fKq...`,
+# `the password is P@ss...`. The name stands alone (`csrf-token=` is an identifier, the assignment grammar's);
+# the value must read as random (`_random_token`): prose goes on with words.
+_NAMED_IN_PROSE = re2.compile(
+    r"(?i)(?:^|[\s\"'`(])(?:pass(?:word|wd|phrase)|secret|token|(?:api|access|secret|private|signing|client)[ _-]?key)"
+    r"(?:(?:[ \t]+(?:is|was|of|for|in|on)(?:[ \t]+\w+)?){0,2}[ \t]+|[ \t]*[:=][ \t]*)"
+    r"[\"'`]?(?P<secret>[A-Za-z0-9_~+/=!#$&*@|%-]{10,512})",
+    _OPTIONS,
+)
 # `=` only as base64 padding: `token_type=bearer expires_in=3600` holds no token.
 _AUTH_SCHEME = re2.compile(
     r"(?i)\b(?:bearer|basic|token|bot|ssws|api-token|flyv1)[ \t]+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)"
@@ -69,7 +81,7 @@ _AWS_SECRET_LABEL = re2.compile(r"(?i)(?:aws.{0,24}?secret|secret.?access.?key)[
 _AWS_WINDOW = 160
 
 _PREFILTER = re2.compile(
-    r"(?i)://[^\s/@]*:[^\s/@]*@|bearer|basic|token|\bbot\b|ssws|PRIVATE KEY|eyJ|[A-Za-z0-9/+]{40}"
+    r"(?i)://[^\s/@]*:[^\s@]*@|pass|secret|key\b|bearer|basic|token|\bbot\b|ssws|PRIVATE KEY|eyJ|[A-Za-z0-9/+]{40}"
     r"|sk-|gh[pousr]_|github_pat_|xox[abposr]-|AIza|_live_|_test_",
     _OPTIONS,
 )
@@ -293,6 +305,12 @@ def _digest(token: str) -> bool:
     return _HEX_DIGEST.search(token) is not None and not token.isdigit()
 
 
+def _url_password(secret: str) -> bool:
+    """Whether what stands between `user:` and `@` is a password, not `port/path` (`host:8443/a@b`)."""
+    head, slash, _ = secret.partition("/")
+    return not (slash and (head.isdigit() or not head))
+
+
 def lone_token(text: str) -> list[Finding]:
     """The whole text, when it is one random-looking token (not a UUID, digest, path, number or word)."""
     if len(text) > 600:
@@ -362,7 +380,14 @@ def findings(text: str, *, whole_text: bool = True) -> list[Finding]:
     ):
         for m in pattern.finditer(text):
             start, end = m.span(1)
+            if name == "url-credentials" and not _url_password(text[start:end]):
+                continue
             if end > start and not (name == "vendor-prefix" and is_placeholder(_up_to_space(text, start, end))):
                 out.append(Finding(start, end, f"context:{name}"))
+    for m in _NAMED_IN_PROSE.finditer(text):
+        start, end = m.span(1)
+        token = text[start:end].rstrip(".!#$&*@|%-")
+        if _random_token(token) and not _field(token) and not is_placeholder(token):
+            out.append(Finding(start, start + len(token), "context:named-in-prose"))
     out += _aws_secrets(text)
     return out

@@ -367,3 +367,37 @@ def test_short_tokens_that_are_numbers_names_or_low_entropy_are_kept(text: str) 
 )
 def test_a_named_field_standing_alone_is_kept(text: str) -> None:
     assert redact_text(text) == (text, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("my secret key 8fKq2LzW9xPm4TnR7vB3", "8fKq2LzW9xPm4TnR7vB3"),
+        ("secret key: 8fKq2LzW9xPm4TnR7vB3 (rotate it)", "8fKq2LzW9xPm4TnR7vB3"),
+        ("Your API key is 8fKq2LzW9xPm4TnR7vB3.", "8fKq2LzW9xPm4TnR7vB3"),
+        ("the password for prod is 'Xk39dLq0#2mZpW8'", "Xk39dLq0#2mZpW8"),
+        # A raw `/` in a URL's password (not valid in userinfo, but typed so): the whole password goes.
+        ("postgres://bob:pa/ss9Xw3kq@db.example.com:5432/x", "pa/ss9Xw3kq"),
+        (f"https://deploy:{TOKEN[:10]}/{TOKEN[10:]}@git.example.com/repo.git", TOKEN[:10]),
+    ],
+)
+def test_a_secret_named_in_prose_or_holding_a_slash_in_a_url_is_masked_whole(text: str, secret: str) -> None:
+    masked, changed = redact_text(text)
+    assert changed
+    assert secret not in masked and secret[-8:] not in masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the secret of success is perseverance and hard work",
+        "password reset token sent to bob@example.com",
+        "the token was revoked yesterday by the admin",
+        "csrf-token=Mj2qykJO5rELyHgezQ69nzUX0i3OH67V7",
+        "api key 12345678-ABCD-ABCD-ABCD-1234567890AB",  # runs typed beside a key's name: a stand-in
+        "see https://example.com:443/users/bob@example.org",  # a port and a path, not a password
+        "jdbc:mysql://localhost:3306/db?user=a@b",
+    ],
+)
+def test_prose_about_secrets_and_urls_with_a_port_and_a_path_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, False)
