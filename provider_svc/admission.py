@@ -35,12 +35,17 @@ class SpendAdmission:
 
     async def admit(self, plan: Plan, ctx: CallContext) -> Reservation | None:
         """The call's reservation in its quota scopes (None when none applies); typed refusals."""
+        return await self.reserve(ctx, reserve_usd=plan.reserve_usd, tokens=plan.reserve_tokens)
+
+    async def reserve(self, ctx: CallContext, *, reserve_usd: float, tokens: int) -> Reservation | None:
+        """A reservation of these amounts in the caller's quota scopes (None when none applies); typed
+        refusals. Embed reserves its estimate this way (it has no plan)."""
         if self.quotas is None:
             return None
         scopes = self.quotas.scopes(key_id=ctx.key_id, agent=ctx.agent_id or ANONYMOUS_AGENT, subject=ctx.subject)
         if not scopes:
             return None
-        return await self.quotas.reserve(scopes, reserve_usd=plan.reserve_usd, tokens=plan.reserve_tokens)
+        return await self.quotas.reserve(scopes, reserve_usd=reserve_usd, tokens=tokens)
 
     def _later(self, work: Awaitable[None]) -> None:
         # Off the reply's path: the reservation holds until it lands, which only errs on the safe side.
@@ -55,6 +60,18 @@ class SpendAdmission:
         usage = generation.response.usage
         tokens = usage.input_tokens + usage.output_tokens
         self._later(self.quotas.settle(reservation, cost_usd=generation.cost_usd, tokens=tokens))
+
+    def settle_at(self, reservation: Reservation | None, *, cost_usd: float, tokens: int) -> None:
+        """A call done without a Generation (Embed): the reservation settles at these amounts."""
+        if reservation is None or self.quotas is None:
+            return
+        self._later(self.quotas.settle(reservation, cost_usd=cost_usd, tokens=tokens))
+
+    def release(self, reservation: Reservation | None) -> None:
+        """A call that never went upstream: its reservation leaves no trace."""
+        if reservation is None or self.quotas is None:
+            return
+        self._later(self.quotas.release(reservation))
 
     def unwind(self, reservation: Reservation | None, ctx: CallContext, plan: Plan, *, started: bool) -> None:
         """A call that failed: released when nothing went upstream; otherwise settled at no cost (an upstream

@@ -35,7 +35,7 @@ from provider_svc.models.retry import RetryModel, RetryPolicy
 from provider_svc.routing import ResolvedModel, Router
 from provider_svc.testing.scripted import FaultConfig, GenericPolicy, Policy, ScriptedModel, load_policy, load_scenario
 
-__all__ = ["DEFAULT_BASE_URLS", "ModelFactory", "UnavailableModel", "unavailable_reason"]
+__all__ = ["DEFAULT_BASE_URLS", "ModelFactory", "UnavailableModel", "retry_policy", "unavailable_reason"]
 
 log = logging.getLogger("provider_svc")
 
@@ -215,16 +215,18 @@ class ModelFactory:
                     burst=backend.rate_limit_burst,
                     max_wait_s=backend.rate_limit_max_wait_s,
                 )
-        retry = backend.retry
-        model = RetryModel(
-            model,
-            RetryPolicy(
-                max_retries=retry.max_retries,
-                base_s=retry.base_s,
-                multiplier=retry.multiplier,
-                cap_s=retry.cap_s,
-                jitter_s=retry.jitter_s,
-                max_retry_after_s=retry.max_retry_after_s,
-            ),
-        )
+        model = RetryModel(model, retry_policy(backend))
         return InstrumentedModel(HealthTrackedModel(model, self.health), self.tracer)
+
+
+def retry_policy(backend: ProviderBackendSettings) -> RetryPolicy:
+    """The backend's `retry:` section as the policy its models (and its Embed calls) retry by."""
+    retry = backend.retry
+    return RetryPolicy(
+        max_retries=retry.max_retries,
+        base_s=retry.base_s,
+        multiplier=retry.multiplier,
+        cap_s=retry.cap_s,
+        jitter_s=retry.jitter_s,
+        max_retry_after_s=retry.max_retry_after_s,
+    )

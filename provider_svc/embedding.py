@@ -11,6 +11,12 @@ over `MAX_CHARS`, more than `MAX_TOTAL_CHARS` in all, a model of a backend that 
 (Anthropic, scripted). A model the caller's API key may not use is PERMISSION_DENIED; a backend without
 its key PROVIDER_AUTH_FAILED; upstream failures are the typed errors of `_http.py`.
 
+Like Generate, a call that computes anything is admitted first in the caller's quota scopes (requests,
+tokens and budgets: its estimated tokens and their cost are reserved, then settled at the real usage; a
+failure releases the reservation, or settles it at no cost once a request went upstream), and a remote
+model's transient failures (network, 5xx, 429) are retried by the backend's `retry:` policy, each attempt
+listed in the call context. A call answered wholly from the cache is not admitted: it costs nothing.
+
 The offline model runs in a worker thread (a batch of 256 short texts is ~0.4 s of CPU); its token
 usage is estimated as UTF-8 bytes / 4 (at least 1 a text), since its SentencePiece count is internal.
 """
@@ -28,8 +34,10 @@ import numpy as np
 from agentmesh.chat import Usage
 from agentmesh.embeddings import OFFLINE_MODEL, Embedder, OfflineEmbedder, Vectors, content_key
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, PermissionDeniedError, echo
-from provider_svc.models.base import CallContext
+from provider_svc.composition import retry_policy
+from provider_svc.models.base import Attempt, CallContext
 from provider_svc.models.openai_embeddings import EmbeddingResult, OpenAIEmbeddings
+from provider_svc.models.retry import RetryPolicy, http_status_of, retry_delay
 from provider_svc.service import ANONYMOUS_AGENT, Providers, unavailable_reason
 from provider_svc.usage import Prices, cost_usd
 
@@ -87,6 +95,7 @@ class Embeddings:
         self._entries = entries
         self._cache: OrderedDict[str, Vectors] = OrderedDict()
         self._remote: dict[str, OpenAIEmbeddings] = {}
+        self._policies: dict[str, RetryPolicy] = {}
 
     def _model(self, name: str, ctx: CallContext) -> tuple[str, OpenAIEmbeddings | None, Prices]:
         """(model name, its remote adapter or None for the offline model, its prices)."""
@@ -111,6 +120,7 @@ class Embeddings:
         if adapter is None:
             http = self.providers._http_backend(backend)
             adapter = self._remote[resolved.name] = OpenAIEmbeddings(http, backend.name, resolved.model_id)
+            self._policies[resolved.name] = retry_policy(backend)
         return resolved.name, adapter, self.providers.prices(resolved.name)
 
     def _lookup(self, keys: Sequence[str]) -> list[Vectors | None]:
@@ -130,10 +140,56 @@ class Embeddings:
 
     async def _compute(self, texts: list[str], adapter: OpenAIEmbeddings | None, ctx: CallContext) -> EmbeddingResult:
         if adapter is not None:
-            return await adapter.embed(texts, ctx)
+            return await self._remote_embed(texts, adapter, ctx)
         started = time.monotonic()
         vectors = await asyncio.to_thread(self.offline.embed, texts)
         return EmbeddingResult(vectors, sum(estimate_tokens(t) for t in texts), time.monotonic() - started)
+
+    async def _remote_embed(self, texts: list[str], adapter: OpenAIEmbeddings, ctx: CallContext) -> EmbeddingResult:
+        """The adapter's answer, transient failures retried by the backend's policy (as `RetryModel` does)."""
+        policy = self._policies[adapter.name]
+        retry = 0
+        while True:
+            started = time.monotonic()
+            try:
+                result = await adapter.embed(texts, ctx)
+            except AgentmeshError as err:
+                ctx.attempts.append(Attempt(adapter.name, err, http_status_of(err), time.monotonic() - started))
+                retry += 1
+                delay = retry_delay(policy, err, retry, ctx)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+                continue
+            ctx.attempts.append(Attempt(adapter.name, None, 200, time.monotonic() - started))
+            return result
+
+    async def _admitted(
+        self, texts: list[str], adapter: OpenAIEmbeddings | None, prices: Prices, ctx: CallContext
+    ) -> EmbeddingResult:
+        """`_compute` inside a quota reservation of the batch's estimated tokens and their cost."""
+        admission = self.providers.admission
+        estimate = sum(estimate_tokens(t) for t in texts)
+        reserve_usd = cost_usd(Usage(input_tokens=estimate), prices)
+        reservation = await admission.reserve(ctx, reserve_usd=reserve_usd, tokens=estimate)
+        try:
+            result = await self._compute(texts, adapter, ctx)
+        except asyncio.CancelledError:
+            if adapter is not None:  # a request may be under way upstream: it may be billed
+                admission.settle_at(reservation, cost_usd=reserve_usd, tokens=estimate)
+            else:
+                admission.release(reservation)
+            raise
+        except BaseException:
+            if ctx.attempts:  # an upstream error is not billed, but the request went upstream
+                admission.settle_at(reservation, cost_usd=0.0, tokens=0)
+            else:
+                admission.release(reservation)
+            raise
+        admission.settle_at(
+            reservation, cost_usd=cost_usd(Usage(input_tokens=result.input_tokens), prices), tokens=result.input_tokens
+        )
+        return result
 
     async def embed(self, texts: Sequence[str], ctx: CallContext, *, model: str = "") -> Embedded:
         """A vector per text (see the module docstring); raises AgentmeshError."""
@@ -152,7 +208,7 @@ class Embeddings:
         usage, cost, latency = Usage(), 0.0, 0.0
         made: dict[str, Vectors] = {}
         if todo:
-            result = await self._compute([texts[i] for i in todo], adapter, ctx)
+            result = await self._admitted([texts[i] for i in todo], adapter, prices, ctx)
             for row, i in enumerate(todo):
                 made[keys[i]] = result.vectors[row]
                 self._keep(keys[i], result.vectors[row])

@@ -32,7 +32,7 @@ from provider_svc.models.base import (
 )
 from provider_svc.models.wrapper import WrapperModel
 
-__all__ = ["RETRIED_CODES", "RetryModel", "RetryPolicy"]
+__all__ = ["RETRIED_CODES", "RetryModel", "RetryPolicy", "http_status_of", "retry_delay", "should_retry"]
 
 log = logging.getLogger("provider_svc.retry")
 
@@ -62,6 +62,25 @@ def should_retry(err: AgentmeshError) -> bool:
     return err.code in RETRIED_CODES and err.retryable and err.metadata.get("limiter") != LOCAL_LIMITER
 
 
+def retry_delay(
+    policy: RetryPolicy, err: AgentmeshError, retry: int, ctx: CallContext, rng: random.Random | None = None
+) -> float | None:
+    """Seconds to wait before retry number `retry` (1-based), or None to give up with `err`: not a
+    retried failure, retries used up, a Retry-After over the policy's bound, or a delay past the deadline."""
+    if not should_retry(err) or retry > policy.max_retries:
+        return None
+    if err.retry_after is not None:
+        if err.retry_after > policy.max_retry_after_s:
+            return None
+        delay = err.retry_after
+    else:
+        delay = policy.backoff(retry, rng)
+    remaining = ctx.remaining()
+    if remaining is not None and delay >= remaining:
+        return None
+    return delay
+
+
 def http_status_of(err: AgentmeshError) -> int:
     status = getattr(err, "http_status", 0)
     return status if isinstance(status, int) else 0
@@ -76,19 +95,7 @@ class RetryModel(WrapperModel):
         self._rng = rng or random.Random()
 
     def _delay(self, err: AgentmeshError, retry: int, ctx: CallContext) -> float | None:
-        """Seconds to wait before retry number `retry`, or None to give up with `err`."""
-        if not should_retry(err) or retry > self.policy.max_retries:
-            return None
-        if err.retry_after is not None:
-            if err.retry_after > self.policy.max_retry_after_s:
-                return None
-            delay = err.retry_after
-        else:
-            delay = self.policy.backoff(retry, self._rng)
-        remaining = ctx.remaining()
-        if remaining is not None and delay >= remaining:
-            return None
-        return delay
+        return retry_delay(self.policy, err, retry, ctx, self._rng)
 
     def _record(self, ctx: CallContext, started: float, err: AgentmeshError | None, status: int) -> None:
         ctx.attempts.append(Attempt(self.name, err, status, time.monotonic() - started))

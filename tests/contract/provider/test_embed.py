@@ -88,7 +88,8 @@ async def test_upstream_failures_are_typed(start_service: Start, openai_fake: Fa
         await _stub(svc).Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=["x"]), metadata=svc.metadata())
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert from_rpc_error(caught.value).metadata["reason"] == "malformed_response"
-    openai_fake.push(Reply.error(429, "slow down", error_type="rate_limit_error", headers={"retry-after": "1"}))
+    # A Retry-After over the policy's bound (60 s) is not waited for: the 429 is the answer at once.
+    openai_fake.push(Reply.error(429, "slow down", error_type="rate_limit_error", headers={"retry-after": "120"}))
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await _stub(svc).Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=["y"]), metadata=svc.metadata())
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -143,3 +144,47 @@ def test_the_fake_embeddings_endpoint_speaks_the_official_sdk(openai_fake: FakeP
     assert created.usage.prompt_tokens == 2 and created.model == "m1"
     single = client.embeddings.create(model="m1", input="one")
     assert len(single.data) == 1 and len(single.data[0].embedding) == EMBEDDING_DIM
+
+
+async def test_transient_upstream_failures_are_retried_and_counted_once(
+    start_service: Start, openai_fake: FakeProvider
+) -> None:
+    svc = await start_service(SPEC, _providers(backend("openai", openai_fake)))
+    md = svc.metadata(agent_id="retrying")
+    openai_fake.push(Reply.error(503, "overloaded"), Reply.error(429, "slow down", error_type="rate_limit_error"))
+    reply = await _stub(svc).Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=["alpha"]), metadata=md)
+    assert reply.model == "openai/m1" and len(reply.embeddings) == 1
+    assert [r.path for r in openai_fake.requests()] == ["/v1/embeddings"] * 3  # two failures, then the answer
+    usage = await _stub(svc).GetUsage(provider_pb2.GetUsageRequest(), metadata=svc.metadata(roles=("operator",)))
+    assert [(r.agent_id, r.calls, r.usage.input_tokens) for r in usage.rows] == [("retrying", 1, 1)]
+    # A 4xx other than 429 is the caller's: never retried.
+    openai_fake.push(Reply.error(400, "bad input", error_type="invalid_request_error"))
+    with pytest.raises(grpc.aio.AioRpcError):
+        await _stub(svc).Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=["beta"]), metadata=md)
+    assert len(openai_fake.requests()) == 4
+
+
+async def test_embed_is_admitted_in_the_callers_quotas_like_generate(
+    start_service: Start, openai_fake: FakeProvider
+) -> None:
+    config = _providers(backend("openai", openai_fake))
+    config["gateway"] = {"agents": {"capped": {"rpm": 2}, "frugal": {"tpm": 5}}}
+    svc = await start_service(SPEC, config)
+    stub = _stub(svc)
+    capped = svc.metadata(agent_id="capped")
+    for text in ("one", "two"):
+        await stub.Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=[text]), metadata=capped)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=["three"]), metadata=capped)
+    err = from_rpc_error(caught.value)
+    assert err.code == ErrorCode.RATE_LIMITED and err.metadata["limit"] == "rpm"
+    assert len(openai_fake.requests()) == 2  # the refused call never went upstream
+    # Answered from the cache: nothing is computed, nothing is admitted.
+    cached = await stub.Embed(provider_pb2.EmbedRequest(model="openai/m1", inputs=["two"]), metadata=capped)
+    assert cached.embeddings[0].cached
+    # Tokens too (the offline model's estimate: UTF-8 bytes / 4): a batch over the minute's 5 never fits.
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.Embed(provider_pb2.EmbedRequest(inputs=["x" * 40]), metadata=svc.metadata(agent_id="frugal"))
+    assert from_rpc_error(caught.value).code == ErrorCode.INVALID_REQUEST  # can never fit: not a retry later
+    small = await stub.Embed(provider_pb2.EmbedRequest(inputs=["tiny"]), metadata=svc.metadata(agent_id="frugal"))
+    assert small.usage.input_tokens == 1
