@@ -82,6 +82,16 @@ async def session_count(mesh: Mesh, task_id: str) -> int:
         return int(reply.session.message_count)
 
 
+async def settled_session_count(mesh: Mesh, task_id: str, expected: int) -> int:
+    """The session's message count once it reaches `expected` (or 15 s pass): the answer is appended
+    after the SUCCEEDED commit (dispatcher_svc/run/exits.py), so a watch can end just before it lands.
+    A count past `expected` (a duplicate) is returned at once."""
+    deadline = time.monotonic() + 15
+    while (count := await session_count(mesh, task_id)) < expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return count
+
+
 def check_outcome(events: list[D.TaskEvent], ops_api: OpsApi) -> None:
     # Every event once, in order (no loss, no duplicate across the two owners).
     assert [e.sequence for e in events] == list(range(1, len(events) + 1))
@@ -118,7 +128,7 @@ async def test_kill9_mid_step_then_another_replica_finishes(mesh_env: Mesh, ops_
     events = await watch_all(mesh_env, f"127.0.0.1:{port_b}", task_id)
     check_outcome(events, ops_api)
     # The session log holds each message once: goal, then (reply + result) per step, then the answer.
-    assert await session_count(mesh_env, task_id) == 1 + 2 * STEPS + 1
+    assert await settled_session_count(mesh_env, task_id, 1 + 2 * STEPS + 1) == 1 + 2 * STEPS + 1
 
     # A stale owner's late checkpoint is refused by the fence.
     store = await Store.connect(RedisSettings(url=mesh_env.env["AGENTMESH_REDIS_URL"]), "dev")
@@ -151,7 +161,7 @@ async def test_a_frozen_owner_that_thaws_is_refused(mesh_env: Mesh, ops_api: Ops
         await asyncio.to_thread(mesh_env.start, "dispatcher", label="dispatcher-b", port=port_b)
         events = await watch_all(mesh_env, f"127.0.0.1:{port_b}", task_id)
         check_outcome(events, ops_api)
-        count = await session_count(mesh_env, task_id)
+        count = await settled_session_count(mesh_env, task_id, 1 + 2 * STEPS + 1)
     finally:
         os.kill(a.pid, signal.SIGCONT)
     await asyncio.to_thread(pause.unlink)  # the hook lets the thawed owner go on
