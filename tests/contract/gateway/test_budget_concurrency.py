@@ -28,7 +28,12 @@ MAX_TOKENS = 16
 
 
 async def test_two_hundred_concurrent_requests_on_a_one_dollar_key_over_two_replicas(start_gateway: Any) -> None:
-    config = {"providers": {"backends": [PRICEY], "default_model": "scripted/default"}}
+    config = {
+        "providers": {"backends": [PRICEY], "default_model": "scripted/default"},
+        # Both replicas share this test's event loop with its 200 clients: under a loaded machine a new
+        # Redis connection can wait seconds for the loop. What is tested is the budget, not that timing.
+        "redis": {"connect_timeout_s": 20, "socket_timeout_s": 20},
+    }
     replicas: list[Gateway] = [await start_gateway(config), await start_gateway(config)]
     key, record = await replicas[0].keys.create(
         agent_id="spender", environment="dev", limits=QuotaLimits(rpm=100_000, budget_usd_day=1.0)
@@ -108,7 +113,12 @@ async def test_two_hundred_concurrent_requests_on_a_one_dollar_key_over_two_repl
 async def test_sixty_requests_per_minute_by_default_over_two_replicas(start_gateway: Any) -> None:
     """A key without limits of its own gets `gateway.key_defaults` (60 rpm): 100 requests at once over two
     replicas, 60 answered, 40 refused with the API's typed 429 and a Retry-After."""
-    config = {"providers": {"backends": [PRICEY], "default_model": "scripted/default"}}
+    config = {
+        "providers": {"backends": [PRICEY], "default_model": "scripted/default"},
+        # Both replicas share this test's event loop with its 200 clients: under a loaded machine a new
+        # Redis connection can wait seconds for the loop. What is tested is the budget, not that timing.
+        "redis": {"connect_timeout_s": 20, "socket_timeout_s": 20},
+    }
     replicas: list[Gateway] = [await start_gateway(config), await start_gateway(config)]
     key = await replicas[0].key("busy-bot")
     body = {"model": "scripted/default", "messages": [{"role": "user", "content": "hi"}]}
