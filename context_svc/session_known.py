@@ -8,13 +8,17 @@ replaced, never mutated (concurrent loads each combine the reply with the snapsh
 
 An append of this process extends the snapshot by the message it sent when the snapshot ends right
 before it (issue 45): the next load, or the load in the same script as the append, then reads no
-message or index entry of its own session's writes.
+message or index entry of its own session's writes. The known facts (entities) are held too, with the
+message count they are current at: only an append writes them, in its script, with the labels of
+its message at that message's index (every release), so they stay current while every message since
+was appended by this process (whose labels it applies); another replica's append makes the next
+load read them all again.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -36,6 +40,9 @@ class Known:
     idx_base: int
     entries: tuple[IndexEntry, ...]
     messages: dict[int, Message]
+    entities: Mapping[str, tuple[str, int]] | None = None
+    """label -> (latest value, message index), current at `entities_at` messages (None: not held)."""
+    entities_at: int = -1
 
     @property
     def held(self) -> tuple[int, int]:
@@ -54,12 +61,21 @@ class Known:
         (nothing held counts as ending before message 0): the test the load script applies too."""
         return self.held[1] == index - 1 and self.idx_hi == index - 1
 
-    def with_message(self, index: int, message_json: str, entry_json: str) -> Known:
-        """This snapshot extended by message `index`, parsed from the JSON the append stored (what
-        a load would have read back), keeping the last KNOWN_MESSAGES messages."""
-        messages = {i: m for i, m in self.messages.items() if i > index - KNOWN_MESSAGES}
-        messages[index] = Message.from_json(message_json, index)
-        return Known(self.session, self.idx_base, (*self.entries, IndexEntry.from_json(entry_json)), messages)
+    def after_append(self, index: int, message_json: str, entry_json: str, labels: Sequence[tuple[str, str]]) -> Known:
+        """This snapshot after this process appended message `index` (in its epoch): extended by the
+        message, parsed from the JSON the append stored (what a load would have read back), when it
+        ends right before it, keeping the last KNOWN_MESSAGES messages; its entities updated by the
+        message's labels (as the append script writes them) when they were current up to it."""
+        snap = self
+        if self.ends_before(index):
+            messages = {i: m for i, m in self.messages.items() if i > index - KNOWN_MESSAGES}
+            messages[index] = Message.from_json(message_json, index)
+            entries = (*self.entries, IndexEntry.from_json(entry_json))
+            snap = replace(snap, entries=entries, messages=messages)
+        if self.entities is not None and self.entities_at == index:
+            entities = {**self.entities, **{label: (value, index) for label, value in labels}}
+            snap = replace(snap, entities=entities, entities_at=index + 1)
+        return snap
 
 
 @dataclass(frozen=True)
@@ -81,9 +97,9 @@ def load_args(snap: Known | None) -> list[str | int]:
     (keep_recent + 2), the epoch held and the ranges held."""
     tail = (snap.session.budget.keep_recent_messages if snap is not None else 20) + 2
     if snap is None:
-        return [tail, "-", 0, -1, -1]
+        return [tail, "-", 0, -1, -1, -1]
     lo, hi = snap.held
-    return [tail, snap.session.epoch, lo, hi, snap.idx_hi]
+    return [tail, snap.session.epoch, lo, hi, snap.idx_hi, snap.entities_at if snap.entities is not None else -1]
 
 
 def combine(
@@ -117,14 +133,15 @@ def combine(
             messages[first + i] = Message.from_dict(raw, first + i)
     keep_from = count - KNOWN_MESSAGES
     messages = {i: m for i, m in messages.items() if i >= keep_from}
-    loaded = Loaded(
-        session=session,
-        summary_version=int(data["version"]),
-        entries=entries,
-        tail=messages,
-        entities={label: (str(v["v"]), int(v["i"])) for label, v in data["entities"].items()},
-    )
-    return loaded, Known(session, upto + 1, tuple(entries), messages)
+    if data["entities"] is not None:
+        entities = {label: (str(v["v"]), int(v["i"])) for label, v in data["entities"].items()}
+    elif snap is not None and snap.entities is not None:  # held and current (the script's test)
+        entities = dict(snap.entities)
+    else:  # pragma: no cover - the script reads them whenever the caller holds none
+        return None
+    loaded = Loaded(session=session, summary_version=int(data["version"]), entries=entries, tail=messages,
+                    entities=entities)  # fmt: skip
+    return loaded, Known(session, upto + 1, tuple(entries), messages, entities, count)
 
 
 class KnownSessions:
@@ -149,9 +166,12 @@ class KnownSessions:
     def forget(self, session_id: str) -> None:
         self._known.pop(session_id, None)
 
-    def extend(self, session_id: str, epoch: str, index: int, message_json: str, entry_json: str) -> None:
+    def extend(
+        self, session_id: str, epoch: str, index: int, message_json: str, entry_json: str,
+        labels: Sequence[tuple[str, str]],
+    ) -> None:  # fmt: skip
         """After this process appended message `index` in the session's `epoch`: the snapshot held
-        extended by it, when it ends right before it (otherwise the next load reads it)."""
+        `after_append` it (what it cannot extend, the next load reads)."""
         snap = self._known.get(session_id)
-        if snap is not None and snap.session.epoch == epoch and snap.ends_before(index):
-            self._known[session_id] = snap.with_message(index, message_json, entry_json)
+        if snap is not None and snap.session.epoch == epoch:
+            self._known[session_id] = snap.after_append(index, message_json, entry_json, labels)

@@ -103,7 +103,15 @@ local function append(K, A)
     if fresh and A[7] ~= '' and string.sub(had, 6, 6) ~= '1' then fresh = false end
     if not fresh then
       local bits = {}
-      for k = 1, #K do bits[k] = tostring(redis.call('EXPIRE', K[k], ttl)) end
+      for k = 1, #K do
+        -- At the log's first message no summary can exist yet, nor entities or a dedupe entry this
+        -- append does not write: an EXPIRE would find no key, and the bit says so all the same.
+        if n == 1 and (k == 5 or (k == 4 and #A < 12) or (k == 6 and A[7] == '')) then
+          bits[k] = '0'
+        else
+          bits[k] = tostring(redis.call('EXPIRE', K[k], ttl))
+        end
+      end
       set[#set + 1] = 'ttl_at'; set[#set + 1] = string.format('%d', now) .. ':' .. table.concat(bits)
     end
   end
@@ -135,14 +143,17 @@ return seen(KEYS[1], KEYS[2], KEYS[3], ARGV[1]) or false
 LOAD_LUA_FN: Final = """
 -- load(K, A, c, mine): K = meta, idx, log, entities, summary.
 -- A: messages wanted at the end of the log (keep_recent + extra), then what the caller already
--- holds of this session: its epoch, messages lo..hi and index entries up to idx_hi. Stored messages
--- and entries never change, so those are not sent again; neither is the immutable global state.
+-- holds of this session: its epoch, messages lo..hi, index entries up to idx_hi, and the message
+-- count its entities are current at (-1: none held). Stored messages and entries never change, so
+-- those are not sent again; neither is the immutable global state, nor the entities when no message
+-- was appended since (only an append writes them, with its message: the caller adds the labels of
+-- its own append).
 -- c: the meta fields below when the caller (the append right before) has them, else nil; mine: the
 -- index of the message that append added (the caller sent it: not sent back when it extends what
 -- the caller holds; `own` says so), else nil.
 -- Returns false if the session does not exist, else ONE JSON document (parsed in C on our side,
 -- instead of hundreds of RESP elements): {same, own, meta, upto, version, n, if: first index entry
--- sent, idx, a/ta and b/tb: messages (first index, list) the caller lacks, entities}.
+-- sent, idx, a/ta and b/tb: messages (first index, list) the caller lacks, entities (null: held)}.
 local function load(K, A, c, mine)
   c = c or redis.call('HMGET', K[1], 'epoch', 'message_count', 'total_tokens', 'summary_count',
     'summary_rejections', 'tasks')
@@ -185,15 +196,20 @@ local function load(K, A, c, mine)
   end
   local after = {}
   if from < n then after = redis.call('LRANGE', K[3], from, n - 1) end
-  local raw = redis.call('HGETALL', K[4])
-  local entities = {}
-  for i = 1, #raw, 2 do entities[#entities + 1] = cjson.encode(raw[i]) .. ':' .. raw[i + 1] end
+  local ent_at = tonumber(A[6])
+  local entities = 'null'
+  if not (same and (ent_at == n or (mine == n - 1 and ent_at == n - 1))) then
+    local raw = redis.call('HGETALL', K[4])
+    local kv = {}
+    for i = 1, #raw, 2 do kv[#kv + 1] = cjson.encode(raw[i]) .. ':' .. raw[i + 1] end
+    entities = '{' .. table.concat(kv, ',') .. '}'
+  end
   local function int(x) return string.format('%d', x) end
   return '{"same":' .. tostring(same) .. ',"own":' .. tostring(own) .. ',"meta":' .. meta ..
     ',"upto":' .. int(upto) .. ',"version":' .. int(version) .. ',"n":' .. int(n) .. ',"if":' .. int(idx_from) ..
     ',"idx":[' .. table.concat(idx, ',') .. '],"a":' .. int(first) .. ',"ta":[' .. table.concat(before, ',') ..
     '],"b":' .. int(from) .. ',"tb":[' .. table.concat(after, ',') ..
-    '],"entities":{' .. table.concat(entities, ',') .. '}}'
+    '],"entities":' .. entities .. '}'
 end
 """
 
@@ -211,10 +227,10 @@ APPEND_LOAD_LUA: Final = (
     + LOAD_LUA_FN
     + """
 -- An append that answers with the context built right after it, in one round trip (issue 45).
--- KEYS: append's (meta, log, idx, entities, summary, dedupe). ARGV: load's five, then append's.
+-- KEYS: append's (meta, log, idx, entities, summary, dedupe). ARGV: load's six, then append's.
 -- Returns append's -1/-2/-3 as they are, else {append's result, load's document}: the load runs in
 -- the same script, right after the append, from the meta the append read and wrote.
-local r, state = append(KEYS, {unpack(ARGV, 6)})
+local r, state = append(KEYS, {unpack(ARGV, 7)})
 if type(r) == 'number' and r < 0 then return r end
 local mine = nil
 if type(r) == 'number' then mine = r end

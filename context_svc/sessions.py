@@ -129,11 +129,9 @@ class SessionStore:
             reply = await self._create(keys=[self.key(session.session_id, "meta")], args=args)
         if int(reply[0]) == 1:
             # Held from now on as a load would read it: the first load (the goal's append) reads no
-            # meta hash, the goal's own message not at all (issue 45).
-            written = {name: str(value) for name, value in fields.items()}
-            self._known.remember(
-                session.session_id, Known(self._session(session.session_id, written, upto=-1), 0, (), {})
-            )
+            # meta hash, no entity, and the goal's own message not at all (issue 45).
+            written = self._session(session.session_id, {name: str(value) for name, value in fields.items()}, upto=-1)
+            self._known.remember(session.session_id, Known(written, 0, (), {}, entities={}, entities_at=0))
             return session, True
         return self._session(session.session_id, _pairs(reply[1]), upto=-1), False
 
@@ -259,7 +257,7 @@ class SessionStore:
         if len(reply) == 3:
             return _existing(reply)
         index = int(reply[0])
-        self._known.extend(session_id, _text(reply[1]), index, str(args[0]), str(args[1]))
+        self._known.extend(session_id, _text(reply[1]), index, str(args[0]), str(args[1]), entities)
         return index
 
     async def append_and_load(
@@ -284,8 +282,9 @@ class SessionStore:
             raise _append_error(session_id, int(reply))
         result: int | Existing = _existing(reply[0]) if isinstance(reply[0], list) else int(reply[0])
         data = json.loads(reply[1])
-        if data["own"] and snap is not None and isinstance(result, int):
-            snap = snap.with_message(result, str(args[0]), str(args[1]))
+        if data["same"] and snap is not None and isinstance(result, int):
+            # What the script took as held besides the snapshot: this append's message and labels.
+            snap = snap.after_append(result, str(args[0]), str(args[1]), entities)
         return result, await self._loaded(session_id, data, snap)
 
     def _append_args(

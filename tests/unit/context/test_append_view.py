@@ -5,6 +5,7 @@ this process held of the session (nothing, all of it, or a snapshot behind anoth
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from agentmesh.errors import FailedPreconditionError
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
 from context_svc.model import Caller, ContextView, Message, Role, ToolCall, ToolOutcome
+from tests.unit.context.ops_session import ops_session
 from tests.unit.context.test_session_commands import commands, spent
 
 OPERATOR = Caller("oncall", is_operator=True)
@@ -50,7 +52,7 @@ async def test_an_append_with_its_view_is_one_script_call_that_rereads_nothing_i
     used = await spent(store, before)
     # The created session is held: no meta hash, no message and no index entry is read back.
     assert used["evalsha"] == 1 and used["lrange"] == 0 and used["llen"] == 0, used
-    assert used["hmget"] == 1 and used["hgetall"] <= 2, used  # the entities; the owner's memories
+    assert used["hmget"] == 1 and used["hgetall"] == 1, used  # the owner's memories; the entities are held
     assert "where is order 42?" in [m.content for m in view.messages]
     # A plain append of this process extends what it holds: the next view reads no message either.
     call = ToolCall("c1", "lookup", '{"id": 42}')
@@ -58,7 +60,7 @@ async def test_an_append_with_its_view_is_one_script_call_that_rereads_nothing_i
     before = await commands(store)
     _, view = await engine.append_tool_result_viewed(OPERATOR, "s1", _result("c1", "order 42: paid"))
     used = await spent(store, before)
-    assert used["evalsha"] == 1 and used["lrange"] == 0 and used["hmget"] == 1, used
+    assert used["evalsha"] == 1 and used["lrange"] == 0 and used["hmget"] == 1 and used["hgetall"] == 1, used
     assert _plain(view) == _plain(await _built(store, "s1"))
 
 
@@ -118,7 +120,7 @@ async def test_a_repeated_append_answers_the_same_view_and_other_content_is_refu
 
 async def test_the_goal_on_create_session_brings_build_contexts_view(store: Store) -> None:
     engine = ContextEngine(ContextSettings(), store)
-    session, appended, view = await engine.open_session(
+    _, appended, view = await engine.open_session(
         OPERATOR, session_id="s1", goal="where is order 42?", goal_message_id="t1:goal", view=True
     )
     assert appended is not None and appended.index == 0 and view is not None
@@ -128,3 +130,47 @@ async def test_the_goal_on_create_session_brings_build_contexts_view(store: Stor
         OPERATOR, session_id="s1", goal="where is order 42?", goal_message_id="t1:goal", view=True
     )
     assert again is not None and again.already and repeat is not None and _plain(repeat) == _plain(view)
+
+
+async def test_the_first_append_expires_only_the_keys_that_exist_and_every_key_gets_its_ttl(store: Store) -> None:
+    engine = ContextEngine(ContextSettings(session_ttl_s=600), store)
+    await engine.create_session(OPERATOR, session_id="s0", goal="g")
+    for session, message, client_id in (
+        ("s1", Message(Role.USER, "hello there"), "m1"),  # a dedupe entry, no known fact
+        ("s2", Message(Role.USER, "my order id is 12345"), ""),  # a known fact, no dedupe entry
+    ):
+        await engine.create_session(OPERATOR, session_id=session, goal="g")
+        await engine.append_message_viewed(OPERATOR, "s0", Message(Role.USER, "hi"))  # the scripts are loaded
+        before = await commands(store)
+        await engine.append_message_viewed(OPERATOR, session, message, client_message_id=client_id)
+        assert (await spent(store, before))["expire"] == 4, session  # meta, log, idx and the one written
+        parts = ("meta", "log", "idx", "entities", "summary", "dedupe")
+        ttls = {part: await store.redis.ttl(f"am:sess:{{{session}}}:{part}") for part in parts}
+        existing = {part: ttl for part, ttl in ttls.items() if ttl != -2}
+        assert set(existing) == {"meta", "log", "idx", "dedupe" if client_id else "entities"}, ttls
+        assert all(ttl > 0 for ttl in existing.values()), ttls
+        # A later first label (or first dedupe entry) still refreshes every key together.
+        before = await commands(store)
+        await engine.append_message_once(
+            OPERATOR, session, Message(Role.USER, "my order id is 777"), client_message_id="m2" if not client_id else ""
+        )
+        assert (await spent(store, before))["expire"] == 6, session
+
+
+async def test_a_process_holding_many_facts_builds_the_view_a_fresh_one_builds(store: Store) -> None:
+    # Long values make Redis keep the entities in a hash table: HGETALL's order is not the order the
+    # facts were written in, so the facts of one message must not be listed in the order read.
+    settings = {"summary_trigger_tokens": 800, "max_context_tokens": 2000}
+    ours = ContextEngine(ContextSettings(**settings), store)
+    await ours.create_session(OPERATOR, session_id="s1", goal="fix the checkout incident")
+    for step in ops_session(30, big=False):
+        if step.kind in ("user", "assistant"):
+            await ours.append_message(OPERATOR, "s1", Message(Role(step.kind), step.text))
+            continue
+        call = ToolCall(step.call_id, step.tool, json.dumps(step.arguments))
+        await ours.append_message_once(OPERATOR, "s1", Message(Role.ASSISTANT, "", tool_calls=(call,)))
+        output = step.output if isinstance(step.output, str) else json.dumps(step.output)
+        await ours.append_tool_result_once(OPERATOR, "s1", _result(step.call_id, output))
+    assert await store.redis.object("encoding", "am:sess:{s1}:entities") == b"hashtable"
+    view = await ours.build_context(OPERATOR, "s1")
+    assert _plain(replace(view, compacted=False)) == _plain(await _built(store, "s1", **settings))
