@@ -189,6 +189,7 @@ class ContextEngine:
         stored, created = await self.sessions.create(session)
         # The first append need not read it (issue 45); the append script checks it anyway.
         self.appends.encodings.put(stored.session_id, stored.budget.encoding)
+        self.memory.owned(stored.session_id, stored.owner)
         if not created:
             fields = ("agent_id", "goal", "sub_goals", "system_prompt")
             same = all(getattr(stored, f) == getattr(session, f) for f in fields)

@@ -62,6 +62,10 @@ async def test_an_append_with_its_view_is_one_script_call_that_rereads_nothing_i
     used = await spent(store, before)
     assert used["evalsha"] == 1 and used["lrange"] == 0 and used["hmget"] == 1 and used["hgetall"] == 1, used
     assert _plain(view) == _plain(await _built(store, "s1"))
+    # A session created here has its owner known: even its first build reads the memories beside the load.
+    await engine.create_session(OPERATOR, session_id="s2", goal="g")
+    prefetch = engine.memory.prefetch("s2")
+    assert prefetch is not None and prefetch.owner == "oncall" and await prefetch.task == []
 
 
 async def test_the_view_is_build_contexts_after_the_append_whatever_this_process_held(store: Store) -> None:
