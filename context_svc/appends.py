@@ -40,7 +40,7 @@ from context_svc.model import (
     tool_outcome_hash,
 )
 from context_svc.results import offload_header, outcome_of, output_header
-from context_svc.sessions import Dedupe, EncodingChangedError, Existing, SessionStore
+from context_svc.sessions import Dedupe, EncodingChangedError, Existing, Loaded, SessionStore
 from context_svc.summarize import source_texts
 from context_svc.tokens import counter_for
 
@@ -86,8 +86,10 @@ class Appender:
         return (await self._session_facts(session_id))[2]
 
     async def _append(
-        self, caller: Caller, session_id: str, message: Message, dedupe: Dedupe | None = None
-    ) -> tuple[int, int] | Existing:
+        self, caller: Caller, session_id: str, message: Message, dedupe: Dedupe | None = None, *, load: bool = False
+    ) -> tuple[tuple[int, int] | Existing, Loaded | None]:
+        """The append script's answer and, with `load`, the session as a load right after the append
+        (in the same script: one round trip, issue 45) reads it."""
         entities = await self._entities(session_id, message)
         extra = [c.name for c in message.tool_calls] + [c.arguments_json for c in message.tool_calls]
         if message.name:
@@ -98,22 +100,26 @@ class Appender:
         for attempt in range(2):
             encoding = await self._encoding(session_id)
             tokens = counter_for(encoding).message(message.role.value, message.content, extra)
+            counted = replace(message, token_count=tokens)
+            agent, task = None if caller.is_operator else caller.agent_id, caller.task_id
             try:
-                result = await self.sessions.append(
-                    session_id,
-                    replace(message, token_count=tokens),
-                    entities,
-                    caller_agent=None if caller.is_operator else caller.agent_id,
-                    caller_task=caller.task_id,
-                    encoding=encoding,
-                    dedupe=dedupe,
-                )
+                loaded: Loaded | None = None
+                if load:
+                    result, loaded = await self.sessions.append_and_load(
+                        session_id, counted, entities, caller_agent=agent, caller_task=task, encoding=encoding,
+                        dedupe=dedupe,
+                    )  # fmt: skip
+                else:
+                    result = await self.sessions.append(
+                        session_id, counted, entities, caller_agent=agent, caller_task=task, encoding=encoding,
+                        dedupe=dedupe,
+                    )  # fmt: skip
             except EncodingChangedError:
                 self.encodings.forget(session_id)
                 if attempt:
                     raise
                 continue
-            return result if isinstance(result, Existing) else (result, tokens)
+            return (result if isinstance(result, Existing) else (result, tokens)), loaded
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _entities(self, session_id: str, message: Message) -> list[tuple[str, str]]:
@@ -147,12 +153,20 @@ class Appender:
     async def append_message_once(
         self, caller: Caller, session_id: str, message: Message, *, client_message_id: str = ""
     ) -> Appended:
+        """`append_message` without a load."""
+        appended, _ = await self.append_message(caller, session_id, message, client_message_id=client_message_id)
+        return appended
+
+    async def append_message(
+        self, caller: Caller, session_id: str, message: Message, *, client_message_id: str = "", load: bool = False
+    ) -> tuple[Appended, Loaded | None]:
         """Appends a message; content above the offload threshold is stored as a payload and the
         log keeps its digest and ref.
 
         With a client_message_id the append happens once: a repeat with the same id and content
         (`message_hash`) returns the original position (already=True); with other content it is
-        FAILED_PRECONDITION. Empty: no dedupe."""
+        FAILED_PRECONDITION. Empty: no dedupe. With `load`, also the session as a load right after
+        the append reads it (None when the append was answered before its script: the caller loads)."""
         validate_client_message_id(client_message_id)
         _validate_message(message)
         raw = message.content.encode("utf-8")
@@ -172,7 +186,7 @@ class Appender:
             # the same bytes again: content-addressed (same key), that only rewrites them and
             # refreshes their TTL, harmless; the append script then answers it as a repeat.
             if dedupe is not None and (existing := await self.sessions.seen(session_id, dedupe.key)) is not None:
-                return self._repeat(existing, dedupe, subject, metadata)
+                return self._repeat(existing, dedupe, subject, metadata), None
             media = MEDIA_JSON if _looks_json(message.content) else MEDIA_TEXT
             ref = await self.payloads.put(session_id, raw, media)
             body = digest(raw, media, goal=goal, max_chars=self.settings.digest_max_chars)
@@ -180,13 +194,13 @@ class Appender:
             if message.role is Role.TOOL:
                 what = f"tool {message.name or '?'} output"
             message = replace(message, content=offload_header(what, ref) + "\n" + body, ref=ref)
-        result = await self._append(caller, session_id, message, dedupe)
+        result, loaded = await self._append(caller, session_id, message, dedupe, load=load)
         if isinstance(result, Existing):
             assert dedupe is not None
-            return self._repeat(result, dedupe, subject, metadata)
+            return self._repeat(result, dedupe, subject, metadata), loaded
         if message.role is Role.USER and self.settings.memory_extract:
             await self.memory.extract(session_id, result[0], message.content, self.sessions.get)
-        return Appended(*result)
+        return Appended(*result), loaded
 
     def _check_size(self, size: int, field: str) -> None:
         if size > self.settings.max_payload_bytes:
@@ -196,13 +210,20 @@ class Appender:
             )
 
     async def append_tool_result_once(self, caller: Caller, session_id: str, outcome: ToolOutcome) -> Appended:
+        """`append_tool_result` without a load."""
+        appended, _ = await self.append_tool_result(caller, session_id, outcome)
+        return appended
+
+    async def append_tool_result(
+        self, caller: Caller, session_id: str, outcome: ToolOutcome, *, load: bool = False
+    ) -> tuple[Appended, Loaded | None]:
         """Appends a tool result as a ROLE_TOOL message: the inline output (offloaded here when
         large), the ref + digest tool_svc made, the error text, or the pending approval. `ref` is
         set when the content was offloaded here.
 
         Once per tool_call_id: a repeat with the same content (`tool_outcome_hash`: execution stats
         do not count) returns the original position (already=True); with other content it is
-        FAILED_PRECONDITION naming the original position."""
+        FAILED_PRECONDITION naming the original position. `load` as in `append_message`."""
         if not outcome.tool_call_id:
             raise InvalidRequestError("result.tool_call_id", "required: a tool result must name the call it answers")
         if not outcome.tool_name:
@@ -255,7 +276,7 @@ class Appender:
                 # As in append_message_once: a repeat is answered before offloading again, and one
                 # racing past this read puts the same bytes under the same key again (harmless).
                 if (existing := await self.sessions.seen(session_id, dedupe.key)) is not None:
-                    return self._repeat(existing, dedupe, subject, metadata, offloaded_here=True)
+                    return self._repeat(existing, dedupe, subject, metadata, offloaded_here=True), None
                 structured = outcome.structured if outcome.structured is not None else _looks_json(inline)
                 media = MEDIA_JSON if structured else MEDIA_TEXT
                 ref = offloaded = await self.payloads.put(session_id, raw, media)
@@ -277,12 +298,12 @@ class Appender:
             structured=outcome.structured if error is None and outcome.pending is None else None,
             redacted=outcome.redacted,
         )
-        result = await self._append(caller, session_id, message, dedupe)
+        result, loaded = await self._append(caller, session_id, message, dedupe, load=load)
         if isinstance(result, Existing):
             # Same content: the original was offloaded here exactly when this one would have been.
             offloaded_here = error is None and outcome.pending is None and outcome.ref is None
-            return self._repeat(result, dedupe, subject, metadata, offloaded_here=offloaded_here)
-        return Appended(*result, ref=offloaded)
+            return self._repeat(result, dedupe, subject, metadata, offloaded_here=offloaded_here), loaded
+        return Appended(*result, ref=offloaded), loaded
 
     async def tool_result(self, caller: Caller, session_id: str, tool_call_id: str) -> tuple[ToolOutcome, Existing]:
         """GetToolResult: the result appended for `tool_call_id` as it was appended (the truth a

@@ -36,7 +36,7 @@ from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, s
 from context_svc.compaction import Compactor
 from context_svc.facts.known import public_entities
 from context_svc.handoff_sources import Handoffs
-from context_svc.memories import Memories
+from context_svc.memories import Memories, Prefetch
 from context_svc.model import (
     Appended,
     Budget,
@@ -48,7 +48,7 @@ from context_svc.model import (
     Summary,
     ToolOutcome,
 )
-from context_svc.sessions import Existing, SessionStore, new_epoch
+from context_svc.sessions import Existing, Loaded, SessionStore, new_epoch
 from context_svc.summarize import SummaryModel
 from context_svc.tokens import UnknownEncodingError, counter_for
 
@@ -189,6 +189,7 @@ class ContextEngine:
         stored, created = await self.sessions.create(session)
         # The first append need not read it (issue 45); the append script checks it anyway.
         self.appends.encodings.put(stored.session_id, stored.budget.encoding)
+        self.memory.owned(stored.session_id, stored.owner)
         if not created:
             fields = ("agent_id", "goal", "sub_goals", "system_prompt")
             same = all(getattr(stored, f) == getattr(session, f) for f in fields)
@@ -211,10 +212,13 @@ class ContextEngine:
         sub_goals: Sequence[str] = (),
         system_prompt: str = "",
         budget: BudgetRequest | None = None,
-    ) -> tuple[Session, Appended | None]:
+        view: bool = False,
+        view_tokens: int | None = None,
+    ) -> tuple[Session, Appended | None, ContextView | None]:
         """CreateSession: `create_session`, then, with a goal_message_id, the goal appended once under that
         id as the session's first user message (issue 45: the dispatcher's first append in the same call,
-        one round trip fewer per task). The id is checked before anything is written."""
+        one round trip fewer per task), and with `view` the context built right after it
+        (`append_message_viewed`). The id is checked before anything is written."""
         if goal_message_id:
             validate_client_message_id(goal_message_id, "goal_message_id")
         session, _ = await self.create_session(
@@ -227,11 +231,17 @@ class ContextEngine:
             budget=budget,
         )
         if not goal_message_id:
-            return session, None
-        appended = await self.appends.append_message_once(
-            caller, session.session_id, Message(role=Role.USER, content=goal), client_message_id=goal_message_id
+            return session, None, None
+        goal_message = Message(role=Role.USER, content=goal)
+        if not view:
+            appended = await self.appends.append_message_once(
+                caller, session.session_id, goal_message, client_message_id=goal_message_id
+            )
+            return session, appended, None
+        appended, built = await self.append_message_viewed(
+            caller, session.session_id, goal_message, client_message_id=goal_message_id, budget_tokens=view_tokens
         )
-        return session, appended
+        return session, appended, built
 
     async def get_session(self, caller: Caller, session_id: str) -> tuple[Session, dict[str, str]]:
         session, entities = await self.sessions.get(session_id)
@@ -295,6 +305,34 @@ class ContextEngine:
         """Appends a tool result as a ROLE_TOOL message, once per tool_call_id (appends.py)."""
         return await self.appends.append_tool_result_once(caller, session_id, outcome)
 
+    async def append_message_viewed(
+        self,
+        caller: Caller,
+        session_id: str,
+        message: Message,
+        *,
+        client_message_id: str = "",
+        budget_tokens: int | None = None,
+    ) -> tuple[Appended, ContextView]:
+        """`append_message_once`, then the view `build_context(budget_tokens)` builds right after it:
+        the append and the load are one script (one round trip, issue 45)."""
+        # A user message whose statements are remembered changes the memories the view recalls after
+        # the append: they are read then, not beside it.
+        extracts = message.role is Role.USER and self.settings.memory_extract
+        memories = None if extracts else self.memory.prefetch(session_id)
+        appended, loaded = await self.appends.append_message(
+            caller, session_id, message, client_message_id=client_message_id, load=True
+        )
+        return appended, await self._build(caller, session_id, budget_tokens, loaded=loaded, memories=memories)
+
+    async def append_tool_result_viewed(
+        self, caller: Caller, session_id: str, outcome: ToolOutcome, *, budget_tokens: int | None = None
+    ) -> tuple[Appended, ContextView]:
+        """`append_tool_result_once`, then the view built right after it, as `append_message_viewed`."""
+        memories = self.memory.prefetch(session_id)
+        appended, loaded = await self.appends.append_tool_result(caller, session_id, outcome, load=True)
+        return appended, await self._build(caller, session_id, budget_tokens, loaded=loaded, memories=memories)
+
     async def tool_result(self, caller: Caller, session_id: str, tool_call_id: str) -> tuple[ToolOutcome, Existing]:
         """GetToolResult: the result appended for `tool_call_id` as it was appended (appends.py)."""
         return await self.appends.tool_result(caller, session_id, tool_call_id)
@@ -322,13 +360,28 @@ class ContextEngine:
         self, caller: Caller, session_id: str, *, budget_tokens: int | None = None, debug: bool = False
     ) -> ContextView:
         """The context that fits `budget_tokens` (None: the session's max_context_tokens)."""
+        return await self._build(caller, session_id, budget_tokens, debug=debug)
+
+    async def _build(
+        self,
+        caller: Caller,
+        session_id: str,
+        budget_tokens: int | None,
+        *,
+        debug: bool = False,
+        loaded: Loaded | None = None,
+        memories: Prefetch | None = None,
+    ) -> ContextView:
+        """`build_context` from `loaded` (an append's load) and `memories` (read beside it) when given."""
         if budget_tokens is not None and budget_tokens <= 0:
             raise InvalidRequestError(
                 "budget_tokens",
                 f"must be > 0 (leave it unset for the session's max_context_tokens), got {budget_tokens}",
             )
-        memories = self.memory.prefetch(session_id)  # the owner's memories, read while the session loads
-        loaded = await self.sessions.load(session_id)
+        if loaded is None:
+            if memories is None:
+                memories = self.memory.prefetch(session_id)  # the owner's memories, read while the session loads
+            loaded = await self.sessions.load(session_id)
         session = loaded.session
         check_access(caller, session_id, session.access)
         self.appends.encodings.put(session_id, session.budget.encoding)

@@ -132,6 +132,12 @@ class Memories:
             self.recall.forget_subject(subject)  # every vector of the subject (issue 51)
         return deleted
 
+    def owned(self, session_id: str, owner: str) -> None:
+        """`session_id` belongs to `owner` (its create said so): the session's first build, too, reads
+        the owner's memories while the session loads (issue 45), not after it."""
+        if owner:
+            self._owners.put(session_id, owner)
+
     def prefetch(self, session_id: str) -> Prefetch | None:
         """Starts reading the memories of the owner this process saw for `session_id` last (None when
         it saw none): BuildContext awaits them after loading the session, one round trip less."""

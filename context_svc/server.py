@@ -96,8 +96,10 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
             raise InvalidRequestError(
                 "build_budget_tokens", "needs goal_message_id: the view follows the goal's append"
             )
-        session, appended = await self.engine.open_session(
+        session, appended, view = await self.engine.open_session(
             caller(),
+            view=build is not None,
+            view_tokens=build or None,
             goal_message_id=request.goal_message_id,
             session_id=request.session_id,
             agent_id=request.agent_id,
@@ -110,8 +112,8 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         if appended is not None:
             goal = response.goal_message
             goal.index, goal.token_count, goal.already_appended = appended.index, appended.token_count, appended.already
-            if build is not None:
-                goal.view.CopyFrom(await self._view_after(session.session_id, build))
+            if view is not None:
+                goal.view.CopyFrom(view_pb(view, self.messages))
         return response
 
     async def GetSession(
@@ -127,14 +129,21 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
             raise InvalidRequestError("message", "required")
         message = message_domain(request.message, max_json_depth=self.max_json_depth)
         build = _build_budget(request)
-        appended = await self.engine.append_message_once(
-            caller(), request.session_id, message, client_message_id=request.client_message_id
-        )
+        view = None
+        if build is None:
+            appended = await self.engine.append_message_once(
+                caller(), request.session_id, message, client_message_id=request.client_message_id
+            )
+        else:
+            appended, view = await self.engine.append_message_viewed(
+                caller(), request.session_id, message, client_message_id=request.client_message_id,
+                budget_tokens=build or None,
+            )  # fmt: skip
         response = context_pb2.AppendMessageResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
         )
-        if build is not None:
-            response.view.CopyFrom(await self._view_after(request.session_id, build))
+        if view is not None:
+            response.view.CopyFrom(view_pb(view, self.messages))
         return response
 
     async def AppendToolResult(
@@ -143,23 +152,23 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         if not request.HasField("result"):
             raise InvalidRequestError("result", "required")
         build = _build_budget(request)
-        appended = await self.engine.append_tool_result_once(
-            caller(), request.session_id, tool_outcome_domain(request.result)
-        )
+        outcome, view = tool_outcome_domain(request.result), None
+        if build is None:
+            appended = await self.engine.append_tool_result_once(caller(), request.session_id, outcome)
+        else:
+            appended, view = await self.engine.append_tool_result_viewed(
+                caller(), request.session_id, outcome, budget_tokens=build or None
+            )
         response = context_pb2.AppendToolResultResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
         )
         if appended.ref is not None:
             response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
-        if build is not None:
-            response.view.CopyFrom(await self._view_after(request.session_id, build))
+        if view is not None:
+            # BuildContext's view (0: the session's budget), built right after the append, so the
+            # caller's next step needs no BuildContext call of its own (issue 45).
+            response.view.CopyFrom(view_pb(view, self.messages))
         return response
-
-    async def _view_after(self, session_id: str, budget_tokens: int) -> context_pb2.ContextView:
-        """The view an append's `build_budget_tokens` asked for (0: the session's budget): BuildContext's,
-        built after the append, so the caller's next step needs no BuildContext call of its own (issue 45)."""
-        view = await self.engine.build_context(caller(), session_id, budget_tokens=budget_tokens or None)
-        return view_pb(view, self.messages)
 
     async def GetToolResult(
         self, request: context_pb2.GetToolResultRequest, context: grpc.aio.ServicerContext[Any, Any]

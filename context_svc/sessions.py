@@ -32,9 +32,8 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from agentmesh.errors import NotFoundError, PermissionDeniedError, echo
@@ -43,7 +42,8 @@ from agentmesh.payloads import PAYLOAD_INDEX_PART
 from agentmesh.store import Store
 from context_svc import session_scripts as scripts
 from context_svc.access import decode_tasks, encode_tasks
-from context_svc.model import Budget, IndexEntry, Message, Session, SessionAccess, Summary
+from context_svc.model import Budget, Message, Session, SessionAccess, Summary
+from context_svc.session_known import Known, KnownSessions, Loaded, combine, load_args
 
 __all__ = ["Dedupe", "EncodingChangedError", "Existing", "Loaded", "SessionStore", "new_epoch"]
 
@@ -66,43 +66,6 @@ def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
     return {_text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)}
 
 
-@dataclass(frozen=True)
-class _Known:
-    """What this process holds of one session: its immutable state, its index entries from
-    `idx_base`, and its last messages. Replaced, never mutated (concurrent loads each combine the
-    reply with the snapshot they asked with)."""
-
-    session: Session
-    idx_base: int
-    entries: tuple[IndexEntry, ...]
-    messages: dict[int, Message]
-
-    @property
-    def held(self) -> tuple[int, int]:
-        """The contiguous message range held, (0, -1) when none."""
-        if not self.messages:
-            return 0, -1
-        return min(self.messages), max(self.messages)
-
-
-_KNOWN_MESSAGES = 64
-"""Messages held per session: enough for any recent window of keep_recent_messages <= 50."""
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """What one BuildContext reads in one round trip."""
-
-    session: Session
-    summary_version: int
-    entries: list[IndexEntry]
-    """Index entries of messages summarized_upto+1 .. message_count-1."""
-    tail: dict[int, Message]
-    """The last messages of the log by index (those this process holds, and those just read)."""
-    entities: dict[str, tuple[str, int]]
-    """label -> (latest value, message index)."""
-
-
 class SessionStore:
     """The Redis side of sessions (see the module docstring)."""
 
@@ -116,7 +79,8 @@ class SessionStore:
         self._commit = store.script("context_commit_summary", scripts.COMMIT_SUMMARY_LUA, durable=True)
         self._incr = store.script("context_incr_if_exists", scripts.INCR_IF_EXISTS_LUA)
         self._release = store.script("context_release", scripts.RELEASE_LUA)
-        self._known: OrderedDict[str, _Known] = OrderedDict()
+        self._append_load = store.script("context_append_load", scripts.APPEND_LOAD_LUA, durable=True)
+        self._known = KnownSessions(cache_entries)  # what this process holds of each session
         self._known_size = cache_entries
         """Bound of `_known` and `_key_cache` (context.session_cache_entries)."""
         self._key_cache: dict[str, list[str]] = {}
@@ -164,6 +128,10 @@ class SessionStore:
         async with self.store.guard("create session"):
             reply = await self._create(keys=[self.key(session.session_id, "meta")], args=args)
         if int(reply[0]) == 1:
+            # Held from now on as a load would read it: the first load (the goal's append) reads no
+            # meta hash, no entity, and the goal's own message not at all (issue 45).
+            written = self._session(session.session_id, {name: str(value) for name, value in fields.items()}, upto=-1)
+            self._known.remember(session.session_id, Known(written, 0, (), {}, entities={}, entities_at=0))
             return session, True
         return self._session(session.session_id, _pairs(reply[1]), upto=-1), False
 
@@ -208,63 +176,26 @@ class SessionStore:
         """Meta, summary position, index entries after it, the last messages (keep_recent + 2) and
         the entities, in one round trip; what this process already holds is not sent again."""
         snap = self._known.get(session_id)
-        tail = (snap.session.budget.keep_recent_messages if snap is not None else 20) + 2
-        lo, hi = snap.held if snap is not None else (0, -1)
-        idx_hi = snap.idx_base + len(snap.entries) - 1 if snap is not None else -1
         async with self.store.guard("load session"):
-            reply = await self._load(
-                keys=self._load_keys(session_id),
-                args=[tail, snap.session.epoch if snap is not None else "-", lo, hi, idx_hi],
-            )
+            reply = await self._load(keys=self._load_keys(session_id), args=load_args(snap))
         if not reply:
-            self._known.pop(session_id, None)
+            self._known.forget(session_id)
             raise _not_found(session_id)
-        data = json.loads(reply)
-        upto, count, idx_from = int(data["upto"]), int(data["n"]), int(data["if"])
-        meta = data["meta"]
-        if data["same"] and snap is not None:
-            session = replace(
-                snap.session,
-                message_count=int(meta["message_count"] or 0),
-                total_tokens=int(meta["total_tokens"] or 0),
-                summary_count=int(meta["summary_count"] or 0),
-                summary_rejections=int(meta["summary_rejections"] or 0),
-                summarized_upto=upto,
-                tasks=decode_tasks(meta.get("tasks")),  # the attached set may grow (access.py)
-            )
-            held_entries = snap.entries[upto + 1 - snap.idx_base : idx_from - snap.idx_base]
-            messages = dict(snap.messages)
-        else:
-            session = self._session(session_id, meta, upto=upto)
-            held_entries, messages = (), {}
-        entries = [*held_entries, *(IndexEntry.from_dict(raw) for raw in data["idx"])]
-        if len(entries) != count - upto - 1 and snap is not None:
-            # Defensive: the held snapshot did not line up with the reply; read everything again.
-            self._known.pop(session_id, None)
-            return await self.load(session_id)
-        for first, part in ((int(data["a"]), data["ta"]), (int(data["b"]), data["tb"])):
-            for i, raw in enumerate(part):
-                messages[first + i] = Message.from_dict(raw, first + i)
-        keep_from = count - _KNOWN_MESSAGES
-        messages = {i: m for i, m in messages.items() if i >= keep_from}
-        self._remember(session_id, _Known(session, upto + 1, tuple(entries), messages))
-        return Loaded(
-            session=session,
-            summary_version=int(data["version"]),
-            entries=entries,
-            tail=messages,
-            entities={label: (str(v["v"]), int(v["i"])) for label, v in data["entities"].items()},
-        )
+        return await self._loaded(session_id, json.loads(reply), snap)
 
-    def _remember(self, session_id: str, known: _Known) -> None:
-        self._known[session_id] = known
-        self._known.move_to_end(session_id)
-        while len(self._known) > self._known_size:
-            self._known.popitem(last=False)
+    async def _loaded(self, session_id: str, data: dict[str, Any], snap: Known | None) -> Loaded:
+        combined = combine(data, snap, lambda meta, upto: self._session(session_id, meta, upto=upto))
+        if combined is None:
+            # Defensive: the held snapshot did not line up with the reply; read everything again.
+            self._known.forget(session_id)
+            return await self.load(session_id)
+        loaded, known = combined
+        self._known.remember(session_id, known)
+        return loaded
 
     def forget(self, session_id: str) -> None:
         """Drops what this process holds of a session (it was deleted here)."""
-        self._known.pop(session_id, None)
+        self._known.forget(session_id)
 
     async def messages(self, session_id: str, start: int, end: int) -> list[Message]:
         """Messages start..end (inclusive) of the log."""
@@ -318,6 +249,53 @@ class SessionStore:
         NotFoundError if the session does not exist; PermissionDeniedError if the caller may not use it;
         EncodingChangedError if its tokens were not counted in `encoding`.
         """
+        args = self._append_args(message, entities, caller_agent, encoding, dedupe, caller_task)
+        async with self.store.guard("append message"):
+            reply = await self._append(keys=self.keys(session_id), args=args)
+        if not isinstance(reply, list):
+            raise _append_error(session_id, int(reply))
+        if len(reply) == 3:
+            return _existing(reply)
+        index = int(reply[0])
+        self._known.extend(session_id, _text(reply[1]), index, str(args[0]), str(args[1]), entities)
+        return index
+
+    async def append_and_load(
+        self,
+        session_id: str,
+        message: Message,
+        entities: Sequence[tuple[str, str]],
+        *,
+        caller_agent: str | None,
+        encoding: str,
+        dedupe: Dedupe | None = None,
+        caller_task: str = "",
+    ) -> tuple[int | Existing, Loaded]:
+        """`append`, then `load`, in one script (one round trip, issue 45): the load sees the session
+        right after the append (a repeat's load: as it is), and reads neither the meta the append read
+        and wrote nor the message it sent when this process held the session up to it."""
+        snap = self._known.get(session_id)
+        args = self._append_args(message, entities, caller_agent, encoding, dedupe, caller_task)
+        async with self.store.guard("append message"):
+            reply = await self._append_load(keys=self.keys(session_id), args=[*load_args(snap), *args])
+        if not isinstance(reply, list):
+            raise _append_error(session_id, int(reply))
+        result: int | Existing = _existing(reply[0]) if isinstance(reply[0], list) else int(reply[0])
+        data = json.loads(reply[1])
+        if data["same"] and snap is not None and isinstance(result, int):
+            # What the script took as held besides the snapshot: this append's message and labels.
+            snap = snap.after_append(result, str(args[0]), str(args[1]), entities)
+        return result, await self._loaded(session_id, data, snap)
+
+    def _append_args(
+        self,
+        message: Message,
+        entities: Sequence[tuple[str, str]],
+        caller_agent: str | None,
+        encoding: str,
+        dedupe: Dedupe | None,
+        caller_task: str,
+    ) -> list[str | int]:
         args: list[str | int] = [
             message.to_json(),
             message.index_entry().to_json(),
@@ -333,20 +311,7 @@ class SessionStore:
         ]
         for label, value in entities:
             args += [label, value]
-        async with self.store.guard("append message"):
-            reply = await self._append(keys=self.keys(session_id), args=args)
-        if isinstance(reply, list):
-            return _existing(reply)
-        index = int(reply)
-        if index == -1:
-            raise _not_found(session_id)
-        if index == -3:
-            raise EncodingChangedError(session_id)
-        if index == -2:
-            raise PermissionDeniedError(
-                f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to other tasks or another agent"
-            )
-        return index
+        return args
 
     async def seen(self, session_id: str, key: str) -> Existing | None:
         """The message appended under dedupe `key`, if any (a read: the append script decides)."""
@@ -439,6 +404,17 @@ def _entities(raw: Mapping[Any, bytes]) -> dict[str, tuple[str, int]]:
         data = json.loads(value)
         out[_text(label)] = (str(data["v"]), int(data["i"]))
     return out
+
+
+def _append_error(session_id: str, code: int) -> Exception:
+    """What the append script's error `code` (-1, -2, -3) means."""
+    if code == -1:
+        return _not_found(session_id)
+    if code == -3:
+        return EncodingChangedError(session_id)
+    return PermissionDeniedError(
+        f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to other tasks or another agent"
+    )
 
 
 def _not_found(session_id: str) -> NotFoundError:

@@ -21,11 +21,13 @@ KNOWN_FACTS_HEADER = "Known facts (latest values; [#n] is the message each comes
 _MAX_NEGATED_SHOWN = 3
 
 
-def _priority(fact: KnownFact) -> tuple[int, int, int]:
+def _priority(fact: KnownFact) -> tuple[int, int, int, str]:
     # Stated constraints ("the refund cap is ..."), then values named by their form (ids, hosts),
-    # then keys whose latest word only rejects, then quotes.
+    # then keys whose latest word only rejects, then quotes. Facts of one message in the order of
+    # their keys: never the order a Redis hash returns them in, which its encoding decides (and a
+    # process that holds the facts does not read them back, issue 45).
     tier = 3 if fact.uncertain else 2 if not fact.value else 0 if fact.labelled else 1
-    return (0 if fact.role == "user" else 1, tier, -fact.index)
+    return (0 if fact.role == "user" else 1, tier, -fact.index, fact.key)
 
 
 def known_facts(entities: Mapping[str, tuple[str, int]]) -> list[KnownFact]:
