@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -81,11 +82,20 @@ async def spans(tmp_path: Path) -> AsyncIterator[tuple[grpc.aio.Channel, SpanFil
     telemetry.shutdown()
 
 
-def only_span(path: SpanFile, method: str, kind: str = "SERVER") -> dict[str, Any]:
-    records: list[dict[str, Any]] = [json.loads(line) for line in path.read_text().splitlines()]
-    matching = [r for r in records if r["name"] == f"{SERVICE}/{method}" and r["kind"] == kind]
-    assert len(matching) == 1, records
-    return matching[0]
+async def only_span(path: SpanFile, method: str, kind: str = "SERVER") -> dict[str, Any]:
+    """The one span of `method` and `kind`. The server's span ends after its status is on the wire (the
+    edge ends it when the handler is done), so a caller that has its answer may look before it is
+    exported: wait for it on the loop (up to 10 s) rather than read once."""
+    deadline = time.monotonic() + 10
+    while True:
+        path.telemetry.force_flush()
+        text = path.path.read_text() if path.path.exists() else ""
+        records: list[dict[str, Any]] = [json.loads(line) for line in text.splitlines()]
+        matching = [r for r in records if r["name"] == f"{SERVICE}/{method}" and r["kind"] == kind]
+        if matching or time.monotonic() >= deadline:
+            assert len(matching) == 1, records
+            return matching[0]
+        await asyncio.sleep(0.05)
 
 
 async def test_the_server_span_continues_the_callers_trace_with_rpc_attributes(
@@ -97,7 +107,7 @@ async def test_the_server_span_continues_the_callers_trace_with_rpc_attributes(
         ("baggage", f"{ATTR_REQUEST_ID}=req-123"),
     )
     assert await channel.unary_unary(f"/{SERVICE}/Ok")(b"hi", metadata=metadata) == b"hi"  # type: ignore[call-arg]
-    span = only_span(path, "Ok")
+    span = await only_span(path, "Ok")
     assert (span["trace_id"], span["parent_span_id"], span["kind"]) == (TRACE_ID, PARENT_ID, "SERVER")
     attrs = span["attributes"]
     assert attrs["rpc.system"] == "grpc"
@@ -111,7 +121,7 @@ async def test_the_server_span_continues_the_callers_trace_with_rpc_attributes(
 async def test_a_call_without_traceparent_starts_a_new_trace(spans: tuple[grpc.aio.Channel, SpanFile]) -> None:
     channel, path = spans
     await channel.unary_unary(f"/{SERVICE}/Ok")(b"hi")  # type: ignore[call-arg]
-    span = only_span(path, "Ok")
+    span = await only_span(path, "Ok")
     assert span["parent_span_id"] is None and span["trace_id"] != TRACE_ID
 
 
@@ -132,7 +142,7 @@ async def test_the_span_records_how_the_call_ended(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await channel.unary_unary(f"/{SERVICE}/{method}")(b"x")  # type: ignore[call-arg]
     assert caught.value.code() == code
-    span = only_span(path, method)
+    span = await only_span(path, method)
     assert span["attributes"]["rpc.grpc.status_code"] == code.value[0]
     assert span["status"]["code"] == status
     exceptions = [e for e in span["events"] if e["name"] == "exception"]
@@ -150,7 +160,7 @@ async def test_a_streaming_call_has_one_span_covering_the_stream(spans: tuple[gr
     channel, path = spans
     replies = [r async for r in channel.unary_stream(f"/{SERVICE}/Stream")(b"x")]  # type: ignore[call-arg]
     assert replies == [b"\x00", b"\x01", b"\x02"]
-    span = only_span(path, "Stream")
+    span = await only_span(path, "Stream")
     assert span["attributes"]["rpc.grpc.status_code"] == 0 and span["kind"] == "SERVER"
 
 
@@ -167,7 +177,7 @@ async def test_our_channels_make_the_client_span_that_parents_the_server_span(
     else:
         with pytest.raises(grpc.aio.AioRpcError):
             await call
-    client, server = only_span(path, method, "CLIENT"), only_span(path, method)
+    client, server = await only_span(path, method, "CLIENT"), await only_span(path, method)
     assert server["trace_id"] == client["trace_id"] and server["parent_span_id"] == client["span_id"]
     assert client["attributes"]["rpc.grpc.status_code"] == code.value[0]
     assert (client["attributes"]["rpc.service"], client["attributes"]["rpc.method"]) == (SERVICE, method)
@@ -185,6 +195,6 @@ async def test_a_streaming_client_span_ends_with_the_stream(spans: tuple[grpc.ai
         if '"CLIENT"' in path.read_text():
             break
         await asyncio.sleep(0.01)
-    client = only_span(path, "Stream", "CLIENT")
+    client = await only_span(path, "Stream", "CLIENT")
     assert client["attributes"]["rpc.grpc.status_code"] == 0
-    assert only_span(path, "Stream")["parent_span_id"] == client["span_id"]
+    assert (await only_span(path, "Stream"))["parent_span_id"] == client["span_id"]
