@@ -104,6 +104,13 @@ class Worker:
     def running(self) -> int:
         return len(self._running)
 
+    async def run_ended(self, task_id: str) -> None:
+        """Returns once this replica's run of `task_id`, if one is under way, has ended. A run goes on a
+        moment after its final event (the answer is appended to the session after the terminal commit)."""
+        run = self._running.get(task_id)
+        if run is not None:
+            await asyncio.wait({run})
+
     async def start(self) -> None:
         await self.queue.ensure_group()
         self._loops = [

@@ -83,10 +83,13 @@ class Rig:
         return task.task_id
 
     async def events(self, task_id: str, after: int = 0, timeout_s: float = 15.0) -> list[TaskEvent]:
-        """Every event until the task's final one (heartbeats dropped)."""
+        """Every event until the task's final one (heartbeats dropped), once the run that wrote it has
+        ended (its answer's append follows the final commit: a test reading the session looks after it)."""
 
         async def collect() -> list[TaskEvent]:
-            return [e async for e in self.dispatcher.watch(task_id, after, caller=OPERATOR) if e.sequence]
+            events = [e async for e in self.dispatcher.watch(task_id, after, caller=OPERATOR) if e.sequence]
+            await self.dispatcher.worker.run_ended(task_id)
+            return events
 
         return await asyncio.wait_for(collect(), timeout_s)
 
