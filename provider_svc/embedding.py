@@ -120,7 +120,7 @@ class Embeddings:
         if adapter is None:
             http = self.providers._http_backend(backend)
             adapter = self._remote[resolved.name] = OpenAIEmbeddings(http, backend.name, resolved.model_id)
-            self._policies[resolved.name] = retry_policy(backend)
+            self._policies[adapter.name] = retry_policy(backend)
         return resolved.name, adapter, self.providers.prices(resolved.name)
 
     def _lookup(self, keys: Sequence[str]) -> list[Vectors | None]:
