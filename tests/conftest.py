@@ -89,6 +89,15 @@ def redis_server(request: pytest.FixtureRequest) -> Iterator[LocalRedis]:
 
 
 @pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port on which a connection is refused for the whole test (see `closed_port`)."""
+    from tests.e2e.conftest import closed_port
+
+    with closed_port() as port:
+        yield port
+
+
+@pytest.fixture
 def redis_url(redis_server: LocalRedis, monkeypatch: pytest.MonkeyPatch) -> str:
     """URL of the shared test Redis, emptied before each test (tests never share state via keys).
 

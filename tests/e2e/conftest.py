@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -33,25 +36,51 @@ def service_json(ports: dict[str, int], http_ports: dict[str, int] | None = None
     return json.dumps(sections)
 
 
+# Ports for servers a test starts later come from below the kernel's ephemeral range (32768-60999 by
+# default), one slice per xdist worker: a port bound to 0 (a fake upstream, a client's side of a connection)
+# never takes one, and two workers never hand out the same one. A port from bind(0) is only free when asked:
+# the parallel worker's next bind(0) may be given it before our server starts.
+_PORT_LOW, _PORT_HIGH = 20000, 32000
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    width = (_PORT_HIGH - _PORT_LOW) // count
+    return range(_PORT_LOW + index * width, _PORT_LOW + (index + 1) * width)
+
+
+_SLICE = _port_slice()
+_next_port = itertools.cycle(itertools.chain(_SLICE[random.randrange(len(_SLICE)) :], _SLICE))
+
+
 def free_port() -> int:
+    """A port of this worker's slice that nothing holds now (handed out in turn, so not twice in a row)."""
+    for _ in range(len(_SLICE)):
+        port = next(_next_port)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {_SLICE}")
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A port nothing listens on for as long as the block runs: the socket stays bound, never listening, so a
+    connection is refused and no other test (another xdist worker) can start a server on it. A port from
+    `free_port()` is only free when asked: a parallel test may take it before the connection is tried."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        yield int(sock.getsockname()[1])
 
 
 def free_ports(names: Iterable[str]) -> dict[str, int]:
-    """A free port per name, all different: the sockets stay bound until every port is chosen (one at a
-    time, the kernel may hand the same free port out twice)."""
-    sockets = []
-    try:
-        for _ in names:
-            sock = socket.socket()
-            sockets.append(sock)
-            sock.bind(("127.0.0.1", 0))
-        return {name: int(sock.getsockname()[1]) for name, sock in zip(names, sockets, strict=True)}
-    finally:
-        for sock in sockets:
-            sock.close()
+    """A free port per name, all different (`free_port` hands its slice out in turn)."""
+    return {name: free_port() for name in names}
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, interval_s: float = 0.05) -> None:

@@ -17,11 +17,20 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agentmesh.cli.demo import list_services
 from agentmesh.cli.supervisor import health_status
 from agentmesh.dev.localredis import LocalRedis
-from tests.e2e.conftest import REPO, alive, children_of, free_port, spawn, wait_for, wait_serving
+from tests.e2e.conftest import (
+    REPO,
+    alive,
+    children_of,
+    free_port,
+    free_ports,
+    service_json,
+    spawn,
+    wait_for,
+    wait_serving,
+)
 
 pytestmark = pytest.mark.e2e
 
-DEFAULT_PORTS = {"dispatcher": 50051, "context": 50052, "tool": 50053, "provider": 50054}
 FULL_NAMES = {
     "dispatcher": "agentmesh.v1.DispatcherService",
     "context": "agentmesh.v1.ContextService",
@@ -41,19 +50,23 @@ def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
-def start_up(env: dict[str, str], tmp_path: Path) -> subprocess.Popen[bytes]:
+def start_up(env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """`agentmesh up` on ports of its own (set in `env`, where `status` reads them too): on the default ones a
+    test on the other xdist worker, or anything else on this machine, could already be serving."""
+    ports = free_ports(FULL_NAMES)
+    env["AGENTMESH_SERVICES"] = service_json(ports)
     up = spawn(["-m", "agentmesh.cli", "up"], env, tmp_path / "up.log")
     try:
-        for port in DEFAULT_PORTS.values():
+        for port in ports.values():
             wait_serving(f"127.0.0.1:{port}", timeout_s=60)
     except TimeoutError:
         up.kill()
         pytest.fail("agentmesh up did not serve:\n" + (tmp_path / "up.log").read_text())
-    return up
+    return up, ports
 
 
 def test_up_status_reflection_and_clean_stop(process_env: dict[str, str], tmp_path: Path) -> None:
-    up = start_up(process_env, tmp_path)
+    up, ports = start_up(process_env, tmp_path)
     try:
         children = children_of(up.pid)
         # four services and the local redis-server (AGENTMESH_REDIS_URL is unset)
@@ -63,11 +76,11 @@ def test_up_status_reflection_and_clean_stop(process_env: dict[str, str], tmp_pa
         assert status.returncode == 0, status.stdout + status.stderr
         lines = status.stdout.strip().splitlines()
         assert len(lines) == 4
-        for name, port in DEFAULT_PORTS.items():
+        for name, port in ports.items():
             line = next(line for line in lines if line.startswith(f"{name}_svc"))
             assert f"127.0.0.1:{port}" in line and line.endswith("SERVING")
 
-        for name, port in DEFAULT_PORTS.items():
+        for name, port in ports.items():
             assert FULL_NAMES[name] in list_services(f"127.0.0.1:{port}")
     finally:
         up.send_signal(signal.SIGTERM)
@@ -76,14 +89,14 @@ def test_up_status_reflection_and_clean_stop(process_env: dict[str, str], tmp_pa
     wait_for(lambda: not any(alive(pid) for pid in children), timeout_s=10)
     log = (tmp_path / "up.log").read_text()
     assert "stopped: " in log
-    for name in DEFAULT_PORTS:
+    for name in ports:
         assert f"{name}_svc=0" in log
     # Nothing answers any more.
     assert run_cli(["status"], process_env).returncode == 1
 
 
 def test_killed_supervisor_leaves_no_children(process_env: dict[str, str], tmp_path: Path) -> None:
-    up = start_up(process_env, tmp_path)
+    up, _ = start_up(process_env, tmp_path)
     children = children_of(up.pid)
     services = [pid for pid in children if b"_svc" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(services) == 4

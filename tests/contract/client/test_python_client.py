@@ -17,7 +17,6 @@ from agentmesh_client import Answer, Client, StatusChanged, Step, TaskStatus, To
 from agentmesh_client.errors import AgentmeshError, InvalidArgument, NotFound, Unauthenticated
 from tests.contract.client.conftest import target, token
 from tests.contract.stack import AGENT, Stack
-from tests.e2e.conftest import free_port
 from tests.e2e.deploy.netcut import CuttingProxy
 
 
@@ -124,10 +123,10 @@ async def test_a_call_without_a_valid_token_is_unauthenticated(stack: Stack, cre
     assert caught.value.reason == "UNAUTHENTICATED" and caught.value.detail is not None
 
 
-async def test_an_unreachable_dispatcher_is_unavailable_after_the_reconnects(stack: Stack) -> None:
+async def test_an_unreachable_dispatcher_is_unavailable_after_the_reconnects(stack: Stack, refused_port: int) -> None:
     """Nothing listens: the start is retried `reconnects` times with backoff, then Unavailable."""
     slept: list[float] = []
-    client = Client(f"127.0.0.1:{free_port()}", token=token(stack), timeout=5, reconnects=3, sleep=slept.append)
+    client = Client(f"127.0.0.1:{refused_port}", token=token(stack), timeout=5, reconnects=3, sleep=slept.append)
     with client, pytest.raises(AgentmeshError) as caught:
         await asyncio.to_thread(collect, client, "compute 1+1")
     assert caught.value.code == grpc.StatusCode.UNAVAILABLE

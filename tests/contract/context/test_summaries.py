@@ -172,13 +172,11 @@ async def test_llm_summary_that_drops_a_number_is_rejected(
 
 
 async def test_llm_summarizer_unreachable_falls_back_to_extractive(
-    start_context: Callable[..., Awaitable[Ctx]],
+    start_context: Callable[..., Awaitable[Ctx]], refused_port: int
 ) -> None:
-    from tests.e2e.conftest import free_port
-
     ctx = await start_context(
         {
-            "services": {"provider": {"port": free_port()}},
+            "services": {"provider": {"port": refused_port}},
             "context": {"summary_model": "fake/summarizer", "summary_timeout_s": 2},
         }
     )

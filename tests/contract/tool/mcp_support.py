@@ -17,17 +17,11 @@ import pytest
 
 from agentmesh.config import deep_merge
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
+from tests.e2e.conftest import free_port
 from tool_svc.server import SPEC
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
 UPSTREAM_KEY = "upstream-key-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_port(port: int, proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:

@@ -30,7 +30,6 @@ from tests.contract.tool.mcp_support import (
     HttpUpstream,
     Tools,
     effects,
-    free_port,
     mcp_overrides,
 )
 from tool_svc.server import SPEC
@@ -298,9 +297,9 @@ def test_mcp_server_settings_are_checked_at_load(tmp_path: Path, monkeypatch: py
 
 
 async def test_servers_that_never_answer_do_not_stop_tool_svc(
-    start_service: Any, caplog: pytest.LogCaptureFixture
+    start_service: Any, caplog: pytest.LogCaptureFixture, refused_port: int
 ) -> None:
-    closed = f"http://127.0.0.1:{free_port()}/mcp"
+    closed = f"http://127.0.0.1:{refused_port}/mcp"
     crashing = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}
     servers = [
         {"name": "gone", "transport": "http", "url": closed, "connect_timeout_s": 5, "restart_initial_s": 0.2},

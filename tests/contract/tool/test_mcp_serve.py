@@ -20,7 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from agentmesh.v1 import tool_pb2, tool_pb2_grpc
 from tests.conftest import TEST_AUTH_KEY
-from tests.contract.tool.mcp_support import UPSTREAM_KEY, HttpUpstream, effects, free_port, wait_port
+from tests.contract.tool.mcp_support import UPSTREAM_KEY, HttpUpstream, effects, wait_port
+from tests.e2e.conftest import free_port
 from tool_svc.server import SPEC
 
 SERVE = (sys.executable, "-m", "agentmesh.cli")

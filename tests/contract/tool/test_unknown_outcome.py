@@ -253,11 +253,11 @@ async def test_an_approval_is_not_settled(tool_service: Any, upstream: FakeUpstr
     assert wrong.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_a_write_that_never_connected_may_run_again(tool_service: Any, upstream: FakeUpstream) -> None:
+async def test_a_write_that_never_connected_may_run_again(
+    tool_service: Any, upstream: FakeUpstream, refused_port: int
+) -> None:
     """A refused connection is known not to have reached the upstream: not an unknown outcome."""
-    from tests.e2e.conftest import free_port
-
-    closed = f"http://127.0.0.1:{free_port()}"
+    closed = f"http://127.0.0.1:{refused_port}"
     entry = http_tool("dead_write", upstream, "/ok", permission=WRITE, requires_approval=False)
     entry["endpoint_url"] = f"{closed}/write"
     allow = [f"http://127.0.0.1:{upstream.port}/", f"{closed}/"]
