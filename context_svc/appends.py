@@ -34,6 +34,7 @@ from context_svc.model import (
     Caller,
     Message,
     Role,
+    Session,
     SessionAccess,
     ToolOutcome,
     message_hash,
@@ -121,6 +122,45 @@ class Appender:
                 continue
             return (result if isinstance(result, Existing) else (result, tokens)), loaded
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def goal_inline(self, goal: Message) -> bool:
+        """Whether `create_with_goal` can append `goal` (a valid user message, not offloaded, stating no
+        correction that needs the entities read first)."""
+        _validate_message(goal)
+        limit = min(self.settings.offload_message_bytes, self.settings.max_payload_bytes)
+        if goal.role is not Role.USER or len(goal.content.encode("utf-8")) > limit:
+            return False
+        return not pending_corrections(extract_entities(source_texts(goal), role=goal.role.value))
+
+    async def create_with_goal(
+        self, caller: Caller, session: Session, goal: Message, goal_message_id: str
+    ) -> tuple[Session, tuple[Appended, Loaded | None] | None] | None:
+        """`session` created and `goal` appended once under `goal_message_id`, with the load right after
+        it, in one script (issue 45), as `SessionStore.create` then `append_message(load=True)` would.
+        None (nothing written) unless `goal_inline(goal)`; (the stored session, None) when it exists
+        already (nothing written: the caller checks it and appends as usual); the load is None when
+        the append found its message (the caller loads)."""
+        if not self.goal_inline(goal):
+            return None
+        entities = extract_entities(source_texts(goal), role=goal.role.value)
+        dedupe = Dedupe(f"m:{goal_message_id}", message_hash(goal))
+        message = replace(goal, create_time=goal.create_time or _now())
+        tokens = counter_for(session.budget.encoding).message(message.role.value, message.content, [])
+        counted = replace(message, token_count=tokens)
+        agent = None if caller.is_operator else caller.agent_id
+        stored, opened = await self.sessions.create_append_load(
+            session, counted, entities, caller_agent=agent, caller_task=caller.task_id, dedupe=dedupe
+        )
+        if opened is None:
+            return stored, None
+        self.encodings.put(session.session_id, session.budget.encoding)
+        result, loaded = opened
+        if isinstance(result, Existing):  # pragma: no cover - a new epoch's dedupe hash holds nothing current
+            metadata = {"client_message_id": echo(goal_message_id)}
+            return stored, (self._repeat(result, dedupe, f"client_message_id {echo(goal_message_id)}", metadata), None)
+        if self.settings.memory_extract:
+            await self.memory.extract(session.session_id, result, message.content, self.sessions.get)
+        return stored, (Appended(result, tokens), loaded)
 
     async def _entities(self, session_id: str, message: Message) -> list[tuple[str, str]]:
         """The known facts a user or assistant message states (entities.py); a correction that does

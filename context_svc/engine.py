@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,33 +160,18 @@ class ContextEngine:
     ) -> tuple[Session, bool]:
         """Creates a session; the same request again returns it (created False); the same id with
         other global state is FAILED_PRECONDITION."""
-        if not goal.strip():
-            raise InvalidRequestError("goal", "required")
-        if session_id and not _SESSION_ID_RE.fullmatch(session_id):
-            raise InvalidRequestError("session_id", "must match [A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-        if len(sub_goals) > _MAX_SUB_GOALS:
-            raise InvalidRequestError("sub_goals", f"at most {_MAX_SUB_GOALS}, got {len(sub_goals)}")
-        if not caller.is_operator:
-            # An agent creates sessions for itself only: the agent comes from its verified token.
-            if agent_id and agent_id != caller.agent_id:
-                raise PermissionDeniedError(
-                    f"agent:{agent_id}", f"{caller.agent_id or caller.subject} cannot create sessions for {agent_id}"
-                )
-            agent_id = caller.agent_id
-        session = Session(
-            # Owned by whoever started the task that opens it; its tokens (and operators) may use it.
-            owner=caller.creator or caller.subject,
-            tasks=(caller.task_id,) if caller.task_id else (),
-            session_id=session_id or f"sess_{secrets.token_hex(12)}",
-            agent_id=agent_id,
-            goal=goal,
-            sub_goals=tuple(sub_goals),
-            system_prompt=system_prompt,
-            budget=self._resolve_budget(agent_id, budget or BudgetRequest()),
-            create_time=_now(),
-            epoch=new_epoch(),
-        )
+        session = _new_session(
+            caller, self._resolve_budget, session_id=session_id, agent_id=agent_id, goal=goal, sub_goals=sub_goals,
+            system_prompt=system_prompt, budget=budget,
+        )  # fmt: skip
         stored, created = await self.sessions.create(session)
+        return self._opened(caller, session, stored, created=created, budget=budget), created
+
+    def _opened(
+        self, caller: Caller, session: Session, stored: Session, *, created: bool, budget: BudgetRequest | None
+    ) -> Session:
+        """`stored` after a create of `session` (created or found): FAILED_PRECONDITION when it holds
+        other global state, PERMISSION_DENIED when the caller may not use it."""
         # The first append need not read it (issue 45); the append script checks it anyway.
         self.appends.encodings.put(stored.session_id, stored.budget.encoding)
         self.memory.owned(stored.session_id, stored.owner)
@@ -199,7 +184,7 @@ class ContextEngine:
                     metadata={"session_id": session.session_id},
                 )
             check_access(caller, stored.session_id, stored.access)
-        return stored, created
+        return stored
 
     async def open_session(
         self,
@@ -221,23 +206,40 @@ class ContextEngine:
         (`append_message_viewed`). The id is checked before anything is written."""
         if goal_message_id:
             validate_client_message_id(goal_message_id, "goal_message_id")
-        session, _ = await self.create_session(
-            caller,
-            session_id=session_id,
-            agent_id=agent_id,
-            goal=goal,
-            sub_goals=sub_goals,
-            system_prompt=system_prompt,
-            budget=budget,
-        )
+        new = _new_session(
+            caller, self._resolve_budget, session_id=session_id, agent_id=agent_id, goal=goal, sub_goals=sub_goals,
+            system_prompt=system_prompt, budget=budget,
+        )  # fmt: skip
+        goal_message = Message(role=Role.USER, content=goal)
+        fast = None
+        if goal_message_id and view and self.appends.goal_inline(goal_message):
+            # The create, the goal's append and its load as one script (issue 45), when it is new.
+            self.memory.owned(new.session_id, new.owner)
+            memories = None if self.settings.memory_extract else self.memory.prefetch(new.session_id)
+            fast = await self.appends.create_with_goal(caller, new, goal_message, goal_message_id)
+        if fast is None:
+            stored, created = await self.sessions.create(new)
+            session = self._opened(caller, new, stored, created=created, budget=budget)
+        elif fast[1] is None:  # it exists: checked as create_session checks it, then the usual path
+            session = self._opened(caller, new, fast[0], created=False, budget=budget)
+        else:
+            (appended, loaded), stored = fast[1], fast[0]
+            self._opened(caller, new, stored, created=True, budget=budget)
+            built = await self._build(caller, new.session_id, view_tokens, loaded=loaded, memories=memories)
+            return stored, appended, built
         if not goal_message_id:
             return session, None, None
-        goal_message = Message(role=Role.USER, content=goal)
         if not view:
             appended = await self.appends.append_message_once(
                 caller, session.session_id, goal_message, client_message_id=goal_message_id
             )
             return session, appended, None
+        if fast is not None:  # a repeat: the memories are read already
+            appended, loaded = await self.appends.append_message(
+                caller, session.session_id, goal_message, client_message_id=goal_message_id, load=True
+            )
+            built = await self._build(caller, session.session_id, view_tokens, loaded=loaded, memories=memories)
+            return session, appended, built
         appended, built = await self.append_message_viewed(
             caller, session.session_id, goal_message, client_message_id=goal_message_id, budget_tokens=view_tokens
         )
@@ -417,3 +419,45 @@ class ContextEngine:
                 metadata={"session_id": session_id},
             )
         return first_kept - 1 - session.summarized_upto, result[1]
+
+
+def _new_session(
+    caller: Caller,
+    resolve_budget: Callable[[str, BudgetRequest], Budget],
+    *,
+    session_id: str,
+    agent_id: str,
+    goal: str,
+    sub_goals: Sequence[str],
+    system_prompt: str,
+    budget: BudgetRequest | None,
+) -> Session:
+    """The session `create_session` asks to create (validated; nothing is read or written), its budget
+    `resolve_budget(agent, request)`."""
+    if not goal.strip():
+        raise InvalidRequestError("goal", "required")
+    if session_id and not _SESSION_ID_RE.fullmatch(session_id):
+        raise InvalidRequestError("session_id", "must match [A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+    if len(sub_goals) > _MAX_SUB_GOALS:
+        raise InvalidRequestError("sub_goals", f"at most {_MAX_SUB_GOALS}, got {len(sub_goals)}")
+    if not caller.is_operator:
+        # An agent creates sessions for itself only: the agent comes from its verified token.
+        if agent_id and agent_id != caller.agent_id:
+            raise PermissionDeniedError(
+                f"agent:{agent_id}", f"{caller.agent_id or caller.subject} cannot create sessions for {agent_id}"
+            )
+        agent_id = caller.agent_id
+    session = Session(
+        # Owned by whoever started the task that opens it; its tokens (and operators) may use it.
+        owner=caller.creator or caller.subject,
+        tasks=(caller.task_id,) if caller.task_id else (),
+        session_id=session_id or f"sess_{secrets.token_hex(12)}",
+        agent_id=agent_id,
+        goal=goal,
+        sub_goals=tuple(sub_goals),
+        system_prompt=system_prompt,
+        budget=resolve_budget(agent_id, budget or BudgetRequest()),
+        create_time=_now(),
+        epoch=new_epoch(),
+    )
+    return session

@@ -42,10 +42,21 @@ APPEND_LUA_FN: Final = """
 -- meta as a load reads it ({epoch, message_count, total_tokens, summary_count, summary_rejections,
 -- tasks}), after the append, so a load right after it needs no read of its own (issue 45).
 -- The session's state is read once (HMGET) and written once (HSET): issue 45.
-local function append(K, A)
-  local m = redis.call('HMGET', K[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens', 'ttl_at',
-    'message_count', 'summary_count', 'summary_rejections')
-  if not m[3] and redis.call('EXISTS', K[1]) == 0 then return -1 end
+-- created: the field/value pairs of the meta hash a create in the same script writes (nil: none). The
+-- state is then theirs (no HMGET), and they go in the append's own HSET; an append that returns
+-- before its HSET writes nothing, the caller writes them (CREATE_APPEND_LOAD_LUA).
+local function append(K, A, created)
+  local m
+  if created then
+    local f = {}
+    for i = 1, #created, 2 do f[created[i]] = created[i + 1] end
+    m = {f.tasks, f.agent_id, f.encoding, f.epoch, f.total_tokens, f.ttl_at, f.message_count, f.summary_count,
+      f.summary_rejections}
+  else
+    m = redis.call('HMGET', K[1], 'tasks', 'agent_id', 'encoding', 'epoch', 'total_tokens', 'ttl_at',
+      'message_count', 'summary_count', 'summary_rejections')
+    if not m[3] and redis.call('EXISTS', K[1]) == 0 then return -1 end
+  end
   if A[5] ~= '*' then
     local tasks = m[1]
     if not tasks then
@@ -74,7 +85,9 @@ local function append(K, A)
   local n = redis.call('RPUSH', K[2], A[1])
   redis.call('RPUSH', K[3], A[2])
   local tokens = string.format('%d', (tonumber(m[5] or '0') or 0) + tonumber(A[3]))
-  local set = {'message_count', n, 'total_tokens', tokens}
+  local set = {}
+  for i = 1, #(created or {}) do set[i] = created[i] end  -- the create's fields; later pairs win
+  for _, v in ipairs({'message_count', n, 'total_tokens', tokens}) do set[#set + 1] = v end
   state[2], state[3] = tostring(n), tokens
   -- The index comes from this script, so the latest value of a label follows log order.
   if #A >= 12 then
@@ -108,6 +121,8 @@ local function append(K, A)
         -- append does not write: an EXPIRE would find no key, and the bit says so all the same.
         if n == 1 and (k == 5 or (k == 4 and #A < 12) or (k == 6 and A[7] == '')) then
           bits[k] = '0'
+        elseif k == 1 and created then
+          bits[k] = '1'  -- the hash is written below: its EXPIRE follows the HSET
         else
           bits[k] = tostring(redis.call('EXPIRE', K[k], ttl))
         end
@@ -116,6 +131,7 @@ local function append(K, A)
     end
   end
   redis.call('HSET', K[1], unpack(set))
+  if created and ttl > 0 then redis.call('EXPIRE', K[1], ttl) end
   return n - 1, state
 end
 """
@@ -235,6 +251,34 @@ if type(r) == 'number' and r < 0 then return r end
 local mine = nil
 if type(r) == 'number' then mine = r end
 return {r, load({KEYS[1], KEYS[3], KEYS[2], KEYS[4], KEYS[5]}, ARGV, state, mine)}
+"""
+)
+
+CREATE_APPEND_LOAD_LUA: Final = (
+    SEEN_LUA_FN
+    + APPEND_LUA_FN
+    + LOAD_LUA_FN
+    + """
+-- CreateSession with its goal appended and the view loaded, in one script (issue 45): CREATE_LUA, then
+-- APPEND_LOAD_LUA's append and load, without their separate reads and writes of the meta hash.
+-- KEYS: append's. ARGV: ttl_s, c = the count of the create's field/value arguments, those, load's six,
+-- then append's. Returns {0, existing fields} if the session exists (nothing is written: the caller
+-- takes the usual path), else {1, append's result} when the append returned before writing (-2/-3,
+-- or a message found under the dedupe key; the session is created all the same), else
+-- {1, append's result, load's document}.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('HGETALL', KEYS[1])}
+end
+local c = tonumber(ARGV[2])
+local created = {unpack(ARGV, 3, 2 + c)}
+local r, state = append(KEYS, {unpack(ARGV, 9 + c)}, created)
+if type(r) ~= 'number' or r < 0 then
+  redis.call('HSET', KEYS[1], unpack(created))
+  local ttl = tonumber(ARGV[1])
+  if ttl > 0 then redis.call('EXPIRE', KEYS[1], ttl) end
+  return {1, r}
+end
+return {1, r, load({KEYS[1], KEYS[3], KEYS[2], KEYS[4], KEYS[5]}, {unpack(ARGV, 3 + c, 8 + c)}, state, r)}
 """
 )
 

@@ -80,6 +80,9 @@ class SessionStore:
         self._incr = store.script("context_incr_if_exists", scripts.INCR_IF_EXISTS_LUA)
         self._release = store.script("context_release", scripts.RELEASE_LUA)
         self._append_load = store.script("context_append_load", scripts.APPEND_LOAD_LUA, durable=True)
+        self._create_append_load = store.script(
+            "context_create_append_load", scripts.CREATE_APPEND_LOAD_LUA, durable=True
+        )
         self._known = KnownSessions(cache_entries)  # what this process holds of each session
         self._known_size = cache_entries
         """Bound of `_known` and `_key_cache` (context.session_cache_entries)."""
@@ -106,22 +109,7 @@ class SessionStore:
 
     async def create(self, session: Session) -> tuple[Session, bool]:
         """Creates `session` unless one with its id exists; returns (the stored session, created)."""
-        fields: dict[str, str | int] = {
-            "agent_id": session.agent_id,
-            "goal": session.goal,
-            "sub_goals": json.dumps(list(session.sub_goals), ensure_ascii=False),
-            "system_prompt": session.system_prompt,
-            "budget": session.budget.to_json(),
-            "encoding": session.budget.encoding,
-            "create_time": repr(session.create_time),
-            "epoch": session.epoch,
-            "message_count": 0,
-            "total_tokens": 0,
-            "summary_count": 0,
-            "summary_rejections": 0,
-            "owner": session.owner,
-            "tasks": encode_tasks(session.tasks or ()),
-        }
+        fields = _create_fields(session)
         args: list[str | int] = [self.session_ttl_s]
         for name, value in fields.items():
             args += [name, value]
@@ -130,10 +118,50 @@ class SessionStore:
         if int(reply[0]) == 1:
             # Held from now on as a load would read it: the first load (the goal's append) reads no
             # meta hash, no entity, and the goal's own message not at all (issue 45).
-            written = self._session(session.session_id, {name: str(value) for name, value in fields.items()}, upto=-1)
-            self._known.remember(session.session_id, Known(written, 0, (), {}, entities={}, entities_at=0))
+            self._known.remember(session.session_id, self._created(session, fields))
             return session, True
         return self._session(session.session_id, _pairs(reply[1]), upto=-1), False
+
+    def _created(self, session: Session, fields: Mapping[str, str | int]) -> Known:
+        """What this process holds of `session` right after creating it with `fields`."""
+        written = self._session(session.session_id, {name: str(value) for name, value in fields.items()}, upto=-1)
+        return Known(written, 0, (), {}, entities={}, entities_at=0)
+
+    async def create_append_load(
+        self,
+        session: Session,
+        message: Message,
+        entities: Sequence[tuple[str, str]],
+        *,
+        caller_agent: str | None,
+        dedupe: Dedupe | None = None,
+        caller_task: str = "",
+    ) -> tuple[Session, tuple[int | Existing, Loaded | None] | None]:
+        """`create`, then `append_and_load` of `message`, in one script (issue 45: one call, and neither
+        the create's read and write of the meta hash nor its EXPIRE apart from the append's). Returns
+        (the stored session, None) when a session with its id exists: nothing is written then, the
+        caller appends as usual. Else the session is created, and the append raises as `append` does
+        or returns (its result, the load right after it; None when a message was found under the
+        dedupe key: the caller loads)."""
+        fields = _create_fields(session)
+        flat: list[str | int] = []
+        for name, value in fields.items():
+            flat += [name, value]
+        snap = self._created(session, fields)
+        appended = self._append_args(message, entities, caller_agent, session.budget.encoding, dedupe, caller_task)
+        args = [self.session_ttl_s, len(flat), *flat, *load_args(snap), *appended]
+        async with self.store.guard("create session"):
+            reply = await self._create_append_load(keys=self.keys(session.session_id), args=args)
+        if int(reply[0]) == 0:
+            return self._session(session.session_id, _pairs(reply[1]), upto=-1), None
+        self._known.remember(session.session_id, snap)
+        if isinstance(reply[1], list):
+            return session, (_existing(reply[1]), None)
+        index = int(reply[1])
+        if index < 0:
+            raise _append_error(session.session_id, index)
+        snap = snap.after_append(index, str(appended[0]), str(appended[1]), entities)
+        return session, (index, await self._loaded(session.session_id, json.loads(reply[2]), snap))
 
     def _session(self, session_id: str, meta: Mapping[str, bytes | str], *, upto: int) -> Session:
         def get(name: str, default: str = "") -> str:
@@ -415,6 +443,26 @@ def _append_error(session_id: str, code: int) -> Exception:
     return PermissionDeniedError(
         f"session:{echo(session_id)}", f"session {echo(session_id)} belongs to other tasks or another agent"
     )
+
+
+def _create_fields(session: Session) -> dict[str, str | int]:
+    """The meta hash a create writes for `session`."""
+    return {
+        "agent_id": session.agent_id,
+        "goal": session.goal,
+        "sub_goals": json.dumps(list(session.sub_goals), ensure_ascii=False),
+        "system_prompt": session.system_prompt,
+        "budget": session.budget.to_json(),
+        "encoding": session.budget.encoding,
+        "create_time": repr(session.create_time),
+        "epoch": session.epoch,
+        "message_count": 0,
+        "total_tokens": 0,
+        "summary_count": 0,
+        "summary_rejections": 0,
+        "owner": session.owner,
+        "tasks": encode_tasks(session.tasks or ()),
+    }
 
 
 def _not_found(session_id: str) -> NotFoundError:
