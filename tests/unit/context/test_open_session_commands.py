@@ -96,3 +96,24 @@ async def test_a_caller_the_append_refuses_still_creates_the_session_with_its_tt
     session, _ = await SessionStore(store).get("s1")
     assert session.agent_id == "support" and session.message_count == 0
     assert set(ttls := await _ttls(store, "s1")) == {"meta"} and ttls["meta"] > 590, ttls
+
+
+async def test_the_ttls_slide_as_after_a_create_and_an_append(store: Store) -> None:
+    engine = ContextEngine(ContextSettings(session_ttl_s=600), store)
+    await engine.open_session(TASK, session_id="s0", goal="g", goal_message_id="t0:goal", view=True)  # loads it
+    # A goal stating a known fact writes the entities hash too: it gets the TTL with the rest.
+    await engine.open_session(TASK, session_id="s1", goal="my order id is 12345", goal_message_id="g", view=True)
+    ttls = await _ttls(store, "s1")
+    assert set(ttls) == {"meta", "log", "idx", "entities", "dedupe"} and min(ttls.values()) > 590, ttls
+    # The refresh is recorded: the next appends (a dedupe entry, a label) within TTL_REFRESH_S expire nothing.
+    before = await commands(store)
+    await engine.append_message_once(TASK, "s1", Message(Role.USER, "my order id is 777"), client_message_id="m1")
+    await engine.append_message_viewed(TASK, "s1", Message(Role.ASSISTANT, "noted"))
+    assert (await spent(store, before))["expire"] == 0
+    # A session whose goal has no label: its first label (a new key) refreshes every key, together.
+    await engine.open_session(TASK, session_id="s2", goal="hello", goal_message_id="g", view=True)
+    before = await commands(store)
+    await engine.append_message_once(TASK, "s2", Message(Role.USER, "my order id is 777"))
+    assert (await spent(store, before))["expire"] == 6  # every key (as after a create and an append)
+    ttls = await _ttls(store, "s2")
+    assert set(ttls) == {"meta", "log", "idx", "entities", "dedupe"} and max(ttls.values()) - min(ttls.values()) <= 1
