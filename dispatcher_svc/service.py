@@ -209,9 +209,12 @@ class Dispatcher:
         self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = ""
     ) -> tuple[Task, AsyncIterator[TaskEvent]]:
         """StartTask, then every event of the task from the first (RunTask)."""
-        task = await self.start_task(request, caller=caller, request_id=request_id, traceparent=traceparent)
-        # start_task admitted the caller to this task, and read or wrote its status: the watch need not.
-        return task, self.events.watch(task.task_id, 0, opened=(task.status, task.last_sequence))
+        task, written = await self.starter.start_logged(
+            request, caller=caller, request_id=request_id, traceparent=traceparent
+        )
+        # start admitted the caller to this task, and read or wrote its status: the watch need not; nor
+        # read back the events start wrote, when they are all there is (a task it created: issue 45).
+        return task, self.events.watch(task.task_id, 0, opened=(task.status, task.last_sequence), written=written)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -112,6 +112,14 @@ class Starter:
         """Creates and queues a task recording `caller` as its creator; idempotent on `task_id`; resumes a
         FAILED task of that id. The caller must be allowed to run the agent, and an existing task is
         answered (or resumed) for its creator and operators only (access.py)."""
+        task, _ = await self.start_logged(request, caller=caller, request_id=request_id, traceparent=traceparent)
+        return task
+
+    async def start_logged(
+        self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = ""
+    ) -> tuple[Task, list[TaskEvent]]:
+        """`start`, and the events it wrote up to the task's last sequence: the created event of a task
+        it created (RunTask streams it without reading it back: issue 45); none otherwise."""
         if request.agent_id and request.capability:
             raise InvalidRequestError("capability", "set agent_id or capability, not both")
         if not request.agent_id and not request.capability:
@@ -145,7 +153,7 @@ class Starter:
         if session_id != task_id:
             if request.task_id and await self.tasks.exists(task_id):
                 # A retry of this StartTask (or a resume): the task has its session already.
-                return await self._start_existing(task_id, agent.id, goal, caller, session_id=session_id)
+                return await self._start_existing(task_id, agent.id, goal, caller, session_id=session_id), []
             try:
                 # The caller's own token: context_svc admits the session's owner and operators only.
                 await self.conversations.claim(session_id, task_id, agent.id, request_id=request_id)
@@ -193,7 +201,7 @@ class Starter:
             # Spawned inside the block: the slot passes to the run without a gap.
             self.worker.take(outcome.taken)
         if not outcome.created:
-            return await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id)
+            return await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id), []
         continued = f", session {session_id}" if session_id != task_id else ""
         continued += f", capability {choice.capability}" if choice else ""
         await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}{continued}")
@@ -208,7 +216,7 @@ class Starter:
             create_time_ms=now,
             update_time_ms=now,
             created_by=creator.subject,
-        )
+        ), [created.with_sequence(1)]
 
     async def _route(self, capability: str, task_id: str, caller: Identity) -> tuple[str, Choice | None]:
         """The agent for a start naming `capability` (routing.py), among the carriers `caller` may run
