@@ -22,6 +22,7 @@ from typing import Any
 
 from agentmesh.errors import NotFoundError
 from agentmesh.store import Store
+from dispatcher_svc.feed import Subscription
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.model_json import event_from_json
 from dispatcher_svc.tasks import STATUS_FIELDS, TaskStore, parse_status
@@ -89,6 +90,7 @@ class EventLog:
         admit: Callable[[], Awaitable[None]] | None = None,
         opened: tuple[TaskStatus, int] | None = None,
         written: Sequence[TaskEvent] = (),
+        subscription: Subscription | None = None,
     ) -> AsyncIterator[TaskEvent]:
         """Every event after `after`, then live ones, until the task's final event; heartbeats between.
 
@@ -98,13 +100,14 @@ class EventLog:
         the task's status and last sequence as the caller just read or wrote them (RunTask: the task
         it started), so only the events are read first, not the status with them (issue 45). `written`:
         the events the caller wrote up to that last sequence; when they are every one after `after`,
-        they are sent as they are and nothing is read first.
+        they are sent as they are and nothing is read first. `subscription`: the feed's, opened by the
+        caller before it wrote them (so this watch misses none of the later commits here); closed here.
         """
         if admit is not None:
             await admit()
         after = max(after, 0)
         feed = self.tasks.feed
-        with feed.subscribe(task_id) as local:
+        with feed.subscribe(task_id, subscription) as local:
             # What happened before we subscribed is only in the stream: read with the status.
             before: list[TaskEvent] | None = None
             if opened is None:
