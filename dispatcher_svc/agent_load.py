@@ -14,9 +14,10 @@
   re-added it meanwhile (`DROP_IF_SAME_LUA`: its score unchanged).
 - **Outcomes**: per agent, the hash `am:agentload:{<agent>}:ended` counts per minute the tasks that
   ended (`<minute>:e`) and those that ended FAILED (`<minute>:f`), counted once, by the commit that
-  ended the task (the commit script reports the status before it). `END_LUA` removes the task from
-  the set and counts it in one step; the first end of a minute in each process also drops the
-  minutes that left the window and refreshes the hash's TTL.
+  ended the task (the commit script reports the status before it). The first end of a minute in
+  each process runs `END_LUA`, which removes the task from the set and counts it in one step, and
+  drops the minutes that left the window and refreshes the hash's TTL; the other ends send its
+  HINCRBY and ZREM as plain commands in one round trip (issue 45: the script run was one more).
 
 Failures to update these are logged, never raised: the task's own commit succeeded and stands.
 """
@@ -121,12 +122,28 @@ class AgentLoad:
         args += [minute, minute - self.window_minutes + 1, self.window_minutes * 60 + 120, "1" if trim else ""]
         try:
             async with self.store.guard("agent load"):
-                await self._end(keys=[keys.agent_active(agent), keys.agent_outcomes(agent)], args=args)
+                if trim:
+                    await self._end(keys=[keys.agent_active(agent), keys.agent_outcomes(agent)], args=args)
+                else:
+                    await self._end_plainly(agent, task_id, status, minute, first=first)
         except AgentmeshError as exc:
             log.warning("agent %s: cannot count task %s as ended: %s", agent, task_id, exc.message)
             return
         if trim:
             self._trimmed[agent] = minute
+
+    async def _end_plainly(self, agent: str, task_id: str, status: TaskStatus, minute: int, *, first: bool) -> None:
+        """END_LUA's work without its trim as plain commands, one round trip: the script run itself was
+        one more command per task (issue 45). Counted before the removal: a connection lost half-way
+        leaves the task in the set (repair drops it), never an end uncounted."""
+        pipe = self.store.redis.pipeline(transaction=False)
+        if first:
+            outcomes = self.store.keys.agent_outcomes(agent)
+            pipe.hincrby(outcomes, f"{minute}:e", 1)
+            if status == TaskStatus.FAILED:
+                pipe.hincrby(outcomes, f"{minute}:f", 1)
+        pipe.zrem(self.store.keys.agent_active(agent), task_id)
+        await pipe.execute()
 
     # -- reads, for routing --------------------------------------------------------------------
 

@@ -16,12 +16,13 @@ every `heartbeat_interval_s`, so proxies and meshes keep the stream open.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from agentmesh.errors import NotFoundError
 from agentmesh.store import Store
+from dispatcher_svc.feed import Subscription
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.model_json import event_from_json
 from dispatcher_svc.tasks import STATUS_FIELDS, TaskStore, parse_status
@@ -88,6 +89,8 @@ class EventLog:
         *,
         admit: Callable[[], Awaitable[None]] | None = None,
         opened: tuple[TaskStatus, int] | None = None,
+        written: Sequence[TaskEvent] = (),
+        subscription: Subscription | None = None,
     ) -> AsyncIterator[TaskEvent]:
         """Every event after `after`, then live ones, until the task's final event; heartbeats between.
 
@@ -95,19 +98,24 @@ class EventLog:
         else (catching up, gaps, other replicas' commits) comes from the stream. `admit`, when given,
         is awaited first and raises to refuse the watcher (the dispatcher's access check). `opened`:
         the task's status and last sequence as the caller just read or wrote them (RunTask: the task
-        it started), so only the events are read first, not the status with them (issue 45).
+        it started), so only the events are read first, not the status with them (issue 45). `written`:
+        the events the caller wrote up to that last sequence; when they are every one after `after`,
+        they are sent as they are and nothing is read first. `subscription`: the feed's, opened by the
+        caller before it wrote them (so this watch misses none of the later commits here); closed here.
         """
         if admit is not None:
             await admit()
         after = max(after, 0)
         feed = self.tasks.feed
-        with feed.subscribe(task_id) as local:
+        with feed.subscribe(task_id, subscription) as local:
             # What happened before we subscribed is only in the stream: read with the status.
             before: list[TaskEvent] | None = None
             if opened is None:
                 status, last_sequence, before = await self._open(task_id, after)  # NotFoundError if unknown
             else:
                 status, last_sequence = opened
+                if [e.sequence for e in written] == list(range(after + 1, last_sequence + 1)) and written:
+                    before = list(written)  # all of them: the stream would answer the same
             if status.terminal and last_sequence <= after:
                 return  # nothing more will come
             # A terminal event ends the watch only if it is the last event of the log: the task's

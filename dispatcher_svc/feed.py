@@ -87,18 +87,28 @@ class LocalFeed:
             subscription.push(events, terminal_at)
 
     @contextmanager
-    def subscribe(self, task_id: str) -> Iterator[Subscription]:
-        """Buffers the task's events published from now on, while the block lasts."""
-        subscription = Subscription(self._buffer_limit)
-        self._subscriptions.setdefault(task_id, set()).add(subscription)
+    def subscribe(self, task_id: str, opened: Subscription | None = None) -> Iterator[Subscription]:
+        """Buffers the task's events published from now on, while the block lasts; `opened`, one `open`
+        made earlier, is used instead (and closed with the block)."""
+        subscription = opened if opened is not None else self.open(task_id)
         try:
             yield subscription
         finally:
-            subscribers = self._subscriptions.get(task_id)
-            if subscribers is not None:
-                subscribers.discard(subscription)
-                if not subscribers:
-                    del self._subscriptions[task_id]
+            self.close(task_id, subscription)
+
+    def open(self, task_id: str) -> Subscription:
+        """A subscription from now on, until `close` (RunTask's, opened before its task is created)."""
+        subscription = Subscription(self._buffer_limit)
+        self._subscriptions.setdefault(task_id, set()).add(subscription)
+        return subscription
+
+    def close(self, task_id: str, subscription: Subscription) -> None:
+        """Ends a subscription (again: nothing)."""
+        subscribers = self._subscriptions.get(task_id)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+            if not subscribers:
+                del self._subscriptions[task_id]
 
     @contextmanager
     def running(self, task_id: str) -> Iterator[None]:

@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 import socket
+import weakref
 from collections.abc import AsyncIterator, Sequence
 
 from opentelemetry import trace
@@ -209,9 +210,23 @@ class Dispatcher:
         self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = ""
     ) -> tuple[Task, AsyncIterator[TaskEvent]]:
         """StartTask, then every event of the task from the first (RunTask)."""
-        task = await self.start_task(request, caller=caller, request_id=request_id, traceparent=traceparent)
-        # start_task admitted the caller to this task, and read or wrote its status: the watch need not.
-        return task, self.events.watch(task.task_id, 0, opened=(task.status, task.last_sequence))
+        started = await self.starter.start_logged(
+            request, caller=caller, request_id=request_id, traceparent=traceparent, watch=True
+        )
+        task = started.task
+        # start admitted the caller to this task, and read or wrote its status: the watch need not; nor
+        # read back the events start wrote, when they are all there is (a task it created: issue 45),
+        # subscribed to this process's commits of it since before it was created.
+        events = self.events.watch(
+            task.task_id,
+            0,
+            opened=(task.status, task.last_sequence),
+            written=started.written,
+            subscription=started.subscription,
+        )
+        if started.subscription is not None:  # a watch never iterated ends no subscription itself
+            weakref.finalize(events, self.tasks.feed.close, task.task_id, started.subscription)
+        return task, events
 
     # -- reads ---------------------------------------------------------------------------------
 

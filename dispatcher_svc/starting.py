@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agentmesh.answers import SchemaProblem, canonical, narrow, parse_schema
 from agentmesh.chat import MAX_GOAL_CHARS, Usage
@@ -27,6 +27,7 @@ from dispatcher_svc.access import Auditor, Creator, check_run, check_task, is_cr
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
 from dispatcher_svc.continuation import Conversations, session_busy
 from dispatcher_svc.events import now_ms
+from dispatcher_svc.feed import Subscription
 from dispatcher_svc.model import EventKind, Task, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.routing import Choice, Router
@@ -84,6 +85,17 @@ def creator_of(record: TaskRecord) -> Creator:
     return Creator(subject=record.creator, agent_id=record.creator_agent)
 
 
+@dataclass(frozen=True)
+class Started:
+    """What `Starter.start_logged` did."""
+
+    task: Task
+    written: list[TaskEvent] = field(default_factory=list)
+    """The events it wrote up to the task's last sequence: a task it created, its created event."""
+    subscription: Subscription | None = None
+    """The feed's subscription to a task it created, opened before the create (the caller closes it)."""
+
+
 class Starter:
     """StartTask for one replica's dispatcher (its parts are the Dispatcher's own)."""
 
@@ -112,6 +124,14 @@ class Starter:
         """Creates and queues a task recording `caller` as its creator; idempotent on `task_id`; resumes a
         FAILED task of that id. The caller must be allowed to run the agent, and an existing task is
         answered (or resumed) for its creator and operators only (access.py)."""
+        started = await self.start_logged(request, caller=caller, request_id=request_id, traceparent=traceparent)
+        return started.task
+
+    async def start_logged(
+        self, request: StartRequest, *, caller: Identity, request_id: str, traceparent: str = "", watch: bool = False
+    ) -> Started:
+        """`start`, and what RunTask's watch needs to send a task it created without reading back
+        what it wrote (issue 45): see `Started`; `watch` asks for the subscription."""
         if request.agent_id and request.capability:
             raise InvalidRequestError("capability", "set agent_id or capability, not both")
         if not request.agent_id and not request.capability:
@@ -145,7 +165,7 @@ class Starter:
         if session_id != task_id:
             if request.task_id and await self.tasks.exists(task_id):
                 # A retry of this StartTask (or a resume): the task has its session already.
-                return await self._start_existing(task_id, agent.id, goal, caller, session_id=session_id)
+                return Started(await self._start_existing(task_id, agent.id, goal, caller, session_id=session_id))
             try:
                 # The caller's own token: context_svc admits the session's owner and operators only.
                 await self.conversations.claim(session_id, task_id, agent.id, request_id=request_id)
@@ -188,16 +208,26 @@ class Starter:
             message=f"status PENDING: task created for agent {agent.id}" + (f" ({choice.summary()})" if choice else ""),
             attributes={"agent_id": agent.id, "request_id": request_id, **(choice.attributes() if choice else {})},
         )
-        with self.worker.slot() as take:
-            outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take)
-            # Spawned inside the block: the slot passes to the run without a gap.
-            self.worker.take(outcome.taken)
+        # Before the create: a run here commits at once (its RUNNING event, while the audit is written).
+        subscription = self.tasks.feed.open(task_id) if watch else None
+        try:
+            with self.worker.slot() as take:
+                outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take)
+                # Spawned inside the block: the slot passes to the run without a gap.
+                self.worker.take(outcome.taken)
+            if outcome.created:
+                continued = f", session {session_id}" if session_id != task_id else ""
+                continued += f", capability {choice.capability}" if choice else ""
+                await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}{continued}")
+        except BaseException:
+            if subscription is not None:
+                self.tasks.feed.close(task_id, subscription)
+            raise
         if not outcome.created:
-            return await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id)
-        continued = f", session {session_id}" if session_id != task_id else ""
-        continued += f", capability {choice.capability}" if choice else ""
-        await self.auditor.record(caller, "task.start", task_id, detail=f"agent {agent.id}{continued}")
-        return Task(
+            if subscription is not None:
+                self.tasks.feed.close(task_id, subscription)
+            return Started(await self._start_existing(task_id, agent.id, goal, caller, session_id=request.session_id))
+        task = Task(
             task_id=task_id,
             agent_id=agent.id,
             goal=goal,
@@ -209,6 +239,7 @@ class Starter:
             update_time_ms=now,
             created_by=creator.subject,
         )
+        return Started(task, [created.with_sequence(1)], subscription)
 
     async def _route(self, capability: str, task_id: str, caller: Identity) -> tuple[str, Choice | None]:
         """The agent for a start naming `capability` (routing.py), among the carriers `caller` may run

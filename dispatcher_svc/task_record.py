@@ -54,6 +54,17 @@ def task_not_found(task_id: str) -> NotFoundError:
 
 
 STATUS_FIELDS = ("status", "last_sequence")
+
+RECORD_FIELDS = (
+    "task_id", "agent_id", "goal", "status", "fence", "step", "usage", "answer", "error", "session_id",
+    "request_id", "traceparent", "token_budget", "max_steps", "create_ms", "update_ms", "last_sequence",
+    "owner", "lease_until", "runs", "pending", "cursor", "creator", "creator_agent", "output_schema",
+    "output_json", "parent_task_id", "root_task_id", "child_task_id", "depth", "hops", "answer_to",
+    "deadline_ms",
+)  # fmt: skip
+"""The hash fields a TaskRecord is made of: the acquire script reads exactly these (issue 45: one
+HMGET instead of HMGET and HGETALL), and `TaskRecord.from_hash` reads nothing else."""
+_RECORD_FIELD_SET = frozenset(RECORD_FIELDS)
 """The hash fields of a light status read (`parse_status`)."""
 
 
@@ -277,7 +288,8 @@ class TaskRecord:
 
     @classmethod
     def from_hash(cls, raw: Mapping[bytes, bytes]) -> TaskRecord:
-        h = {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items()}
+        # Only RECORD_FIELDS: a field read here but missing there would be lost on every acquire.
+        h = {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items() if k.decode() in _RECORD_FIELD_SET}
 
         def num(name: str) -> int:
             value = h.get(name, "")

@@ -290,6 +290,12 @@ class Worker:
         return result
 
     async def _run(self, msg_id: str, task_id: str, claimed: bool) -> None:
+        # Run here from its acquisition on: a watcher here waits for this process's commits (the
+        # acquisition's RUNNING event first), it does not block on the stream (issue 45).
+        with self.tasks.feed.running(task_id):
+            await self._run_here(msg_id, task_id, claimed)
+
+    async def _run_here(self, msg_id: str, task_id: str, claimed: bool) -> None:
         me = asyncio.current_task()
         assert me is not None
         renewer: asyncio.Task[None] | None = None

@@ -9,11 +9,13 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+import redis.asyncio
 
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from agentmesh.rpc.status import from_rpc_error, rich_details
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from tests.contract.dispatcher.conftest import MakeMesh, Mesh, answer, tool_call
+from tests.rediscluster import cluster_mode
 
 D = dispatcher_pb2
 
@@ -69,6 +71,37 @@ async def test_run_task_streams_every_event_to_the_answer(make_mesh: MakeMesh) -
     assert (caller.agent_id, caller.task_id, caller.permissions) == ("ops", task.task_id, ("dev:test:read",))
     assert set(mesh.context.request_ids) == {task.request_id}
     assert mesh.provider.agents[0] == "ops/ops/fake/m"
+
+
+async def test_run_task_of_a_task_run_here_reads_none_of_its_events_back(
+    make_mesh: MakeMesh, redis_url: str, request: pytest.FixtureRequest
+) -> None:
+    # Issue 45: the created event is streamed as written and the run's commits come from this process's
+    # feed, subscribed before the create: no read of the task's event stream (Redis MONITOR sees every
+    # command); every event, in order.
+    if cluster_mode(request.config):
+        pytest.skip("monitors one standalone server")
+    mesh = await make_mesh(calc_policy, {"calc": lambda a: str(a["a"] + a["b"])})
+    seen: list[str] = []
+    client = redis.asyncio.Redis.from_url(redis_url)
+    async with client.monitor() as monitor:
+
+        async def listen() -> None:
+            while True:
+                seen.append(str((await monitor.next_command())["command"]))
+
+        listener = asyncio.create_task(listen())
+        await asyncio.sleep(0.1)
+        events = await run(mesh)
+        await asyncio.sleep(0.1)
+        listener.cancel()
+    await client.aclose()
+    stream = f":{{{events[0].task_id}}}:events"
+    assert [c for c in seen if stream in c and c.split()[0].upper() in ("XRANGE", "XREAD", "XREVRANGE")] == []
+    assert any(stream in c and c.startswith("XADD") for c in seen)  # (the monitor saw the task's commands)
+    assert [e.sequence for e in events] == list(range(1, len(events) + 1))
+    assert events[1].message.startswith("status RUNNING on ")
+    assert events[-1].status == D.TASK_STATUS_SUCCEEDED and len(events) == 12
 
 
 async def test_missing_or_forged_identity_is_refused(make_mesh: MakeMesh) -> None:

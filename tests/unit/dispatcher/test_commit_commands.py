@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from agentmesh.chat import Usage
 from agentmesh.config import DispatcherSettings
 from agentmesh.store import Store
 from dispatcher_svc.events import now_ms
@@ -64,12 +65,27 @@ async def test_an_acquisition_reads_and_writes_the_hash_once(store: Store) -> No
     await tasks.commit(TASK, fence=None, fields=fields_of(status=TaskStatus.PENDING), events=[event("created")])
     before = await commands(store)
     acquired = await tasks.acquire(TASK, "c1", lease_ms=5000, if_pending=event("run"), if_taken_over=event("again"))
-    assert await spent(store, before) == Counter(
-        {"evalsha": 1, "hmget": 1, "time": 1, "xadd": 1, "hset": 1, "hgetall": 1}
-    )
+    assert await spent(store, before) == Counter({"evalsha": 1, "hmget": 1, "time": 1, "xadd": 1, "hset": 1})
     assert isinstance(acquired, TaskRecord)
     assert (acquired.fence, acquired.runs, acquired.status, acquired.owner) == (1, 1, TaskStatus.RUNNING, "c1")
     # A live owner keeps it; the same consumer takes it again (fence and runs move on).
     assert await tasks.acquire(TASK, "c2", lease_ms=5000, if_pending=event("x"), if_taken_over=event("y")) is None
     again = await tasks.acquire(TASK, "c1", lease_ms=5000, if_pending=event("x"), if_taken_over=event("y"))
     assert isinstance(again, TaskRecord) and (again.fence, again.runs, again.last_sequence) == (2, 2, 3)
+
+
+async def test_an_acquisition_returns_the_record_a_load_reads_after_it(store: Store) -> None:
+    # The record comes from the script's one HMGET with its own writes applied (issue 45: no HGETALL):
+    # every field a load reads, as a load reads it, also those the acquisition did not write.
+    tasks = TaskStore(store, DispatcherSettings())
+    fields = fields_of(
+        status=TaskStatus.PENDING, step=2, usage=Usage(1, 2), update_ms=5, task_id=TASK, agent_id="a",
+        goal="g", session_id="s", request_id="r", creator="c", token_budget=9, max_steps=4, create_ms=3,
+        parent_task_id="p", root_task_id="p", depth=1, hops="x", answer_to="q", deadline_ms=99, runs=0,
+    )  # fmt: skip
+    await tasks.commit(TASK, fence=None, fields={**fields, "unrelated": "1"}, events=[event("created")])
+    acquired = await tasks.acquire(TASK, "c1", lease_ms=5000, if_pending=event("run"), if_taken_over=event("again"))
+    assert isinstance(acquired, TaskRecord)
+    assert acquired == await tasks.load(TASK)
+    assert (acquired.goal, acquired.deadline_ms, acquired.usage, acquired.owner) == ("g", 99, Usage(1, 2), "c1")
+    assert (acquired.fence, acquired.runs, acquired.status, acquired.last_sequence) == (1, 1, TaskStatus.RUNNING, 2)

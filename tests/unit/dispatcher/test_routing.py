@@ -3,7 +3,9 @@ its typed errors, the ListModels cache, and the agents' load counters in Redis (
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -256,3 +258,22 @@ async def test_the_outcome_hash_is_trimmed_and_its_ttl_refreshed_once_a_minute_p
     load._trimmed["a"] -= 1  # the next minute
     await load.ended("a", "t3", TaskStatus.SUCCEEDED, first=True)
     assert await store.redis.hexists(key, "1:e") == 0 and await store.redis.ttl(key) > 0
+
+
+async def test_an_end_after_the_minutes_first_is_its_counts_and_removal_only(store: Store) -> None:
+    # Issue 45: no script run for an end that has nothing to trim: HINCRBY(s) and ZREM, counted at Redis.
+    load = AgentLoad(store, SETTINGS)
+    for task_id in ("t1", "t2", "t3", "t4"):
+        await load.entered("a", task_id)
+    await load.ended("a", "t1", TaskStatus.SUCCEEDED, first=True)  # the minute's first: the script trims
+    stats: Any = await store.redis.info("commandstats")
+    before = Counter({name: int(v["calls"]) for name, v in stats.items()})
+    await load.ended("a", "t2", TaskStatus.SUCCEEDED, first=True)
+    await load.ended("a", "t3", TaskStatus.FAILED, first=True)
+    await load.ended("a", "t4", TaskStatus.FAILED, first=False)  # a later write to an ended task: not counted
+    stats = await store.redis.info("commandstats")
+    used = +(Counter({name: int(v["calls"]) for name, v in stats.items()}) - before)
+    used["cmdstat_info"] -= 1
+    assert +used == Counter({"cmdstat_hincrby": 3, "cmdstat_zrem": 3})
+    depths, outcomes = await load.signals(["a"])
+    assert depths == {"a": 0} and outcomes == {"a": (3, 1)}

@@ -69,3 +69,40 @@ async def test_a_final_event_from_the_stream_still_asks_for_the_status(
     rest = await _collect(watch)
     assert [e.message for e in rest] == ["status SUCCEEDED"]
     assert status_reads == [TASK]
+
+
+async def test_a_watch_given_the_events_its_caller_wrote_reads_nothing_first_and_misses_nothing(store: Store) -> None:
+    # RunTask of a task it created (issue 45): the created event is sent as written, not read back; a
+    # commit that landed before the watch subscribed (a run on this replica is quick) is then a gap in
+    # the feed, filled from the stream: the events are the stream's, gap-free, as without `written`.
+    here, log = replica(store)
+    await create(here)
+    [created] = await replica(store)[1].read(TASK)  # as the caller wrote it: the stream's own
+    await commit(here, "before the watch")
+    with here.feed.running(TASK):
+        watch = log.watch(TASK, 0, opened=(TaskStatus.PENDING, 1), written=[created])
+        first = await anext(watch)
+        assert log.reads == Counter()  # the first event came from the caller
+        await commit(here, "a")
+        await finish(here)
+        rest = await _collect(watch)
+    assert [(e.sequence, e.message) for e in [first, *rest]] == [
+        (1, "created"),
+        (2, "before the watch"),
+        (3, "a"),
+        (4, "status SUCCEEDED"),
+    ]
+    assert log.reads == Counter({"XRANGE": 1})  # the gap's fill
+
+
+async def test_written_events_that_are_not_all_of_them_are_read_from_the_stream(store: Store) -> None:
+    here, log = replica(store)
+    await create(here)
+    await commit(here, "x")
+    created, _ = await replica(store)[1].read(TASK)
+    with here.feed.running(TASK):
+        watch = log.watch(TASK, 0, opened=(TaskStatus.PENDING, 2), written=[created])
+        await finish(here)
+        events = await _collect(watch)
+    assert [e.message for e in events] == ["created", "x", "status SUCCEEDED"]
+    assert log.reads["XRANGE"] == 1
