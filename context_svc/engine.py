@@ -212,11 +212,12 @@ class ContextEngine:
         )  # fmt: skip
         goal_message = Message(role=Role.USER, content=goal)
         fast = None
-        if goal_message_id and view and self.appends.goal_inline(goal_message):
+        entities = self.appends.goal_inline(goal_message) if goal_message_id and view else None
+        if entities is not None:
             # The create, the goal's append and its load as one script (issue 45), when it is new.
             self.memory.owned(new.session_id, new.owner)
             memories = None if self.settings.memory_extract else self.memory.prefetch(new.session_id)
-            fast = await self.appends.create_with_goal(caller, new, goal_message, goal_message_id)
+            fast = await self.appends.create_with_goal(caller, new, goal_message, goal_message_id, entities)
         if fast is None:
             stored, created = await self.sessions.create(new)
             session = self._opened(caller, new, stored, created=created, budget=budget)

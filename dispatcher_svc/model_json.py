@@ -154,7 +154,12 @@ def event_to_json(event: TaskEvent) -> str:
         data["attrs"] = event.attributes
     if event.output_json:
         data["out"] = event.output_json
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT.encode(data)
+
+
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""`json.dumps(..., ensure_ascii=False, separators=(",", ":"))` without building an encoder per call:
+a task writes a dozen events (issue 45)."""
 
 
 def event_from_json(task_id: str, sequence: int, text: str | bytes) -> TaskEvent:

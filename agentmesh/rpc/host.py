@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -464,6 +465,7 @@ async def _serve(spec: ServiceSpec, settings: Settings) -> None:
             store=store,
         )
         cleanup = await spec.setup(host)
+        freeze_startup_heap()
         await host.start()
         try:
             await host.serve_until_signal()
@@ -474,6 +476,17 @@ async def _serve(spec: ServiceSpec, settings: Settings) -> None:
         if store is not None:
             await store.close()
         await telemetry.aclose()
+
+
+def freeze_startup_heap() -> None:
+    """Moves every object alive now (modules, classes, descriptors, configuration: ~130k objects) out of
+    the cyclic GC's reach (`gc.freeze`), after one collection of start-up garbage.
+
+    They live as long as the process, yet each full collection walked them all: ~0.1 s of CPU in each
+    service every few hundred tasks (issue 45). Only a service process does this (`run_service`), before
+    it accepts calls; a test process that builds a ServiceHost keeps its usual GC."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_service(spec: ServiceSpec, argv: Sequence[str] | None = None) -> int:

