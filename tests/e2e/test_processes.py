@@ -55,6 +55,7 @@ def start_up(env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen[byte
     test on the other xdist worker, or anything else on this machine, could already be serving."""
     ports = free_ports(FULL_NAMES)
     env["AGENTMESH_SERVICES"] = service_json(ports)
+    env["TMPDIR"] = str(tmp_path)  # its state file (named by its port) and its Redis's directory: not /tmp
     up = spawn(["-m", "agentmesh.cli", "up"], env, tmp_path / "up.log")
     try:
         for port in ports.values():
