@@ -2,8 +2,11 @@
 
 `Backoff.delay(n, draw)` is the delay before retry `n` (1-based): min(initial * multiplier^(n-1), max)
 + jitter * draw, where `draw` in [0, 1) is the caller's random number. Pure (no clock, no randomness
-of its own), so a decision that uses it stays a pure function and a test picks the draw. The
-dispatcher's outage waits use it (docs/design.md §7); the other retry loops can adopt it.
+of its own), so a decision that uses it stays a pure function and a test picks the draw. Every retry
+loop of the services uses it: the dispatcher's outage waits and workflow retries (docs/design.md §7),
+tool_svc's retries of transient faults (`RetryPolicy.schedule`) and provider_svc's upstream retries
+(`RetryPolicy.backoff`). The Python client (clients/python, its own distribution that imports nothing of
+the server) keeps its own reconnect delay.
 """
 
 from __future__ import annotations

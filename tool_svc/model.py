@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentmesh.backoff import Backoff
 from agentmesh.errors import AgentmeshError, ErrorCode, Violation
 from agentmesh.identity_value import Identity
 from agentmesh.payload_value import StoredPayload
@@ -44,6 +45,11 @@ class RetryPolicy:
     initial_backoff_s: float = 1.0
     max_backoff_s: float = 4.0
     max_jitter_s: float = 0.5
+
+    @property
+    def schedule(self) -> Backoff:
+        """The delays as the shared backoff value (doubling, capped, jittered)."""
+        return Backoff(self.initial_backoff_s, self.max_backoff_s, multiplier=2.0, jitter_s=self.max_jitter_s)
 
 
 @dataclass(frozen=True)

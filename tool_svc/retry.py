@@ -31,10 +31,10 @@ _DEADLINE_MARGIN_S = 0.05
 
 
 def backoff_delay(policy: RetryPolicy, retry: int, rng: random.Random | None = None) -> float:
-    """Delay before retry number `retry` (1-based)."""
-    base = min(policy.initial_backoff_s * float(2 ** (retry - 1)), policy.max_backoff_s)
-    jitter = float((rng or random).uniform(0.0, policy.max_jitter_s)) if policy.max_jitter_s > 0 else 0.0
-    return base + jitter
+    """Delay before retry number `retry` (1-based): the policy's schedule (`agentmesh.backoff`, the one
+    every retry loop uses), spread by a random draw (none drawn when the policy has no jitter)."""
+    draw = (rng or random).random() if policy.max_jitter_s > 0 else 0.0
+    return policy.schedule.delay(retry, draw)
 
 
 def retryable(tool: ToolDef, err: AgentmeshError) -> bool:

@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from agentmesh.backoff import Backoff
 from agentmesh.errors import AgentmeshError, ErrorCode
 from provider_svc.models.base import (
     Attempt,
@@ -53,9 +54,10 @@ class RetryPolicy:
     max_retry_after_s: float = 60.0
 
     def backoff(self, retry: int, rng: random.Random | None = None) -> float:
-        """Delay before retry number `retry` (1-based), jitter included."""
-        delay = min(self.cap_s, self.base_s * self.multiplier ** (retry - 1))
-        return delay + (rng or random).uniform(0, self.jitter_s)
+        """Delay before retry number `retry` (1-based), jitter included: the shared schedule
+        (`agentmesh.backoff`, the one every retry loop uses) with a random draw."""
+        schedule = Backoff(self.base_s, self.cap_s, multiplier=self.multiplier, jitter_s=self.jitter_s)
+        return schedule.delay(retry, (rng or random).random())
 
 
 def should_retry(err: AgentmeshError) -> bool:
