@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 
 __all__ = ["GRANTS_PART", "grant", "granted_fields"]
@@ -24,8 +25,7 @@ GRANTS_PART: Final = "grants"
 
 # KEYS: the grants hash. ARGV: ttl s, then ref id / owner session pairs. A grant never shortens the
 # hash's life: each one sets now + ttl.
-_GRANT_LUA: Final = """for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-return redis.call('EXPIRE', KEYS[1], ARGV[1])"""
+_GRANT_LUA: Final = package_lua("agentmesh", "payload_grant")
 
 
 async def grant(store: Store, session_id: str, refs: Mapping[str, str], ttl_s: int) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from agentmesh.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
+from agentmesh.lua_source import package_lua
 from agentmesh.payload_digest import digest, structured_digest, text_digest
 from agentmesh.payload_grants import granted_fields
 from agentmesh.payload_select import check_selectors, select
@@ -65,11 +66,7 @@ PAYLOAD_INDEX_PART: Final = "payloads"  # the part of the session's keys (am:ses
 
 # KEYS: the payload hash, the session's index (one hash tag). ARGV: content, media type, size, expire_at,
 # ttl s, sha256. Each put sets now + ttl on the index: never earlier than a previous payload's expiry.
-_PUT_LUA: Final = """redis.call('HSET', KEYS[1], 'content', ARGV[1], 'media_type', ARGV[2], 'size', ARGV[3],
-  'expire_at', ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('SADD', KEYS[2], ARGV[6])
-return redis.call('EXPIRE', KEYS[2], ARGV[5])"""
+_PUT_LUA: Final = package_lua("agentmesh", "payload_put")
 
 
 def _check_media_type(media_type: str) -> str:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.resources
 import logging
 import re
 import urllib.parse
@@ -47,6 +46,7 @@ from agentmesh import storeguard
 from agentmesh.clusterclient import CLUSTER_SCHEMES, BoundedCluster, PoolExhaustedError
 from agentmesh.config import RedisSettings
 from agentmesh.errors import InvalidRequestError, UnavailableError
+from agentmesh.lua_source import package_lua
 from agentmesh.metrics import Metrics
 from agentmesh.storecheck import StoreMisconfiguredError, check_server
 
@@ -202,12 +202,7 @@ class Keys:
 # --------------------------------------------------------------------------------------------
 
 
-def package_lua(name: str) -> str:
-    """The source of `agentmesh/lua/<name>.lua` (package data, shipped in the wheel)."""
-    return importlib.resources.files("agentmesh").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-
-
-TOKEN_BUCKET_LUA: Final = package_lua("token_bucket")
+TOKEN_BUCKET_LUA: Final = package_lua("agentmesh", "token_bucket")
 """The one token bucket: an exact take (`Store.take_token`) or a lease of up to `most` whole tokens
 (tool_svc's per-agent rate limit); see the script's header."""
 

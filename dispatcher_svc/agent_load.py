@@ -31,43 +31,15 @@ from typing import Any
 
 from agentmesh.config import RoutingSettings
 from agentmesh.errors import AgentmeshError
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 from dispatcher_svc.model import TERMINAL, TaskStatus
 
 log = logging.getLogger("dispatcher_svc.agent_load")
 
-DROP_IF_SAME_LUA = """
--- Drops members of one agent's unfinished-task set that repair found finished, unless re-added since.
--- KEYS[1]: the set. ARGV: member, score seen, member, score seen, ... Returns how many were dropped.
-local dropped = 0
-for i = 1, #ARGV, 2 do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    redis.call('ZREM', KEYS[1], ARGV[i])
-    dropped = dropped + 1
-  end
-end
-return dropped
-"""
+DROP_IF_SAME_LUA = package_lua("dispatcher_svc", "agent_load_drop")
 
-END_LUA = """
--- A task of one agent ended. KEYS[1]: the agent's unfinished-task set, KEYS[2]: its outcome hash.
--- ARGV: task id, '1' to count the outcome ('' not: not the write that ended it), '1' if FAILED,
--- the current minute, the first minute of the window, the hash's TTL s, '1' to also drop the minutes
--- that left the window and refresh the TTL ('': the caller did so this minute already; issue 45).
-redis.call('ZREM', KEYS[1], ARGV[1])
-if ARGV[2] ~= '1' then return 0 end
-redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':e', 1)
-if ARGV[3] == '1' then redis.call('HINCRBY', KEYS[2], ARGV[4] .. ':f', 1) end
-if ARGV[7] == '' then return 1 end
-local first = tonumber(ARGV[5])
-for _, name in ipairs(redis.call('HKEYS', KEYS[2])) do
-  local minute = tonumber(string.match(name, '^(%d+):'))
-  if minute == nil or minute < first then redis.call('HDEL', KEYS[2], name) end
-end
-redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
-return 1
-"""
+END_LUA = package_lua("dispatcher_svc", "agent_load_end")
 
 REPAIR_GRACE_MS = 10_000
 """Members younger than this are not re-checked (just added: their task is as the set says)."""

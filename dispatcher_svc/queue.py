@@ -15,39 +15,14 @@ from typing import Any
 
 import redis.exceptions as rexc
 
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 
-ENQUEUE_LUA = """
--- Queues a task; given a group and consumer, also reads the next new entry for that consumer in
--- the same atomic step, before a blocked reader of another replica is served: the replica that
--- accepted the task runs it when it has room (and its watchers get the events from memory).
--- KEYS[1]: the tasks stream. ARGV: task id, group ('' = only queue), consumer.
--- Returns {entry id} or {entry id, {{id, {field, value, ...}}, ...}}.
-local id = redis.call('XADD', KEYS[1], '*', 'task', ARGV[1])
-if ARGV[2] == '' then return {id} end
-local read = redis.pcall('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
-if type(read) ~= 'table' or read.err then return {id} end  -- nothing new, or no group yet
-return {id, read[1][2]}
-"""
+ENQUEUE_LUA = package_lua("dispatcher_svc", "enqueue")
 
-TOUCH_LUA = """
--- Renews this consumer's claim on a queue entry, only if it still holds it.
--- KEYS[1]: the tasks stream. ARGV: group, consumer, entry id. Returns 1 if renewed.
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'JUSTID')
-return 1
-"""
+TOUCH_LUA = package_lua("dispatcher_svc", "touch")
 
-ACK_IF_MINE_LUA = """
--- Acknowledges and deletes a queue entry only if this consumer holds it (never another's claim).
--- KEYS[1]: tasks stream. ARGV: group, consumer, entry id. Returns 1 if acknowledged.
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
-if #p == 0 or p[1][2] ~= ARGV[2] then return 0 end
-redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
-redis.call('XDEL', KEYS[1], ARGV[3])
-return 1
-"""
+ACK_IF_MINE_LUA = package_lua("dispatcher_svc", "ack_if_mine")
 
 
 def taken_entries(reply: Any) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agentmesh.errors import AgentmeshError
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 from provider_svc.models.base import Usage
 
@@ -37,20 +38,7 @@ _MAX_INDEXED_CACHE = 10_000
 ROUTED_SUFFIX = ":r"
 """The hash of rows with their task tag and API key (the key without it: rows of earlier releases)."""
 
-RECORD_LUA = """
--- KEYS[1]: the usage hash of one (agent, day). ARGV[1]: ttl_s; then groups of 6:
--- model, calls, in, out, cost_nusd, latency_us.
-for i = 2, #ARGV, 6 do
-  local m = ARGV[i]
-  redis.call('HINCRBY', KEYS[1], m .. '#calls', ARGV[i + 1])
-  redis.call('HINCRBY', KEYS[1], m .. '#in', ARGV[i + 2])
-  redis.call('HINCRBY', KEYS[1], m .. '#out', ARGV[i + 3])
-  redis.call('HINCRBY', KEYS[1], m .. '#cost_nusd', ARGV[i + 4])
-  redis.call('HINCRBY', KEYS[1], m .. '#latency_us', ARGV[i + 5])
-end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-return 1
-"""
+RECORD_LUA = package_lua("provider_svc", "usage_record")
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentmesh.errors import FailedPreconditionError, InvalidRequestError, NotFoundError, PermissionDeniedError
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 from tool_svc.call import CallState
 from tool_svc.model import Caller, CallRequest, Outcome, Pending, ToolDef, arguments_sha256
@@ -38,49 +39,14 @@ State = Literal["pending", "approved", "denied", "expired"]
 # Records stay readable (as expired or decided) this long after their expiry.
 RETENTION_S = 86400
 
-_CREATE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local expire_at = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'pending', 'record', ARGV[1], 'expire_at', string.format('%.6f', expire_at))
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) + tonumber(ARGV[3])))
-return string.format('%.6f', expire_at)
-"""
+_CREATE_LUA = package_lua("tool_svc", "approval_create")
 
 # As _CREATE_LUA, but an existing record (another replica opened the same settlement) is kept.
-_CREATE_NX_LUA = """
-local have = redis.call('HGET', KEYS[1], 'expire_at')
-if have then return have end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local expire_at = now + tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'state', 'pending', 'record', ARGV[1], 'expire_at', string.format('%.6f', expire_at))
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) + tonumber(ARGV[3])))
-return string.format('%.6f', expire_at)
-"""
+_CREATE_NX_LUA = package_lua("tool_svc", "approval_create_nx")
 
-_GET_LUA = """
-local t = redis.call('TIME')
-local fields = redis.call('HGETALL', KEYS[1])
-table.insert(fields, 'now')
-table.insert(fields, string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000))
-return fields
-"""
+_GET_LUA = package_lua("tool_svc", "approval_get")
 
-_DECIDE_LUA = """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {'missing', ''} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-if state == 'pending' and now >= tonumber(redis.call('HGET', KEYS[1], 'expire_at')) then
-  redis.call('HSET', KEYS[1], 'state', 'expired')
-  return {'expired', ''}
-end
-if state ~= 'pending' then return {state, ''} end
-redis.call('HSET', KEYS[1], 'state', ARGV[1], 'resolved_by', ARGV[2], 'reason', ARGV[3],
-           'resolve_time', string.format('%.6f', now), 'settlement', ARGV[4])
-return {'decided', string.format('%.6f', now)}
-"""
+_DECIDE_LUA = package_lua("tool_svc", "approval_decide")
 
 
 @dataclass(frozen=True)

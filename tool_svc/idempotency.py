@@ -41,6 +41,7 @@ from typing import Any
 
 from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, NotFoundError
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 from tool_svc.approvals import ApprovalBook, ApprovalRecord
 from tool_svc.call import CallState
@@ -78,49 +79,15 @@ _UNKNOWN_DELIVERY = frozenset(
 
 # KEYS: record, heartbeat. ARGV: record JSON, token, record ttl ms, lease ms.
 # Returns {1} when claimed, else {0, current record, heartbeat alive}.
-_CLAIM_LUA = """
-local cur = redis.call('GET', KEYS[1])
-if not cur then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
-  return {1}
-end
-return {0, cur, redis.call('EXISTS', KEYS[2])}
-"""
+_CLAIM_LUA = package_lua("tool_svc", "idempotency_claim")
 
 # Compare-and-set of the record. KEYS: record, heartbeat. ARGV: owner (t or a), allowed states
 # (comma-separated, '' = any), new record ('' deletes), record ttl ms, new heartbeat token ('' = none),
 # lease ms, '1' when the owner must be dead (no heartbeat).
-_CAS_LUA = """
-local cur = redis.call('GET', KEYS[1])
-if not cur then return 0 end
-local rec = cjson.decode(cur)
-if rec['t'] ~= ARGV[1] and rec['a'] ~= ARGV[1] then return 0 end
-if ARGV[2] ~= '' and not string.find(',' .. ARGV[2] .. ',', ',' .. tostring(rec['s']) .. ',', 1, true) then
-  return 0
-end
-if ARGV[7] == '1' and redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-if ARGV[3] == '' then
-  redis.call('DEL', KEYS[1], KEYS[2])
-  return 1
-end
-redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
-if ARGV[5] ~= '' then
-  redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
-else
-  redis.call('DEL', KEYS[2])
-end
-return 1
-"""
+_CAS_LUA = package_lua("tool_svc", "idempotency_cas")
 
 # KEYS: record, heartbeat. ARGV: token, lease ms. Refreshes the heartbeat while the record is ours.
-_HEARTBEAT_LUA = """
-local cur = redis.call('GET', KEYS[1])
-if not cur then return 0 end
-if cjson.decode(cur)['t'] ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
+_HEARTBEAT_LUA = package_lua("tool_svc", "idempotency_heartbeat")
 
 _POLL_S = (0.01, 0.02, 0.05, 0.1, 0.2)
 # Kept back from the caller's deadline so the "in progress" answer reaches it before it gives up.

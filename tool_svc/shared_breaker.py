@@ -24,99 +24,24 @@ from dataclasses import dataclass
 from typing import Final
 
 from agentmesh.errors import AgentmeshError
+from agentmesh.lua_source import package_lua
 from agentmesh.store import Store
 from tool_svc.breaker import BreakerConfig, Breakers, State
 
 __all__ = ["SharedBreakers", "breaker_subject"]
 
-_NOW_MS: Final = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-"""
+# The scripts' sources are tool_svc/lua/*.lua. Redis TIME in ms (`now`), shared by both: it takes the
+# `{NOW_MS}` line of breaker_admit.lua and precedes breaker_record.lua.
+_NOW_MS: Final = package_lua("tool_svc", "now_ms")
 
 # KEYS[1]: the breaker hash. ARGV: open ms, ramp ms, ramp start fraction, probe lease ms.
 # Returns {admitted 0/1, state, failures, retry_after_ms}.
 # A breaker without a hash (closed, quiet) is answered before Redis's clock is read (issue 45).
-ADMIT_LUA: Final = (
-    """
-local state = redis.call('HGET', KEYS[1], 'state')
-if not state then return {1, 'closed', 0, 0} end
-"""
-    + _NOW_MS
-    + """
-local failures = tonumber(redis.call('HGET', KEYS[1], 'failures') or '0')
-local open_ms, ramp_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-if state == 'open' then
-  local opened = tonumber(redis.call('HGET', KEYS[1], 'opened_ms') or '0')
-  if now - opened < open_ms then return {0, 'open', failures, open_ms - (now - opened)} end
-  state = 'half_open'
-  redis.call('HSET', KEYS[1], 'state', state, 'probe_until_ms', '0')
-elseif state == 'ramping' then
-  local started = tonumber(redis.call('HGET', KEYS[1], 'ramp_ms') or '0')
-  if now - started >= ramp_ms then
-    redis.call('DEL', KEYS[1])
-    return {1, 'closed', 0, 0}
-  end
-  local start = tonumber(ARGV[3])
-  local share = math.min(1, start + (1 - start) * (now - started) / ramp_ms)
-  local credit = tonumber(redis.call('HGET', KEYS[1], 'credit') or '0') + share
-  if credit >= 1 then
-    redis.call('HSET', KEYS[1], 'credit', tostring(credit - 1))
-    return {1, 'ramping', failures, 0}
-  end
-  redis.call('HSET', KEYS[1], 'credit', tostring(credit))
-  return {0, 'ramping', failures, 500}
-end
-if state == 'half_open' then
-  -- One probe at a time; a prober that died without a verdict frees the slot after its lease.
-  if tonumber(redis.call('HGET', KEYS[1], 'probe_until_ms') or '0') > now then
-    return {0, 'half_open', failures, 1000}
-  end
-  redis.call('HSET', KEYS[1], 'probe_until_ms', tostring(now + tonumber(ARGV[4])))
-  return {1, 'half_open', failures, 0}
-end
-return {1, state, failures, 0}
-"""
-)
+ADMIT_LUA: Final = package_lua("tool_svc", "breaker_admit").replace("\n{NOW_MS}\n", _NOW_MS)
 
 # KEYS[1]: the breaker hash. ARGV: '1' success / '0' failure / 'release' (a probe without a verdict),
 # failure threshold, ramp ms, idle ttl ms. Returns {state, failures}.
-RECORD_LUA: Final = (
-    _NOW_MS
-    + """
-local state = redis.call('HGET', KEYS[1], 'state') or 'closed'
-local failures = tonumber(redis.call('HGET', KEYS[1], 'failures') or '0')
-if ARGV[1] == 'release' then
-  if state == 'half_open' then redis.call('HSET', KEYS[1], 'probe_until_ms', '0') end
-  return {state, failures}
-end
-if ARGV[1] == '1' then
-  if state == 'half_open' then
-    if tonumber(ARGV[3]) <= 0 then
-      redis.call('DEL', KEYS[1])
-      return {'closed', 0}
-    end
-    redis.call('HSET', KEYS[1], 'state', 'ramping', 'ramp_ms', tostring(now), 'credit', '0', 'failures', '0')
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    return {'ramping', 0}
-  end
-  if state == 'closed' then
-    redis.call('DEL', KEYS[1])
-    return {'closed', 0}
-  end
-  if state == 'ramping' then redis.call('HSET', KEYS[1], 'failures', '0') end
-  return {state, 0}
-end
-failures = failures + 1
-if state == 'half_open' or state == 'ramping' or failures >= tonumber(ARGV[2]) then
-  state = 'open'
-  redis.call('HSET', KEYS[1], 'state', 'open', 'opened_ms', tostring(now), 'probe_until_ms', '0')
-end
-redis.call('HSET', KEYS[1], 'state', state, 'failures', tostring(failures))
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {state, failures}
-"""
-)
+RECORD_LUA: Final = _NOW_MS + package_lua("tool_svc", "breaker_record")
 
 # A half-open probe that never reports (its replica died) holds the probe slot this long at most.
 _PROBE_LEASE_MS: Final = 30_000

@@ -1,0 +1,3 @@
+
+-- KEYS and ARGV: load's.
+return load(KEYS, ARGV)

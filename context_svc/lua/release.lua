@@ -1,0 +1,4 @@
+
+-- KEYS[1] lease key. ARGV[1] our token: delete only our own lease.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
