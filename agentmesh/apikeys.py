@@ -30,8 +30,9 @@ from typing import Any
 
 from agentmesh.config import QuotaLimits
 from agentmesh.errors import InvalidRequestError, NotFoundError
-from agentmesh.identity import KEY_PREFIX, Identity, TokenError, is_api_key
+from agentmesh.identity_value import Identity
 from agentmesh.store import Store
+from agentmesh.tokens import KEY_PREFIX, TokenError, is_api_key
 
 __all__ = [
     "KEY_PREFIX",
@@ -317,8 +318,8 @@ _CACHE_ENTRIES = 4096
 
 
 class KeyAuthenticator:
-    """API keys for `Authenticator` (agentmesh/identity.py): a verified key is trusted for `cache_s`, so a
-    revocation reaches a replica's other RPCs within that, and its model calls at once (provider_svc's
+    """API keys for `Authenticator` (agentmesh/authenticator.py): a verified key is trusted for `cache_s`, so
+    a revocation reaches a replica's other RPCs within that, and its model calls at once (provider_svc's
     reservation reads the record in the same script)."""
 
     def __init__(self, keys: ApiKeys, cache_s: float = 5.0) -> None:

@@ -1,17 +1,22 @@
-"""Who is calling: the Identity value and its roles, with nothing of tokens, keys or config.
+"""Who is calling: the Identity value and its roles, and the identity of the call being served.
 
-The light half of `agentmesh.identity` (which re-exports both names): domain models name the caller
-without loading the authenticator's JWT, HTTP and settings libraries. Roles: "agent", "operator",
-"admin"; `Identity.has_role` treats admin as a superset of operator.
+Nothing of tokens, keys or config (those are `agentmesh.tokens` and `agentmesh.authenticator`):
+domain models name the caller without loading the authenticator's JWT, HTTP and settings libraries,
+and code serving a call reads its caller with `current_identity()` / `require_identity()` (the RPC
+edge, `agentmesh.rpc.auth`, sets `identity_var` once the call's credential verified). Roles: "agent",
+"operator", "admin"; `Identity.has_role` treats admin as a superset of operator.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-__all__ = ["KNOWN_ROLES", "Identity"]
+from agentmesh.errors import UnauthenticatedError
+
+__all__ = ["KNOWN_ROLES", "Identity", "current_identity", "identity_var", "require_identity"]
 
 KNOWN_ROLES: frozenset[str] = frozenset({"agent", "operator", "admin"})
 # Role implication: holding the key role grants the listed roles too.
@@ -67,3 +72,22 @@ class Identity:
             expires_at=issued + 365 * 24 * 3600,
             token_id="",
         )
+
+
+# --- the identity of the call being served --------------------------------------------------------
+
+identity_var: ContextVar[Identity | None] = ContextVar("agentmesh_identity", default=None)
+"""The verified identity of the incoming call; set by the RPC edge (agentmesh.rpc.auth)."""
+
+
+def current_identity() -> Identity | None:
+    """The identity of the call being served, or None outside an authenticated call."""
+    return identity_var.get()
+
+
+def require_identity() -> Identity:
+    """The identity of the call being served; UnauthenticatedError when there is none."""
+    identity = identity_var.get()
+    if identity is None:
+        raise UnauthenticatedError("no caller identity (is the RPC edge's AuthInterceptor installed?)")
+    return identity

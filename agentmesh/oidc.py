@@ -1,7 +1,7 @@
 """JWTs from configured OpenID Connect issuers, verified against their JWKS (docs/design.md §9).
 
 Clients in any language get an identity from their organisation's identity provider and send it as
-`authorization: Bearer <jwt>`; agentmesh's own HMAC tokens (`agentmesh.identity`) stay for what the
+`authorization: Bearer <jwt>`; agentmesh's own HMAC tokens (`agentmesh.tokens`) stay for what the
 dispatcher mints per task and for `agentmesh token`. A JWT is accepted when:
 - its `iss` is a configured issuer (`auth.oidc`) and its `alg` one that issuer allows (RS256, ES256,
   EdDSA: asymmetric only, so `alg: none` and HMAC-with-the-public-key confusions are refused);

@@ -43,9 +43,9 @@ from starlette.routing import Route
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.http import HttpListener
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, BareEchoServer, Stats, bar_plot, measure, table

@@ -45,15 +45,16 @@ import grpc
 import grpc.aio
 import yaml
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import load_settings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator, mint_token
 from agentmesh.rpc.codec import role_from_pb
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table
 from context_svc.model import ContextView, Message

@@ -40,8 +40,8 @@ import grpc.aio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentmesh import callctx
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import Settings, TlsSettings, load_settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
 from agentmesh.rpc.interceptors import ChainedCallInterceptor, EdgeInterceptor
 from agentmesh.rpc.telemetry import server_interceptors

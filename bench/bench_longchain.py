@@ -41,10 +41,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.demo_ops import OpsApi, write_service_log
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import BENCH_DIR, percentile, table
 from bench.longchain_scenario import (

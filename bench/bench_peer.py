@@ -41,10 +41,10 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.bench_scale import AUTH_KEY, REPO, SERVICES, Mesh, RedisSnapshot
 from bench.common import percentile, table

@@ -36,7 +36,7 @@ import yaml
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import mint_token
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from bench.common import (
     BENCH_DIR,

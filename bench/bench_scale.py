@@ -51,11 +51,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import AuthSettings, DispatcherSettings, RedisSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.store import Store
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.common import table

@@ -46,9 +46,9 @@ import grpc.aio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
 from agentmesh.v1 import (
     context_pb2_grpc,

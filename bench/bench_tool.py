@@ -39,7 +39,7 @@ import yaml
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import mint_token
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from bench.common import BENCH_DIR, STATS_HEADER, Stats, bar_plot, bare_roundtrip, measure, table
 

@@ -31,9 +31,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import AuthSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from bench import bench_peer
 from bench.bench_scale import AUTH_KEY, REPO, Mesh, _Upstream, config, run_tasks
 

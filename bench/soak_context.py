@@ -28,7 +28,7 @@ import grpc.aio
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import mint_token
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import context_pb2_grpc
 from bench.bench_context import AUTH_KEY, Client, _start_context, populate
 from bench.common import table

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 import grpc
 import grpc.aio
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import Settings, load_settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry

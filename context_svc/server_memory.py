@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import grpc.aio
 
 from agentmesh.errors import InvalidRequestError
-from agentmesh.identity import require_identity
+from agentmesh.identity_value import require_identity
 from agentmesh.rpc import codec
 from agentmesh.v1 import context_pb2
 from context_svc.memories import Memories

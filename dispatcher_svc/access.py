@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from agentmesh.audit import AuditLog
 from agentmesh.errors import AgentmeshError, PermissionDeniedError, echo
 from agentmesh.grants import agent_run_permission, allowed
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 
 __all__ = [
     "NOT_TASK_AGENT",

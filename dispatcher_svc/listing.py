@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.errors import AgentmeshError, InvalidRequestError
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from dispatcher_svc.access import Creator, is_creator, is_operator
 from dispatcher_svc.model import PendingApproval, Task, TaskStatus
 from dispatcher_svc.pagetoken import PageCursor, PageTokens, filter_hash

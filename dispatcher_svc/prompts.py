@@ -34,7 +34,7 @@ from agentmesh.errors import (
     PermissionDeniedError,
     echo,
 )
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from agentmesh.store import Store
 from dispatcher_svc.model import SentPrompt
 

@@ -11,7 +11,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from agentmesh.answers import canonical
 from agentmesh.errors import InvalidRequestError
-from agentmesh.identity import require_identity
+from agentmesh.identity_value import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost, ServiceSpec

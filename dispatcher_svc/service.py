@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Sequence
 from opentelemetry import trace
 
 from agentmesh.audit import AuditLog
+from agentmesh.authenticator import Authenticator
 from agentmesh.chat import MAX_GOAL_CHARS
 from agentmesh.config import Settings
 from agentmesh.errors import (
@@ -33,7 +34,7 @@ from agentmesh.errors import (
     Violation,
     echo,
 )
-from agentmesh.identity import Authenticator, Identity
+from agentmesh.identity_value import Identity
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from agentmesh.telemetry import current_request_id

@@ -21,7 +21,7 @@ from agentmesh.errors import (
     PermissionDeniedError,
     Violation,
 )
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from agentmesh.telemetry import current_request_id
 from dispatcher_svc.access import Auditor, Creator, check_run, check_task, is_creator, is_operator, may_run
 from dispatcher_svc.agents import AgentConfig, AgentRegistry

@@ -21,8 +21,9 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, NotFoundError, UnavailableError
-from agentmesh.identity import Authenticator, Identity
+from agentmesh.identity_value import Identity
 from agentmesh.pagetoken import PageCursor, PageTokens, filter_hash
 from agentmesh.store import Store
 from dispatcher_svc.access import Creator, is_creator, is_operator, task_denied

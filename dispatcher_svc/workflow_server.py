@@ -11,7 +11,7 @@ from google.protobuf import json_format, struct_pb2
 
 from agentmesh.answers import canonical
 from agentmesh.errors import ErrorCode
-from agentmesh.identity import require_identity
+from agentmesh.identity_value import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.telemetry import current_request_id

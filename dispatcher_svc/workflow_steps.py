@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentmesh.answers import canonical
+from agentmesh.authenticator import Authenticator
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, NotFoundError
 from agentmesh.grants import agent_run_permission
-from agentmesh.identity import Authenticator, Identity
+from agentmesh.identity_value import Identity
 from agentmesh.redacted import traceback_text
 from agentmesh.store import Store
 from dispatcher_svc.model import Task, TaskStatus

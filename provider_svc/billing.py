@@ -15,7 +15,7 @@ Domain code only: no grpc, no stubs (docs/design.md §1).
 from __future__ import annotations
 
 from agentmesh.errors import PermissionDeniedError, echo
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 
 __all__ = ["billed_agent"]
 

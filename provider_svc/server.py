@@ -23,7 +23,7 @@ from agentmesh.apikeys import ApiKeys
 from agentmesh.audit import AuditLog
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, Usage
 from agentmesh.errors import AgentmeshError, InvalidRequestError, PermissionDeniedError
-from agentmesh.identity import Identity, require_identity
+from agentmesh.identity_value import Identity, require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import checked_from_detail, to_detail

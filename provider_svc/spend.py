@@ -30,7 +30,7 @@ from typing import Any, Literal
 from agentmesh.apikeys import ApiKeyRecord, ApiKeys
 from agentmesh.config import GatewaySettings, QuotaLimits
 from agentmesh.errors import InvalidRequestError, NotFoundError, PermissionDeniedError, echo
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from agentmesh.pagetoken import PageCursor, PageTokens, filter_hash
 from provider_svc.quotas import Quotas, Scope
 from provider_svc.usage import UsageLedger, UsageRow

@@ -25,10 +25,10 @@ import grpc
 import grpc.aio
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import RedisSettings, Settings, deep_merge, load_settings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.telemetry import OTLP
 from agentmesh.store import Store

@@ -16,7 +16,7 @@ import grpc.aio
 
 from agentmesh.chat import DEFAULT_MAX_JSON_DEPTH, MAX_GOAL_CHARS, ToolCall
 from agentmesh.errors import InvalidRequestError
-from agentmesh.identity import require_identity
+from agentmesh.identity_value import require_identity
 from agentmesh.rpc import codec
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import to_detail

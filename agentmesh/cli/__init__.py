@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status, health_target
+from agentmesh.cli.token_mint import token_command
 from agentmesh.config import (
     NO_AUTH_KEY,
     ConfigError,
@@ -32,7 +33,6 @@ from agentmesh.config import (
     read_layers,
     settings_from_layers,
 )
-from agentmesh.identity import token_command
 
 DEMO_CONFIG_FILE = "agentmesh.demo.yaml"
 """The overlay with the demo's tools and agents; never part of the image or the base ConfigMap."""

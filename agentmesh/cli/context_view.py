@@ -16,10 +16,10 @@ import grpc
 import grpc.aio
 from google.protobuf import json_format
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.tracing import command_trace
 from agentmesh.config import Settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import context_pb2, context_pb2_grpc

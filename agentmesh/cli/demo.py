@@ -25,13 +25,13 @@ import grpc
 import grpc.aio
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
 from agentmesh.cli.run_view import RunOutcome, format_event, format_plan, status_name, stream_task
 from agentmesh.cli.supervisor import SERVICES, Supervisor, health_status
 from agentmesh.cli.trace_view import trace_command
 from agentmesh.config import Settings
-from agentmesh.identity import Authenticator
 from agentmesh.telemetry import SPAN_BATCH_DELAY_S
 from agentmesh.v1 import dispatcher_pb2
 

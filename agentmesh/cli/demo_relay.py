@@ -27,10 +27,10 @@ import grpc
 import grpc.aio
 import yaml
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import Supervisor
 from agentmesh.config import ConfigError, Settings, read_layers, settings_from_layers
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 
 D = dispatcher_pb2

@@ -20,9 +20,9 @@ from typing import Any, TextIO
 import grpc
 import grpc.aio
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import create_channel
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 import grpc
 import grpc.aio
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.tracing import CommandTrace, cli_channel, command_trace
 from agentmesh.config import Settings
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import code_for_grpc_status, from_detail, from_rpc_error
 from agentmesh.semconv import GEN_AI_AGENT_ID
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc

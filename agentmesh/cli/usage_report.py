@@ -21,9 +21,9 @@ import grpc
 import grpc.aio
 from google.protobuf import timestamp_pb2
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.cli.tracing import command_trace
 from agentmesh.config import Settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc import codec
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.v1 import provider_pb2

@@ -3,7 +3,8 @@
 Runs in the edge's chain before the request is decoded (`agentmesh.rpc.interceptors`): a call with
 no or a bad token is UNAUTHENTICATED having cost one HMAC at most. A rejection is raised, and the
 edge answers and logs it as any error (one short line, rate-limited per method and code); a
-TokenError states the reason only, never the token. Tokens themselves are `agentmesh.identity`'s.
+TokenError states the reason only, never the token. Tokens themselves are `agentmesh.tokens`'s, the
+verifying `agentmesh.authenticator`'s.
 
 A call refused for its role also appends `auth.refused` to the audit stream (`agentmesh.audit`,
 docs/design.md §9) when the host has a store: best effort, in a background task (at most
@@ -22,10 +23,12 @@ import grpc.aio
 
 from agentmesh import callctx
 from agentmesh.audit import AuditLog
+from agentmesh.authenticator import Authenticator
 from agentmesh.errors import PermissionDeniedError, echo
-from agentmesh.identity import KNOWN_ROLES, Authenticator, Identity, TokenError, identity_var
+from agentmesh.identity_value import KNOWN_ROLES, Identity, identity_var
 from agentmesh.rpc.interceptors import CallInterceptor
 from agentmesh.rpc.ratelog import RateLimitedLog
+from agentmesh.tokens import TokenError
 
 __all__ = ["AUTHORIZATION_HEADER", "PUBLIC_METHOD_PREFIXES", "AuthInterceptor", "RefusalAudit", "call_token"]
 

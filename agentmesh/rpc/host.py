@@ -42,9 +42,9 @@ from starlette.middleware import Middleware
 
 from agentmesh.apikeys import ApiKeys, KeyAuthenticator
 from agentmesh.audit import AuditLog
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import ConfigError, Settings, load_settings
 from agentmesh.errors import AgentmeshError, OverloadedError, UnavailableError
-from agentmesh.identity import Authenticator
 from agentmesh.metrics import Metrics
 from agentmesh.process import die_with_supervisor
 from agentmesh.rpc.auth import AuthInterceptor, RefusalAudit

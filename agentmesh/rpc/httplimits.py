@@ -32,7 +32,7 @@ from connectrpc.errors import ConnectError
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentmesh.errors import OverloadedError, PermissionDeniedError
-from agentmesh.identity import Identity, current_identity
+from agentmesh.identity_value import Identity, current_identity
 from agentmesh.rpc.interceptors import CallInterceptor
 from agentmesh.rpc.status import abort
 

@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from agentmesh import callctx
 from agentmesh.errors import AgentmeshError, ErrorCode, InvalidRequestError, PayloadTooLargeError
-from agentmesh.identity import require_identity
+from agentmesh.identity_value import require_identity
 from agentmesh.redacted import traceback_text
 from provider_svc.billing import billed_agent
 from provider_svc.compat import anthropic_api, openai_api

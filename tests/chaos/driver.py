@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import common_pb2, dispatcher_pb2, dispatcher_pb2_grpc
 from tests.chaos.mesh import AGENT_ID
 from tests.chaos.upstreams import Upstreams

@@ -4,7 +4,7 @@ indexed once by the backfill and then listed, newest first, with the creator rul
 from __future__ import annotations
 
 from agentmesh.config import DispatcherSettings
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from dispatcher_svc.listing import Listing, TaskFilter
 from dispatcher_svc.task_index import TaskIndex
 from dispatcher_svc.tasks import TaskStore

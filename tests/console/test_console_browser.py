@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.run_view import login_name
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from tests.conftest import TEST_AUTH_KEY
 from tests.console.browser import DESKTOP, PHONE, ROOT, Browser, page_is_clean, screenshot

@@ -16,8 +16,8 @@ import grpc.aio
 import httpx
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.console import ASSETS_DIR, ConsoleApp
 from agentmesh.v1 import common_pb2, dispatcher_pb2, tool_pb2, tool_pb2_grpc
 from tests.console.scenario import console_stack

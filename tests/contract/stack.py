@@ -15,9 +15,9 @@ from typing import Any
 
 import grpc.aio
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings, deep_merge, load_settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry

@@ -136,7 +136,7 @@ async def test_aclose_cancels_writes_that_outlive_it() -> None:
         async def record(self, **fields: Any) -> None:
             await asyncio.sleep(60)
 
-    from agentmesh.identity import Identity
+    from agentmesh.identity_value import Identity
 
     refusals = RefusalAudit(Stuck(), timeout_s=60)  # type: ignore[arg-type]
     refusals.refused(Identity.dev(), RESOLVE, "requires admin")

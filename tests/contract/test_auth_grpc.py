@@ -13,10 +13,10 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_g
 from pydantic import SecretStr
 
 from agentmesh import callctx
-from agentmesh import identity as auth
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import AuthSettings
 from agentmesh.errors import ErrorCode
-from agentmesh.identity import Authenticator
+from agentmesh.identity_value import Identity, current_identity, require_identity
 from agentmesh.rpc import status as rpcstatus
 from agentmesh.rpc.auth import AuthInterceptor
 from agentmesh.rpc.interceptors import EdgeInterceptor
@@ -38,14 +38,14 @@ class Dispatcher(dispatcher_pb2_grpc.DispatcherServiceServicer):
     """Echoes what the auth layer gave the servicer, so tests see the identity came from the token."""
 
     def __init__(self) -> None:
-        self.seen: list[auth.Identity | None] = []
+        self.seen: list[Identity | None] = []
         self.forwarded_tokens: list[str | None] = []
 
-    def _record(self) -> auth.Identity:
-        identity = auth.current_identity()
+    def _record(self) -> Identity:
+        identity = current_identity()
         self.seen.append(identity)
         self.forwarded_tokens.append(callctx.identity_token_var.get())
-        return auth.require_identity()
+        return require_identity()
 
     async def ListAgents(self, request: Any, context: Any) -> dispatcher_pb2.ListAgentsResponse:
         self._record()
@@ -212,7 +212,7 @@ async def test_identity_does_not_leak_between_calls(enabled: Harness) -> None:
     await enabled.stub.ListAgents(dispatcher_pb2.ListAgentsRequest(), metadata=md(enabled.token(subject="a")))
     await enabled.stub.ListAgents(dispatcher_pb2.ListAgentsRequest(), metadata=md(enabled.token(subject="b")))
     assert [identity.subject for identity in enabled.servicer.seen if identity] == ["a", "b"]
-    assert auth.current_identity() is None
+    assert current_identity() is None
 
 
 async def test_server_streaming_rpc_is_authenticated(enabled: Harness) -> None:

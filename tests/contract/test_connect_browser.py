@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh.identity import Authenticator
+from agentmesh.authenticator import Authenticator
 from tests.contract.stack import AGENT, Stack
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,8 +29,8 @@ from cryptography import x509
 from google.protobuf import descriptor_pool
 from google.rpc import status_pb2  # type: ignore[import-untyped]
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.identity import Authenticator
 from agentmesh.rpc import http as http_listener
 from agentmesh.rpc.connect import ConnectServicer, served_methods
 from agentmesh.rpc.ratelog import RateLimitedLog

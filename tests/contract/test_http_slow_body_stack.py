@@ -11,8 +11,8 @@ from pathlib import Path
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from tests.contract.stack import AGENT, Stack
 from tests.contract.test_http_slow_body import slow_post, status_of, wait_for

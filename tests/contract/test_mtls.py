@@ -25,9 +25,9 @@ from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.cli.probe import run_probe
 from agentmesh.config import Settings, TlsSettings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.channels import ServiceClients
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.rpc.interceptors import CallInterceptor

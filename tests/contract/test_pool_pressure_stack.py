@@ -22,8 +22,8 @@ from typing import Any
 import grpc.aio
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from dispatcher_svc.lease import Lease
 from tests.contract.stack import AGENT, Stack

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from tests.contract.stack import Stack
 

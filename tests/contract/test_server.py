@@ -14,9 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings, load_settings
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.telemetry import setup_telemetry

@@ -10,8 +10,8 @@ import grpc
 import grpc.aio
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.status import from_rpc_error
 from agentmesh.v1 import context_pb2, context_pb2_grpc, dispatcher_pb2, dispatcher_pb2_grpc
 from tests.contract.stack import AGENT, Stack

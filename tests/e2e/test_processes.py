@@ -122,8 +122,8 @@ def test_sigterm_lets_a_slow_call_finish(process_env: dict[str, str], tmp_path: 
     target = f"127.0.0.1:{port}"
     try:
         wait_serving(target)
+        from agentmesh.authenticator import Authenticator
         from agentmesh.config import load_settings
-        from agentmesh.identity import Authenticator
 
         token = Authenticator(load_settings(overrides={"auth": {"key": env["AGENTMESH_AUTH_KEY"]}}).auth).mint(
             subject="tester", roles=["agent"]

@@ -33,10 +33,10 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from google.protobuf.message import Message
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import Settings, deep_merge, load_settings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.rpc.host import ServiceHost, ServiceSpec
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry

@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from agentmesh import identity as auth
+from agentmesh import authenticator as authenticator_module
+from agentmesh.authenticator import Authenticator, identity_from_jwt
 from agentmesh.callctx import IDENTITY_HEADER
+from agentmesh.cli.token_mint import token_command
 from agentmesh.config import AuthSettings, ConfigError, OidcIssuerSettings, Settings
 from agentmesh.errors import AgentmeshError, ErrorCode, UnauthenticatedError
-from agentmesh.identity import Authenticator, Identity, TokenError, mint_token, verify_token
+from agentmesh.identity_value import Identity, current_identity, identity_var, require_identity
 from agentmesh.oidc import VerifiedJwt
+from agentmesh.tokens import TokenError, mint_token, verify_token
 
 KEY = b"unit-test-key-0123456789abcdef0123"
 NOW = 1_700_000_000
@@ -348,7 +351,7 @@ def test_enabled_identify_requires_a_valid_token() -> None:
 
 
 def test_disabled_mode_warns_loudly_and_trusts_everyone(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="agentmesh.identity"):
+    with caplog.at_level(logging.WARNING, logger="agentmesh.authenticator"):
         authenticator = Authenticator(AuthSettings(mode="disabled"), environment="dev")
     assert any(
         r.levelno == logging.WARNING and "auth is DISABLED" in r.getMessage() and "dev only" in r.getMessage()
@@ -390,19 +393,19 @@ def test_from_settings_refuses_disabled_in_prod() -> None:
 
 
 def test_require_identity_outside_a_call_is_unauthenticated() -> None:
-    assert auth.current_identity() is None
+    assert current_identity() is None
     with pytest.raises(UnauthenticatedError):
-        auth.require_identity()
+        require_identity()
 
 
 def test_require_identity_returns_the_identity_set_for_the_call() -> None:
     identity = Identity.dev()
-    reset = auth.identity_var.set(identity)
+    reset = identity_var.set(identity)
     try:
-        assert auth.current_identity() is identity
-        assert auth.require_identity() is identity
+        assert current_identity() is identity
+        assert require_identity() is identity
     finally:
-        auth.identity_var.reset(reset)
+        identity_var.reset(reset)
 
 
 def test_the_dev_identity_holds_every_role_and_permission_for_a_year() -> None:
@@ -431,7 +434,7 @@ def test_the_dev_identity_holds_every_role_and_permission_for_a_year() -> None:
 
 def test_token_command_mints_an_operator_token() -> None:
     settings = Settings(environment="staging", auth=enabled(token_ttl_s=900))
-    token = auth.token_command(settings, "operator", "alice", None)
+    token = token_command(settings, "operator", "alice", None)
     identity = verify_token(KEY, token)
     assert identity.subject == "alice"
     assert identity.roles == frozenset({"operator"})
@@ -440,7 +443,7 @@ def test_token_command_mints_an_operator_token() -> None:
 
 
 def test_token_command_admin_with_ttl_and_default_subject() -> None:
-    token = auth.token_command(Settings(auth=enabled()), "admin", None, 30)
+    token = token_command(Settings(auth=enabled()), "admin", None, 30)
     identity = verify_token(KEY, token)
     assert identity.has_role("operator")
     assert identity.subject
@@ -451,7 +454,7 @@ def test_token_command_for_an_agent_carries_its_id_and_grants_and_each_refusal_s
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = Settings(environment="staging", auth=enabled())
-    agent = verify_token(KEY, auth.token_command(settings, None, None, None, agent_id="ops", permissions=["a:b:c"]))
+    agent = verify_token(KEY, token_command(settings, None, None, None, agent_id="ops", permissions=["a:b:c"]))
     assert (agent.subject, agent.agent_id, agent.roles) == ("ops", "ops", frozenset({"agent"}))
     assert agent.permissions == ("a:b:c",) and agent.environment == "staging"
 
@@ -459,7 +462,7 @@ def test_token_command_for_an_agent_carries_its_id_and_grants_and_each_refusal_s
         raise KeyError("no passwd entry")
 
     monkeypatch.setattr(getpass, "getuser", no_login_name)
-    assert verify_token(KEY, auth.token_command(settings, "admin", None, None)).subject == "admin"
+    assert verify_token(KEY, token_command(settings, "admin", None, None)).subject == "admin"
     refusals: list[tuple[dict[str, Any], str]] = [
         ({"role": None}, "--role must be one of admin, agent, operator (or name an --agent), got None"),
         ({"role": "agent"}, "an agent token needs --agent"),
@@ -474,10 +477,10 @@ def test_token_command_for_an_agent_carries_its_id_and_grants_and_each_refusal_s
     for kwargs, message in refusals:
         role = kwargs.pop("role")
         with pytest.raises(ValueError) as info:
-            auth.token_command(settings, role, "x", None, **kwargs)
+            token_command(settings, role, "x", None, **kwargs)
         assert str(info.value) == message
     with pytest.raises(ConfigError) as config:  # Settings refuses auth enabled without a key: only disabled gets here
-        auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
+        token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
     assert str(config.value) == (
         "auth.key is not set (AGENTMESH_AUTH_KEY): cannot sign a token; while auth is disabled no token is needed"
     )
@@ -485,7 +488,7 @@ def test_token_command_for_an_agent_carries_its_id_and_grants_and_each_refusal_s
 
 def test_require_identity_outside_a_call_says_what_is_missing() -> None:
     with pytest.raises(UnauthenticatedError) as info:
-        auth.require_identity()
+        require_identity()
     assert info.value.message == "no caller identity (is the RPC edge's AuthInterceptor installed?)"
 
 
@@ -501,13 +504,13 @@ def test_a_minted_token_defaults_to_no_agent_instance_or_task_in_dev() -> None:
 
 def test_token_command_refuses_an_agent_role_without_agent_and_missing_key() -> None:
     with pytest.raises(ValueError, match="needs --agent"):
-        auth.token_command(Settings(auth=enabled()), "agent", "x", None)
+        token_command(Settings(auth=enabled()), "agent", "x", None)
     with pytest.raises(ValueError, match="must be one of"):
-        auth.token_command(Settings(auth=enabled()), None, "x", None)
+        token_command(Settings(auth=enabled()), None, "x", None)
     with pytest.raises(ValueError, match="env:group:access"):
-        auth.token_command(Settings(auth=enabled()), None, None, None, agent_id="ops", permissions=["ops.read"])
+        token_command(Settings(auth=enabled()), None, None, None, agent_id="ops", permissions=["ops.read"])
     with pytest.raises(ConfigError, match="no token is needed"):
-        auth.token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
+        token_command(Settings(auth=AuthSettings(mode="disabled")), "operator", "x", None)
 
 
 def test_authenticator_mint_carries_every_claim_and_defaults_to_none() -> None:
@@ -622,7 +625,7 @@ def test_identify_checks_a_token_at_the_given_time_and_auth_disabled_falls_back_
         enabled_auth.identify(token, now=NOW + 1_000)
     disabled = Authenticator(AuthSettings(mode="disabled", key=SecretStr(KEY.decode())), environment="dev")
     assert disabled.identify(token, now=NOW + 10).subject == "bob"
-    with caplog.at_level(logging.DEBUG, logger="agentmesh.identity"):
+    with caplog.at_level(logging.DEBUG, logger="agentmesh.authenticator"):
         assert disabled.identify(token, now=NOW + 1_000).subject == "dev"
     ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
     assert len(ignored) == 1
@@ -657,7 +660,7 @@ def test_a_jwts_environment_claim_and_issue_time_are_read_when_configured() -> N
     base = {"sub": "bob", "roles": ["sre"], "exp": NOW + 600, "iat": NOW}
 
     def identity(**claims: Any) -> Identity:
-        return auth.identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
+        return identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
 
     found = identity(env="staging")
     assert (found.environment, found.issued_at) == ("staging", NOW)
@@ -681,7 +684,7 @@ def test_verify_token_tolerates_thirty_seconds_of_skew_by_default() -> None:
 
 
 def test_the_verified_token_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auth, "_VERIFIED_CACHE_SIZE", 3)
+    monkeypatch.setattr(authenticator_module, "_VERIFIED_CACHE_SIZE", 3)
     authenticator = Authenticator(enabled(), environment="dev")
     tokens = [authenticator.mint(subject=f"s{i}", roles=("agent",), agent_id="a", now=NOW) for i in range(4)]
     first = authenticator.verify(tokens[0], now=NOW)
@@ -719,7 +722,7 @@ def test_a_jwts_identity_has_no_instance_or_task_and_is_issued_before_it_expires
 
     def identity(**claims: Any) -> Identity:
         base = {"sub": "bob", "roles": ["sre"], "exp": NOW + 600, "iat": NOW}
-        return auth.identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
+        return identity_from_jwt(VerifiedJwt(issuer, "k", {**base, **claims}), "t.o.k", "dev")
 
     found = identity()
     assert (found.instance, found.task_id) == ("", "")
@@ -754,7 +757,7 @@ async def test_auth_disabled_still_asks_the_store_for_a_key_and_honours_a_token_
     assert keys.asked == [("amk_1", NOW + 5)]
     token = disabled.mint(subject="bob", roles=("operator",), ttl_s=60, now=NOW)
     assert (await disabled.authenticate(token, now=NOW + 10)).subject == "bob"
-    with caplog.at_level(logging.DEBUG, logger="agentmesh.identity"):
+    with caplog.at_level(logging.DEBUG, logger="agentmesh.authenticator"):
         fallback = await disabled.authenticate(token, now=NOW + 60)  # expired: the dev identity
     assert (fallback.subject, fallback.environment) == ("dev", "dev")
     ignored = [r.getMessage() for r in caplog.records if "unverifiable" in r.getMessage()]
@@ -773,6 +776,6 @@ def test_config_errors_name_the_setting_and_the_variable_to_set(caplog: pytest.L
         "auth.mode is disabled but environment is 'prod': refusing to run unauthenticated outside dev "
         "(set auth.mode: enabled and AGENTMESH_AUTH_KEY)"
     )
-    with caplog.at_level(logging.WARNING, logger="agentmesh.identity"):
+    with caplog.at_level(logging.WARNING, logger="agentmesh.authenticator"):
         Authenticator(AuthSettings(mode="disabled"), environment="dev")
     assert [r.getMessage() for r in caplog.records] == ["auth is DISABLED: every caller is trusted; dev only"]

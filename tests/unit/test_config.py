@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh.config import DEV_AUTH_KEY, NO_AUTH_KEY, ConfigError, load_settings
-from agentmesh.identity import verify_token
+from agentmesh.tokens import verify_token
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD_KEY = "k" * 40

@@ -7,8 +7,8 @@ import pytest
 
 from agentmesh.cli import _tls_overrides, build_parser
 from agentmesh.config import TlsSettings
-from agentmesh.identity import TokenError
 from agentmesh.rpc.auth import call_token
+from agentmesh.tokens import TokenError
 
 
 def test_the_call_token_comes_from_our_header_else_a_bearer_authorization() -> None:

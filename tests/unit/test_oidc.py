@@ -17,11 +17,12 @@ import httpx
 import jwt
 import pytest
 
-from agentmesh import identity as identity_module
+from agentmesh import authenticator as authenticator_module
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import AuthSettings, OidcIssuerSettings
 from agentmesh.errors import ErrorCode, UnauthenticatedError, UnavailableError
-from agentmesh.identity import _MAX_TOKEN_CHARS, Authenticator
 from agentmesh.oidc import MAX_JWKS_BYTES, JwksCache, OidcVerifier, _httpx_fetch, _parse_jwks, token_id
+from agentmesh.tokens import _MAX_TOKEN_CHARS
 from tests.jwks import AUDIENCE, ISSUER, Issuer, SigningKey, new_key
 
 KEY = "unit-test-hmac-key-" + "x" * 32
@@ -638,7 +639,7 @@ async def test_a_jwt_longer_than_the_limit_is_refused_before_any_verification() 
 
 
 async def test_the_verified_jwt_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(identity_module, "_VERIFIED_CACHE_SIZE", 2)
+    monkeypatch.setattr(authenticator_module, "_VERIFIED_CACHE_SIZE", 2)
     key = new_key("RS256")
     auth = _authenticator_for(FakeIdp(key))
     tokens = [signed(key, headers={"kid": key.kid}, roles=["sre"], jti=f"j{i}") for i in range(3)]

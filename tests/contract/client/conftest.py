@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh.identity import Authenticator
+from agentmesh.authenticator import Authenticator
 from tests.contract.stack import Stack
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentmesh.identity import Authenticator
+from agentmesh.authenticator import Authenticator
 from agentmesh.rpc.host import ServiceHost
 from agentmesh.store import Store
 from agentmesh.telemetry import setup_telemetry

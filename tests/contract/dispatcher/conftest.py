@@ -19,6 +19,7 @@ import grpc.aio
 import pytest
 
 from agentmesh import callctx
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import AuthSettings
 from agentmesh.errors import (
     AgentmeshError,
@@ -30,8 +31,9 @@ from agentmesh.errors import (
     UnavailableError,
     model_text,
 )
-from agentmesh.identity import Authenticator, Identity, TokenError
+from agentmesh.identity_value import Identity
 from agentmesh.rpc.status import abort, from_detail, to_detail
+from agentmesh.tokens import TokenError
 from agentmesh.v1 import (
     common_pb2,
     context_pb2,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from agentmesh.config import DispatcherSettings
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from agentmesh.store import Store
 from dispatcher_svc.listing import MAX_EXAMINED, Listing, TaskFilter
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus

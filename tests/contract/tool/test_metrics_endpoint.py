@@ -177,7 +177,7 @@ async def test_no_metrics_no_listener(
 
 
 def _no_auth() -> Any:
+    from agentmesh.authenticator import Authenticator
     from agentmesh.config import AuthSettings
-    from agentmesh.identity import Authenticator
 
     return Authenticator(AuthSettings(mode="disabled"), "dev")

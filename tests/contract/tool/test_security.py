@@ -12,8 +12,8 @@ import pytest
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.errors import ErrorCode
-from agentmesh.identity import mint_token
 from agentmesh.rpc.status import from_rpc_error
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import common_pb2, tool_pb2
 from tests.contract.tool.conftest import Client, class_name, error_name, output_json
 from tests.contract.tool.fakes import FakeUpstream

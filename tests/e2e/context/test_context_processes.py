@@ -14,10 +14,10 @@ import grpc.aio
 import pytest
 from pydantic import SecretStr
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, REPO, free_port, spawn, wait_serving
 from tests.unit.context.ops_session import ops_session

@@ -20,10 +20,10 @@ import pytest
 from google.protobuf import duration_pb2
 from pydantic import SecretStr
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.config import AuthSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import common_pb2, context_pb2, context_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn, wait_serving
 from tests.rediscluster import sync_client

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import load_settings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from tests.codegen import FreshTree
 from tests.e2e.conftest import AUTH_KEY
 from tests.e2e.deploy.conftest import SHELL

@@ -20,12 +20,12 @@ import grpc.aio
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
 from agentmesh.cli.supervisor import health_status
 from agentmesh.config import AuthSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.semconv import ATTR_REQUEST_ID
 from tests.e2e.conftest import AUTH_KEY, WITH_DEMO, free_ports, service_json, spawn
 

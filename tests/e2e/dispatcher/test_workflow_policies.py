@@ -18,11 +18,11 @@ import grpc.aio
 import pytest
 import yaml
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.demo_ops import OPS_URL_ENV, OpsApi, write_service_log
 from agentmesh.config import AuthSettings
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import Authenticator
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc, workflow_pb2, workflow_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, REPO, WITH_DEMO, free_ports, service_json
 from tests.e2e.dispatcher.conftest import SERVICE_ORDER, Mesh

@@ -13,7 +13,7 @@ import yaml
 
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import mint_token
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import common_pb2, provider_pb2, provider_pb2_grpc
 from tests.contract.provider.fakes import FakeProvider, Reply
 from tests.e2e.conftest import AUTH_KEY, REPO, free_port, spawn, wait_serving

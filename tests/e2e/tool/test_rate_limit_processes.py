@@ -18,7 +18,7 @@ import pytest
 from agentmesh.callctx import IDENTITY_HEADER
 from agentmesh.cli.supervisor import health_status
 from agentmesh.dev.localredis import LocalRedis
-from agentmesh.identity import mint_token
+from agentmesh.tokens import mint_token
 from agentmesh.v1 import common_pb2, tool_pb2, tool_pb2_grpc
 from tests.e2e.conftest import AUTH_KEY, free_port, spawn
 

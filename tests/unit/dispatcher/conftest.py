@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.config import Settings
-from agentmesh.identity import Authenticator, Identity
+from agentmesh.identity_value import Identity
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
 from dispatcher_svc.model import TaskEvent

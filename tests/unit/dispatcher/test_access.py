@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from agentmesh.audit import AuditEntry, AuditLog
+from agentmesh.authenticator import Authenticator
 from agentmesh.errors import ErrorCode, NotFoundError, PermissionDeniedError, UnavailableError
-from agentmesh.identity import Authenticator, Identity
+from agentmesh.identity_value import Identity
 from agentmesh.store import Store
 from dispatcher_svc.access import NOT_TASK_AGENT, NOT_TASK_CREATOR, TASK_ACCESS
 from dispatcher_svc.model import PendingApproval, TaskStatus

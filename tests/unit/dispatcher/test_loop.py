@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from agentmesh.authenticator import Authenticator
 from agentmesh.chat import ToolCall
 from agentmesh.errors import AgentmeshError, ErrorCode, UnavailableError, Violation
-from agentmesh.identity import Authenticator
 from dispatcher_svc.model import EventKind, ModelReply, TaskEvent, TaskStatus
 from dispatcher_svc.ports import CallOptions, ContextView, SessionInfo
 from dispatcher_svc.run.loop import RunResult

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from agentmesh.workflow_config import WorkflowDefinition, WorkflowsSettings
 from dispatcher_svc.workflow_steps import RunIdentity, run_of_step, task_id_of
 from dispatcher_svc.workflows.executor import step_id

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from dispatcher_svc.model import Task, TaskStatus
 from dispatcher_svc.workflow_steps import DispatcherSteps, RunIdentity, run_of_task, task_id_of
 from dispatcher_svc.workflows.executor import StepResult, step_id

@@ -10,7 +10,7 @@ import pytest
 
 from agentmesh.config import GatewaySettings
 from agentmesh.errors import AgentmeshError, ErrorCode
-from agentmesh.identity import Identity
+from agentmesh.identity_value import Identity
 from provider_svc.spend import MAX_PAGE_SIZE, SpendFilter, SpendReports, page_size_of, sight_of
 from provider_svc.usage import UsageLedger, UsageRow
 
