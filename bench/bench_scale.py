@@ -58,7 +58,7 @@ from agentmesh.config import AuthSettings, DispatcherSettings, RedisSettings
 from agentmesh.dev.localredis import LocalRedis
 from agentmesh.store import Store
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
-from bench.common import table
+from bench.common import cpu_s, table
 from dispatcher_svc.queue import ACK_IF_MINE_LUA, TaskQueue
 from dispatcher_svc.tasks import TaskStore
 from provider_svc.models.base import Role
@@ -70,7 +70,6 @@ SERVICES = ("context", "tool", "provider", "dispatcher")
 QUEUE_COMMANDS = ("xreadgroup", "xautoclaim", "xpending", "xclaim", "xack", "xdel")
 """Commands only the task queue stream receives (its XADD is one per task; the event streams' are not)."""
 D = dispatcher_pb2
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def policy(req: ScriptedRequest) -> ScriptedReply:
@@ -149,12 +148,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (and of its children it has waited for)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
 
 
 @dataclass

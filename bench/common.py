@@ -7,6 +7,7 @@ we quote are ratios on this machine at this moment, not absolute times on a nois
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -199,3 +200,30 @@ def bar_plot(path: Path, title: str, labels: Sequence[str], values: Sequence[flo
 
 if __name__ == "__main__" and sys.argv[1:] == ["echo-server"]:
     asyncio.run(_serve_echo())
+
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process, of its children it has waited for, and of its live
+    descendants (tool_svc's CPU pool workers: their work is the service's)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+    children: dict[int, list[int]] = {}
+    for child, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(child)  # fields[1]: the parent's pid
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        found = stats.get(current)
+        if found is None:
+            continue
+        total += sum(int(found[i]) for i in (11, 12, 13, 14))
+        todo += children.get(current, [])
+    return total / CLK_TCK

@@ -11,6 +11,7 @@ FAILED_PRECONDITION. It also answers GetToolResult: the result appended for a to
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from agentmesh.chat import tool_error_text
@@ -353,6 +354,40 @@ class Appender:
             offloaded_here = error is None and outcome.pending is None and outcome.ref is None
             return self._repeat(result, dedupe, subject, metadata, offloaded_here=offloaded_here), loaded
         return Appended(*result, ref=offloaded), loaded
+
+    async def append_with_results(
+        self,
+        caller: Caller,
+        session_id: str,
+        message: Message,
+        results: Sequence[ToolOutcome],
+        *,
+        client_message_id: str = "",
+        load: bool = False,
+    ) -> tuple[Appended, list[Appended], Loaded | None]:
+        """An assistant message, then results of its tool calls in order, each appended once as
+        `append_message` and `append_tool_result` append them: a step's reply and its first result in
+        one call (issue 45). With `load`, the session as a load right after the last reads it. Every
+        result is checked against the message before anything is appended; one that fails after the
+        message landed leaves it there, and the caller's repeat finds it (same id, same content)."""
+        calls = {call.id for call in message.tool_calls}
+        for i, outcome in enumerate(results):
+            if outcome.tool_call_id not in calls:
+                raise InvalidRequestError(
+                    f"following_results[{i}].tool_call_id",
+                    f"{echo(outcome.tool_call_id)!r} answers no tool call of the message",
+                )
+        if len({outcome.tool_call_id for outcome in results}) != len(results):
+            raise InvalidRequestError("following_results", "two results answer the same tool call")
+        appended, _ = await self.append_message(caller, session_id, message, client_message_id=client_message_id)
+        following: list[Appended] = []
+        loaded: Loaded | None = None
+        for i, outcome in enumerate(results):
+            result, loaded = await self.append_tool_result(
+                caller, session_id, outcome, load=load and i == len(results) - 1
+            )
+            following.append(result)
+        return appended, following, loaded
 
     async def tool_result(self, caller: Caller, session_id: str, tool_call_id: str) -> tuple[ToolOutcome, Existing]:
         """GetToolResult: the result appended for `tool_call_id` as it was appended (the truth a

@@ -95,11 +95,6 @@ class ContextEngine:
         self.appends = Appender(settings, store, self.sessions, self.payloads, self.memory)
         self.assembly = Assembler(settings, self.sessions, self.payloads, self.compaction, memory=self.memory)
 
-    @property
-    def rejected_summaries(self) -> int:
-        """LLM summaries rejected by this process (also counted per session in Redis)."""
-        return self.compaction.rejected_summaries
-
     # -- helpers -------------------------------------------------------------------------------
 
     def _resolve_budget(self, agent_id: str, request: BudgetRequest) -> Budget:
@@ -335,6 +330,27 @@ class ContextEngine:
         memories = self.memory.prefetch(session_id)
         appended, loaded = await self.appends.append_tool_result(caller, session_id, outcome, load=True)
         return appended, await self._build(caller, session_id, budget_tokens, loaded=loaded, memories=memories)
+
+    async def append_message_with_results(
+        self,
+        caller: Caller,
+        session_id: str,
+        message: Message,
+        results: Sequence[ToolOutcome],
+        *,
+        client_message_id: str = "",
+        build: int | None = None,
+    ) -> tuple[Appended, list[Appended], ContextView | None]:
+        """A message and results of its tool calls (appends.py); with `build` (a budget, 0: the session's)
+        the view built right after the last, as `append_tool_result_viewed` builds it (issue 45)."""
+        memories = None if build is None else self.memory.prefetch(session_id)
+        appended, following, loaded = await self.appends.append_with_results(
+            caller, session_id, message, results, client_message_id=client_message_id, load=build is not None
+        )
+        if build is None:
+            return appended, following, None
+        view = await self._build(caller, session_id, build or None, loaded=loaded, memories=memories)
+        return appended, following, view
 
     async def tool_result(self, caller: Caller, session_id: str, tool_call_id: str) -> tuple[ToolOutcome, Existing]:
         """GetToolResult: the result appended for `tool_call_id` as it was appended (appends.py)."""

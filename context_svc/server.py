@@ -39,6 +39,7 @@ from context_svc.codec import (
     view_pb,
 )
 from context_svc.engine import BudgetRequest, ContextEngine
+from context_svc.model import Message
 from context_svc.server_memory import MemoryRpcs, caller
 from context_svc.tokens import UnknownEncodingError
 
@@ -130,6 +131,8 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         message = message_domain(request.message, max_json_depth=self.max_json_depth)
         build = _build_budget(request)
         view = None
+        if request.following_results:
+            return await self._append_with_results(request, message, build)
         if build is None:
             appended = await self.engine.append_message_once(
                 caller(), request.session_id, message, client_message_id=request.client_message_id
@@ -142,6 +145,31 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         response = context_pb2.AppendMessageResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
         )
+        if view is not None:
+            response.view.CopyFrom(view_pb(view, self.messages))
+        return response
+
+    async def _append_with_results(
+        self, request: context_pb2.AppendMessageRequest, message: Message, build: int | None
+    ) -> context_pb2.AppendMessageResponse:
+        """AppendMessage with `following_results`: the message, then its calls' results (issue 45)."""
+        appended, results, view = await self.engine.append_message_with_results(
+            caller(),
+            request.session_id,
+            message,
+            [tool_outcome_domain(result) for result in request.following_results],
+            client_message_id=request.client_message_id,
+            build=build,
+        )
+        response = context_pb2.AppendMessageResponse(
+            index=appended.index, token_count=appended.token_count, already_appended=appended.already
+        )
+        for result in results:
+            item = response.results.add(
+                index=result.index, token_count=result.token_count, already_appended=result.already
+            )
+            if result.ref is not None:
+                item.ref.CopyFrom(codec.payload_ref_to_pb(result.ref))
         if view is not None:
             response.view.CopyFrom(view_pb(view, self.messages))
         return response

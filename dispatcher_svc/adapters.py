@@ -72,7 +72,12 @@ async def _rpc(call: Awaitable[T]) -> T:
 def _appended(reply: context_pb2.AppendMessageResponse | context_pb2.AppendToolResultResponse) -> Appended:
     # No view: none was asked for, or a context_svc of an earlier release ignored the request for one.
     view = context_view(reply.view) if reply.HasField("view") else None
-    return Appended(index=reply.index, token_count=reply.token_count, already=reply.already_appended, view=view)
+    following: tuple[Appended, ...] = ()
+    if isinstance(reply, context_pb2.AppendMessageResponse):
+        following = tuple(_appended(result) for result in reply.results)
+    return Appended(
+        index=reply.index, token_count=reply.token_count, already=reply.already_appended, view=view, following=following
+    )
 
 
 class GrpcContext:
@@ -125,12 +130,14 @@ class GrpcContext:
         *,
         client_message_id: str = "",
         build_tokens: int | None = None,
+        following: Sequence[ToolOutcome] = (),
     ) -> Appended:
         request = context_pb2.AppendMessageRequest(
             session_id=session_id,
             message=message_pb(role, content, list(tool_calls)),
             client_message_id=client_message_id,
             build_budget_tokens=build_tokens,
+            following_results=[tool_result_pb(outcome) for outcome in following],
         )
         reply = await _rpc(
             self.clients.context().AppendMessage(request, metadata=_metadata(opts), timeout=opts.timeout_s)

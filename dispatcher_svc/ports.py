@@ -83,6 +83,9 @@ class Appended:
     same content); nothing was appended and `index`/`token_count` are the original's."""
     view: ContextView | None = None
     """The context built right after the append, when the call asked for it (`build_tokens`)."""
+    following: tuple[Appended, ...] = ()
+    """Where each of `append_message`'s `following` results landed, in order; empty when none was
+    asked for, or when a context_svc of an earlier release appended none (the caller appends them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +153,17 @@ class ContextPort(Protocol):
         *,
         client_message_id: str = "",
         build_tokens: int | None = None,
+        following: Sequence[ToolOutcome] = (),
     ) -> Appended:
         """`role` is "user" or "assistant". With `client_message_id` (at most 128 printable
         characters, no whitespace) the append happens once: a repeat with the same content returns
         the original position (`Appended.already`), other content is FAILED_PRECONDITION. With
         `build_tokens` (0: the session's budget) the answer also carries the context built right
-        after the append (`Appended.view`; None from a context_svc that does not build one)."""
+        after the append (`Appended.view`; None from a context_svc that does not build one).
+        `following`: results of the message's tool calls appended right after it, each as
+        `append_tool_result` would (`Appended.following`; the view then comes after the last). A
+        context_svc of an earlier release appends only the message: `following` is empty, and its
+        view (if any) is the message's, not the results'."""
         ...
 
     async def append_tool_result(

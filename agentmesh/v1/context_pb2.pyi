@@ -160,28 +160,32 @@ class GetSessionResponse(_message.Message):
     def __init__(self, session: _Optional[_Union[Session, _Mapping]] = ..., entities: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class AppendMessageRequest(_message.Message):
-    __slots__ = ("session_id", "message", "client_message_id", "build_budget_tokens")
+    __slots__ = ("session_id", "message", "client_message_id", "build_budget_tokens", "following_results")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     BUILD_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWING_RESULTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     message: _common_pb2.Message
     client_message_id: str
     build_budget_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., client_message_id: _Optional[str] = ..., build_budget_tokens: _Optional[int] = ...) -> None: ...
+    following_results: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolResult]
+    def __init__(self, session_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.Message, _Mapping]] = ..., client_message_id: _Optional[str] = ..., build_budget_tokens: _Optional[int] = ..., following_results: _Optional[_Iterable[_Union[_common_pb2.ToolResult, _Mapping]]] = ...) -> None: ...
 
 class AppendMessageResponse(_message.Message):
-    __slots__ = ("index", "token_count", "already_appended", "view")
+    __slots__ = ("index", "token_count", "already_appended", "view", "results")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNT_FIELD_NUMBER: _ClassVar[int]
     ALREADY_APPENDED_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
     index: int
     token_count: int
     already_appended: bool
     view: ContextView
-    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., already_appended: _Optional[bool] = ..., view: _Optional[_Union[ContextView, _Mapping]] = ...) -> None: ...
+    results: _containers.RepeatedCompositeFieldContainer[AppendToolResultResponse]
+    def __init__(self, index: _Optional[int] = ..., token_count: _Optional[int] = ..., already_appended: _Optional[bool] = ..., view: _Optional[_Union[ContextView, _Mapping]] = ..., results: _Optional[_Iterable[_Union[AppendToolResultResponse, _Mapping]]] = ...) -> None: ...
 
 class AppendToolResultRequest(_message.Message):
     __slots__ = ("session_id", "result", "build_budget_tokens")

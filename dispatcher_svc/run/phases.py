@@ -24,7 +24,7 @@ from dispatcher_svc.events import now_ms
 from dispatcher_svc.model import CallStage, EventKind, ModelReply, Phase, TaskEvent, ToolOutcome
 from dispatcher_svc.ports import Appended, ContextView, SessionSpec, ToolInfo
 from dispatcher_svc.prompts import encode_prompt
-from dispatcher_svc.run import decisions, handing, judging, tool_calls
+from dispatcher_svc.run import decisions, handing, judging, replies, tool_calls
 from dispatcher_svc.run.context import Run
 from dispatcher_svc.run.downstream import AppendConflict, PortFailure, alongside
 from dispatcher_svc.run.names import message_id, qualify
@@ -273,14 +273,20 @@ async def act(run: Run) -> NextStep:
     """
     c, down = run.state.cursor, run.downstream
     early: ToolOutcome | None = None
+    # The reply is appended with its first call's result, in one AppendMessage (issue 45); a run that
+    # ends before that result's append records the reply on its own first (`replies.reply_before`).
+    reply_rides = False
     if not c.reply_appended:
         first = c.calls[0]
         if first.state is CallStage.RUNNING and first.resolved is None and not handing.is_handoff(run, first.call):
-            # Recording the reply and running its first call are independent: the call's
-            # result is appended only after both, so the session keeps its order.
-            _, early = await alongside(_record_reply(run), down.fetch_outcome(0, first))
+            try:
+                early = await down.fetch_outcome(0, first)
+            except PortFailure:
+                await replies.reply_before(run)
+                raise
+            reply_rides = True
         else:
-            await _record_reply(run)
+            await replies.record_reply(run)
     for index, cs in enumerate(c.calls):
         if cs.state is CallStage.APPENDED:
             continue
@@ -312,12 +318,20 @@ async def act(run: Run) -> NextStep:
                 marks = tool_calls.Marks.of(c)
                 applied = tool_calls.apply(run, cs, outcome)
                 if not isinstance(applied, list):
+                    if reply_rides:
+                        await replies.reply_before(run)
                     return applied
                 events += applied
             assert cs.state is CallStage.DONE and cs.outcome is not None
             try:
                 # The reply's last result brings the next step's context along (unless notes follow it).
-                tokens = await down.append_result(cs.outcome, build=index + 1 == len(c.calls))
+                build = index + 1 == len(c.calls)
+                tokens = None
+                if reply_rides:
+                    reply_rides = False
+                    tokens = await replies.record_reply_with(run, cs.outcome, build=build)
+                if tokens is None:
+                    tokens = await down.append_result(cs.outcome, build=build)
             except AppendConflict as conflict:
                 # The session log holds another result of this call: the truth, taken instead.
                 applied = tool_calls.retake(run, cs, conflict.stored.outcome, marks)
@@ -328,6 +342,8 @@ async def act(run: Run) -> NextStep:
             # The call's events go with the failure: the checkpoint records the call as done, so a
             # resumed run appends its result without producing them again (found by `make chaos`).
             log.warning("task %s: %s", run.state.record.task_id, failure)
+            if reply_rides:
+                await replies.reply_before(run)
             return decisions.exit_for(failure.error, prefix=events)
         await down.reached("after_append_result")
         c.raw_tokens += raw_tokens_of(cs.outcome, tokens)
@@ -344,22 +360,6 @@ async def act(run: Run) -> NextStep:
                 return decisions.exit_for(failure.error, prefix=events)
             return await begin_step(run, prefix=events)
     return await begin_step(run)
-
-
-async def _record_reply(run: Run) -> None:
-    """AppendMessage of the step's reply, marked as soon as it lands, whatever happens to a call
-    beside it: a resumed run must not append it again."""
-    record, c = run.state.record, run.state.cursor
-    reply = c.reply
-    assert reply is not None
-    reply_id = message_id(record.task_id, f"{c.step}:reply")
-    c.raw_tokens += await run.downstream.append_once(
-        "AppendMessage(reply)",
-        lambda o: run.downstream.ports.context.append_message(
-            record.session_id, "assistant", reply.text, reply.tool_calls, o, client_message_id=reply_id
-        ),
-    )
-    c.reply_appended = True
 
 
 PHASES: Mapping[Phase, PhaseFn] = {

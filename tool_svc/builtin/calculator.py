@@ -3,8 +3,9 @@
 Numbers, + - * / // % ** << >>, unary signs, parentheses, a few math functions and constants. Bounds keep a
 single call cheap: expression length, AST size, and every operation that can explode is refused before it
 runs (`Limits`): `**` by exponent and result size, `<<` by count and result size, `round` by its digits,
-and every integer operand and result by bit length. The evaluation itself runs in tool_svc's CPU pool
-(`tool_svc.cpu`), so a case the bounds miss ends UPSTREAM_TIMEOUT and never stalls the service.
+and every integer operand and result by bit length. The evaluation runs in tool_svc's CPU pool
+(`tool_svc.cpu`), so a case the bounds miss ends UPSTREAM_TIMEOUT and never stalls the service; only an
+expression whose form bounds its cost (`cheap`: short, + - * / on plain numbers) is evaluated in the service.
 """
 
 from __future__ import annotations
@@ -204,19 +205,39 @@ def evaluate(expression: str, limits: Limits = LIMITS) -> int | float:
         ) from None
 
 
+INLINE_MAX_CHARS = 64
+"""An expression of at most this many characters, of `_INLINE_CHARS` alone, is evaluated in the service."""
+
+_INLINE_CHARS = frozenset("0123456789.+-*/() ")
+
+
+def cheap(expression: str) -> bool:
+    """Whether `expression`'s cost is bounded by its form: at most `INLINE_MAX_CHARS` characters of digits,
+    points, `+ - * /`, parentheses and spaces (no `**`, no shifts, no functions, no exponent notation).
+    Then at most ~30 operations on numbers of a few hundred bits: microseconds, whatever the numbers.
+
+    Such an expression is evaluated in the service: the pool's round trip to a worker process (~1.5 ms,
+    bench_peer's task, issue 45) was most of a calculator call. Every other expression runs in the pool.
+    """
+    return len(expression) <= INLINE_MAX_CHARS and "**" not in expression and _INLINE_CHARS.issuperset(expression)
+
+
 def make(cpu: CpuPool) -> Executor:
     async def run(call: Invocation) -> Produced:
         expression = str(call.arguments["expression"])
-        # Always in the pool: the cost of an expression does not show in its length. `LIMITS` is read
-        # at call time and sent by value.
-        result = await cpu.run(
-            evaluate,
-            expression,
-            LIMITS,
-            timeout_s=call.timeout_s,
-            what="calculator",
-            fallback_tool=call.tool.fallback_tool,
-        )
+        if cheap(expression):
+            result = evaluate(expression, LIMITS)
+        else:
+            # In the pool: beyond `cheap`, the cost of an expression does not show in its length.
+            # `LIMITS` is read at call time and sent by value.
+            result = await cpu.run(
+                evaluate,
+                expression,
+                LIMITS,
+                timeout_s=call.timeout_s,
+                what="calculator",
+                fallback_tool=call.tool.fallback_tool,
+            )
         return Produced("structured", value={"expression": expression, "result": result})
 
     return run

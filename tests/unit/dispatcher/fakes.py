@@ -16,7 +16,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentmesh.chat import ToolCall, Usage, tool_error_text
-from agentmesh.errors import AgentmeshError, ErrorCode, FailedPreconditionError, NotFoundError, error_to_json
+from agentmesh.errors import (
+    AgentmeshError,
+    ErrorCode,
+    FailedPreconditionError,
+    InvalidRequestError,
+    NotFoundError,
+    error_to_json,
+)
 from dispatcher_svc.model import ApprovalRecord, ModelReply, PendingApproval, SentPrompt, ToolOutcome, ToolOutput
 from dispatcher_svc.ports import (
     Appended,
@@ -70,6 +77,9 @@ class FakeContext:
     """An append asked for the context built after it answers with it, and CreateSession appends the
     goal when asked (False: as a context_svc of an earlier release, which ignores both requests, so the
     loop appends the goal and calls BuildContext itself)."""
+    results_with_message: bool = True
+    """AppendMessage appends the `following` tool results after the message (False: as a context_svc of
+    an earlier release, which ignores them, so the loop appends each result itself)."""
 
     def _with_view(self, appended: Appended, session_id: str, build_tokens: int | None) -> Appended:
         if build_tokens is None or not self.views_on_append:
@@ -145,9 +155,21 @@ class FakeContext:
         *,
         client_message_id: str = "",
         build_tokens: int | None = None,
+        following: Sequence[ToolOutcome] = (),
     ) -> Appended:
         self._maybe_fail("append_message")
-        return self._append_message(session_id, role, content, tool_calls, client_message_id, build_tokens)
+        if not following or not self.results_with_message:
+            return self._append_message(session_id, role, content, tool_calls, client_message_id, build_tokens)
+        self.calls["results_with_message"] += 1
+        calls = {call.id for call in tool_calls}
+        if any(outcome.tool_call_id not in calls for outcome in following):
+            raise InvalidRequestError("following_results", "a result answers no tool call of the message")
+        appended = self._append_message(session_id, role, content, tool_calls, client_message_id, None)
+        # Each result as AppendToolResult appends it (a subclass's override included): its failure is
+        # the call's, after the message landed, as in context_svc.
+        results = [await self.append_tool_result(session_id, outcome, opts) for outcome in following]
+        last = self._with_view(results[-1], session_id, build_tokens)
+        return replace(appended, view=last.view, following=tuple(results))
 
     def _append_message(
         self,
@@ -172,6 +194,9 @@ class FakeContext:
         self, session_id: str, outcome: ToolOutcome, opts: CallOptions, *, build_tokens: int | None = None
     ) -> Appended:
         self._maybe_fail("append_tool_result")
+        return self._append_tool_result(session_id, outcome, build_tokens)
+
+    def _append_tool_result(self, session_id: str, outcome: ToolOutcome, build_tokens: int | None) -> Appended:
         key = f"c:{outcome.tool_call_id}"
         error = error_to_json(outcome.error) if outcome.error is not None else None
         sent = (outcome.tool_name, outcome.output, error, outcome.pending, outcome.correction)  # not the stats

@@ -607,22 +607,38 @@ async def test_discover_tools_runs_beside_create_session_which_appends_the_goal(
     assert rig.provider.prompts[0].tools == ["calc"]  # the discovered tool was offered
 
 
-async def test_the_replys_append_and_its_first_tool_call_run_at_once_and_the_result_waits_for_both(
-    make_rig: MakeRig,
-) -> None:
+async def test_the_reply_rides_on_its_first_results_append_after_the_tool_call(make_rig: MakeRig) -> None:
     rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}))
     calls = log_calls(rig)
     task_id = await rig.start("add 2 and 3")
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
-    reply_append = calls.index("start", "AppendMessage", 0)  # the goal came with CreateSession
-    execute = calls.index("start", "ExecuteTool")
-    assert execute < calls.index("end", "AppendMessage", 0)
-    assert reply_append < calls.index("end", "ExecuteTool")
-    result = calls.index("start", "AppendToolResult")
-    assert result > calls.index("end", "AppendMessage", 0) and result > calls.index("end", "ExecuteTool")
-    # The session keeps its order: the reply, then its result (the answer follows the final event).
-    assert [m["role"] for m in rig.context.sessions[task_id]][:3] == ["user", "assistant", "tool"]
+    # One AppendMessage carries the reply and the call's result (issue 45), after ExecuteTool: the goal
+    # came with CreateSession, so AppendMessage #0 is the reply's and #1 the answer's.
+    assert calls.index("start", "AppendMessage", 0) > calls.index("end", "ExecuteTool")
+    assert rig.context.calls["results_with_message"] == 1
+    assert rig.context.calls["append_message"] == 2
+    # The session keeps its order: the reply, then its result (the answer follows the final event), and
+    # the second step's context came with that append (no BuildContext).
+    assert [m["role"] for m in rig.context.sessions[task_id]] == ["user", "assistant", "tool", "assistant"]
+    assert [name for what, name in calls.entries if what == "start"].count("BuildContext") == 0
+    assert [m["role"] for m in rig.provider.prompts[1].messages][-2:] == ["assistant", "tool"]
+
+
+async def test_a_context_svc_that_ignores_following_results_gets_the_result_on_its_own(make_rig: MakeRig) -> None:
+    # An earlier release (a rolling upgrade) appends the reply alone and builds its view after it: the
+    # loop drops that view and appends the result as before, which brings the next step's context.
+    context = FakeContext(results_with_message=False)
+    rig = await make_rig(one_call_then_answer, FakeTools({"calc": calculator}), context=context)
+    calls = log_calls(rig)
+    task_id = await rig.start("add 2 and 3")
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED, [e.message for e in events]
+    assert context.calls["results_with_message"] == 0 and context.calls["append_tool_result"] == 1
+    assert calls.index("end", "AppendMessage", 0) < calls.index("start", "AppendToolResult")
+    assert [m["role"] for m in context.sessions[task_id]] == ["user", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in rig.provider.prompts[1].messages][-2:] == ["assistant", "tool"]
+    assert rig.tools.runs["calc"] == 1
 
 
 async def test_a_failed_create_session_cancels_the_discover_tools_beside_it(make_rig: MakeRig) -> None:

@@ -79,7 +79,8 @@ async def test_an_outage_within_the_budget_is_waited_out_in_the_run(make_rig: Ma
     wait_events = [e for e in events if e.message in shown]
     assert {e.status for e in wait_events} == {TaskStatus.RUNNING}
     assert wait_events[0].attributes["outage_service"] == "context_svc"
-    assert {e.attributes["outage_call"] for e in wait_events} == {"AppendToolResult(notify)", "BuildContext"}
+    # A reply's first result rides on the reply's append (issue 45): the outage is that call's.
+    assert {e.attributes["outage_call"] for e in wait_events} == {"AppendMessage(reply, notify)", "BuildContext"}
     # Every retry counted, quiet or not; nothing ran twice; no resume was needed.
     assert recorded.value("agentmesh.task.outage_waits", service="context_svc") == 6 + 4
     assert tools.runs["notify"] == 2
@@ -97,7 +98,7 @@ async def test_an_outage_past_the_budget_fails_typed_and_a_resume_finishes_it(ma
     error = first[-1].error
     assert error is not None and error.code == ErrorCode.UNAVAILABLE and error.retryable
     assert error.metadata["service"] == "context_svc" and error.metadata["reason"] == "outage_budget"
-    assert error.metadata["call"] == "AppendToolResult(notify)"
+    assert error.metadata["call"] == "AppendMessage(reply, notify)"
     assert float(error.metadata["down_s"]) >= 0.2
     assert "context_svc was unavailable for" in error.message and "outage budget of 0.3 s" in error.message
     assert waits(first)  # the watcher saw it wait before it failed

@@ -3,10 +3,14 @@ before it runs, with the calculator's CONTRACT error (SCHEMA_INVALID, rule "rang
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from agentmesh.errors import AgentmeshError, ErrorClass, ErrorCode
-from tool_svc.builtin.calculator import MAX_INT_BITS, Limits, evaluate
+from tool_svc.builtin.calculator import MAX_INT_BITS, Limits, cheap, evaluate, make
+from tool_svc.model import Caller, Invocation
 
 
 def refused(expression: str, limits: Limits | None = None) -> AgentmeshError:
@@ -67,3 +71,52 @@ def test_the_default_limits_are_the_module_constants() -> None:
     assert Limits().max_int_bits == MAX_INT_BITS
     assert evaluate("round(1, -5)", Limits(max_round_digits=5)) == 0
     assert refused("round(1, -6)", Limits(max_round_digits=5)).violations[0].rule == "range"
+
+
+@pytest.mark.parametrize(
+    ("expression", "inline"),
+    [
+        ("3 * 2 + 0", True),
+        ("(17 * 3) / 4", True),
+        ("9" * 30 + " * " + "9" * 30, True),
+        ("2 ** 10", False),  # the exponent is where cost hides
+        ("1 << 3", False),
+        ("9 % 2", False),
+        ("sqrt(2)", False),
+        ("1e5 * 2", False),
+        ("1" + " + 1" * 20, False),  # over INLINE_MAX_CHARS
+        ("\N{ARABIC-INDIC DIGIT ONE} + 1", False),  # a digit outside ASCII
+    ],
+)
+async def test_only_expressions_whose_form_bounds_their_cost_skip_the_pool(expression: str, inline: bool) -> None:
+    class Pool:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        async def run(self, fn: Any, expression: str, *args: Any, **kwargs: Any) -> Any:
+            self.asked.append(expression)
+            return fn(expression, *args)
+
+    pool = Pool()
+    run: Any = make(pool)  # type: ignore[arg-type]
+    invocation = Invocation(
+        tool=SimpleNamespace(fallback_tool=""),  # type: ignore[arg-type]  # the calculator reads only this
+        arguments={"expression": expression},
+        session_id="s",
+        goal="",
+        timeout_s=5,
+        caller=Caller(subject="a"),
+    )
+    assert cheap(expression) is inline
+    try:
+        produced = await run(invocation)
+    except AgentmeshError as err:  # evaluated the same either way: a contract error here
+        assert err.code == ErrorCode.SCHEMA_INVALID
+    else:
+        assert produced.value == {"expression": expression, "result": evaluate(expression)}
+    assert pool.asked == ([] if inline else [expression])
+
+
+def test_an_inline_error_is_the_pools_contract_error() -> None:
+    err = refused("1 / 0")
+    assert cheap("1 / 0") and err.violations[0].rule == "math"
