@@ -71,7 +71,9 @@ def policy(req: ScriptedRequest) -> ScriptedReply:
     return ScriptedReply(text=f"ANSWER {results[-1].content[:80]}")
 
 
-def settings() -> dict[str, Any]:
+def settings(*, pack_events: bool = False) -> dict[str, Any]:
+    """The services' configuration; `pack_events` (dispatcher.pack_events, issue 45) only for a checkout
+    that knows the setting (not a `--before` one from before it)."""
     return {
         "environment": "dev",
         "server": {"drain_delay_s": 0, "grace_period_s": 1},
@@ -102,7 +104,11 @@ def settings() -> dict[str, Any]:
                 "token_budget": 50_000,
             }
         ],
-        "dispatcher": {"max_concurrent_tasks": 256, "call_timeout_s": 30},
+        "dispatcher": {
+            "max_concurrent_tasks": 256,
+            "call_timeout_s": 30,
+            **({"pack_events": True} if pack_events else {}),
+        },
     }
 
 
@@ -167,8 +173,9 @@ async def timed(one: Callable[[int], Awaitable[None]], n: int, concurrency: int)
 class Agentmesh:
     """The services as processes on a redis-server of their own (from `repo`)."""
 
-    def __init__(self, repo: Path, workdir: Path, tag: str) -> None:
+    def __init__(self, repo: Path, workdir: Path, tag: str, *, pack_events: bool = False) -> None:
         self.redis = LocalRedis()
+        self.pack_events = pack_events
         self.repo = repo
         self.workdir = workdir
         self.tag = tag
@@ -180,7 +187,9 @@ class Agentmesh:
     def start(self) -> None:
         url = self.redis.__enter__().url
         self.client = redis.Redis.from_url(url)
-        self.mesh = Mesh(1, url, self.workdir, "", settings=settings(), repo=self.repo, tag=self.tag)
+        self.mesh = Mesh(
+            1, url, self.workdir, "", settings=settings(pack_events=self.pack_events), repo=self.repo, tag=self.tag
+        )
         self.mesh.start()
 
     def stop(self) -> None:
@@ -288,7 +297,7 @@ class LangGraph:
 
 
 async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
-    meshes = [Agentmesh(REPO, workdir, "after-" if args.before else "")]
+    meshes = [Agentmesh(REPO, workdir, "after-" if args.before else "", pack_events=args.pack_events)]
     if args.before:
         meshes.append(Agentmesh(Path(args.before), workdir, "before-"))
     graph = LangGraph(workdir)
@@ -321,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c1-tasks", type=int, default=30)
     parser.add_argument("--c32-tasks", type=int, default=128)
     parser.add_argument("--before", default="", help="a second agentmesh checkout to run alternately")
+    parser.add_argument(
+        "--pack-events", action="store_true", help="dispatcher.pack_events on (this checkout, not --before's)"
+    )
     args = parser.parse_args(argv)
     if args.before:
         args.before = str(Path(args.before).resolve())

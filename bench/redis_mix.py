@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--peer", action="store_true", help="bench_peer's calculator task instead")
+    parser.add_argument("--pack-events", action="store_true", help="dispatcher.pack_events on (with --peer)")
     args = parser.parse_args(argv)
     shas = script_names()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     upstream = f"http://127.0.0.1:{server.server_address[1]}"
     lines: list[str] = []
     with LocalRedis() as local, tempfile.TemporaryDirectory(prefix="agentmesh-redis-mix-") as tmp:
-        settings = bench_peer.settings() if args.peer else config(upstream)
+        settings = bench_peer.settings(pack_events=args.pack_events) if args.peer else config(upstream)
         mesh = Mesh(1, local.url, Path(tmp), upstream, settings=settings, repo=REPO)
         agent = "peer" if args.peer else "scale"
         try:

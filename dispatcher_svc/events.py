@@ -15,6 +15,7 @@ every `heartbeat_interval_s`, so proxies and meshes keep the stream open.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -24,7 +25,7 @@ from agentmesh.errors import NotFoundError
 from agentmesh.store import Store
 from dispatcher_svc.feed import Subscription
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
-from dispatcher_svc.model_json import event_from_json
+from dispatcher_svc.model_json import event_from_dict, event_from_json
 from dispatcher_svc.tasks import STATUS_FIELDS, TaskStore, parse_status
 
 FOREIGN_POLL_S = 0.5
@@ -62,10 +63,10 @@ class EventLog:
         self.block_ms = max(10, int(min(heartbeat_interval_s, store.settings.socket_timeout_s * 0.5) * 1000))
 
     async def read(self, task_id: str, after: int = 0, count: int = 1000) -> list[TaskEvent]:
-        """Events with a sequence above `after` (at most `count`)."""
+        """Events with a sequence above `after` (of at most `count` stream entries)."""
         key = self.store.keys.task_events(task_id)
         raw: Any = await self.store.call("read events", self.store.redis.xrange(key, min=f"0-{after + 1}", count=count))
-        return [self._decode(task_id, msg_id, fields) for msg_id, fields in raw]
+        return decode_entries(task_id, raw, after)
 
     async def _open(self, task_id: str, after: int, count: int = 1000) -> tuple[TaskStatus, int, list[TaskEvent]]:
         """The task's status and last sequence, and its events above `after`, in one round trip (a
@@ -75,12 +76,7 @@ class EventLog:
         pipe.xrange(self.store.keys.task_events(task_id), min=f"0-{after + 1}", count=count)
         raw_status, raw_events = await self.store.call("open watch", pipe.execute())
         status, last_sequence = parse_status(task_id, raw_status)
-        return status, last_sequence, [self._decode(task_id, msg_id, fields) for msg_id, fields in raw_events]
-
-    @staticmethod
-    def _decode(task_id: str, msg_id: bytes, fields: dict[bytes, bytes]) -> TaskEvent:
-        sequence = int(msg_id.split(b"-", 1)[1])
-        return event_from_json(task_id, sequence, fields[b"e"])
+        return status, last_sequence, decode_entries(task_id, raw_events, after)
 
     async def watch(
         self,
@@ -194,4 +190,25 @@ class EventLog:
         key = self.store.keys.task_events(task_id)
         async with self.store.guard("watch events", blocking=True):
             reply: Any = await self.store.redis.xread({key: f"0-{after}"}, count=256, block=self.block_ms)
-        return [self._decode(task_id, msg_id, fields) for _, entries in reply or () for msg_id, fields in entries]
+        return [event for _, entries in reply or () for event in decode_entries(task_id, entries, after)]
+
+
+def decode_entries(task_id: str, entries: Any, after: int = 0) -> list[TaskEvent]:
+    """The events above `after` in stream entries read from a task's stream, in order.
+
+    An entry `0-<sequence>` holds one event (field `e`), or, written with `dispatcher.pack_events`, the
+    events of one commit ending at that sequence (field `b`, a JSON array: issue 45). A read from
+    `0-<after + 1>` can start inside a packed entry: the events up to `after` are left out here.
+    """
+    events: list[TaskEvent] = []
+    for msg_id, fields in entries:
+        sequence = int(msg_id.split(b"-", 1)[1])
+        one = fields.get(b"e")
+        if one is not None:
+            if sequence > after:
+                events.append(event_from_json(task_id, sequence, one))
+            continue
+        packed = json.loads(fields[b"b"])
+        first = sequence - len(packed) + 1
+        events += [event_from_dict(task_id, first + i, data) for i, data in enumerate(packed) if first + i > after]
+    return events

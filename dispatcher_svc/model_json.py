@@ -163,7 +163,11 @@ a task writes a dozen events (issue 45)."""
 
 
 def event_from_json(task_id: str, sequence: int, text: str | bytes) -> TaskEvent:
-    data = json.loads(text)
+    return event_from_dict(task_id, sequence, json.loads(text))
+
+
+def event_from_dict(task_id: str, sequence: int, data: dict[str, Any]) -> TaskEvent:
+    """An event as `event_to_json` stored it, decoded already (one of a packed entry's, events.py)."""
     return TaskEvent(
         task_id=task_id,
         sequence=sequence,

@@ -195,7 +195,7 @@ class TaskStore:
     ) -> Created:
         """Creates the task and queues it in one round trip; with `take`, also reads the next new
         queue entry for this replica (normally this task's own) in that round trip."""
-        args: list[str | int | bytes] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields), "", ""]
+        args: list[str | int | bytes] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields), "", "", "0"]
         for key, value in fields.items():
             args += [key, value]
         args.append(event_to_json(event))
@@ -307,8 +307,8 @@ class TaskStore:
             self.settings.event_maxlen,
             ttl_s,
             len(fields or {}),
-            str(prompt[0]) if prompt is not None else "",
-            prompt[1] if prompt is not None else "",
+            *((str(prompt[0]), prompt[1]) if prompt is not None else ("", "")),
+            "1" if self.settings.pack_events else "0",
         ]
         for key, value in (fields or {}).items():
             args += [key, value]

@@ -5,7 +5,10 @@
 -- ARGV[4] lease ms (0 = keep)               ARGV[5] event stream MAXLEN (approximate)
 -- ARGV[6] ttl s (0 keep, >0 expire, <0 persist)   ARGV[7] n = field/value pairs that follow
 -- ARGV[8] a step whose prompt record follows ('' = none)   ARGV[9] the record
+-- ARGV[10] '1' = the commit's events in one stream entry (dispatcher.pack_events, issue 45)
 -- then n field/value pairs, then one JSON string per event to append. The three keys share their TTL.
+-- Stream entries are `0-<sequence>` with the event in field `e`; packed, two or more events are one
+-- entry `0-<last sequence>` whose field `b` is the JSON array of them, in order (events.py reads both).
 -- Returns {code, fence, status, last_sequence, status before}; code 1 ok, 0 stale fence, -1 other
 -- status, -2 no such task, -3 already exists (the status before: what the agents' load tracking,
 -- agent_load.py, needs to count a task's end once).
@@ -30,7 +33,7 @@ if ARGV[3] == '1' then
   set[#set + 1] = 'fence'; set[#set + 1] = fence
 end
 local n = tonumber(ARGV[7])
-local i = 10
+local i = 11
 local seq = tonumber(cur[3] or '0')
 for j = i, i + 2 * n - 1, 2 do
   set[#set + 1] = ARGV[j]; set[#set + 1] = ARGV[j + 1]
@@ -45,9 +48,15 @@ if lease > 0 then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   set[#set + 1] = 'lease_until'; set[#set + 1] = tostring(now + lease)
 end
-for j = i, #ARGV do
-  seq = seq + 1
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'e', ARGV[j])
+if ARGV[10] == '1' and #ARGV > i then
+  local events = {unpack(ARGV, i)}
+  seq = seq + #events
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'b', '[' .. table.concat(events, ',') .. ']')
+else
+  for j = i, #ARGV do
+    seq = seq + 1
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '0-' .. seq, 'e', ARGV[j])
+  end
 end
 set[#set + 1] = 'last_sequence'; set[#set + 1] = tostring(seq)
 redis.call('HSET', KEYS[1], unpack(set))

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-resumes", type=int, default=5, help="resumes of one FAILED task at most")
     parser.add_argument("--final-timeout", type=float, default=180.0)
+    parser.add_argument("--pack-events", action="store_true", help="dispatcher.pack_events on (issue 45)")
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir (kept)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         claim_interval_s=min(0.5, args.claim_idle / 4),
         idempotency_lease_s=args.lease,
         idempotency_heartbeat_s=args.heartbeat,
+        pack_events=args.pack_events,
     )
 
     def progress(line: str) -> None:
