@@ -39,7 +39,7 @@ from context_svc.codec import (
     view_pb,
 )
 from context_svc.engine import BudgetRequest, ContextEngine
-from context_svc.model import Message
+from context_svc.model import Appended, Message
 from context_svc.server_memory import MemoryRpcs, caller
 from context_svc.tokens import UnknownEncodingError
 
@@ -48,6 +48,16 @@ __all__ = ["SERVICE_NAME", "SPEC", "ContextServicer", "ProviderSummaryModel"]
 log = logging.getLogger("context_svc")
 
 SERVICE_NAME = context_pb2.DESCRIPTOR.services_by_name["ContextService"].full_name
+
+
+def _result_pb(appended: Appended) -> context_pb2.AppendToolResultResponse:
+    """Where a tool result landed (AppendToolResult's answer, and each of AppendMessage's `results`)."""
+    response = context_pb2.AppendToolResultResponse(
+        index=appended.index, token_count=appended.token_count, already_appended=appended.already
+    )
+    if appended.ref is not None:
+        response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
+    return response
 
 
 def _build_budget(
@@ -164,12 +174,7 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
         response = context_pb2.AppendMessageResponse(
             index=appended.index, token_count=appended.token_count, already_appended=appended.already
         )
-        for result in results:
-            item = response.results.add(
-                index=result.index, token_count=result.token_count, already_appended=result.already
-            )
-            if result.ref is not None:
-                item.ref.CopyFrom(codec.payload_ref_to_pb(result.ref))
+        response.results.extend(_result_pb(result) for result in results)
         if view is not None:
             response.view.CopyFrom(view_pb(view, self.messages))
         return response
@@ -187,11 +192,7 @@ class ContextServicer(MemoryRpcs, context_pb2_grpc.ContextServiceServicer):
             appended, view = await self.engine.append_tool_result_viewed(
                 caller(), request.session_id, outcome, budget_tokens=build or None
             )
-        response = context_pb2.AppendToolResultResponse(
-            index=appended.index, token_count=appended.token_count, already_appended=appended.already
-        )
-        if appended.ref is not None:
-            response.ref.CopyFrom(codec.payload_ref_to_pb(appended.ref))
+        response = _result_pb(appended)
         if view is not None:
             # BuildContext's view (0: the session's budget), built right after the append, so the
             # caller's next step needs no BuildContext call of its own (issue 45).
