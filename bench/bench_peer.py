@@ -71,9 +71,9 @@ def policy(req: ScriptedRequest) -> ScriptedReply:
     return ScriptedReply(text=f"ANSWER {results[-1].content[:80]}")
 
 
-def settings(*, pack_events: bool = False) -> dict[str, Any]:
-    """The services' configuration; `pack_events` (dispatcher.pack_events, issue 45) only for a checkout
-    that knows the setting (not a `--before` one from before it)."""
+def settings(*, pack_events: bool | None = None) -> dict[str, Any]:
+    """The services' configuration; `pack_events` (dispatcher.pack_events, issue 45; None: the checkout's
+    default) only for a checkout that knows the setting (not a `--before` one from before it)."""
     return {
         "environment": "dev",
         "server": {"drain_delay_s": 0, "grace_period_s": 1},
@@ -107,7 +107,7 @@ def settings(*, pack_events: bool = False) -> dict[str, Any]:
         "dispatcher": {
             "max_concurrent_tasks": 256,
             "call_timeout_s": 30,
-            **({"pack_events": True} if pack_events else {}),
+            **({} if pack_events is None else {"pack_events": pack_events}),
         },
     }
 
@@ -173,7 +173,7 @@ async def timed(one: Callable[[int], Awaitable[None]], n: int, concurrency: int)
 class Agentmesh:
     """The services as processes on a redis-server of their own (from `repo`)."""
 
-    def __init__(self, repo: Path, workdir: Path, tag: str, *, pack_events: bool = False) -> None:
+    def __init__(self, repo: Path, workdir: Path, tag: str, *, pack_events: bool | None = None) -> None:
         self.redis = LocalRedis()
         self.pack_events = pack_events
         self.repo = repo
@@ -331,7 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c32-tasks", type=int, default=128)
     parser.add_argument("--before", default="", help="a second agentmesh checkout to run alternately")
     parser.add_argument(
-        "--pack-events", action="store_true", help="dispatcher.pack_events on (this checkout, not --before's)"
+        "--no-pack-events",
+        dest="pack_events",
+        action="store_const",
+        const=False,
+        default=None,
+        help="dispatcher.pack_events off (this checkout, not --before's; on by default since issue 45)",
     )
     args = parser.parse_args(argv)
     if args.before:

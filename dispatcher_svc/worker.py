@@ -33,6 +33,7 @@ from dispatcher_svc.lease import Lease, NoProgressError, suspended_at
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.loop import AgentLoop
+from dispatcher_svc.run.next_step import RunResult
 from dispatcher_svc.tasks import (
     StaleOwnerError,
     TaskRecord,
@@ -253,8 +254,13 @@ class Worker:
         self._background.add(ack)
         ack.add_done_callback(self._background.discard)
 
-    async def _ack_if_mine(self, msg_id: str) -> bool:
+    async def _ack_if_mine(self, msg_id: str, *, finished: bool = False) -> bool:
         try:
+            if finished:
+                # The run made the task terminal: whoever holds the entry now (a replica that claimed it
+                # meanwhile finds the task finished) has nothing to run. No XPENDING check (issue 45).
+                await self.queue.done(msg_id)
+                return True
             return await self.queue.ack_if_mine(msg_id)
         except UnavailableError as exc:
             log.warning("cannot acknowledge entry %s: %s", msg_id, exc)
@@ -322,7 +328,7 @@ class Worker:
             self._renewers.add(renewer)
             result = await self.loop.run(record, lease)
             log.info("task %s: run ended %s", task_id, result.value)
-            await self._ack_if_mine(msg_id)
+            await self._ack_if_mine(msg_id, finished=result is RunResult.FINISHED)
         except asyncio.CancelledError:
             if task_id in self._stale:
                 await self._ack_if_mine(msg_id)

@@ -164,11 +164,12 @@ class DispatcherSettings(_Section):
     often Redis is read for events another replica writes (CancelTask, ResolveApproval served there)."""
     event_maxlen: int = Field(10_000, ge=100)
     """Events kept per task (stream MAXLEN, approximate; entries, when `pack_events` packs them)."""
-    pack_events: bool = False
+    pack_events: bool = True
     """Write the events of one commit as one stream entry (a JSON array) instead of one entry each:
-    ~6 Redis commands fewer per task (issue 45). Every release from this one reads both; a replica of an
-    earlier release reads one event per entry and would miss the others of a packed entry, so turn it
-    on once every dispatcher replica runs this release or later (a rolling upgrade: after it ends)."""
+    ~6 Redis commands fewer per task (issue 45). Every release from the one that added this switch (off
+    then: CHANGELOG) reads both; a replica of an earlier release reads one event per entry and would
+    miss the others of a packed entry. Upgrading from such a release, set it false until every
+    dispatcher replica runs this release or later (a rolling upgrade: until it ends)."""
     max_contract_retries: int = Field(2, ge=0, le=10)
     """Reflective retries of a call failing its contract before it is handled as ENGINEERING."""
     loop_threshold: int = Field(3, ge=2)

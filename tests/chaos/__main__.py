@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--max-resumes", type=int, default=5, help="resumes of one FAILED task at most")
     parser.add_argument("--final-timeout", type=float, default=180.0)
-    parser.add_argument("--pack-events", action="store_true", help="dispatcher.pack_events on (issue 45)")
+    parser.add_argument(
+        "--no-pack-events", dest="pack_events", action="store_false", help="dispatcher.pack_events off (issue 45)"
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="default: a new temp dir (kept)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(argv)

@@ -55,8 +55,8 @@ class Timings:
     call_timeout_s: float = 20.0
     service_retry_attempts: int = 3
     heartbeat_interval_s: float = 1.0
-    pack_events: bool = False
-    """Not a timing: dispatcher.pack_events, one stream entry per commit (issue 45), under the kills too."""
+    pack_events: bool = True
+    """Not a timing: dispatcher.pack_events (issue 45; on by default), False: one stream entry per event."""
 
 
 def tool_entry(name: str, upstream_url: str, timings: Timings, options: set[str]) -> dict[str, Any]:
@@ -150,7 +150,7 @@ def chaos_config(upstream_url: str, timings: Timings, *, round_robin: bool, clus
             "call_timeout_s": timings.call_timeout_s,
             "service_retry_attempts": timings.service_retry_attempts,
             "approval_sweep_interval_s": 1.0,
-            **({"pack_events": True} if timings.pack_events else {}),
+            **({} if timings.pack_events else {"pack_events": False}),
         },
     }
 

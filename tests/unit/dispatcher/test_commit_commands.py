@@ -33,7 +33,7 @@ async def spent(store: Store, before: Counter[str]) -> Counter[str]:
 
 
 async def test_a_commit_reads_and_writes_the_hash_once_and_adds_each_event(store: Store) -> None:
-    tasks = TaskStore(store, DispatcherSettings())
+    tasks = TaskStore(store, DispatcherSettings(pack_events=False))  # one entry per event
     await tasks.commit(TASK, fence=None, fields=fields_of(status=TaskStatus.PENDING), events=[event("created")])
     acquired = await tasks.acquire(TASK, "c1", lease_ms=5000, if_pending=event("run"), if_taken_over=event("again"))
     assert isinstance(acquired, TaskRecord) and acquired.fence == 1 and acquired.last_sequence == 2

@@ -16,7 +16,7 @@ from agentmesh.config import AgentSettings, DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError
 from agentmesh.store import Store
 from dispatcher_svc.agents import AgentConfig, AgentRegistry
-from dispatcher_svc.events import now_ms
+from dispatcher_svc.events import decode_entries, now_ms
 from dispatcher_svc.model import (
     ApprovalRecord,
     CallStage,
@@ -27,7 +27,6 @@ from dispatcher_svc.model import (
     ToolOutcome,
     ToolOutput,
 )
-from dispatcher_svc.model_json import event_from_json
 from dispatcher_svc.ports import CallOptions, Ports
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.settling import ApprovalSettler
@@ -118,7 +117,7 @@ class Env:
 
     async def events(self, task_id: str = T) -> list[TaskEvent]:
         raw: Any = await self.store.redis.xrange(self.store.keys.task_events(task_id))
-        return [event_from_json(task_id, int(i.decode()[2:]), f[b"e"]) for i, f in raw]
+        return decode_entries(task_id, raw)  # packed or not
 
     async def queued(self) -> list[str]:
         raw: Any = await self.store.redis.xrange(self.queue.key)

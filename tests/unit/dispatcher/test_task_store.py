@@ -18,8 +18,8 @@ from agentmesh.dev.localredis import LocalRedis
 from agentmesh.errors import AgentmeshError, ErrorCode, NotFoundError, UnavailableError
 from agentmesh.store import Store
 from dispatcher_svc.agent_load import AgentLoad
+from dispatcher_svc.events import decode_entries
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
-from dispatcher_svc.model_json import event_from_json
 from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue
 from dispatcher_svc.task_scripts import COMMIT_LUA
 from dispatcher_svc.tasks import (
@@ -80,7 +80,7 @@ class Env:
 
     async def stream(self, task_id: str = T) -> list[tuple[str, TaskEvent]]:
         raw: Any = await self.store.redis.xrange(self.store.keys.task_events(task_id))
-        return [(i.decode(), event_from_json(task_id, int(i.decode()[2:]), f[b"e"])) for i, f in raw]
+        return [(f"0-{e.sequence}", e) for e in decode_entries(task_id, raw)]  # packed or not
 
     async def queued(self) -> list[str]:
         raw: Any = await self.store.redis.xrange(self.queue.key)

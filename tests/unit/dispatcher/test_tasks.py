@@ -111,7 +111,8 @@ async def test_fence_refuses_a_stale_writer_and_keeps_sequences(make_rig: MakeRi
 
 
 async def test_events_are_capped_and_a_late_watcher_is_told(make_rig: MakeRig) -> None:
-    rig = await make_rig(lambda p: reply(text="x"), dispatcher={"event_maxlen": 100}, start=False)
+    # One entry per event, so MAXLEN trims events (packed, it counts commits: test_packed_events).
+    rig = await make_rig(lambda p: reply(text="x"), dispatcher={"event_maxlen": 100, "pack_events": False}, start=False)
     task_id = (await rig.dispatcher.start_task(StartRequest("ops", "goal"), caller=OPERATOR, request_id="r")).task_id
     tasks = rig.dispatcher.tasks
     for i in range(30):
@@ -511,3 +512,31 @@ async def test_a_deferred_entry_claimed_again_is_kept_for_the_run_that_takes_it_
         blocker.cancel()
         worker._running.pop(task_id, None)
         worker._deferred.pop(task_id, None)
+
+
+async def test_a_finished_run_deletes_its_entry_even_if_another_replica_claimed_it_meanwhile(make_rig: MakeRig) -> None:
+    """Issue 45: a run that made its task terminal acknowledges and deletes its entry without asking
+    whose it is now (XACK + XDEL, no script): whoever claimed the entry meanwhile has nothing to run.
+    No claim loop or renewal within the test (long idle times): the entry goes with the run's end."""
+    rig = await make_rig(lambda p: reply(text="done"), dispatcher={"claim_idle_s": 60, "claim_interval_s": 60})
+    worker, redis = rig.dispatcher.worker, rig.store.redis
+    rig.provider.delay_s = 0.5
+    task_id = await rig.start("slow")
+    pending: Any = []
+    for _ in range(100):
+        pending = await redis.xpending_range(worker.queue.key, worker.queue.group, "-", "+", 10)
+        if pending:
+            break
+        await asyncio.sleep(0.02)
+    [entry] = pending
+    # Another replica's claim of the entry while the run is in its model call.
+    await redis.xclaim(worker.queue.key, worker.queue.group, "replica-b", 0, [entry["message_id"]])
+    events = await rig.events(task_id)
+    assert events[-1].status == TaskStatus.SUCCEEDED
+    assert rig.provider.calls == 1
+
+    async def entry_gone() -> bool:
+        return await redis.xlen(worker.queue.key) == 0
+
+    await _wait(entry_gone, timeout_s=5)  # the acknowledgement follows the terminal commit the watcher saw
+    assert (await redis.xpending(worker.queue.key, worker.queue.group))["pending"] == 0
