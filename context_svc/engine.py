@@ -29,7 +29,8 @@ from agentmesh.errors import (
 from agentmesh.payloads import PayloadStore, StoredPayload
 from agentmesh.store import Store
 from context_svc.access import check_access
-from context_svc.appends import Appender, validate_client_message_id
+from context_svc.append_prep import validate_client_message_id
+from context_svc.appends import Appender
 from context_svc.assembly import Assembler
 from context_svc.attach import Attachment, Attachments
 from context_svc.budget import MIN_BUDGET_TOKENS, BlockBudgets, group_entries, select_window

@@ -26,6 +26,8 @@ LOAD_LUA: Final = LOAD_LUA_FN + package_lua("context_svc", "load")
 
 APPEND_LOAD_LUA: Final = SEEN_LUA_FN + APPEND_LUA_FN + LOAD_LUA_FN + package_lua("context_svc", "append_load")
 
+APPEND_MANY_LOAD_LUA: Final = SEEN_LUA_FN + APPEND_LUA_FN + LOAD_LUA_FN + package_lua("context_svc", "append_many_load")
+
 CREATE_APPEND_LOAD_LUA: Final = (
     SEEN_LUA_FN + APPEND_LUA_FN + LOAD_LUA_FN + package_lua("context_svc", "create_append_load")
 )

@@ -80,6 +80,7 @@ class SessionStore:
         self._incr = store.script("context_incr_if_exists", scripts.INCR_IF_EXISTS_LUA)
         self._release = store.script("context_release", scripts.RELEASE_LUA)
         self._append_load = store.script("context_append_load", scripts.APPEND_LOAD_LUA, durable=True)
+        self._append_many_load = store.script("context_append_many_load", scripts.APPEND_MANY_LOAD_LUA, durable=True)
         self._create_append_load = store.script(
             "context_create_append_load", scripts.CREATE_APPEND_LOAD_LUA, durable=True
         )
@@ -314,6 +315,39 @@ class SessionStore:
             # What the script took as held besides the snapshot: this append's message and labels.
             snap = snap.after_append(result, str(args[0]), str(args[1]), entities)
         return result, await self._loaded(session_id, data, snap)
+
+    async def append_many_and_load(
+        self,
+        session_id: str,
+        appends: Sequence[tuple[Message, Sequence[tuple[str, str]], Dedupe | None]],
+        *,
+        caller_agent: str | None,
+        encoding: str,
+        caller_task: str = "",
+    ) -> tuple[list[int | Existing], Loaded]:
+        """`append` of each (message, entities, dedupe) in order, then `load`, in one script (issue 45):
+        the session's meta read and written once for all of them. Errors as `append`'s (only the first
+        append can be refused, before anything is written: the others see the same session and caller)."""
+        snap = self._known.get(session_id)
+        each = [
+            self._append_args(m, entities, caller_agent, encoding, dedupe, caller_task)
+            for m, entities, dedupe in appends
+        ]
+        args: list[str | int] = [*load_args(snap), len(each)]
+        for one in each:
+            args += [len(one), *one]
+        async with self.store.guard("append messages"):
+            reply = await self._append_many_load(keys=self.keys(session_id), args=args)
+        if not isinstance(reply, list):
+            raise _append_error(session_id, int(reply))
+        results: list[int | Existing] = [_existing(r) if isinstance(r, list) else int(r) for r in reply[0]]
+        data = json.loads(reply[1])
+        if data["same"] and snap is not None and all(isinstance(r, int) for r in results):
+            # What the script took as held besides the snapshot: these appends' messages and labels.
+            for index, one, (_, entities, _) in zip(results, each, appends, strict=True):
+                assert isinstance(index, int)
+                snap = snap.after_append(index, str(one[0]), str(one[1]), entities)
+        return results, await self._loaded(session_id, data, snap)
 
     def _append_args(
         self,

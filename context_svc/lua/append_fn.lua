@@ -13,9 +13,15 @@
 -- created: the field/value pairs of the meta hash a create in the same script writes (nil: none). The
 -- state is then theirs (no HMGET), and they go in the append's own HSET; an append that returns
 -- before its HSET writes nothing, the caller writes them (CREATE_APPEND_LOAD_LUA).
-local function append(K, A, created)
+-- held: the meta as the previous append of the same script left it (its third result), so a chain of
+-- appends reads the hash once; deferred: a list the append adds its meta field/value pairs to instead
+-- of writing them, the caller writing them all in one HSET (APPEND_MANY_LOAD_LUA, issue 45). The
+-- third result is the meta after this append, for the next one (the first: the HMGET's fields).
+local function append(K, A, created, held, deferred)
   local m
-  if created then
+  if held then
+    m = held
+  elseif created then
     local f = {}
     for i = 1, #created, 2 do f[created[i]] = created[i + 1] end
     m = {f.tasks, f.agent_id, f.encoding, f.epoch, f.total_tokens, f.ttl_at, f.message_count, f.summary_count,
@@ -46,7 +52,7 @@ local function append(K, A, created)
     local entry = claimed and cjson.encode({i = claimed, h = A[8], e = epoch})
     if not entry or redis.call('HSETNX', K[6], A[7], entry) == 0 then
       local found = seen(K[1], K[2], K[6], A[7], epoch)
-      if found then return found, state end
+      if found then return found, state, m end
       claimed = nil
     end
   end
@@ -96,9 +102,15 @@ local function append(K, A, created)
         end
       end
       set[#set + 1] = 'ttl_at'; set[#set + 1] = string.format('%d', now) .. ':' .. table.concat(bits)
+      m[6] = set[#set]
     end
+  end
+  m[5], m[7] = tokens, tostring(n)
+  if deferred then
+    for i = 1, #set do deferred[#deferred + 1] = set[i] end
+    return n - 1, state, m
   end
   redis.call('HSET', K[1], unpack(set))
   if created and ttl > 0 then redis.call('EXPIRE', K[1], ttl) end
-  return n - 1, state
+  return n - 1, state, m
 end

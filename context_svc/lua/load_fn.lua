@@ -8,11 +8,13 @@
 -- its own append).
 -- c: the meta fields below when the caller (the append right before) has them, else nil; mine: the
 -- index of the message that append added (the caller sent it: not sent back when it extends what
--- the caller holds; `own` says so), else nil.
+-- the caller holds; `own` says so), else nil; count: how many messages the caller appended right
+-- before, ending at `mine` (nil: one).
 -- Returns false if the session does not exist, else ONE JSON document (parsed in C on our side,
 -- instead of hundreds of RESP elements): {same, own, meta, upto, version, n, if: first index entry
 -- sent, idx, a/ta and b/tb: messages (first index, list) the caller lacks, entities (null: held)}.
-local function load(K, A, c, mine)
+local function load(K, A, c, mine, count)
+  count = count or 1
   c = c or redis.call('HMGET', K[1], 'epoch', 'message_count', 'total_tokens', 'summary_count',
     'summary_rejections', 'tasks')
   local epoch = c[1]
@@ -39,8 +41,8 @@ local function load(K, A, c, mine)
   end
   local n = tonumber(c[2] or '') or redis.call('LLEN', K[3])
   local lo, hi, idx_hi = tonumber(A[3]), tonumber(A[4]), tonumber(A[5])
-  -- The message just appended extends what the caller holds when both end right before it.
-  local own = same and mine == n - 1 and hi == n - 2 and idx_hi == n - 2
+  -- The messages just appended extend what the caller holds when both end right before them.
+  local own = same and mine == n - 1 and hi == n - 1 - count and idx_hi == n - 1 - count
   if own then hi, idx_hi = n - 1, n - 1 end
   local idx_from = upto + 1
   if same then idx_from = math.max(idx_from, idx_hi + 1) end
@@ -56,7 +58,7 @@ local function load(K, A, c, mine)
   if from < n then after = redis.call('LRANGE', K[3], from, n - 1) end
   local ent_at = tonumber(A[6])
   local entities = 'null'
-  if not (same and (ent_at == n or (mine == n - 1 and ent_at == n - 1))) then
+  if not (same and (ent_at == n or (mine == n - 1 and ent_at == n - count))) then
     local raw = redis.call('HGETALL', K[4])
     local kv = {}
     for i = 1, #raw, 2 do kv[#kv + 1] = cjson.encode(raw[i]) .. ':' .. raw[i + 1] end

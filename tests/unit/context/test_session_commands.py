@@ -8,10 +8,11 @@ import json
 from collections import Counter
 from typing import Any
 
+from agentmesh.chat import ToolCall
 from agentmesh.config import ContextSettings
 from agentmesh.store import Store
 from context_svc.engine import ContextEngine
-from context_svc.model import Caller, Message, Role
+from context_svc.model import Caller, Message, Role, ToolOutcome
 from context_svc.sessions import SessionStore
 
 OPERATOR = Caller("oncall", is_operator=True)
@@ -81,3 +82,56 @@ async def test_a_named_append_claims_its_dedupe_entry_in_one_command(store: Stor
     entries = await store.redis.hvals(engine.sessions.key("s1", "dedupe"))
     indexes = sorted(int(json.loads(e)["i"]) for e in entries)
     assert indexes == [first.index, second.index]
+
+
+def _reply(*call_ids: str) -> Message:
+    return Message(Role.ASSISTANT, "", tool_calls=tuple(ToolCall(c, "lookup", '{"id": 42}') for c in call_ids))
+
+
+async def test_a_reply_and_its_results_are_one_script_reading_and_writing_the_meta_once(store: Store) -> None:
+    """Issue 45: AppendMessage with following_results appends them all, and loads the view, in one
+    EVALSHA; the session's meta hash is read by one HMGET and written by one HSET for all of them."""
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    await engine.append_message(OPERATOR, "s1", Message(Role.USER, "where is order 42?"))
+    warm = [ToolOutcome("c0", "lookup", inline="found")]  # the script loaded, the dedupe hash made
+    await engine.append_message_with_results(OPERATOR, "s1", _reply("c0"), warm, client_message_id="t:0", build=0)
+    results = [ToolOutcome("c1", "lookup", inline="order 42: paid"), ToolOutcome("c2", "lookup", inline="in transit")]
+    before = await commands(store)
+    appended, following, view = await engine.append_message_with_results(
+        OPERATOR, "s1", _reply("c1", "c2"), results, client_message_id="t:1:reply", build=0
+    )
+    used = await spent(store, before)
+    # One HSET of the meta, one of the reply's label (its calls state id=42: facts/entities.py).
+    assert used["evalsha"] == 1 and used["hmget"] == 1 and used["hset"] == 2, used
+    assert used["hsetnx"] == 3 and used["rpush"] == 6, used  # one dedupe claim and two list items each
+    assert used["expire"] == 0, used  # every key existed: no TTL refresh
+    assert used["hgetall"] == 1, used  # the owner's memories; the entities are held, not read again
+    assert (appended.index, [f.index for f in following]) == (3, [4, 5])
+    assert view is not None
+    # The view is what a process holding nothing of the session builds (the snapshot was extended right).
+    fresh = await ContextEngine(ContextSettings(), store).build_context(OPERATOR, "s1")
+    assert [m.content for m in view.messages] == [m.content for m in fresh.messages]
+    assert [m.tool_call_id for m in view.messages if m.role is Role.TOOL] == ["c0", "c1", "c2"]
+    meta: Any = await store.redis.hgetall("am:sess:{s1}:meta")
+    assert int(meta[b"message_count"]) == 6 == await store.redis.llen("am:sess:{s1}:log")
+    assert int(meta[b"total_tokens"]) == sum(m.token_count for m in fresh.messages if m.role is not Role.SYSTEM)
+
+
+async def test_a_repeated_reply_with_a_new_result_appends_only_the_result(store: Store) -> None:
+    """The reply found under its id (the answer was lost), its next result new: one script still, the
+    found reply answered as a repeat, the result appended after it, the view as a fresh process's."""
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    first = ToolOutcome("c1", "lookup", inline="order 42: paid")
+    reply = _reply("c1", "c2")
+    await engine.append_message_with_results(OPERATOR, "s1", reply, [first], client_message_id="r", build=0)
+    second = ToolOutcome("c2", "lookup", inline="in transit")
+    appended, following, view = await engine.append_message_with_results(
+        OPERATOR, "s1", _reply("c1", "c2"), [first, second], client_message_id="r", build=0
+    )
+    assert appended.already and [(f.index, f.already) for f in following] == [(1, True), (2, False)]
+    assert view is not None
+    fresh = await ContextEngine(ContextSettings(), store).build_context(OPERATOR, "s1")
+    assert [m.content for m in view.messages] == [m.content for m in fresh.messages]
+    assert await store.redis.llen("am:sess:{s1}:log") == 3

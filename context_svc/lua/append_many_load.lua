@@ -1,0 +1,26 @@
+
+-- Several appends, then the load right after the last, in one script (issue 45): a step's reply and
+-- the results of its tool calls. The session's meta hash is read once (the first append's HMGET) and
+-- written once (one HSET of every append's fields, later pairs winning).
+-- KEYS: append's. ARGV: load's six, c = the count of appends, then per append: the count of its
+-- arguments, then append's arguments. Returns the first append's -1/-2/-3 as they are (nothing is
+-- written: the later appends run against the same session, caller and encoding, so only the first can
+-- be refused), else {{each append's result}, load's document}. `mine` for the load only when every
+-- append added its message (none was found under its dedupe key).
+local at, held, state, new = 8, nil, nil, true
+local results, set = {}, {}
+for a = 1, tonumber(ARGV[7]) do
+  local n = tonumber(ARGV[at])
+  local r, st, m = append(KEYS, {unpack(ARGV, at + 1, at + n)}, nil, held, set)
+  if type(r) == 'number' and r < 0 then
+    if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end  -- not reached: see above
+    return r
+  end
+  results[a], state, held = r, st, m
+  if type(r) ~= 'number' then new = false end
+  at = at + 1 + n
+end
+if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+local mine = nil
+if new then mine = results[#results] end
+return {results, load({KEYS[1], KEYS[3], KEYS[2], KEYS[4], KEYS[5]}, ARGV, state, mine, #results)}
