@@ -98,7 +98,10 @@ async def write_all(store: Store) -> dict[str, Any]:
     d = Dispatcher(store)
     await d.start()
     tools = Tools(store)
-    engine = ContextEngine(ContextSettings(payload_ttl_s=PAYLOAD_TTL_S), store)
+    # From issue 37 on the recent window keeps every turn its share of the budget holds (keep_recent is a
+    # floor): a small share, so the done task's session still has older turns to compact into a summary.
+    small_recent = {"recent_ratio": 0.05} if "recent_ratio" in ContextSettings.model_fields else {}
+    engine = ContextEngine(ContextSettings(payload_ttl_s=PAYLOAD_TTL_S, **small_recent), store)
     await write_task_done(d, tools, engine)
     await write_task_parked(d, tools)
     await write_task_failed(d, tools)

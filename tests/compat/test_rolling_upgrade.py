@@ -29,6 +29,9 @@ these records: those checks find nothing to check there.
 From redis_v4.json on (issues 20-23) tasks record their creator, sessions their owner and attached
 tasks (another task's token is refused; an older session keeps its agent's rule), entity records
 carry provenance (read back as the same known facts), and the audit stream `am:audit` reads back.
+
+From redis_v5.json on (issue 45) a commit's events are one stream entry (`dispatcher.pack_events`, on by
+default): entries `0-<last sequence>` with field `b`, beside single-event entries `e`.
 """
 
 from __future__ import annotations

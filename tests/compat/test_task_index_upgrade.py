@@ -1,5 +1,6 @@
 """Rolling upgrades (issue 27): tasks every earlier release stored, before ListTasks' index existed, are
-indexed once by the backfill and then listed, newest first, with the creator rule of GetTask."""
+indexed once by the backfill and then listed, newest first, with the creator rule of GetTask. A fixture
+written since (redis_v5 on) holds the index already: the backfill then only confirms it."""
 
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ async def test_stored_tasks_are_backfilled_once_and_listed(loaded: Loaded) -> No
     listing = Listing(tasks, index, "compat-key")
     stored = loaded.records["dispatcher"]["tasks"]
     assert stored
-    assert (await listing.list_tasks(TaskFilter(), 0, "", caller=caller("op", "operator")))[0] == []  # not yet indexed
+    if index.key not in loaded.keys:  # a writer from before the index (every fixture up to redis_v4)
+        assert (await listing.list_tasks(TaskFilter(), 0, "", caller=caller("op", "operator")))[0] == []
+    # The backfill adds whatever the writer did not index (all of an older writer's tasks), once per Redis.
     assert await index.backfill() == len(stored)
-    assert await index.backfill() == -1  # once per Redis
+    assert await index.backfill() == -1
     listed, token = await listing.list_tasks(TaskFilter(), 0, "", caller=caller("op", "operator"))
     assert token == ""
     assert sorted(t.task_id for t in listed) == sorted(stored)
