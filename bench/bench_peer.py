@@ -324,20 +324,26 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
             mesh.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_peer", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--c1-tasks", type=int, default=30)
-    parser.add_argument("--c32-tasks", type=int, default=128)
-    parser.add_argument("--before", default="", help="a second agentmesh checkout to run alternately")
+def add_no_pack_events(parser: argparse.ArgumentParser, which: str) -> None:
+    """`--no-pack-events`: dispatcher.pack_events off (on by default since issue 45); `args.pack_events` is
+    then False, else None (the checkout's default)."""
     parser.add_argument(
         "--no-pack-events",
         dest="pack_events",
         action="store_const",
         const=False,
         default=None,
-        help="dispatcher.pack_events off (this checkout, not --before's; on by default since issue 45)",
+        help=f"dispatcher.pack_events off ({which})",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_peer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--c1-tasks", type=int, default=30)
+    parser.add_argument("--c32-tasks", type=int, default=128)
+    parser.add_argument("--before", default="", help="a second agentmesh checkout to run alternately")
+    add_no_pack_events(parser, "this checkout, not --before's")
     args = parser.parse_args(argv)
     if args.before:
         args.before = str(Path(args.before).resolve())

@@ -73,14 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=60)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--peer", action="store_true", help="bench_peer's calculator task instead")
-    parser.add_argument(
-        "--no-pack-events",
-        dest="pack_events",
-        action="store_const",
-        const=False,
-        default=None,
-        help="dispatcher.pack_events off (with --peer)",
-    )
+    bench_peer.add_no_pack_events(parser, "with --peer")
     args = parser.parse_args(argv)
     shas = script_names()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
