@@ -188,10 +188,11 @@ bench-gateway: venv litellm-venv
 
 # One task (model -> calculator -> model -> answer, scripted model) through agentmesh's four services and
 # through LangGraph with its SQLite checkpointer, alternating rounds: c1 p50, c32 tasks/s, CPU-ms and Redis
-# commands per task, and their ratios (issue 45). BEFORE=<checkout> also runs another agentmesh checkout.
+# commands per task, and their ratios (issue 45), beside the task's bare shape on four gRPC processes (the
+# floor of this design, bench/peer_skeleton.py). BEFORE=<checkout> also runs another agentmesh checkout.
 BEFORE ?=
 bench-peer: venv
-	$(PY) -m bench.bench_peer $(if $(BEFORE),--before $(BEFORE))
+	$(PY) -m bench.bench_peer --skeleton $(if $(BEFORE),--before $(BEFORE))
 
 up: venv
 	$(BIN)/agentmesh up

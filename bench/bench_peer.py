@@ -14,8 +14,12 @@ c32 (32 at a time: tasks/s). Beside them, over every measured task: CPU-ms per t
 four services' processes; LangGraph: this process while only it runs), Redis main-thread CPU-ms and
 Redis commands per task (INFO; Lua scripts' own commands included, as Redis counts them).
 The figures are medians over rounds; compare the ratios, not the absolute numbers (a shared machine).
+`--skeleton` adds the task's bare shape to the alternation (bench/peer_skeleton.py): four plain grpc.aio
+processes making the same calls, events and Redis round trips with no code of ours, and the same with our
+RPC edge: the floor of this design, and how much of agentmesh's cost is the edge and how much the services.
 
-Run: `.venv/bin/python -m bench.bench_peer [--rounds 3] [--c1-tasks 30] [--c32-tasks 128] [--before DIR]`
+Run: `.venv/bin/python -m bench.bench_peer [--rounds 3] [--c1-tasks 30] [--c32-tasks 128] [--before DIR]
+[--skeleton]`
 (`make bench-peer`).
 """
 
@@ -48,6 +52,7 @@ from agentmesh.dev.localredis import LocalRedis
 from agentmesh.v1 import dispatcher_pb2, dispatcher_pb2_grpc
 from bench.bench_scale import AUTH_KEY, REPO, SERVICES, Mesh, RedisSnapshot
 from bench.common import percentile, table
+from bench.peer_skeleton import Skeleton
 from provider_svc.models.base import Role
 from provider_svc.testing.scripted import ScriptedReply, ScriptedRequest, ScriptedToolCall
 from tool_svc.builtin.calculator import evaluate
@@ -55,6 +60,8 @@ from tool_svc.builtin.calculator import evaluate
 D = dispatcher_pb2
 HIGH = 32
 """The concurrency of the throughput rounds."""
+SKELETON = "skeleton (floor)"
+SKELETON_EDGE = "skeleton + our edge"
 
 
 def expression_of(goal: str) -> str:
@@ -301,6 +308,9 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
     if args.before:
         meshes.append(Agentmesh(Path(args.before), workdir, "before-"))
     graph = LangGraph(workdir)
+    skeleton_redis = LocalRedis() if args.skeleton else None
+    url = skeleton_redis.__enter__().url if skeleton_redis else ""
+    skeletons = [Skeleton(url, workdir), Skeleton(url, workdir, edge=True)] if skeleton_redis else []
     try:
         for mesh in meshes:
             await asyncio.to_thread(mesh.start)
@@ -308,6 +318,11 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
         systems = [System("agentmesh", meshes[0].run)]
         if args.before:
             systems.append(System("agentmesh (before)", meshes[1].run))
+        for skeleton in skeletons:
+            skeleton.start()
+            await skeleton.ready()
+            skeleton.timed = timed
+            systems.append(System(SKELETON_EDGE if skeleton.edge else SKELETON, skeleton.sample))
         systems.append(System("langgraph+sqlite", graph.run))
         for system in systems:  # warm-up: imports, connections, scripts loaded
             await system.run(8, 4, "warm")
@@ -322,6 +337,10 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
         await graph.stop()
         for mesh in meshes:
             mesh.stop()
+        for skeleton in skeletons:
+            skeleton.stop()
+        if skeleton_redis is not None:
+            skeleton_redis.__exit__(None, None, None)
 
 
 def add_no_pack_events(parser: argparse.ArgumentParser, which: str) -> None:
@@ -344,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--c32-tasks", type=int, default=128)
     parser.add_argument("--before", default="", help="a second agentmesh checkout to run alternately")
     add_no_pack_events(parser, "this checkout, not --before's")
+    parser.add_argument("--skeleton", action="store_true", help="also the task's bare shape (bench/peer_skeleton.py)")
     args = parser.parse_args(argv)
     if args.before:
         args.before = str(Path(args.before).resolve())
@@ -379,7 +399,15 @@ def main(argv: list[str] | None = None) -> int:
         f"c{HIGH} tasks/s {mesh.throughput() / peer.throughput():.2f}x (target >= 0.8x), "
         f"CPU per task {mesh.per_task('cpu_s') / peer.per_task('cpu_s'):.2f}x"
     )
-    if len(systems) == 3:
+    for skeleton in (s for s in systems if s.name in (SKELETON, SKELETON_EDGE)):
+        print(
+            f"{skeleton.name} / langgraph: c1 p50 {skeleton.p50_ms() / peer.p50_ms():.2f}x, "
+            f"c{HIGH} tasks/s {skeleton.throughput() / peer.throughput():.2f}x, "
+            f"CPU per task {skeleton.per_task('cpu_s') / peer.per_task('cpu_s'):.2f}x; agentmesh / it: "
+            f"c1 p50 {mesh.p50_ms() / skeleton.p50_ms():.2f}x, CPU per task "
+            f"{mesh.per_task('cpu_s') / skeleton.per_task('cpu_s'):.2f}x"
+        )
+    if args.before:
         old = systems[1]
         print(
             f"agentmesh after / before: c1 p50 {mesh.p50_ms() / old.p50_ms():.2f}x, "
