@@ -17,7 +17,23 @@
 -- appends reads the hash once; deferred: a list the append adds its meta field/value pairs to instead
 -- of writing them, the caller writing them all in one HSET (APPEND_MANY_LOAD_LUA, issue 45). The
 -- third result is the meta after this append, for the next one (the first: the HMGET's fields).
-local function append(K, A, created, held, deferred)
+-- pushes: {log = {}, idx = {}} that an append to a log of one message or more adds its two entries to
+-- instead of RPUSHing them, the caller pushing them all with one RPUSH per list (`push_all`; issue 45):
+-- the index is message_count + 1, which the append scripts keep equal to the log's length.
+
+-- Sends what appends left in `pushes`: one RPUSH per list (per 1,000 entries: unpack's bound), in
+-- append order.
+local function push_all(K, pushes)
+  if not pushes then return end
+  for i = 1, #pushes.log, 1000 do
+    local j = math.min(i + 999, #pushes.log)
+    redis.call('RPUSH', K[2], unpack(pushes.log, i, j))
+    redis.call('RPUSH', K[3], unpack(pushes.idx, i, j))
+  end
+  pushes.log, pushes.idx = {}, {}
+end
+
+local function append(K, A, created, held, deferred, pushes)
   local m
   if held then
     m = held
@@ -51,13 +67,23 @@ local function append(K, A, created, held, deferred)
   if A[7] ~= '' then
     local entry = claimed and cjson.encode({i = claimed, h = A[8], e = epoch})
     if not entry or redis.call('HSETNX', K[6], A[7], entry) == 0 then
+      push_all(K, pushes)  -- the entry may name a message of this script that is not pushed yet
       local found = seen(K[1], K[2], K[6], A[7], epoch)
       if found then return found, state, m end
       claimed = nil
     end
   end
-  local n = redis.call('RPUSH', K[2], A[1])
-  redis.call('RPUSH', K[3], A[2])
+  local n
+  local count = tonumber(m[7] or '')
+  if pushes and count and count >= 1 then
+    -- The log exists (its TTL too): its entries can wait for the caller's one RPUSH.
+    n = count + 1
+    pushes.log[#pushes.log + 1] = A[1]
+    pushes.idx[#pushes.idx + 1] = A[2]
+  else
+    n = redis.call('RPUSH', K[2], A[1])
+    redis.call('RPUSH', K[3], A[2])
+  end
   local tokens = string.format('%d', (tonumber(m[5] or '0') or 0) + tonumber(A[3]))
   local set = {}
   for i = 1, #(created or {}) do set[i] = created[i] end  -- the create's fields; later pairs win

@@ -1,25 +1,28 @@
 
 -- Several appends, then the load right after the last, in one script (issue 45): a step's reply and
 -- the results of its tool calls. The session's meta hash is read once (the first append's HMGET) and
--- written once (one HSET of every append's fields, later pairs winning).
+-- written once (one HSET of every append's fields, later pairs winning), and the messages pushed with one
+-- RPUSH per list (append's `pushes`).
 -- KEYS: append's. ARGV: load's six, c = the count of appends, then per append: the count of its
 -- arguments, then append's arguments. Returns the first append's -1/-2/-3 as they are (nothing is
 -- written: the later appends run against the same session, caller and encoding, so only the first can
 -- be refused), else {{each append's result}, load's document}. `mine` for the load only when every
 -- append added its message (none was found under its dedupe key).
 local at, held, state, new = 8, nil, nil, true
-local results, set = {}, {}
+local results, set, pushes = {}, {}, {log = {}, idx = {}}
 for a = 1, tonumber(ARGV[7]) do
   local n = tonumber(ARGV[at])
-  local r, st, m = append(KEYS, {unpack(ARGV, at + 1, at + n)}, nil, held, set)
+  local r, st, m = append(KEYS, {unpack(ARGV, at + 1, at + n)}, nil, held, set, pushes)
   if type(r) == 'number' and r < 0 then
-    if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end  -- not reached: see above
+    push_all(KEYS, pushes)  -- not reached: see above
+    if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
     return r
   end
   results[a], state, held = r, st, m
   if type(r) ~= 'number' then new = false end
   at = at + 1 + n
 end
+push_all(KEYS, pushes)
 if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
 local mine = nil
 if new then mine = results[#results] end

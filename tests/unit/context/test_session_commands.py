@@ -104,7 +104,8 @@ async def test_a_reply_and_its_results_are_one_script_reading_and_writing_the_me
     used = await spent(store, before)
     # One HSET of the meta, one of the reply's label (its calls state id=42: facts/entities.py).
     assert used["evalsha"] == 1 and used["hmget"] == 1 and used["hset"] == 2, used
-    assert used["hsetnx"] == 3 and used["rpush"] == 6, used  # one dedupe claim and two list items each
+    assert used["hsetnx"] == 3, used  # one dedupe claim each
+    assert used["rpush"] == 2, used  # the three messages: one RPUSH to the log, one to its index
     assert used["expire"] == 0, used  # every key existed: no TTL refresh
     assert used["hgetall"] == 1, used  # the owner's memories; the entities are held, not read again
     assert (appended.index, [f.index for f in following]) == (3, [4, 5])
@@ -135,3 +136,36 @@ async def test_a_repeated_reply_with_a_new_result_appends_only_the_result(store:
     fresh = await ContextEngine(ContextSettings(), store).build_context(OPERATOR, "s1")
     assert [m.content for m in view.messages] == [m.content for m in fresh.messages]
     assert await store.redis.llen("am:sess:{s1}:log") == 3
+
+
+async def test_a_result_appended_before_its_reply_is_found_after_the_reply_is_pushed(store: Store) -> None:
+    """The reply's entries wait for one RPUSH per list; a result found under its dedupe key makes the script
+    push what waits first (the log's order and length stay what one append at a time gives)."""
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    first = ToolOutcome("c1", "lookup", inline="order 42: paid")
+    earlier = await engine.append_tool_result_once(OPERATOR, "s1", first)  # AppendToolResult, before the reply
+    await engine.append_message_with_results(OPERATOR, "s1", _reply("c0"), [], client_message_id="warm", build=0)
+    second = ToolOutcome("c2", "lookup", inline="in transit")
+    before = await commands(store)
+    appended, following, view = await engine.append_message_with_results(
+        OPERATOR, "s1", _reply("c1", "c2"), [first, second], client_message_id="r", build=0
+    )
+    used = await spent(store, before)
+    assert used["evalsha"] == 1 and used["rpush"] == 4, used  # the reply pushed before the lookup, then c2
+    # The log: c1 (0), the warm reply (1), this reply (2), c2 (3); the goal is not in the log.
+    assert earlier.index == 0 and not appended.already and appended.index == 2
+    assert [(f.index, f.already) for f in following] == [(0, True), (3, False)]
+    log = [json.loads(raw) for raw in await store.redis.lrange("am:sess:{s1}:log", 0, -1)]
+    assert [(entry["r"], entry.get("id")) for entry in log] == [
+        ("tool", "c1"),
+        ("assistant", None),
+        ("assistant", None),
+        ("tool", "c2"),
+    ], log
+    assert [c[0] for c in log[2]["tc"]] == ["c1", "c2"]
+    meta: Any = await store.redis.hgetall("am:sess:{s1}:meta")
+    assert int(meta[b"message_count"]) == 4 == await store.redis.llen("am:sess:{s1}:idx")
+    assert view is not None
+    fresh = await ContextEngine(ContextSettings(), store).build_context(OPERATOR, "s1")
+    assert [m.content for m in view.messages] == [m.content for m in fresh.messages]
