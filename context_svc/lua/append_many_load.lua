@@ -8,6 +8,23 @@
 -- written: the later appends run against the same session, caller and encoding, so only the first can
 -- be refused), else {{each append's result}, load's document}. `mine` for the load only when every
 -- append added its message (none was found under its dedupe key).
+-- The meta's field/value pairs with each field once, at its first place, holding its last value: a chain's
+-- appends repeat the same few fields, and thousands of pairs would pass Lua's unpack bound.
+local function last_values(pairs)
+  local place, out = {}, {}
+  for i = 1, #pairs, 2 do
+    local field = pairs[i]
+    if place[field] then
+      out[place[field] + 1] = pairs[i + 1]
+    else
+      out[#out + 1] = field
+      out[#out + 1] = pairs[i + 1]
+      place[field] = #out - 1
+    end
+  end
+  return out
+end
+
 local at, held, state, new = 8, nil, nil, true
 local results, set, pushes = {}, {}, {log = {}, idx = {}}
 for a = 1, tonumber(ARGV[7]) do
@@ -15,7 +32,7 @@ for a = 1, tonumber(ARGV[7]) do
   local r, st, m = append(KEYS, {unpack(ARGV, at + 1, at + n)}, nil, held, set, pushes)
   if type(r) == 'number' and r < 0 then
     push_all(KEYS, pushes)  -- not reached: see above
-    if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+    if #set > 0 then redis.call('HSET', KEYS[1], unpack(last_values(set))) end
     return r
   end
   results[a], state, held = r, st, m
@@ -23,7 +40,7 @@ for a = 1, tonumber(ARGV[7]) do
   at = at + 1 + n
 end
 push_all(KEYS, pushes)
-if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+if #set > 0 then redis.call('HSET', KEYS[1], unpack(last_values(set))) end
 local mine = nil
 if new then mine = results[#results] end
 return {results, load({KEYS[1], KEYS[3], KEYS[2], KEYS[4], KEYS[5]}, ARGV, state, mine, #results)}

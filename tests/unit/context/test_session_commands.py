@@ -169,3 +169,20 @@ async def test_a_result_appended_before_its_reply_is_found_after_the_reply_is_pu
     assert view is not None
     fresh = await ContextEngine(ContextSettings(), store).build_context(OPERATOR, "s1")
     assert [m.content for m in view.messages] == [m.content for m in fresh.messages]
+
+
+async def test_a_reply_with_thousands_of_results_appends_every_one(store: Store) -> None:
+    """More messages in one script than Lua unpacks at once (~8,000 values): the pushes go in chunks and the
+    meta's repeated fields are written once each; the log, its index and message_count agree."""
+    engine = ContextEngine(ContextSettings(), store)
+    await engine.create_session(OPERATOR, session_id="s1", goal="g")
+    await engine.append_message(OPERATOR, "s1", Message(Role.USER, "look them all up"))
+    ids = [f"c{i}" for i in range(3000)]
+    results = [ToolOutcome(call_id, "lookup", inline="ok") for call_id in ids]
+    appended, following, _ = await engine.append_message_with_results(
+        OPERATOR, "s1", _reply(*ids), results, client_message_id="r", build=0
+    )
+    assert appended.index == 1 and [f.index for f in following] == list(range(2, 3002))
+    assert await store.redis.llen("am:sess:{s1}:log") == 3002 == await store.redis.llen("am:sess:{s1}:idx")
+    meta: Any = await store.redis.hgetall("am:sess:{s1}:meta")
+    assert int(meta[b"message_count"]) == 3002
