@@ -321,7 +321,6 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
         for skeleton in skeletons:
             skeleton.start()
             await skeleton.ready()
-            skeleton.timed = timed
             systems.append(System(SKELETON_EDGE if skeleton.edge else SKELETON, skeleton.sample))
         systems.append(System("langgraph+sqlite", graph.run))
         for system in systems:  # warm-up: imports, connections, scripts loaded

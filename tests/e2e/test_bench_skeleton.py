@@ -12,7 +12,6 @@ import grpc
 import grpc.aio
 import pytest
 
-from bench.bench_peer import timed
 from bench.peer_skeleton import ROLES, SERVICE, Skeleton
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +29,6 @@ async def _tasks(skeleton: Skeleton, n: int) -> tuple[list[float], float, float]
                     async for _ in stream(b"goal", timeout=30):
                         pass
                 assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        skeleton.timed = timed
         return await skeleton.run(n, 2, "t")
     finally:
         skeleton.stop()
