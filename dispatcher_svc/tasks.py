@@ -318,16 +318,16 @@ class TaskStore:
         code, current_fence, status_num, last_seq = (int(x) for x in reply[:4])
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:
-            entered = (fields or {}).get("status")
-            if entered:
-                self.metrics.task_status(agent, TaskStatus(int(entered)).name)
-                await self._count(task_id, agent, TaskStatus(int(entered)), int(reply[4]))
-                if self.on_end is not None and TaskStatus(int(entered)).terminal:
-                    await self.on_end(task_id)
+            # First: RunTask's stream need not wait for the bookkeeping's round trip below (issue 45).
             if events and self.feed.subscribers(task_id):  # most commits have no watcher here
                 first = last_seq - len(events) + 1
                 ended = last_seq if status.terminal else -1
                 self.feed.publish(task_id, [e.with_sequence(first + i) for i, e in enumerate(events)], ended)
+            if entered := (fields or {}).get("status"):
+                self.metrics.task_status(agent, TaskStatus(int(entered)).name)
+                await self._count(task_id, agent, TaskStatus(int(entered)), int(reply[4]))
+                if self.on_end is not None and TaskStatus(int(entered)).terminal:
+                    await self.on_end(task_id)
             return CommitResult(current_fence, status, last_seq)
         if code == _STALE:
             raise StaleOwnerError(

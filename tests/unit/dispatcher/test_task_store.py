@@ -293,6 +293,37 @@ async def test_commit_publishes_counts_and_ends_once(env: Env) -> None:
     assert await env.outcomes() == {"e": 2, "f": 1} and ended == [T, T, T]
 
 
+async def test_a_watcher_gets_the_last_events_before_the_bookkeeping_of_the_end(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RunTask's stream ends on the terminal event: it must not wait for the agents' load count or the
+    end hook (issue 45: their round trip was on every task's latency), which still run, in order."""
+    tasks, held, order = env.tasks, asyncio.Event(), []
+    ended = env.load.ended
+
+    async def slow_count(*args: Any, **kwargs: Any) -> None:
+        order.append("count")
+        await held.wait()
+        await ended(*args, **kwargs)
+
+    async def on_end(task_id: str) -> None:
+        order.append("on_end")
+
+    monkeypatch.setattr(env.load, "ended", slow_count)
+    tasks.on_end = on_end
+    await tasks.create(T, new_task(), event("created"), env.queue)
+    with tasks.feed.subscribe(T) as watcher:
+        commit = asyncio.ensure_future(
+            tasks.commit(T, fence=0, fields=fields_of(status=TaskStatus.SUCCEEDED), events=[event("end")], agent=AGENT)
+        )
+        assert await watcher.wait(5)
+        assert [(e.sequence, e.message) for e in watcher.take()] == [(2, "end")] and watcher.terminal_at == 2
+        assert order == ["count"] and not commit.done() and await env.active() == [T]  # still counting
+        held.set()
+        assert (await commit).status == TaskStatus.SUCCEEDED
+    assert order == ["count", "on_end"] and await env.active() == [] and await env.outcomes() == {"e": 1}
+
+
 async def test_commit_defaults_keep_fence_lease_ttl_and_count_under_no_agent(env: Env) -> None:
     await env.tasks.create(T, new_task(), event("created"), env.queue)
     result = await env.tasks.commit(T, fence=0, fields=fields_of(status=TaskStatus.RUNNING))
