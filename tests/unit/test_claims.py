@@ -73,6 +73,19 @@ def test_a_claim_no_write_tool_could_make_is_not_judged() -> None:
     assert tools_for("restart", ["restart_pod", "get_pod", "rollout_restart"]) == ["restart_pod", "rollout_restart"]
 
 
+def test_with_no_write_tool_the_text_is_not_even_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing could back a claim, so none is looked for (issue 45: the scan cost every task ~1 % of
+    the dispatcher's CPU); a write in the ledger still makes its tool one that can."""
+
+    def scanned(text: str) -> Any:
+        raise AssertionError("scanned")
+
+    monkeypatch.setattr("agentmesh.claims.detect", scanned)
+    assert unsupported("I restarted the pod.", [LedgerEntry("c1", "get_pod", "OK", False)], []).verdict == "none"
+    with pytest.raises(AssertionError, match="scanned"):
+        unsupported("I restarted the pod.", [LedgerEntry("c1", "restart_pod", "OK", True)], [])
+
+
 def test_citations_are_checked_against_the_ledger() -> None:
     ledger = [
         LedgerEntry("c1", "restart_pod", "OK", True),
