@@ -569,6 +569,29 @@ async def test_each_redis_operation_of_a_claim_is_measured_under_its_name(env: E
     assert ops() == {"claim idempotency key", "settle idempotency key"}
 
 
+async def test_a_free_key_is_claimed_with_one_set_and_a_held_one_read_once(env: Env) -> None:
+    """Issue 45: SET NX claims a free key (no GET first); only a held key's claim reads it."""
+
+    async def spent() -> dict[str, int]:
+        stats: Any = await env.store.redis.info("commandstats")
+        return {n.removeprefix("cmdstat_"): int(v["calls"]) for n, v in stats.items() if n != "cmdstat_info"}
+
+    await env.idem()(make_call("k-warm"))  # the script is loaded
+    before = await spent()
+    first = make_call("k25")
+    assert await env.idem()(first) is None and first.owner
+    after = await spent()
+    assert {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n, 0)} == {"evalsha": 1, "set": 2}
+    await finish(first, ok(first))
+    before = await spent()
+    repeat = make_call("k25")
+    replay = await env.idem()(repeat)
+    assert isinstance(replay, Output) and repeat.stats.replayed
+    after = await spent()
+    delta = {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n, 0)}
+    assert delta == {"evalsha": 1, "set": 1, "get": 1, "exists": 1}  # the SET NX that failed, then the read
+
+
 async def test_in_progress_and_lost_claim_answers_name_the_key_cut(env: Env) -> None:
     key = "task-" + "k" * 295
     first = make_call(key)
