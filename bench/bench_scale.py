@@ -203,6 +203,7 @@ class Mesh:
             deadline = time.monotonic() + 120
             while health_status(f"127.0.0.1:{self.ports[label]}", timeout_s=1.0) != "SERVING":
                 if self.processes[label].poll() is not None or time.monotonic() > deadline:
+                    self.stop()  # the others too: left running they would skew every later measurement
                     raise RuntimeError(f"{label} did not start; see {self.workdir}")
                 time.sleep(0.1)
 
