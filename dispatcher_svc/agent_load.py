@@ -4,7 +4,7 @@
   `am:agentload:{<agent>}:active`, member the task id, score the time (ms) it was (re)added. Members,
   not a counter: every add and remove is idempotent, so a retried or repeated write never counts
   twice. The set cannot share the task's slot (one set per agent, one slot per task). A new task joins
-  it in its create's pipeline, just before the task's own write (issue 45; a create of a task that
+  it in its create's script (task_create.py), just before the task's own write (issue 45; a create of a task that
   exists adds it too: harmless, see repair); on a cluster, or with durable writes, after that write,
   and again when it is first acquired, since a crash may come between. A task resumed joins it after
   the write that resumed it, a task taken over on the acquire that takes it; it leaves it after the

@@ -212,9 +212,11 @@ class Starter:
         subscription = self.tasks.feed.open(task_id) if watch else None
         try:
             with self.worker.slot() as take:
-                outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take)
+                first_run = self.worker.first_run(task_id) if take else None  # taken in the create's step
+                outcome = await self.tasks.create(task_id, fields, created, self.queue, take=take, first_run=first_run)
                 # Spawned inside the block: the slot passes to the run without a gap.
-                self.worker.take(outcome.taken)
+                acquired = (outcome.acquired, outcome.sent_at) if outcome.acquired is not None else None
+                self.worker.take(outcome.taken, acquired)
             if outcome.created:
                 continued = f", session {session_id}" if session_id != task_id else ""
                 continued += f", capability {choice.capability}" if choice else ""

@@ -1,7 +1,7 @@
-"""The Lua scripts of the task store (`dispatcher_svc.tasks`): fenced commit, acquire, due approvals.
+"""The Lua scripts of the task store (`dispatcher_svc.tasks`): fenced commit, acquire, create, due approvals.
 
 Each script documents its KEYS, ARGV and reply; `TaskStore` builds the arguments and reads the replies.
-Their sources are dispatcher_svc/lua/{commit,acquire,due_approvals}.lua; acquire.lua's `{FIELDS}` is the
+Their sources are dispatcher_svc/lua/{commit,acquire,create_take,due_approvals}.lua; acquire.lua's `{FIELDS}` is the
 Lua list of `RECORD_FIELDS`.
 """
 
@@ -15,3 +15,5 @@ ACQUIRE_LUA = package_lua("dispatcher_svc", "acquire").replace(
 )
 
 DUE_APPROVALS_LUA = package_lua("dispatcher_svc", "due_approvals")
+
+CREATE_TAKE_LUA = package_lua("dispatcher_svc", "create_take")

@@ -20,17 +20,17 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis.exceptions as rexc
-
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, ErrorCode
 from agentmesh.metrics import Metrics
 from agentmesh.store import Store
+from dispatcher_svc import task_create
 from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.model_json import event_to_json
-from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue, taken_entries
+from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue
+from dispatcher_svc.task_create import Created, FirstRun
 from dispatcher_svc.task_record import (
     STATUS_FIELDS,
     CallState,
@@ -43,7 +43,7 @@ from dispatcher_svc.task_record import (
     parse_status,
     task_not_found,
 )
-from dispatcher_svc.task_scripts import ACQUIRE_LUA, COMMIT_LUA, DUE_APPROVALS_LUA
+from dispatcher_svc.task_scripts import ACQUIRE_LUA, COMMIT_LUA, CREATE_TAKE_LUA, DUE_APPROVALS_LUA
 
 # The record types live in task_record.py; importers of this module keep finding them here.
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "CommitResult",
     "Created",
     "Cursor",
+    "FirstRun",
     "StaleOwnerError",
     "TaskExistsError",
     "TaskRecord",
@@ -67,16 +68,6 @@ UNKNOWN_EXPIRY_RECHECK_MS = 60_000
 """An approval without a known expiry is looked at this often (tool_svc says whether it expired)."""
 
 _OK, _STALE, _WRONG_STATUS, _MISSING, _EXISTS = 1, 0, -1, -2, -3
-
-
-@dataclass(frozen=True)
-class Created:
-    """What `TaskStore.create` did."""
-
-    created: bool
-    """False: a task with this id existed already (the queue got a harmless extra entry)."""
-    taken: list[tuple[str, str]]
-    """Queue entries (entry id, task id) read for this replica in the same step, to run here."""
 
 
 @dataclass(frozen=True)
@@ -105,10 +96,12 @@ class TaskStore:
         self.feed = feed if feed is not None else LocalFeed()  # also gets this process's committed events
         self.on_end: Callable[[str], Awaitable[None]] | None = None
         """Awaited with the task id after a commit that ended a task (wakes a workflow run: wakes.py)."""
-        self._commit = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
+        self.commit_script = store.script("dispatcher_commit", COMMIT_LUA, durable=True)
+        self.create_script = store.script("dispatcher_create_take", CREATE_TAKE_LUA, durable=True)
         self._acquire = store.script("dispatcher_acquire", ACQUIRE_LUA, durable=True)
         self._due = store.script("dispatcher_due_approvals", DUE_APPROVALS_LUA)
-        self._pipelined = store.cluster is None and not store.settings.cluster_wait_replicas  # `create`'s way
+        self.pipelined = store.cluster is None and not store.settings.cluster_wait_replicas
+        """A single Redis, writes not waiting for replicas: a create is one script (task_create.py)."""
         self.index_key = store.keys.tasks_index()
         """Every task id by create time (ms), written before the task: ListTasks' index (task_index.py)."""
         self.waiting_key = f"{store.keys.prefix}:tasks:waiting"
@@ -119,7 +112,7 @@ class TaskStore:
     def _keys(self, task_id: str) -> list[str]:
         return [self.store.keys.task(task_id), self.store.keys.task_events(task_id)]
 
-    def _commit_keys(self, task_id: str) -> list[str]:
+    def commit_keys(self, task_id: str) -> list[str]:
         return [*self._keys(task_id), self.store.keys.task_prompts(task_id)]
 
     async def load(self, task_id: str) -> TaskRecord:
@@ -176,8 +169,8 @@ class TaskStore:
         flat = reply[2]
         record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
         self.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
-        # A new task joined its agent's set in its create's own pipeline (issue 45); else this heals it.
-        if self.agent_load is not None and (int(reply[3]) != TaskStatus.PENDING or not self._pipelined):
+        # A new task joined its agent's set in its create's own script (issue 45); else this heals it.
+        if self.agent_load is not None and (int(reply[3]) != TaskStatus.PENDING or not self.pipelined):
             await self.agent_load.entered(record.agent_id, task_id)
         if self.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
             appended = if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over
@@ -185,67 +178,25 @@ class TaskStore:
         return record
 
     async def load_scripts(self) -> None:
-        """Loads the scripts `create` sends by SHA in a pipeline (a NOSCRIPT there costs a second round trip)."""
+        """Loads the scripts a create sends (a start-up check that Redis runs them; each reloads on NOSCRIPT)."""
         async with self.store.guard("load scripts"):
+            await self.store.redis.script_load(CREATE_TAKE_LUA)
             await self.store.redis.script_load(COMMIT_LUA)
             await self.store.redis.script_load(ENQUEUE_LUA)
 
     async def create(
-        self, task_id: str, fields: Mapping[str, str], event: TaskEvent, queue: TaskQueue, *, take: bool = False
+        self,
+        task_id: str,
+        fields: Mapping[str, str],
+        event: TaskEvent,
+        queue: TaskQueue,
+        *,
+        take: bool = False,
+        first_run: FirstRun | None = None,
     ) -> Created:
-        """Creates the task and queues it in one round trip; with `take`, also reads the next new
-        queue entry for this replica (normally this task's own) in that round trip."""
-        args: list[str | int | bytes] = ["", "", "0", 0, self.settings.event_maxlen, 0, len(fields), "", "", "0"]
-        for key, value in fields.items():
-            args += [key, value]
-        args.append(event_to_json(event))
-        keys = self._commit_keys(task_id)
-        queue_args = [task_id, queue.group if take else "", queue.consumer]
-        listed = {task_id: int(fields.get("create_ms") or 0)}  # ListTasks' index (task_index.py), first
-        async with self.store.guard("create task"):
-            if not self._pipelined:
-                # Cluster: task and queue on different primaries (a pipeline could expose the entry
-                # first); durable writes wait for replicas. So the task first, then its entry.
-                await self.store.redis.zadd(self.index_key, listed, nx=True)
-                commit_reply = await self._commit(keys=keys, args=args)
-                queue_reply = await queue.enqueue_script(keys=[queue.key], args=queue_args)
-                created = await self._count_created(task_id, fields, commit_reply)
-                return Created(created=created, taken=taken_entries(queue_reply))
-            # EVALSHA directly: a pipeline given the Script object would send SCRIPT EXISTS every time.
-            pipe = self.store.redis.pipeline(transaction=False)
-            pipe.zadd(self.index_key, listed, nx=True)
-            if self.agent_load is not None and (agent := fields.get("agent_id", "")):  # no crash between
-                pipe.zadd(self.store.keys.agent_active(agent), {task_id: listed[task_id] or int(time.time() * 1000)})
-            pipe.evalsha(self._commit.sha, len(keys), *keys, *args)
-            pipe.evalsha(queue.enqueue_script.sha, 1, queue.key, *queue_args)
-            *index_replies, commit_reply, queue_reply = await pipe.execute(raise_on_error=False)
-            if failed := next((r for r in index_replies if isinstance(r, Exception)), None):
-                raise failed
-            if isinstance(commit_reply, rexc.NoScriptError) or isinstance(queue_reply, rexc.NoScriptError):
-                # Redis restarted or was flushed since the scripts were loaded. If the entry went out
-                # before the task existed, another replica's run of it finds nothing: so create the
-                # task now (the Script objects load themselves), then queue it (again).
-                if isinstance(commit_reply, rexc.NoScriptError):
-                    commit_reply = await self._commit(keys=keys, args=args)
-                taken = taken_entries(queue_reply) if not isinstance(queue_reply, Exception) else []
-                again = [task_id, "" if taken else queue_args[1], queue.consumer]  # one entry per slot
-                queue_reply = await queue.enqueue_script(keys=[queue.key], args=again)
-            else:
-                taken = []
-            for reply in (commit_reply, queue_reply):
-                if isinstance(reply, Exception):
-                    raise reply
-        created = await self._count_created(task_id, fields, commit_reply, loaded=True)
-        return Created(created=created, taken=taken + taken_entries(queue_reply))
-
-    async def _count_created(self, task_id: str, fields: Mapping[str, str], reply: Any, loaded: bool = False) -> bool:
-        """Whether the commit created the task; counted PENDING, and in its agent's set unless `loaded`."""
-        created = int(reply[0]) == _OK
-        if created:
-            self.metrics.task_status(fields.get("agent_id", ""), TaskStatus.PENDING.name)
-            if self.agent_load is not None and not loaded:
-                await self.agent_load.entered(fields.get("agent_id", ""), task_id)
-        return created
+        """Creates the task and queues it in one round trip; with `take`, also reads the next new queue
+        entry for this replica, and with `first_run` takes the task when that entry is its own (task_create.py)."""
+        return await task_create.create(self, task_id, fields, event, queue, take=take, first_run=first_run)
 
     async def redis_time_ms(self) -> int:
         now: Any = await self.store.call("time", self.store.redis.time())
@@ -314,7 +265,7 @@ class TaskStore:
             args += [key, value]
         args += [event_to_json(e) for e in events]
         async with self.store.guard("commit task"):
-            reply = await self._commit(keys=self._commit_keys(task_id), args=args)
+            reply = await self.commit_script(keys=self.commit_keys(task_id), args=args)
         code, current_fence, status_num, last_seq = (int(x) for x in reply[:4])
         status = TaskStatus(status_num) if status_num in TaskStatus._value2member_map_ else TaskStatus.UNSPECIFIED
         if code == _OK:

@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
-from agentmesh import callctx
 from agentmesh.config import DispatcherSettings
 from agentmesh.errors import AgentmeshError, UnavailableError
 from agentmesh.metrics import Metrics
@@ -34,30 +32,13 @@ from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.run.loop import AgentLoop
 from dispatcher_svc.run.next_step import RunResult
-from dispatcher_svc.tasks import (
-    StaleOwnerError,
-    TaskRecord,
-    TaskStore,
-)
-from dispatcher_svc.worker_loops import metrics_loop, sweep_loop
+from dispatcher_svc.tasks import FirstRun, StaleOwnerError, TaskRecord, TaskStore
+from dispatcher_svc.worker_loops import detached_context, metrics_loop, sweep_loop
 
 log = logging.getLogger("dispatcher_svc.worker")
 
 STOP_TIMEOUT_S = 5.0
 """How long stop() waits for cancelled readers and runs."""
-
-
-def _detached_context() -> contextvars.Context:
-    """The context a run starts in: the current one without the incoming call's deadline and token.
-
-    A task queued by StartTask/RunTask on this replica is spawned inside that call; a run outlives it,
-    and with the call's deadline inherited every downstream call failed DEADLINE_EXCEEDED ("before
-    the call was sent") once it had passed (found by `make chaos --no-resume`, issue 49). The run
-    sends its own task token and deadline with every call (`run.downstream`)."""
-    context = contextvars.copy_context()
-    context.run(callctx.deadline_var.set, None)
-    context.run(callctx.identity_token_var.set, None)
-    return context
 
 
 class Worker:
@@ -166,10 +147,17 @@ class Worker:
             self._reserved -= 1
             self._slot_freed.set()
 
-    def take(self, entries: list[tuple[str, str]]) -> None:
-        """Runs the entry `slot`'s holder read for this replica (entry id, task id): in its slot."""
+    def first_run(self, task_id: str) -> FirstRun:
+        """How a task this replica queues in a `slot` is taken in its create's own step (task_create.py)."""
+        event = self._running_event(task_id, now_ms(), f"status RUNNING on {self.consumer}")
+        return FirstRun(self.claim_idle_ms, event)
+
+    def take(self, entries: list[tuple[str, str]], acquired: tuple[TaskRecord, float] | None = None) -> None:
+        """Runs the entry `slot`'s holder read for this replica (entry id, task id): in its slot. `acquired`:
+        (record, when its lease was sent) of a task its create took for this replica (no acquire then)."""
         for msg_id, task_id in entries:
-            self._spawn(msg_id, task_id, claimed=False)
+            mine = acquired if acquired is not None and acquired[0].task_id == task_id else None
+            self._spawn(msg_id, task_id, claimed=False, acquired=mine)
 
     def _admit(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
         """Runs an entry the read or claim loop got, or, with no room left, queues it again for
@@ -230,9 +218,12 @@ class Worker:
                 log.info("claimed task %s (entry %s) after its owner went idle", task_id, msg_id)
                 self._admit(msg_id, task_id, claimed=True)
 
-    def _spawn(self, msg_id: str, task_id: str, *, claimed: bool) -> None:
+    def _spawn(
+        self, msg_id: str, task_id: str, *, claimed: bool, acquired: tuple[TaskRecord, float] | None = None
+    ) -> None:
         if self._stopping:
-            # Read while stopping: left pending in the stream, another replica claims it.
+            # Read while stopping: left pending in the stream, another replica claims it (one taken by
+            # its create once its lease lapses, as after a crash).
             return
         if task_id in self._running:
             # Already running here under another entry. Not dropped: that run may end without having
@@ -243,10 +234,10 @@ class Worker:
                 # One deferred entry per task is enough. Not the same entry claimed again (it went
                 # idle while deferred): acking it would leave the deferred run without an entry.
                 self._ack_soon(earlier[0])
-            self._deferred[task_id] = (msg_id, claimed)
+            self._deferred[task_id] = (msg_id, claimed)  # (its run acquires: a record taken here is stale)
             return
         self._running[task_id] = asyncio.create_task(
-            self._run(msg_id, task_id, claimed), name=f"task-{task_id}", context=_detached_context()
+            self._run(msg_id, task_id, claimed, acquired), name=f"task-{task_id}", context=detached_context()
         )
 
     def _ack_soon(self, msg_id: str) -> None:
@@ -270,24 +261,14 @@ class Worker:
         """Takes ownership: the record with our new fence; None if there is nothing to run (ack the
         entry); False if a live owner holds the task (leave a claimed entry pending for later)."""
         now = now_ms()
-
-        def status_event(message: str) -> TaskEvent:
-            return TaskEvent(
-                task_id=task_id,
-                sequence=0,
-                kind=EventKind.STATUS,
-                time_ms=now,
-                status=TaskStatus.RUNNING,
-                message=message,
-                attributes={"owner": self.consumer},
-            )
-
         result = await self.tasks.acquire(
             task_id,
             self.consumer,
             lease_ms=self.claim_idle_ms,
-            if_pending=status_event(f"status RUNNING on {self.consumer}"),
-            if_taken_over=status_event(f"status RUNNING: resumed on {self.consumer} after its owner stopped"),
+            if_pending=self._running_event(task_id, now, f"status RUNNING on {self.consumer}"),
+            if_taken_over=self._running_event(
+                task_id, now, f"status RUNNING: resumed on {self.consumer} after its owner stopped"
+            ),
         )
         if result is None:
             return False if claimed else None
@@ -295,27 +276,38 @@ class Worker:
             return None
         return result
 
-    async def _run(self, msg_id: str, task_id: str, claimed: bool) -> None:
+    def _running_event(self, task_id: str, now: int, message: str) -> TaskEvent:
+        attributes = {"owner": self.consumer}
+        return TaskEvent(task_id, 0, EventKind.STATUS, now, TaskStatus.RUNNING, message=message, attributes=attributes)
+
+    async def _run(
+        self, msg_id: str, task_id: str, claimed: bool, acquired: tuple[TaskRecord, float] | None = None
+    ) -> None:
         # Run here from its acquisition on: a watcher here waits for this process's commits (the
         # acquisition's RUNNING event first), it does not block on the stream (issue 45).
         with self.tasks.feed.running(task_id):
-            await self._run_here(msg_id, task_id, claimed)
+            await self._run_here(msg_id, task_id, claimed, acquired)
 
-    async def _run_here(self, msg_id: str, task_id: str, claimed: bool) -> None:
+    async def _run_here(
+        self, msg_id: str, task_id: str, claimed: bool, acquired: tuple[TaskRecord, float] | None
+    ) -> None:
         me = asyncio.current_task()
         assert me is not None
         renewer: asyncio.Task[None] | None = None
         record: TaskRecord | None = None
         try:
-            sent = time.monotonic()
-            acquired = await self.acquire(task_id, claimed=claimed)
-            if acquired is None:
-                await self._ack_if_mine(msg_id)
-                return
-            if acquired is False:
-                return
-            assert isinstance(acquired, TaskRecord)
-            record = acquired
+            if acquired is not None:  # taken by its create (task_create.py): `sent` is when that was sent
+                record, sent = acquired
+            else:
+                sent = time.monotonic()
+                got = await self.acquire(task_id, claimed=claimed)
+                if got is None:
+                    await self._ack_if_mine(msg_id)
+                    return
+                if got is False:
+                    return
+                assert isinstance(got, TaskRecord)
+                record = got
             lease = Lease(
                 self.tasks,
                 task_id,

@@ -1,18 +1,33 @@
 """A replica's background loops beside reading and claiming tasks (dispatcher_svc.worker): the
-approval-expiry sweeper and the queue's metrics sampler. Both check `stopped` as well as being
-cancelled: the Redis client sometimes swallows a cancellation mid-command."""
+approval-expiry sweeper and the queue's metrics sampler; and the context a run starts in. Both loops
+check `stopped` as well as being cancelled: the Redis client sometimes swallows a cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 
+from agentmesh import callctx
 from agentmesh.errors import UnavailableError
 from agentmesh.metrics import Metrics
 from dispatcher_svc.queue import TaskQueue
 
 log = logging.getLogger("dispatcher_svc.worker")
+
+
+def detached_context() -> contextvars.Context:
+    """The context a run starts in: the current one without the incoming call's deadline and token.
+
+    A task queued by StartTask/RunTask on this replica is spawned inside that call; a run outlives it,
+    and with the call's deadline inherited every downstream call failed DEADLINE_EXCEEDED ("before
+    the call was sent") once it had passed (found by `make chaos --no-resume`, issue 49). The run
+    sends its own task token and deadline with every call (`run.downstream`)."""
+    context = contextvars.copy_context()
+    context.run(callctx.deadline_var.set, None)
+    context.run(callctx.identity_token_var.set, None)
+    return context
 
 
 async def sweep_loop(sweep: Callable[[], Awaitable[int]], interval_s: float, stopped: Callable[[], bool]) -> None:

@@ -1,7 +1,7 @@
 """TaskStore (dispatcher_svc/tasks.py) on the test Redis, each result read back as another replica would:
-what `create` stores, indexes and queues (pipelined, after a script flush, with replicated writes), what
-`acquire` and `commit` report, count and publish, how a run that raised ends, and the small indexes
-(handoff trees, parked approvals). No wall-clock waits."""
+what `create` stores, indexes and queues (one script that may take its own task; after a script flush;
+with replicated writes), what `acquire` and `commit` report, count and publish, how a run that raised
+ends, and the small indexes (handoff trees, parked approvals). No wall-clock waits."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from agentmesh.store import Store
 from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.events import decode_entries
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
-from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue
-from dispatcher_svc.task_scripts import COMMIT_LUA
+from dispatcher_svc.queue import TaskQueue
 from dispatcher_svc.tasks import (
     Created,
     Cursor,
+    FirstRun,
     StaleOwnerError,
     TaskExistsError,
     TaskRecord,
@@ -104,9 +104,9 @@ async def test_create_stores_indexes_and_queues_the_task_in_one_step(env: Env) -
     before = await commands(env.store)
     created = await env.tasks.create(T, new_task(create_ms=1234), event("created"), env.queue)
     assert created == Created(created=True, taken=[])
-    # One pipelined round trip of three commands, not a transaction (MULTI/EXEC would hold up every client).
+    # One script (CREATE_TAKE_LUA), not a transaction (MULTI/EXEC would hold up every client).
     spent = await commands(env.store) - before
-    assert (spent["evalsha"], spent["multi"], spent["exec"]) == (2, 0, 0)
+    assert (spent["evalsha"], spent["multi"], spent["exec"]) == (1, 0, 0)
     other = TaskStore(env.store, DispatcherSettings())  # another replica's view
     record = await other.load(T)
     assert (record.status, record.fence, record.last_sequence, record.agent_id) == (TaskStatus.PENDING, 0, 1, AGENT)
@@ -130,7 +130,7 @@ async def test_creating_an_existing_task_changes_nothing_but_queues_it_again(env
     assert record.goal == "g" and record.last_sequence == 1
     assert await env.store.redis.zscore(env.tasks.index_key, T) == 1234  # the first create time stays
     assert await env.queued() == [T, T]  # a harmless extra entry: its run finds the task taken or done
-    # Counted once; its agent's set gets it again (the create's pipeline adds it before the task's own
+    # Counted once; its agent's set gets it again (the create's script adds it before the task's own
     # write, issue 45): harmless, an unfinished task belongs there and the set's repair drops a finished one.
     assert env.counted(TaskStatus.PENDING) == 1 and await env.active() == [T]
     # A task of no agent is counted under no agent, in no agent's set.
@@ -149,22 +149,104 @@ async def test_create_with_take_reads_the_new_entry_for_this_replica(env: Env) -
     assert await env.claimed() == [(created.taken[0][0], CONSUMER)]
 
 
-@pytest.mark.parametrize("kept", ["none", "enqueue", "commit"])
-async def test_create_after_a_script_flush_creates_the_task_before_queueing_it(env: Env, kept: str) -> None:
-    """Redis lost its scripts (restart, flush): `kept` is the one loaded again meanwhile. Whatever the
-    pipeline ran, the task exists and exactly one queue entry was taken, by this replica."""
+async def test_create_after_a_script_flush_creates_and_queues_the_task_once(env: Env) -> None:
+    """Redis lost its scripts (restart, flush): the create's one script is loaded again and run once."""
     await env.store.redis.script_flush()
-    if kept == "enqueue":
-        await env.store.redis.script_load(ENQUEUE_LUA)
-    elif kept == "commit":
-        await env.store.redis.script_load(COMMIT_LUA)
     created = await env.tasks.create(T, new_task(), event("created"), env.queue, take=True)
     assert created.created and [task for _, task in created.taken] == [T]
     assert (await env.tasks.load(T)).status == TaskStatus.PENDING
     assert await env.claimed() == [(created.taken[0][0], CONSUMER)]
-    # The entry that went out before the task existed is followed by one queued after it.
-    assert await env.queued() == ([T, T] if kept == "enqueue" else [T])
+    assert await env.queued() == [T]
     assert env.counted(TaskStatus.PENDING) == 1
+
+
+def first_run(lease_ms: int = 5000) -> FirstRun:
+    return FirstRun(lease_ms, TaskEvent(T, 0, EventKind.STATUS, 42, TaskStatus.RUNNING, message="run"))
+
+
+async def test_create_with_a_first_run_takes_its_own_task_in_the_same_step(env: Env) -> None:
+    """What an acquire would have written, in the create's one script: no acquire round trip (issue 45)."""
+    before = await commands(env.store)
+    with env.tasks.feed.subscribe(T) as watcher:
+        created = await env.tasks.create(
+            T, new_task(create_ms=7), event("created"), env.queue, take=True, first_run=first_run()
+        )
+        assert [(e.sequence, e.message) for e in watcher.take()] == [(2, "run")]  # as an acquire publishes
+    spent = await commands(env.store) - before
+    assert spent["evalsha"] == 1 and spent["hset"] == 1 and spent["time"] == 1
+    taken = created.acquired
+    assert taken is not None and created.created and [task for _, task in created.taken] == [T]
+    stored = await TaskStore(env.store, DispatcherSettings()).load(T)  # another replica's view
+    assert taken == stored
+    assert (stored.status, stored.fence, stored.runs, stored.owner, stored.last_sequence) == (
+        TaskStatus.RUNNING,
+        1,
+        1,
+        CONSUMER,
+        2,
+    )
+    assert stored.update_time_ms == 42 and stored.create_time_ms == 7
+    assert stored.lease_until_ms > await env.tasks.redis_time_ms() + 3000  # Redis's clock, as acquire's
+    assert [(i, e.message, e.status) for i, e in await env.stream()] == [
+        ("0-1", "created", TaskStatus.PENDING),
+        ("0-2", "run", TaskStatus.RUNNING),
+    ]
+    assert await env.claimed() == [(created.taken[0][0], CONSUMER)]
+    assert env.counted(TaskStatus.PENDING) == 1 and env.counted(TaskStatus.RUNNING) == 1
+    assert await env.active() == [T]
+    # Fenced like an acquired task: a live lease keeps other replicas out, a commit needs fence 1.
+    assert await env.tasks.acquire(T, "c2", lease_ms=5000, if_pending=event("x"), if_taken_over=event("y")) is None
+    with pytest.raises(StaleOwnerError):
+        await env.tasks.commit(T, fence=0, fields={"step": "1"})
+    await env.tasks.commit(T, fence=1, fields=fields_of(status=TaskStatus.SUCCEEDED))
+
+
+async def test_a_task_taken_by_its_create_whose_replica_died_is_taken_over_as_after_an_acquire(env: Env) -> None:
+    """The creating replica killed before its run began: the task is RUNNING under a lease with its entry
+    pending for that replica; once the lease lapses, another replica claims the entry and takes the task."""
+    # A lease of 0 ms: lapsed at once, by Redis's clock (no wall-clock wait).
+    created = await env.tasks.create(T, new_task(), event("created"), env.queue, take=True, first_run=first_run(0))
+    assert created.acquired is not None
+    other = TaskQueue(env.store, GROUP, "c2")
+    assert [task for _, task in await other.autoclaim(0, 10)] == [T]
+    taken = await env.tasks.acquire(T, "c2", lease_ms=5000, if_pending=event("x"), if_taken_over=event("resumed"))
+    assert isinstance(taken, TaskRecord) and (taken.fence, taken.runs, taken.owner) == (2, 2, "c2")
+    assert [e.message for _, e in await env.stream()] == ["created", "run", "resumed"]
+    with pytest.raises(StaleOwnerError):  # the dead replica's record is fenced out
+        await env.tasks.commit(T, fence=created.acquired.fence, fields={"step": "1"})
+
+
+@pytest.mark.parametrize("packed", [True, False])
+async def test_a_first_run_event_is_stored_as_commits_store_theirs(store: Store, packed: bool) -> None:
+    env = Env(store, DispatcherSettings(pack_events=packed))
+    await env.queue.ensure_group()
+    await env.tasks.create(T, new_task(), event("created"), env.queue, take=True, first_run=first_run())
+    raw: Any = await store.redis.xrange(store.keys.task_events(T))
+    assert [entry_id.decode() for entry_id, _ in raw] == (["0-2"] if packed else ["0-1", "0-2"])
+    assert [(i, e.message) for i, e in await env.stream()] == [("0-1", "created"), ("0-2", "run")]
+
+
+async def test_a_first_run_leaves_the_task_pending_when_another_entry_is_read(env: Env) -> None:
+    """A backlog: the entry read is an older one. Only read (its run acquires it); the new task waits."""
+    await env.tasks.create("t-old", new_task("t-old"), event("old", "t-old"), env.queue)
+    created = await env.tasks.create(T, new_task(), event("created"), env.queue, take=True, first_run=first_run())
+    assert created.created and created.acquired is None
+    assert [task for _, task in created.taken] == ["t-old"]
+    assert (await env.tasks.load(T)).status == TaskStatus.PENDING
+    assert (await env.tasks.load("t-old")).status == TaskStatus.PENDING
+    assert env.counted(TaskStatus.RUNNING) == 0
+
+
+async def test_a_first_run_takes_nothing_of_an_existing_task_or_without_take(env: Env) -> None:
+    await env.tasks.create(T, new_task(), event("created"), env.queue)
+    await env.store.redis.xtrim(env.queue.key, maxlen=0)  # its entry gone: the next one read is the new one
+    again = await env.tasks.create(T, new_task(), event("again"), env.queue, take=True, first_run=first_run())
+    assert not again.created and again.acquired is None and [task for _, task in again.taken] == [T]
+    record = await env.tasks.load(T)
+    assert (record.status, record.fence, record.last_sequence) == (TaskStatus.PENDING, 0, 1)
+    other = await env.tasks.create("t-2", new_task("t-2"), event("c", "t-2"), env.queue, first_run=first_run())
+    assert other.created and other.acquired is None and other.taken == []
+    assert (await env.tasks.load("t-2")).status == TaskStatus.PENDING
 
 
 @pytest.mark.parametrize("broken", ["index", "task", "queue"])
@@ -210,7 +292,7 @@ async def test_with_replicated_writes_create_commits_the_task_then_queues_it(fre
             agentless = {k: v for k, v in new_task("t-none").items() if k != "agent_id"}
             assert (await env.tasks.create("t-none", agentless, event("c", "t-none"), env.queue)).created
             assert await store.redis.keys("*agentload*") == []
-            # Counted like a pipelined create: the two new tasks once each, the repeated create not at all.
+            # Counted like a single-Redis create: the two new tasks once each, the repeated create not at all.
             assert env.counted(TaskStatus.PENDING) == 1 and env.counted(TaskStatus.PENDING, agent="") == 1
             # The replica holds what the primary acknowledged.
             async with await Store.connect(RedisSettings(url=replica.url), "dev") as read:

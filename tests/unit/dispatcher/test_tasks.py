@@ -306,8 +306,8 @@ async def test_an_entry_read_while_its_task_runs_here_is_taken_up_after_that_run
     worker.tasks.acquire = acquire  # type: ignore[method-assign]
     real_spawn = worker._spawn
 
-    def spawn(msg_id: str, task_id: str, *, claimed: bool) -> None:
-        real_spawn(msg_id, task_id, claimed=claimed)
+    def spawn(msg_id: str, task_id: str, *, claimed: bool, acquired: Any = None) -> None:
+        real_spawn(msg_id, task_id, claimed=claimed, acquired=acquired)
         if first.is_set():
             second_read.set()
 
@@ -319,6 +319,32 @@ async def test_an_entry_read_while_its_task_runs_here_is_taken_up_after_that_run
     events = await rig.events(task_id)
     assert events[-1].status == TaskStatus.SUCCEEDED
     assert calls == 2
+
+
+async def test_a_task_started_on_a_replica_with_room_runs_without_an_acquire(make_rig: MakeRig) -> None:
+    """Its create took it for this replica (task_create.py, issue 45): the run starts from that record."""
+    rig = await make_rig(lambda p: reply(text="ran"))
+    worker = rig.dispatcher.worker
+    acquired: list[str] = []
+    real_acquire = worker.tasks.acquire
+
+    async def acquire(task_id: str, consumer: str, **kw: Any) -> Any:
+        acquired.append(task_id)
+        return await real_acquire(task_id, consumer, **kw)
+
+    worker.tasks.acquire = acquire  # type: ignore[method-assign]
+    task_id = await rig.start("goal")
+    events = await rig.events(task_id)
+    assert [e.status for e in events if e.kind == EventKind.STATUS] == [
+        TaskStatus.PENDING,
+        TaskStatus.RUNNING,
+        TaskStatus.SUCCEEDED,
+    ]
+    assert events[1].message == f"status RUNNING on {worker.consumer}" and events[1].sequence == 2
+    assert acquired == []
+    record = await worker.tasks.load(task_id)
+    assert (record.fence, record.runs, record.owner) == (1, 1, worker.consumer)
+    assert await rig.store.redis.xlen(worker.queue.key) == 0  # its entry acknowledged and deleted
 
 
 async def test_tasks_started_right_after_a_script_flush_all_run(make_rig: MakeRig) -> None:
