@@ -29,7 +29,7 @@ from dispatcher_svc.agent_load import AgentLoad
 from dispatcher_svc.feed import LocalFeed
 from dispatcher_svc.model import EventKind, TaskEvent, TaskStatus
 from dispatcher_svc.model_json import event_to_json
-from dispatcher_svc.queue import ENQUEUE_LUA, TaskQueue
+from dispatcher_svc.queue import ENQUEUE_LUA
 from dispatcher_svc.task_create import Created, FirstRun
 from dispatcher_svc.task_record import (
     STATUS_FIELDS,
@@ -184,19 +184,9 @@ class TaskStore:
             await self.store.redis.script_load(COMMIT_LUA)
             await self.store.redis.script_load(ENQUEUE_LUA)
 
-    async def create(
-        self,
-        task_id: str,
-        fields: Mapping[str, str],
-        event: TaskEvent,
-        queue: TaskQueue,
-        *,
-        take: bool = False,
-        first_run: FirstRun | None = None,
-    ) -> Created:
-        """Creates the task and queues it in one round trip; with `take`, also reads the next new queue
-        entry for this replica, and with `first_run` takes the task when that entry is its own (task_create.py)."""
-        return await task_create.create(self, task_id, fields, event, queue, take=take, first_run=first_run)
+    create = task_create.create
+    """Creates the task and queues it in one round trip; with `take`, also reads the next new queue entry
+    for this replica, and with `first_run` takes the task when that entry is its own (task_create.py)."""
 
     async def redis_time_ms(self) -> int:
         now: Any = await self.store.call("time", self.store.redis.time())
