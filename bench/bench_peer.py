@@ -312,8 +312,12 @@ async def bench(args: argparse.Namespace, workdir: Path) -> list[System]:
     url = skeleton_redis.__enter__().url if skeleton_redis else ""
     skeletons = [Skeleton(url, workdir), Skeleton(url, workdir, edge=True)] if skeleton_redis else []
     try:
-        for mesh in meshes:
-            await asyncio.to_thread(mesh.start)
+        # Started at once: in A/A runs (the same checkout on both sides) the mesh started first used 3-6 % more
+        # CPU per task than the other, whichever checkout it ran (2026-12-07: bench/RESULTS.md, "Eleventh").
+        # Both starts end before any failure is raised: the `finally` below then stops every process they made.
+        started = await asyncio.gather(*(asyncio.to_thread(mesh.start) for mesh in meshes), return_exceptions=True)
+        if failed := next((r for r in started if isinstance(r, BaseException)), None):
+            raise failed
         await graph.start()
         systems = [System("agentmesh", meshes[0].run)]
         if args.before:
