@@ -1,7 +1,7 @@
 """Idempotency keys (docs/design.md §5, §7): a side effect runs at most once per key.
 
 `am:idem:{<key>}` holds one JSON record; `am:idem:{<key>}:hb` (same Cluster slot) holds the token of the
-call in flight while its replica heartbeats it:
+call in flight while its replica heartbeats it (once the call is `done` it is left to lapse, at most a lease):
   {"s": "run", "h": sha, "t": token, "g": gen}       claimed; nothing has left the gateway yet
   {"s": "sent", "h": sha, "t": token, "g": gen}      a write's request may have reached its upstream
   {"s": "pending", "h": sha, "a": approval, "g": gen}  waits for a human
@@ -83,7 +83,8 @@ _CLAIM_LUA = package_lua("tool_svc", "idempotency_claim")
 
 # Compare-and-set of the record. KEYS: record, heartbeat. ARGV: owner (t or a), allowed states
 # (comma-separated, '' = any), new record ('' deletes), record ttl ms, new heartbeat token ('' = none),
-# lease ms, '1' when the owner must be dead (no heartbeat).
+# lease ms, '1' when the owner must be dead (no heartbeat), '1' to leave the old heartbeat to lapse
+# instead of deleting it (a `done` record: nothing reads it; one command fewer per call, issue 45).
 _CAS_LUA = package_lua("tool_svc", "idempotency_cas")
 
 # KEYS: record, heartbeat. ARGV: token, lease ms. Refreshes the heartbeat while the record is ours.
@@ -219,13 +220,15 @@ class Idempotency:
         heartbeat: str = "",
         owner_dead: bool = False,
     ) -> bool:
-        """Compare-and-set of the record owned by `owner` (None deletes it and its heartbeat)."""
+        """Compare-and-set of the record owned by `owner` (None deletes it and its heartbeat). A `done`
+        record leaves the heartbeat to lapse within its lease: no reader of a `done` record looks at it."""
         assert self.store is not None
         value = "" if record is None else self._json(record)
+        lapse = "1" if record is not None and record.get("s") == "done" else ""
         async with self.store.guard("settle idempotency key"):
             done = await self.store.script("idempotency_cas", _CAS_LUA, durable=True)(
                 keys=[self.store.keys.idempotency(key), self.hb_key(key)],
-                args=[owner, states, value, ttl_ms, heartbeat, self.lease_ms, "1" if owner_dead else ""],
+                args=[owner, states, value, ttl_ms, heartbeat, self.lease_ms, "1" if owner_dead else "", lapse],
             )
         return bool(done)
 

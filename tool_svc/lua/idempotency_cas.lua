@@ -14,7 +14,7 @@ end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 if ARGV[5] ~= '' then
   redis.call('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
-else
+elseif ARGV[8] ~= '1' then
   redis.call('DEL', KEYS[2])
-end
+end  -- ARGV[8] '1': the heartbeat is left to lapse (at most a lease): a `done` record never reads it
 return 1

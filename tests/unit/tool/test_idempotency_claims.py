@@ -20,6 +20,7 @@ from tests.unit.tool.idem_support import (
     APPROVAL_TTL_S,
     DEDUPED,
     IDEMPOTENT,
+    LEASE_S,
     READ,
     TTL_S,
     WRITE,
@@ -174,7 +175,8 @@ async def test_a_finished_call_is_replayed_to_a_repeat(env: Env) -> None:
     assert record is not None and record["s"] == "done" and record["h"] == first.call_sha256
     assert outcome_from_json(record["o"]).outcome == Output("structured", inline='{"charged":5}')
     assert await env.pttl("k2") > TTL_S * 1000 - 5000
-    assert await env.heartbeat("k2") is None
+    # Left to lapse within its lease (issue 45: no DEL); a repeat of a `done` call never looks at it.
+    assert await env.heartbeat("k2") == first.owner and 0 < await env.heartbeat_pttl("k2") <= LEASE_S * 1000
 
     repeat = make_call("k2", call_id="call-2")
     answer = await env.idem()(repeat)
@@ -570,7 +572,8 @@ async def test_each_redis_operation_of_a_claim_is_measured_under_its_name(env: E
 
 
 async def test_a_free_key_is_claimed_with_one_set_and_a_held_one_read_once(env: Env) -> None:
-    """Issue 45: SET NX claims a free key (no GET first); only a held key's claim reads it."""
+    """Issue 45: SET NX claims a free key (no GET first); `done` leaves the heartbeat to lapse; only a
+    held key's claim reads it."""
 
     async def spent() -> dict[str, int]:
         stats: Any = await env.store.redis.info("commandstats")
@@ -582,7 +585,15 @@ async def test_a_free_key_is_claimed_with_one_set_and_a_held_one_read_once(env: 
     assert await env.idem()(first) is None and first.owner
     after = await spent()
     assert {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n, 0)} == {"evalsha": 1, "set": 2}
+    before = await spent()
     await finish(first, ok(first))
+    after = await spent()
+    # Settled `done` with one compare-and-set, its heartbeat left to lapse (no DEL).
+    assert {n: after[n] - before.get(n, 0) for n in after if after[n] != before.get(n, 0)} == {
+        "evalsha": 1,
+        "get": 1,
+        "set": 1,
+    }
     before = await spent()
     repeat = make_call("k25")
     replay = await env.idem()(repeat)
