@@ -108,11 +108,7 @@ async def create(
     flat = reply[3]
     if not flat or run is None:
         return Created(created=created, taken=taken, sent_at=sent_at)
-    record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))  # later pairs win
-    tasks.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
-    if tasks.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
-        tasks.feed.publish(task_id, [run.event.with_sequence(record.last_sequence)])
-    return Created(created=created, taken=taken, acquired=record, sent_at=sent_at)
+    return Created(created=created, taken=taken, acquired=tasks.taken(task_id, flat, run.event), sent_at=sent_at)
 
 
 async def _count_created(tasks: TaskStore, task_id: str, agent: str, created: bool, loaded: bool = False) -> bool:

@@ -166,14 +166,18 @@ class TaskStore:
             return TaskStatus(int(reply[1]))
         if code == -1:
             return None
-        flat = reply[2]
-        record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
-        self.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
+        record = self.taken(task_id, reply[2], if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over)
         # A new task joined its agent's set in its create's own script (issue 45); else this heals it.
         if self.agent_load is not None and (int(reply[3]) != TaskStatus.PENDING or not self.pipelined):
             await self.agent_load.entered(record.agent_id, task_id)
-        if self.feed.subscribers(task_id):  # its watchers here get the event from memory, as a commit's
-            appended = if_pending if int(reply[3]) == TaskStatus.PENDING else if_taken_over
+        return record
+
+    def taken(self, task_id: str, flat: Sequence[bytes], appended: TaskEvent) -> TaskRecord:
+        """The record a script that took a task returned (field/value pairs, later ones win), counted
+        RUNNING; its watchers here get the RUNNING event it appended from memory, as a commit's."""
+        record = TaskRecord.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+        self.metrics.task_status(record.agent_id, TaskStatus.RUNNING.name)
+        if self.feed.subscribers(task_id):
             self.feed.publish(task_id, [appended.with_sequence(record.last_sequence)])
         return record
 
